@@ -1,0 +1,1 @@
+"""metaltile compiler core."""
