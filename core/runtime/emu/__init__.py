@@ -1,0 +1,21 @@
+"""The MSL CPU emulator: runs Metal compute kernels on any OS and checks them.
+
+    from core.runtime import emu
+    res = emu.run_msl(source, "kernel_name", grid=(gx, gy, gz), threadgroup=(tx, ty, tz),
+                      buffers=[...], schedule="forward", seed=0,
+                      checks=("races", "uninit", "bounds"))
+    res.findings, res.stats
+
+Layers: translate.py (MSL -> C++ rewrite, kernel signatures), launcher.py (C++ entry
+points), build.py (clang with a precompiled shim header and a content-hash cache),
+job.py (the shared job file), run.py (the child process, results, findings), and the C++
+in include/ (MSL names, one header per concern) and src/ (scheduler and checker).
+"""
+
+from core.errors import (KernelCrashError, KernelTimeoutError, LaunchError, MSLCompileError,
+                         ToolchainError)
+
+from .run import ALL_CHECKS, EmuResult, Finding, run_msl
+
+__all__ = ["run_msl", "EmuResult", "Finding", "ALL_CHECKS", "MSLCompileError", "LaunchError",
+           "KernelCrashError", "KernelTimeoutError", "ToolchainError"]

@@ -1,0 +1,263 @@
+"""Build an MSL library into an emulator executable, with a content-hash cache.
+
+Three artifacts, each cached under the user cache directory by the hash of everything that
+goes into it (toolchain, flags, shim headers, runtime sources, translated MSL):
+
+- the runtime object (src/runtime.cpp: scheduler and checker), built once per toolchain;
+- the precompiled shim header (include/metal_stdlib.h), built once per flavour; it is what
+  brings a kernel build to about half a second;
+- the kernel executable: the translated MSL plus its launcher, compiled against the PCH
+  and linked with the runtime object.
+
+Flavours: "checked" builds add clang's thread-sanitizer instrumentation (no sanitizer
+runtime: src/runtime.cpp defines the hooks) and line tables for mapping findings to MSL
+lines; "plain" builds have neither and serve runs without checks or counters.
+
+Every artifact is written to a temporary name and renamed into place, so concurrent
+builds of the same kernel (two processes, two pytest workers) both succeed. Compiler
+errors become `MSLCompileError`s with the MSL line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import MSLCompileError, ToolchainError
+
+from . import launcher
+from .toolchain import Toolchain, find_toolchain
+from .translate import SOURCE_NAME, Translation
+
+HERE = Path(__file__).resolve().parent
+INCLUDE_DIR = HERE / "include"
+RUNTIME_SOURCES = (HERE / "src" / "runtime.cpp", HERE / "src" / "fiber.h", INCLUDE_DIR / "mt_runtime.h")
+
+# MSL semantics the flags implement: no double (literals are rewritten to float), 32-bit
+# integer wraparound (-fwrapv), half and bfloat rounding after every operation (excess
+# precision off), no contraction of a*b+c into fma (results do not depend on the
+# optimizer), hardware half conversions on x86 (-mf16c).
+COMMON_FLAGS = [
+    "-std=c++17", "-O1", "-fwrapv", "-fno-exceptions", "-fno-rtti", "-ffp-contract=off",
+    "-fexcess-precision=16", "-fno-pie", "-pthread",
+    "-Wno-unknown-attributes", "-Wno-duplicate-decl-specifier", "-Wno-ignored-attributes",
+]
+CHECKED_FLAGS = [
+    "-fsanitize=thread", "-mllvm", "-tsan-instrument-atomics=0",
+    "-mllvm", "-tsan-instrument-func-entry-exit=0", "-gline-tables-only",
+]
+RUNTIME_FLAGS = ["-std=c++17", "-O2", "-fno-pie", "-Wall", "-Wno-unused-function"]
+
+
+def _arch_flags() -> list[str]:
+    return ["-mf16c"] if platform.machine() in ("x86_64", "AMD64") else []
+
+
+def _link_flags() -> list[str]:
+    return ["-no-pie", "-pthread"] if sys.platform.startswith("linux") else ["-pthread"]
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("METALTILE_CACHE")
+    if root:
+        base = Path(root)
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        base = (Path(xdg) if xdg else Path.home() / ".cache") / "metaltile"
+    path = base / "emu"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@dataclass(frozen=True)
+class Executable:
+    path: Path
+    translation: Translation
+    checked: bool
+
+
+def _digest(*parts: bytes | str) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode() if isinstance(p, str) else p)
+        h.update(b"\0")
+    return h.hexdigest()[:24]
+
+
+def _files_digest(paths) -> str:
+    return _digest(*(p.read_bytes() for p in sorted(paths)))
+
+
+def _run_compiler(cmd: list[str], what: str) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    except OSError as e:
+        raise ToolchainError(f"cannot run {cmd[0]}: {e}", construct=what) from e
+
+
+def _atomic_target(target: Path) -> Path:
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".", suffix=".tmp")
+    os.close(fd)
+    return Path(tmp)
+
+
+class Builder:
+    """Builds and caches emulator executables for one toolchain."""
+
+    def __init__(self, toolchain: Toolchain | None = None):
+        self.toolchain = toolchain or find_toolchain()
+        self._lock = threading.Lock()
+        self._memo: dict[str, Path] = {}
+        tc = self.toolchain
+        self._tool_tag = _digest(tc.cxx, ".".join(map(str, tc.version)), platform.machine())
+        self._headers = _files_digest(INCLUDE_DIR.glob("*.h"))
+
+    # -- shared artifacts ---------------------------------------------------------------
+
+    def _flags(self, checked: bool) -> list[str]:
+        return COMMON_FLAGS + _arch_flags() + (CHECKED_FLAGS if checked else [])
+
+    def runtime_object(self) -> Path:
+        key = _digest("rt", self._tool_tag, _files_digest(RUNTIME_SOURCES), *RUNTIME_FLAGS)
+        target = cache_dir() / f"runtime-{key}.o"
+        if key in self._memo or target.exists():
+            self._memo[key] = target
+            return target
+        tmp = _atomic_target(target)
+        cmd = [self.toolchain.cxx, *RUNTIME_FLAGS, *_arch_flags(), "-c",
+               str(HERE / "src" / "runtime.cpp"), "-o", str(tmp)]
+        res = _run_compiler(cmd, "emulator runtime")
+        if res.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            raise ToolchainError(f"building the emulator runtime failed:\n{res.stderr[-4000:]}",
+                                 construct="emulator runtime")
+        os.replace(tmp, target)
+        self._memo[key] = target
+        return target
+
+    def precompiled_header(self, checked: bool) -> Path:
+        flags = self._flags(checked)
+        key = _digest("pch", self._tool_tag, self._headers, *flags)
+        target = cache_dir() / f"metal_stdlib-{key}.pch"
+        if key in self._memo or target.exists():
+            self._memo[key] = target
+            return target
+        tmp = _atomic_target(target)
+        cmd = [self.toolchain.cxx, *flags, "-x", "c++-header",
+               str(INCLUDE_DIR / "metal_stdlib.h"), "-o", str(tmp)]
+        res = _run_compiler(cmd, "emulator shim header")
+        if res.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            raise ToolchainError(f"precompiling the MSL shim header failed:\n{res.stderr[-4000:]}",
+                                 construct="emulator shim header")
+        os.replace(tmp, target)
+        self._memo[key] = target
+        return target
+
+    # -- kernels ------------------------------------------------------------------------
+
+    def build(self, translation: Translation, checked: bool = True,
+              kernel_hint: str | None = None) -> Executable:
+        """The executable for a translated MSL library (every kernel in it)."""
+        flags = self._flags(checked)
+        unit = translation.cpp + launcher.generate(translation.kernels)
+        key = _digest("kernel", self._tool_tag, self._headers,
+                      _files_digest(RUNTIME_SOURCES), *flags, unit)
+        target = cache_dir() / f"kernel-{key}.bin"
+        with self._lock:
+            cached = self._memo.get(key)
+        if cached is None and not target.exists():
+            self._compile(unit, target, flags, checked, translation, kernel_hint)
+        with self._lock:
+            self._memo[key] = target
+        return Executable(target, translation, checked)
+
+    def _compile(self, unit: str, target: Path, flags: list[str], checked: bool,
+                 translation: Translation, kernel_hint: str | None) -> None:
+        pch = self.precompiled_header(checked)
+        runtime = self.runtime_object()
+        tmp = _atomic_target(target)
+        src = tmp.with_suffix(".cpp")
+        src.write_text(unit)
+        cmd = [self.toolchain.cxx, *flags, "-I", str(INCLUDE_DIR), "-include-pch", str(pch),
+               "-x", "c++", str(src), "-x", "none", str(runtime), *_link_flags(),
+               *(["-fno-sanitize-link-runtime"] if checked else []),
+               "-o", str(tmp)]
+        try:
+            res = _run_compiler(cmd, "MSL compile")
+            if res.returncode != 0:
+                raise compile_error(res.stderr, unit, translation, kernel_hint)
+            os.replace(tmp, target)
+        finally:
+            src.unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
+
+
+_DIAG = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+): (?P<sev>error|fatal error|note): (?P<msg>.*)$", re.M)
+
+
+def compile_error(stderr: str, unit: str, translation: Translation,
+                  kernel_hint: str | None) -> MSLCompileError:
+    """The first compiler error as an MSLCompileError located on its MSL line.
+
+    An error inside a shim header (a static_assert, no matching overload) is located at the
+    first MSL line in its chain of notes ("in instantiation of ... requested here")."""
+    diags = list(_DIAG.finditer(stderr))
+    first = next((d for d in diags if d["sev"] != "note"), None)
+    if first is None:
+        return MSLCompileError(f"the emulator could not compile the MSL:\n{stderr[-3000:]}",
+                               kernel=kernel_hint)
+    message = first["msg"].strip()
+    located = first if first["file"].endswith(SOURCE_NAME) else None
+    if located is None:
+        start = diags.index(first)
+        for d in diags[start + 1:]:
+            if d["sev"] != "note" and d is not first:
+                break
+            if d["file"].endswith(SOURCE_NAME):
+                located = d
+                break
+        if located is None:
+            for d in diags[:diags.index(first)]:
+                if d["file"].endswith(SOURCE_NAME):
+                    located = d
+    if located is None:
+        return MSLCompileError(f"{message} (in {Path(first['file']).name}:{first['line']})",
+                               kernel=kernel_hint)
+    line = int(located["line"])
+    source_lines = _original_lines(translation)
+    text = source_lines[line - 1].rstrip() if 0 < line <= len(source_lines) else None
+    return MSLCompileError(message, kernel=_kernel_at(translation, line) or kernel_hint,
+                           line=line, column=int(located["col"]), source_line=text)
+
+
+def _original_lines(translation: Translation) -> list[str]:
+    return translation.source.splitlines() if translation.source else []
+
+
+def _kernel_at(translation: Translation, line: int) -> str | None:
+    best = None
+    for k in translation.kernels.values():
+        if k.line <= line and (best is None or k.line > best.line):
+            best = k
+    return best.name if best else None
+
+
+_default: Builder | None = None
+_default_lock = threading.Lock()
+
+
+def default_builder() -> Builder:
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Builder()
+        return _default

@@ -1,0 +1,49 @@
+"""Generate the C++ launcher that calls each MSL kernel from the emulator runtime.
+
+For every kernel signature (translate.KernelSignature) it emits an entry function that
+binds `[[buffer(i)]]` parameters to the job's buffer i (a pointer parameter gets the
+buffer's address, a reference parameter the object stored there) and thread-position
+parameters to the running fiber's position, converted to the declared type; plus the
+`__mt_kernels` table (mt_runtime.h) the runtime looks kernels up in. The text is appended
+to the translated source under its own `#line` name, so compiler messages about it are
+recognisable as ours rather than the user's.
+"""
+
+from __future__ import annotations
+
+from .translate import POSITION_ATTRIBUTES, KernelSignature
+
+LAUNCHER_NAME = "metaltile-launcher"
+
+def _argument(p) -> str:
+    if p.buffer_index is not None:
+        if p.is_reference:
+            return f"*(std::remove_reference_t<{p.type}>*)(__b[{p.buffer_index}])"
+        return f"({p.type})(__b[{p.buffer_index}])"
+    field = POSITION_ATTRIBUTES[p.position]
+    return f"metal::__mt::position<{p.type}>(__p->{field})"
+
+
+def _min_bytes(p) -> str:
+    if p.buffer_index is not None and p.is_reference:
+        return f"uint32_t(sizeof(std::remove_reference_t<{p.type}>))"
+    return "0"
+
+
+def generate(kernels: dict[str, KernelSignature]) -> str:
+    out = [f'\n#line 1 "{LAUNCHER_NAME}"', "#include <type_traits>"]
+    table = []
+    for i, k in enumerate(kernels.values()):
+        args = ", ".join(_argument(p) for p in k.params)
+        out.append(f"static void __mt_entry_{i}(void* const* __b, const __mt_thread_pos* __p) {{")
+        out.append("  (void)__b; (void)__p;")
+        out.append(f"  {k.name}({args});")
+        out.append("}")
+        params = ", ".join(
+            f'{{"{p.name}", {p.buffer_index if p.buffer_index is not None else -1}, {_min_bytes(p)}}}'
+            for p in k.params)
+        out.append(f"static const __mt_param_desc __mt_params_{i}[] = {{{params or '{nullptr, -1, 0}'}}};")
+        table.append(f'{{"{k.name}", __mt_entry_{i}, {len(k.params)}, __mt_params_{i}}}')
+    out.append('extern "C" const __mt_kernel_desc __mt_kernels[] = {' + ", ".join(table) + "};")
+    out.append(f'extern "C" const uint32_t __mt_kernel_count = {len(table)};')
+    return "\n".join(out) + "\n"

@@ -1,0 +1,295 @@
+"""`run_msl`: run an MSL compute kernel on the CPU and check it.
+
+The public entry point of the emulator (DESIGN.md, "Public interfaces"). One call:
+translate the MSL (translate.py), build or fetch the executable (build.py), write the
+launch and the buffers to a shared job file (job.py), run the executable in a child
+process under a watchdog, then copy the buffers back in place and return the findings
+(with MSL lines) and the counters. The kernel always runs in a child process, so a kernel
+that crashes or hangs never takes the caller down: the caller gets a `KernelCrashError` or
+`KernelTimeoutError` naming the kernel, threadgroup and thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from core.errors import KernelCrashError, KernelTimeoutError, LaunchError, MSLCompileError
+
+from . import job as jobfile
+from .build import default_builder
+from .translate import SOURCE_NAME, Translation, translate
+
+MAX_THREADS_PER_THREADGROUP = 1024
+ALL_CHECKS = ("races", "uninit", "bounds")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem the checker saw, deduplicated by where it happened.
+
+    kind: "race", "uninit", "bounds" or "divergence"; group and thread: the first
+    threadgroup position and thread position (in the threadgroup) where it was seen;
+    address_space: "device" or "threadgroup"; buffer_or_offset: the buffer (index and
+    parameter name) or threadgroup variable, and the byte offset; line: the MSL line of the
+    access (None when no symbolizer is available); count: how often it occurred."""
+
+    kind: str
+    kernel: str
+    group: tuple[int, int, int]
+    thread: tuple[int, int, int]
+    address_space: str
+    buffer_or_offset: str
+    detail: str
+    line: int | None = None
+    count: int = 1
+    other_thread: int | None = None
+
+    def __str__(self) -> str:
+        where = f"line {self.line}" if self.line else "unknown line"
+        return (f"{self.kind} in kernel '{self.kernel}' at MSL {where}: {self.detail} "
+                f"[{self.address_space} {self.buffer_or_offset}; threadgroup {self.group}, "
+                f"thread {self.thread}; seen {self.count}x]")
+
+
+@dataclass
+class EmuResult:
+    findings: list[Finding]
+    stats: dict[str, Any]
+    dropped_findings: int = 0
+    msl_lines: dict[int, str] = field(default_factory=dict, repr=False)
+
+    def by_kind(self, kind: str) -> list[Finding]:
+        return [f for f in self.findings if f.kind == kind]
+
+
+# -- buffers -----------------------------------------------------------------------------
+
+def _as_bytes(buf: Any, index: int, kernel: str) -> tuple[np.ndarray, Any]:
+    """A flat uint8 view of a buffer's memory (sharing it) and the object to write back to."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        torch = None
+    if torch is not None and isinstance(buf, torch.Tensor):
+        if buf.device.type != "cpu":
+            raise LaunchError(f"buffer {index} is a tensor on '{buf.device}'; the emulator "
+                              "takes CPU tensors", kernel=kernel, construct=f"buffer {index}")
+        if not buf.is_contiguous():
+            raise LaunchError(f"buffer {index} is not contiguous; pass .contiguous()",
+                              kernel=kernel, construct=f"buffer {index}")
+        t = buf.detach()
+        flat = t.reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
+        return flat.numpy(), buf
+    if isinstance(buf, (bytes, bytearray)):
+        arr = np.frombuffer(bytearray(buf), dtype=np.uint8)
+        return arr, arr
+    if isinstance(buf, np.ndarray):
+        if not buf.flags.c_contiguous:
+            raise LaunchError(f"buffer {index} is not C-contiguous; pass np.ascontiguousarray(...)",
+                              kernel=kernel, construct=f"buffer {index}")
+        return buf.reshape(-1).view(np.uint8), buf
+    raise LaunchError(f"buffer {index} is a {type(buf).__name__}; pass a numpy array, a CPU "
+                      "torch tensor or bytes", kernel=kernel, construct=f"buffer {index}")
+
+
+def _dims(value, what: str, kernel: str) -> tuple[int, int, int]:
+    if isinstance(value, int):
+        value = (value,)
+    dims = tuple(int(v) for v in value)
+    if not 1 <= len(dims) <= 3 or any(d < 1 for d in dims):
+        raise LaunchError(f"{what} must be 1 to 3 positive sizes, got {value!r}", kernel=kernel,
+                          construct=what)
+    return dims + (1,) * (3 - len(dims))
+
+
+# -- translation cache -------------------------------------------------------------------
+
+_translations: dict[str, Translation] = {}
+_translations_lock = threading.Lock()
+
+
+def _translate_cached(source: str) -> Translation:
+    with _translations_lock:
+        t = _translations.get(source)
+    if t is None:
+        t = translate(source)
+        with _translations_lock:
+            if len(_translations) > 256:
+                _translations.clear()
+            _translations[source] = t
+    return t
+
+
+# -- symbolization -----------------------------------------------------------------------
+
+_symbol_cache: dict[tuple[str, int], int | None] = {}
+
+
+def _symbolize(binary: Path, pcs: set[int]) -> dict[int, int | None]:
+    """MSL line of each return address (the innermost frame inside the MSL source)."""
+    want = sorted(pc for pc in pcs if pc and (str(binary), pc) not in _symbol_cache)
+    tc = default_builder().toolchain
+    if want and tc.symbolizer:
+        query = "\n".join(hex(pc - 1) for pc in want) + "\n"
+        try:
+            out = subprocess.run([tc.symbolizer, f"--obj={binary}", "--inlining"], input=query,
+                                 capture_output=True, text=True, timeout=60).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            out = ""
+        blocks = out.strip("\n").split("\n\n") if out.strip() else []
+        for pc, block in zip(want, blocks):
+            line = None
+            for row in block.splitlines():
+                if SOURCE_NAME in row:
+                    try:
+                        line = int(row.rsplit(SOURCE_NAME + ":", 1)[1].split(":")[0])
+                    except (IndexError, ValueError):
+                        line = None
+                    break
+            _symbol_cache[(str(binary), pc)] = line
+    return {pc: _symbol_cache.get((str(binary), pc)) for pc in pcs}
+
+
+# -- the entry point ---------------------------------------------------------------------
+
+def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1),
+            buffers: Sequence[Any] = (), schedule: str = "forward", seed: int = 0,
+            checks: Sequence[str] = ALL_CHECKS, *, workers: int | None = None,
+            timeout: float = 120.0, stack_bytes: int = 256 * 1024,
+            max_findings: int = 64, instrument: bool = True) -> EmuResult:
+    """Run `kernel_name` from the MSL `source` over `grid` threadgroups of `threadgroup`
+    threads, with `buffers[i]` bound to `[[buffer(i)]]` (updated in place).
+
+    schedule: order of threads between meeting points ("forward", "reverse", "random"
+    with `seed`); checks: any of "races", "uninit", "bounds"; workers: OS threads for
+    threadgroups (default: the machine's cores); instrument=False runs an uninstrumented
+    build (no checks, no memory counters) for speed comparisons."""
+    grid3 = _dims(grid, "grid", kernel_name)
+    tg3 = _dims(threadgroup, "threadgroup", kernel_name)
+    if schedule not in jobfile.SCHEDULES:
+        raise LaunchError(f"schedule must be one of {sorted(jobfile.SCHEDULES)}, got {schedule!r}",
+                          kernel=kernel_name, construct="schedule")
+    checks = tuple(checks or ())
+    unknown = [c for c in checks if c not in jobfile.CHECKS]
+    if unknown:
+        raise LaunchError(f"unknown checks {unknown}; choose from {list(jobfile.CHECKS)}",
+                          kernel=kernel_name, construct="checks")
+    if checks and not instrument:
+        raise LaunchError("checks need the instrumented build; pass checks=() with "
+                          "instrument=False", kernel=kernel_name, construct="checks")
+
+    translation = _translate_cached(source)
+    sig = translation.kernels.get(kernel_name)
+    if sig is None:
+        found = ", ".join(sorted(translation.kernels)) or "none"
+        raise MSLCompileError(f"no kernel function named '{kernel_name}' in the MSL source "
+                              f"(kernels found: {found})", kernel=kernel_name)
+    threads = tg3[0] * tg3[1] * tg3[2]
+    if threads > MAX_THREADS_PER_THREADGROUP:
+        raise LaunchError(f"threadgroup {tg3} has {threads} threads; Apple GPUs allow at most "
+                          f"{MAX_THREADS_PER_THREADGROUP}", kernel=kernel_name,
+                          construct="threadgroup size")
+    if sig.max_total_threads is not None and threads > sig.max_total_threads:
+        raise LaunchError(f"threadgroup {tg3} has {threads} threads, more than the kernel's "
+                          f"max_total_threads_per_threadgroup({sig.max_total_threads})",
+                          kernel=kernel_name, construct="threadgroup size")
+    if len(buffers) > jobfile.MAX_BUFFERS:
+        raise LaunchError(f"{len(buffers)} buffers given; Metal binds at most "
+                          f"{jobfile.MAX_BUFFERS}", kernel=kernel_name, construct="buffers")
+    for index, param in sorted(sig.buffers.items()):
+        if index >= len(buffers):
+            raise LaunchError(f"parameter '{param.name}' is bound to [[buffer({index})]] but only "
+                              f"{len(buffers)} buffers were given", kernel=kernel_name,
+                              construct=f"buffer {index}")
+
+    views = [_as_bytes(b, i, kernel_name) for i, b in enumerate(buffers)]
+    exe = default_builder().build(translation, checked=instrument, kernel_hint=kernel_name)
+    check_bits = sum(jobfile.CHECKS[c] for c in checks)
+    nworkers = workers or os.cpu_count() or 1
+    job = jobfile.write_job(grid3, tg3, [v for v, _ in views], schedule=schedule,
+                            checks=check_bits, seed=seed, workers=nworkers,
+                            stack_bytes=stack_bytes, max_findings=max_findings)
+    result_path = job.path + ".result.json"
+    try:
+        try:
+            proc = subprocess.run([str(exe.path), job.path, kernel_name, result_path],
+                                  capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise KernelTimeoutError(
+                f"did not finish within {timeout:g} s (watchdog); an endless loop, or a "
+                "launch too large for the emulator (pass timeout=...)",
+                kernel=kernel_name, construct=f"grid {grid3}, threadgroup {tg3}") from None
+        report = _read_report(result_path, proc, kernel_name)
+        if report["status"] == "crash":
+            raise _crash_error(report, exe.path, kernel_name, grid3, tg3)
+        if report["status"] == "launch_error":
+            raise LaunchError(report["message"], kernel=kernel_name)
+        for i, (view, _) in enumerate(views):
+            if view.flags.writeable:
+                view[:] = job.buffer_bytes(i)
+    finally:
+        job.close()
+        try:
+            os.unlink(result_path)
+        except FileNotFoundError:
+            pass
+    return _result(report, exe.path, sig, translation, kernel_name)
+
+
+def _read_report(path: str, proc: subprocess.CompletedProcess, kernel: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        detail = (proc.stderr or "").strip()[-2000:]
+        signal = f" (killed by signal {-proc.returncode})" if proc.returncode < 0 else ""
+        raise KernelCrashError(f"the emulator process ended with status {proc.returncode}"
+                               f"{signal} without a report{': ' + detail if detail else ''}",
+                               kernel=kernel) from None
+
+
+def _crash_error(report: dict, binary: Path, kernel: str, grid3, tg3) -> KernelCrashError:
+    line = _symbolize(binary, {report.get("pc", 0) + 1}).get(report.get("pc", 0) + 1)
+    g = report.get("group", 0)
+    group = (g % grid3[0], g // grid3[0] % grid3[1], g // (grid3[0] * grid3[1]))
+    t = report.get("thread", -1)
+    where = f"threadgroup {group}"
+    if t >= 0:
+        where += f", thread {(t % tg3[0], t // tg3[0] % tg3[1], t // (tg3[0] * tg3[1]))}"
+    at = f" at MSL line {line}" if line else ""
+    return KernelCrashError(f"{report['message']}{at} in {where} (address {report.get('address', 0):#x})",
+                            kernel=kernel)
+
+
+def _result(report: dict, binary: Path, sig, translation: Translation, kernel: str) -> EmuResult:
+    raw = report["findings"]
+    lines = _symbolize(binary, {f["pc"] for f in raw} | {f["other_pc"] for f in raw})
+    names = {p.buffer_index: p.name for p in sig.params if p.buffer_index is not None}
+    findings = []
+    for f in raw:
+        if f["space"] == "device":
+            b = f["buffer"]
+            what = f"buffer {b}" + (f" ('{names[b]}')" if b in names else "") + f", byte {f['offset']}"
+        elif f["buffer"] >= 0:
+            var = translation.threadgroup_vars.get(f["buffer"], f"#{f['buffer']}")
+            what = f"'{var}', byte {f['offset']}"
+        else:
+            what = "-"
+        findings.append(Finding(
+            kind=f["kind"], kernel=kernel, group=tuple(f["group"]), thread=tuple(f["thread"]),
+            address_space=f["space"] if f["buffer"] >= 0 or f["space"] == "device" else "-",
+            buffer_or_offset=what, detail=f["detail"], line=lines.get(f["pc"]),
+            count=f["count"], other_thread=f["other_thread"] if f["other_thread"] >= 0 else None))
+    stats = dict(report["stats"])
+    for key in ("device_bytes_read", "device_bytes_written", "device_unique_bytes_read",
+                "device_unique_bytes_written"):
+        stats[key] = dict(enumerate(stats[key]))
+    return EmuResult(findings=findings, stats=stats, dropped_findings=report["dropped_findings"])

@@ -1,0 +1,1057 @@
+// runtime.cpp — the emulator's runtime: job loading, threadgroup scheduling on fibers,
+// meeting points, and the memory checker behind the race-instrumentation hooks.
+//
+// Built once per toolchain WITHOUT instrumentation and linked into every kernel binary.
+// The binary is run by core/runtime/emu/run.py as `kernel.bin JOB KERNEL RESULT`:
+//   JOB     a file (job.py writes it) holding the launch header and every buffer, mapped
+//           shared so the caller sees the kernel's writes;
+//   KERNEL  the kernel function to launch (the launcher's __mt_kernels table);
+//   RESULT  where a JSON document with stats and findings (or the error) is written.
+// Exit status: 0 ran (findings may exist), 3 launch error, 4 crash (JSON says where).
+//
+// Execution model (DESIGN.md, "The emulator"): threads of a threadgroup are fibers on one
+// OS thread; threadgroups are spread over worker OS threads. Between meeting points the
+// order of fibers follows the schedule (forward, reverse, seeded random).
+//
+// Checker model, after Oclgrind and compute-sanitizer: clang's thread-sanitizer
+// instrumentation calls __tsan_readN/__tsan_writeN before every load and store of kernel
+// code; those hooks are defined here. For threadgroup memory every byte remembers its last
+// writer and reader with the barrier interval they touched it in: two different threads in
+// the same interval, one of them writing, is a race whatever the schedule. Device memory
+// uses the same rule inside a threadgroup and reports any two threadgroups touching one byte
+// with a write (nothing orders threadgroups within a dispatch). Threadgroup bytes start
+// poisoned (0xFF: NaN for floats) and unwritten: reading one is an "uninit" finding.
+// Accesses in the red zones around buffers and threadgroup variables are "bounds" findings.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cinttypes>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../include/mt_runtime.h"
+#include "fiber.h"
+
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// Job file layout (kept in sync with core/runtime/emu/job.py)
+
+constexpr char kJobMagic[8] = {'M', 'T', 'J', 'O', 'B', '0', '1', 0};
+constexpr uint32_t kMaxBuffers = 31;
+constexpr uint32_t kCheckRaces = 1, kCheckUninit = 2, kCheckBounds = 4;
+constexpr uint32_t kScheduleForward = 0, kScheduleReverse = 1, kScheduleRandom = 2;
+constexpr uint32_t kSimdWidth = 32;
+constexpr uint32_t kMaxThreadgroupMemory = 32 * 1024;
+constexpr uint32_t kRedZone = 64;  // bytes between threadgroup variables
+
+struct JobBuffer {
+  uint64_t offset, size;
+};
+struct JobHeader {
+  char magic[8];
+  uint32_t grid[3], threadgroup[3];
+  uint32_t schedule, checks, workers, nbuffers;
+  uint64_t seed;
+  uint64_t stack_bytes;
+  uint32_t max_findings, reserved;
+  JobBuffer buffers[kMaxBuffers];
+};
+
+// ---------------------------------------------------------------------------------------
+// Findings
+
+enum FindingKind { kRace, kUninit, kBounds, kDivergence };
+const char* const kKindNames[] = {"race", "uninit", "bounds", "divergence"};
+
+struct Finding {
+  FindingKind kind;
+  uint64_t group;            // linear threadgroup index
+  uint32_t thread;           // linear index in the threadgroup
+  int32_t other_thread;      // the other party of a race, -1 if unknown
+  int64_t other_group;       // for cross-threadgroup races, else -1
+  bool device;               // address space: device (true) or threadgroup
+  int32_t buffer;            // buffer index, or threadgroup variable slot
+  uint64_t offset;           // byte offset in that buffer / variable
+  uintptr_t pc, other_pc;
+  std::string detail;
+  uint64_t count = 1;
+};
+
+// ---------------------------------------------------------------------------------------
+// Global launch state (read-only while workers run, except the atomics)
+
+struct Launch {
+  const JobHeader* job = nullptr;
+  const __mt_kernel_desc* kernel = nullptr;
+  unsigned char* map = nullptr;
+  size_t map_size = 0;
+  uintptr_t dev_lo = 0, dev_span = 0;  // every buffer and red zone of the job mapping
+  uint32_t threads = 0, simdgroups = 0;
+  uint64_t groups = 0;
+  void* buffers[kMaxBuffers] = {};
+  // Device shadow (races): per byte, last writer and reader words; see encode_dev().
+  std::atomic<uint64_t>* dev_writer[kMaxBuffers] = {};
+  std::atomic<uint64_t>* dev_reader[kMaxBuffers] = {};
+  // Unique-byte maps for the stats: bit 0 read, bit 1 written.
+  std::atomic<uint8_t>* touched[kMaxBuffers] = {};
+  std::atomic<uint64_t> next_group{0};
+  // Threadgroup variable layout, shared by all workers (decided on first request).
+  std::mutex slot_mutex;
+  std::vector<uint32_t> slot_offset, slot_size;
+  std::atomic<uint32_t> arena_bytes{0};
+  std::string result_path;
+};
+Launch g_launch;
+
+[[noreturn]] void fail_launch(const char* fmt, ...);
+
+// ---------------------------------------------------------------------------------------
+// Per-worker state: fibers of the current threadgroup, its arena and shadow, findings.
+
+enum FiberState : uint8_t { kReady, kAtBarrier, kAtSimd, kDone };
+
+struct Fiber {
+  void* sp = nullptr;
+  FiberState state = kReady;
+  bool suppress = false;
+  uint32_t tid = 0, lane = 0, simdgroup = 0;
+  uintptr_t site = 0;   // return address of the meeting point it waits at
+  unsigned kind = 0;    // simd kind or barrier flags
+  unsigned char deposit[__MT_SIMD_SLOT];
+  __mt_simd_table table{};
+  __mt_thread_pos pos{};
+  unsigned char* stack = nullptr;
+};
+
+struct TgShadow {
+  uint32_t write_epoch, read_epoch;  // barrier interval + 1, 0 = never
+  uint16_t writer, reader;
+  uint16_t write_sepoch, read_sepoch;
+  uint8_t initialized, many_readers;
+};
+
+struct Worker {
+  std::vector<Fiber> fibers;
+  void* scheduler_sp = nullptr;
+  Fiber* current = nullptr;
+  uint64_t group = 0;
+  uint32_t tg_epoch = 1, dev_epoch = 1;        // current barrier intervals
+  std::vector<uint32_t> simd_epoch;            // per simdgroup
+  std::vector<unsigned char> simd_slots;       // per simdgroup, kSimdWidth slots
+  // Threadgroup arena: variables at g_launch.slot_offset with red zones in between.
+  unsigned char* arena = nullptr;
+  uintptr_t arena_lo = 0, arena_span = 0;
+  std::vector<int16_t> arena_owner;            // per byte: slot index or -1 (red zone)
+  std::vector<TgShadow> arena_shadow;
+  std::vector<void*> slot_ptr;
+  // Results.
+  std::vector<Finding> findings;
+  uint64_t dropped_findings = 0;
+  uint64_t dev_read[kMaxBuffers] = {}, dev_written[kMaxBuffers] = {};
+  uint64_t tg_read = 0, tg_written = 0, barriers = 0, simd_ops = 0, atomics = 0;
+  uint64_t groups_run = 0, threads_run = 0;
+  uint64_t rng = 0;
+};
+
+thread_local Worker* t_worker = nullptr;
+
+// ---------------------------------------------------------------------------------------
+// Findings: deduplicated by (kind, pc, other pc, address space, buffer).
+
+void add_finding(Worker* w, Finding f) {
+  for (Finding& g : w->findings)
+    if (g.kind == f.kind && g.pc == f.pc && g.other_pc == f.other_pc && g.device == f.device &&
+        g.buffer == f.buffer) {
+      ++g.count;
+      return;
+    }
+  if (w->findings.size() >= g_launch.job->max_findings) {
+    ++w->dropped_findings;
+    return;
+  }
+  w->findings.push_back(std::move(f));
+}
+
+std::string format(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return buf;
+}
+
+Finding make_finding(Worker* w, FindingKind kind, bool device, int32_t buffer, uint64_t offset,
+                     uintptr_t pc, std::string detail) {
+  Finding f;
+  f.kind = kind;
+  f.group = w->group;
+  f.thread = w->current ? w->current->tid : 0;
+  f.other_thread = -1;
+  f.other_group = -1;
+  f.device = device;
+  f.buffer = buffer;
+  f.offset = offset;
+  f.pc = pc;
+  f.other_pc = 0;
+  f.detail = std::move(detail);
+  return f;
+}
+
+// ---------------------------------------------------------------------------------------
+// Device memory checks
+
+// Shadow word: bit 63 valid | group (31 bits) << 32 | many-threads bit 31 | epoch (21 bits)
+// << 10 | thread (10 bits). Group kManyGroups marks bytes read by several threadgroups.
+constexpr uint64_t kValid = uint64_t(1) << 63;
+constexpr uint64_t kManyGroups = 0x7FFFFFFFu;
+constexpr uint64_t kManyThreads = uint64_t(1) << 31;
+inline uint64_t encode_dev(uint64_t group, uint32_t thread, uint32_t epoch) {
+  return kValid | ((group & kManyGroups) << 32) | (uint64_t(epoch & 0x1FFFFF) << 10) | thread;
+}
+inline uint64_t dev_group(uint64_t w) { return (w >> 32) & kManyGroups; }
+inline uint32_t dev_thread(uint64_t w) { return uint32_t(w & 0x3FF); }
+inline uint32_t dev_epoch(uint64_t w) { return uint32_t((w >> 10) & 0x1FFFFF); }
+
+int find_buffer(uintptr_t a) {
+  const JobHeader* job = g_launch.job;
+  for (uint32_t i = 0; i < job->nbuffers; ++i) {
+    uintptr_t lo = reinterpret_cast<uintptr_t>(g_launch.buffers[i]);
+    if (a >= lo && a < lo + job->buffers[i].size) return int(i);
+  }
+  return -1;
+}
+
+// The buffer whose red zone holds `a`: the nearest buffer below it (or the first one).
+int nearest_buffer(uintptr_t a, int64_t* offset) {
+  const JobHeader* job = g_launch.job;
+  int best = 0;
+  for (uint32_t i = 0; i < job->nbuffers; ++i)
+    if (reinterpret_cast<uintptr_t>(g_launch.buffers[i]) <= a) best = int(i);
+  *offset = int64_t(a) - int64_t(reinterpret_cast<uintptr_t>(g_launch.buffers[best]));
+  return best;
+}
+
+void device_race(Worker* w, bool write, int b, uint64_t off, uint64_t other, bool other_write,
+                 uintptr_t pc) {
+  Finding f = make_finding(w, kRace, true, b, off, pc, "");
+  uint64_t og = dev_group(other);
+  bool cross = og != (w->group & kManyGroups);
+  f.other_thread = (other & kManyThreads) || og == kManyGroups ? -1 : int32_t(dev_thread(other));
+  f.other_group = cross && og != kManyGroups ? int64_t(og) : -1;
+  const char* me = write ? "write" : "read";
+  const char* them = other_write ? "a write" : "a read";
+  if (cross)
+    f.detail = format("%s conflicts with %s by another threadgroup (nothing orders threadgroups "
+                      "within a dispatch)", me, them);
+  else
+    f.detail = format("%s conflicts with %s by another thread of the threadgroup in the same "
+                      "barrier interval (no threadgroup_barrier with mem_flags::mem_device "
+                      "between them)", me, them);
+  add_finding(w, std::move(f));
+}
+
+void device_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc) {
+  const uint32_t checks = g_launch.job->checks;
+  int b = find_buffer(a);
+  if (b < 0 || a + n > reinterpret_cast<uintptr_t>(g_launch.buffers[b]) + g_launch.job->buffers[b].size) {
+    if (checks & kCheckBounds) {
+      int64_t off = 0;
+      int nb = b >= 0 ? b : nearest_buffer(a, &off);
+      if (b >= 0) off = int64_t(a - reinterpret_cast<uintptr_t>(g_launch.buffers[b]));
+      add_finding(w, make_finding(w, kBounds, true, nb, uint64_t(off), pc,
+                                  format("%u-byte %s at byte offset %" PRId64
+                                         " of buffer %d, which holds %" PRIu64 " bytes",
+                                         n, write ? "write" : "read", off, nb,
+                                         g_launch.job->buffers[nb].size)));
+    }
+    return;
+  }
+  uint64_t off = a - reinterpret_cast<uintptr_t>(g_launch.buffers[b]);
+  (write ? w->dev_written : w->dev_read)[b] += n;
+  std::atomic<uint8_t>* touched = g_launch.touched[b] + off;
+  const uint8_t bit = write ? 2 : 1;
+  for (unsigned i = 0; i < n; ++i)
+    if (!(touched[i].load(std::memory_order_relaxed) & bit))
+      touched[i].fetch_or(bit, std::memory_order_relaxed);
+  if (!(checks & kCheckRaces)) return;
+
+  const uint32_t t = w->current->tid, e = w->dev_epoch;
+  const uint64_t me = encode_dev(w->group, t, e);
+  const uint64_t g = w->group & kManyGroups;
+  for (unsigned i = 0; i < n; ++i) {
+    std::atomic<uint64_t>& W = g_launch.dev_writer[b][off + i];
+    std::atomic<uint64_t>& R = g_launch.dev_reader[b][off + i];
+    if (write) {
+      uint64_t old = W.exchange(me);
+      if ((old & kValid) && (dev_group(old) != g || (dev_thread(old) != t && dev_epoch(old) == (e & 0x1FFFFF)))) {
+        device_race(w, true, b, off + i, old, true, pc);
+        break;
+      }
+      uint64_t r = R.load(std::memory_order_relaxed);
+      if ((r & kValid) && (dev_group(r) != g ||
+                           ((dev_thread(r) != t || (r & kManyThreads)) && dev_epoch(r) == (e & 0x1FFFFF)))) {
+        device_race(w, true, b, off + i, r, false, pc);
+        break;
+      }
+    } else {
+      uint64_t old = W.load(std::memory_order_relaxed);
+      if ((old & kValid) && (dev_group(old) != g || (dev_thread(old) != t && dev_epoch(old) == (e & 0x1FFFFF)))) {
+        device_race(w, false, b, off + i, old, true, pc);
+        break;
+      }
+      uint64_t r = R.load(std::memory_order_relaxed);
+      uint64_t next = r;
+      if (!(r & kValid) || (dev_group(r) == g && dev_epoch(r) != (e & 0x1FFFFF)))
+        next = me;
+      else if (dev_group(r) != g)
+        next = kValid | (kManyGroups << 32);
+      else if (dev_thread(r) != t)
+        next = r | kManyThreads;
+      if (next != r) R.store(next, std::memory_order_relaxed);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Threadgroup memory checks
+
+inline bool same_simdgroup(uint32_t a, uint32_t b) { return a / kSimdWidth == b / kSimdWidth; }
+
+void tg_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc) {
+  const uint32_t checks = g_launch.job->checks;
+  Fiber* f = w->current;
+  const uint64_t base = a - w->arena_lo;
+  int slot = base < w->arena_owner.size() ? w->arena_owner[base] : -1;
+  bool inside = slot >= 0 && base + n <= g_launch.slot_offset[slot] + g_launch.slot_size[slot];
+  if (!inside) {
+    if (checks & kCheckBounds) {
+      // Name the variable just below the address: its red zone was hit.
+      int near = -1;
+      for (size_t s = 0; s < g_launch.slot_offset.size(); ++s)
+        if (g_launch.slot_offset[s] <= base && (near < 0 || g_launch.slot_offset[s] > g_launch.slot_offset[near]))
+          near = int(s);
+      if (near < 0) near = 0;
+      int64_t off = int64_t(base) - int64_t(g_launch.slot_offset.empty() ? 0 : g_launch.slot_offset[near]);
+      add_finding(w, make_finding(w, kBounds, false, near, uint64_t(off), pc,
+                                  format("%u-byte %s at byte offset %" PRId64
+                                         " of threadgroup variable #%d, which holds %u bytes",
+                                         n, write ? "write" : "read", off, near,
+                                         g_launch.slot_size.empty() ? 0 : g_launch.slot_size[near])));
+    }
+    return;
+  }
+  (write ? w->tg_written : w->tg_read) += n;
+  const uint32_t e = w->tg_epoch;
+  const uint16_t t = uint16_t(f->tid);
+  const uint16_t s = uint16_t(w->simd_epoch[f->simdgroup]);
+  const uint64_t var_off = base - g_launch.slot_offset[slot];
+  bool reported_uninit = false;
+  for (unsigned i = 0; i < n; ++i) {
+    TgShadow& sh = w->arena_shadow[base + i];
+    if (!write && !sh.initialized && (checks & kCheckUninit) && !reported_uninit) {
+      reported_uninit = true;  // once per access, not once per byte
+      add_finding(w, make_finding(w, kUninit, false, slot, var_off + i, pc,
+                                  format("%u-byte read of threadgroup memory that no thread "
+                                         "has written in this threadgroup", n)));
+    }
+    if (checks & kCheckRaces) {
+      // Ordered by a simdgroup_barrier: same simdgroup, different simd interval.
+      auto ordered = [&](uint16_t other, uint16_t other_sepoch) {
+        return same_simdgroup(other, t) && other_sepoch != s;
+      };
+      if (sh.write_epoch == e && sh.writer != t && !ordered(sh.writer, sh.write_sepoch)) {
+        Finding r = make_finding(w, kRace, false, slot, var_off + i, pc,
+                                 format("%s conflicts with a write by thread %u in the same "
+                                        "barrier interval", write ? "write" : "read", sh.writer));
+        r.other_thread = sh.writer;
+        add_finding(w, std::move(r));
+        break;
+      }
+      if (write && sh.read_epoch == e && (sh.many_readers || sh.reader != t) &&
+          !(!sh.many_readers && ordered(sh.reader, sh.read_sepoch))) {
+        Finding r = make_finding(w, kRace, false, slot, var_off + i, pc,
+                                 sh.many_readers
+                                     ? format("write conflicts with reads by other threads in the same barrier interval")
+                                     : format("write conflicts with a read by thread %u in the same "
+                                              "barrier interval", sh.reader));
+        r.other_thread = sh.many_readers ? -1 : sh.reader;
+        add_finding(w, std::move(r));
+        break;
+      }
+    }
+    if (write) {
+      sh.write_epoch = e;
+      sh.writer = t;
+      sh.write_sepoch = s;
+      sh.initialized = 1;
+    } else if (sh.read_epoch != e) {
+      sh.read_epoch = e;
+      sh.reader = t;
+      sh.read_sepoch = s;
+      sh.many_readers = 0;
+    } else if (sh.reader != t) {
+      sh.many_readers = 1;
+    }
+  }
+}
+
+inline void on_access(uintptr_t a, unsigned n, bool write, uintptr_t pc) {
+  Worker* w = t_worker;
+  if (!w || !w->current || w->current->suppress) return;
+  if (a - g_launch.dev_lo < g_launch.dev_span)
+    device_access(w, a, n, write, pc);
+  else if (a - w->arena_lo < w->arena_span)
+    tg_access(w, a, n, write, pc);
+}
+
+// ---------------------------------------------------------------------------------------
+// Scheduling
+
+void fiber_main(void* arg) {
+  Fiber* f = static_cast<Fiber*>(arg);
+  Worker* w = t_worker;
+  g_launch.kernel->entry(g_launch.buffers, &f->pos);
+  f->state = kDone;
+  mt_fiber_switch(&f->sp, w->scheduler_sp);
+  __builtin_trap();  // a finished fiber is never resumed
+}
+
+// Called on the fiber: park it and return to the scheduler until released.
+void park(Worker* w, FiberState state, uintptr_t site, unsigned kind) {
+  Fiber* f = w->current;
+  f->state = state;
+  f->site = site;
+  f->kind = kind;
+  mt_fiber_switch(&f->sp, w->scheduler_sp);
+}
+
+uint64_t next_random(uint64_t& s) {  // splitmix64: deterministic per (seed, group, round)
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+void divergence(Worker* w, uint32_t tid, uintptr_t pc, std::string detail) {
+  Fiber* saved = w->current;
+  w->current = &w->fibers[tid];
+  add_finding(w, make_finding(w, kDivergence, false, -1, 0, pc, std::move(detail)));
+  w->current = saved;
+}
+
+// Completes one simd collective per simdgroup whose live lanes are all parked.
+bool resolve_simd(Worker* w) {
+  bool progressed = false;
+  const uint32_t T = g_launch.threads;
+  for (uint32_t sg = 0; sg < g_launch.simdgroups; ++sg) {
+    uint32_t lo = sg * kSimdWidth, hi = std::min(T, lo + kSimdWidth);
+    int first = -1;
+    for (uint32_t i = lo; i < hi; ++i)
+      if (w->fibers[i].state == kAtSimd) { first = int(i); break; }
+    if (first < 0) continue;
+    uintptr_t site = w->fibers[first].site;
+    unsigned kind = w->fibers[first].kind;
+    uint32_t active = 0;
+    unsigned char* slots = &w->simd_slots[size_t(sg) * kSimdWidth * __MT_SIMD_SLOT];
+    for (uint32_t i = lo; i < hi; ++i) {
+      Fiber& f = w->fibers[i];
+      if (f.state == kAtSimd && f.site == site) {
+        active |= 1u << (i - lo);
+        std::memcpy(slots + (i - lo) * __MT_SIMD_SLOT, f.deposit, __MT_SIMD_SLOT);
+      }
+    }
+    for (uint32_t i = lo; i < hi; ++i) {
+      Fiber& f = w->fibers[i];
+      if (f.state == kAtSimd && f.site == site) {
+        f.table = __mt_simd_table{slots, active, i - lo, hi - lo};
+        f.state = kReady;
+      }
+    }
+    if (kind == 0) ++w->simd_epoch[sg];  // simdgroup_barrier
+    else ++w->simd_ops;
+    progressed = true;
+  }
+  return progressed;
+}
+
+void resolve_barrier(Worker* w) {
+  const uint32_t T = g_launch.threads;
+  int first = -1;
+  uint32_t waiting = 0;
+  unsigned flags = 0;
+  for (uint32_t i = 0; i < T; ++i) {
+    Fiber& f = w->fibers[i];
+    if (f.state != kAtBarrier) continue;
+    if (first < 0) first = int(i);
+    ++waiting;
+    flags |= f.kind;
+  }
+  if (first < 0) return;
+  uintptr_t site = w->fibers[first].site;
+  for (uint32_t i = 0; i < T; ++i) {
+    Fiber& f = w->fibers[i];
+    if (f.state == kAtBarrier && f.site != site) {
+      divergence(w, i, f.site,
+                 format("threads of one threadgroup wait at different threadgroup_barrier calls "
+                        "(thread %u here, thread %d at another barrier)", i, first));
+      break;
+    }
+  }
+  if (waiting < T)
+    divergence(w, uint32_t(first), site,
+               format("threadgroup_barrier reached by %u of %u threads; the others have "
+                      "returned without reaching it", waiting, T));
+  if (flags & __MT_MEM_THREADGROUP) ++w->tg_epoch;
+  if (flags & __MT_MEM_DEVICE) ++w->dev_epoch;
+  ++w->barriers;
+  for (uint32_t i = 0; i < T; ++i)
+    if (w->fibers[i].state == kAtBarrier) w->fibers[i].state = kReady;
+}
+
+void reset_arena(Worker* w) {
+  uint32_t used = g_launch.arena_bytes.load();
+  if (!used) return;
+  std::memset(w->arena, 0xFF, used);
+  std::memset(w->arena_shadow.data(), 0, used * sizeof(TgShadow));
+}
+
+void run_group(Worker* w, uint64_t g) {
+  const JobHeader* job = g_launch.job;
+  const uint32_t T = g_launch.threads;
+  w->group = g;
+  w->tg_epoch = w->dev_epoch = 1;
+  std::fill(w->simd_epoch.begin(), w->simd_epoch.end(), 0);
+  reset_arena(w);
+  uint32_t gp[3] = {uint32_t(g % job->grid[0]), uint32_t(g / job->grid[0] % job->grid[1]),
+                    uint32_t(g / (uint64_t(job->grid[0]) * job->grid[1]))};
+  for (uint32_t i = 0; i < T; ++i) {
+    Fiber& f = w->fibers[i];
+    f.state = kReady;
+    f.suppress = false;
+    __mt_thread_pos& p = f.pos;
+    uint32_t lp[3] = {i % job->threadgroup[0], i / job->threadgroup[0] % job->threadgroup[1],
+                      i / (job->threadgroup[0] * job->threadgroup[1])};
+    for (int d = 0; d < 3; ++d) {
+      p.thread_position_in_threadgroup[d] = lp[d];
+      p.threadgroup_position_in_grid[d] = gp[d];
+      p.threads_per_threadgroup[d] = job->threadgroup[d];
+      p.threadgroups_per_grid[d] = job->grid[d];
+      p.threads_per_grid[d] = job->grid[d] * job->threadgroup[d];
+      p.thread_position_in_grid[d] = gp[d] * job->threadgroup[d] + lp[d];
+    }
+    p.thread_index_in_threadgroup = i;
+    p.thread_index_in_simdgroup = i % kSimdWidth;
+    p.simdgroup_index_in_threadgroup = i / kSimdWidth;
+    p.simdgroups_per_threadgroup = g_launch.simdgroups;
+    p.threads_per_simdgroup = kSimdWidth;
+    f.sp = mt_fiber_prepare(f.stack + job->stack_bytes, fiber_main, &f);
+  }
+  std::vector<uint32_t> order(T);
+  for (uint64_t round = 0;; ++round) {
+    for (uint32_t i = 0; i < T; ++i) order[i] = i;
+    if (job->schedule == kScheduleReverse) {
+      std::reverse(order.begin(), order.end());
+    } else if (job->schedule == kScheduleRandom) {
+      uint64_t s = job->seed ^ (g * 0xD1B54A32D192ED03ull) ^ (round * 0x8CB92BA72F3D8DD7ull);
+      for (uint32_t i = T; i > 1; --i) std::swap(order[i - 1], order[next_random(s) % i]);
+    }
+    for (uint32_t i : order) {
+      Fiber& f = w->fibers[i];
+      if (f.state != kReady) continue;
+      w->current = &f;
+      mt_fiber_switch(&w->scheduler_sp, f.sp);
+      w->current = nullptr;
+    }
+    bool done = true;
+    for (uint32_t i = 0; i < T && done; ++i) done = w->fibers[i].state == kDone;
+    if (done) break;
+    if (!resolve_simd(w)) resolve_barrier(w);
+  }
+  ++w->groups_run;
+  w->threads_run += T;
+}
+
+unsigned char* map_stack(size_t bytes) {
+  // One guard page below the stack turns an overflow into a fault the handler names.
+  size_t page = size_t(sysconf(_SC_PAGESIZE));
+  void* p = mmap(nullptr, bytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) fail_launch("cannot map a %zu-byte fiber stack", bytes);
+  mprotect(p, page, PROT_NONE);
+  return static_cast<unsigned char*>(p) + page;
+}
+
+std::vector<Worker*> g_workers;
+
+void worker_main(Worker* w) {
+  t_worker = w;
+  const uint32_t T = g_launch.threads;
+  w->fibers.resize(T);
+  for (uint32_t i = 0; i < T; ++i) {
+    Fiber& f = w->fibers[i];
+    f.tid = i;
+    f.lane = i % kSimdWidth;
+    f.simdgroup = i / kSimdWidth;
+    f.stack = map_stack(g_launch.job->stack_bytes);
+  }
+  w->simd_epoch.assign(g_launch.simdgroups, 0);
+  w->simd_slots.assign(size_t(g_launch.simdgroups) * kSimdWidth * __MT_SIMD_SLOT, 0);
+  const size_t arena_cap = 2 * kMaxThreadgroupMemory + 64 * kRedZone;
+  w->arena = static_cast<unsigned char*>(aligned_alloc(64, arena_cap));
+  w->arena_lo = reinterpret_cast<uintptr_t>(w->arena);
+  w->arena_span = arena_cap;
+  w->arena_owner.assign(arena_cap, -1);
+  w->arena_shadow.assign(arena_cap, TgShadow{});
+  for (;;) {
+    uint64_t g = g_launch.next_group.fetch_add(1);
+    if (g >= g_launch.groups) break;
+    run_group(w, g);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Results
+
+void json_string(FILE* out, const std::string& s) {
+  fputc('"', out);
+  for (char c : s) {
+    if (c == '"' || c == '\\') fprintf(out, "\\%c", c);
+    else if (c == '\n') fputs("\\n", out);
+    else if (uint8_t(c) < 0x20) fprintf(out, "\\u%04x", c);
+    else fputc(c, out);
+  }
+  fputc('"', out);
+}
+
+void write_position(FILE* out, uint64_t linear, const uint32_t* dims) {
+  fprintf(out, "[%" PRIu64 ",%" PRIu64 ",%" PRIu64 "]", linear % dims[0], linear / dims[0] % dims[1],
+          linear / (uint64_t(dims[0]) * dims[1]));
+}
+
+void write_results() {
+  const JobHeader* job = g_launch.job;
+  std::vector<Finding> all;
+  uint64_t dropped = 0;
+  Worker total;
+  for (Worker* w : g_workers) {
+    for (Finding& f : w->findings) {
+      bool merged = false;
+      for (Finding& a : all)
+        if (a.kind == f.kind && a.pc == f.pc && a.other_pc == f.other_pc && a.device == f.device &&
+            a.buffer == f.buffer) {
+          a.count += f.count;
+          if (f.group < a.group || (f.group == a.group && f.thread < a.thread)) {
+            uint64_t c = a.count;
+            a = f;
+            a.count = c;
+          }
+          merged = true;
+          break;
+        }
+      if (!merged) all.push_back(f);
+    }
+    dropped += w->dropped_findings;
+    for (uint32_t b = 0; b < kMaxBuffers; ++b) {
+      total.dev_read[b] += w->dev_read[b];
+      total.dev_written[b] += w->dev_written[b];
+    }
+    total.tg_read += w->tg_read;
+    total.tg_written += w->tg_written;
+    total.barriers += w->barriers;
+    total.simd_ops += w->simd_ops;
+    total.atomics += w->atomics;
+    total.groups_run += w->groups_run;
+    total.threads_run += w->threads_run;
+  }
+  std::sort(all.begin(), all.end(), [](const Finding& a, const Finding& b) {
+    if (a.kind != b.kind) return a.kind < b.kind;
+    if (a.group != b.group) return a.group < b.group;
+    if (a.thread != b.thread) return a.thread < b.thread;
+    return a.pc < b.pc;
+  });
+  std::string tmp = g_launch.result_path + ".part";
+  FILE* out = fopen(tmp.c_str(), "w");
+  if (!out) _exit(5);
+  fprintf(out, "{\"status\":\"ok\",\"stats\":{");
+  fprintf(out, "\"groups\":%" PRIu64 ",\"threads\":%" PRIu64 ",\"simdgroups\":%" PRIu64
+               ",\"barriers\":%" PRIu64 ",\"simd_ops\":%" PRIu64 ",\"atomic_ops\":%" PRIu64
+               ",\"threadgroup_bytes_read\":%" PRIu64 ",\"threadgroup_bytes_written\":%" PRIu64
+               ",\"threadgroup_memory_bytes\":%u",
+          total.groups_run, total.threads_run, total.groups_run * g_launch.simdgroups,
+          total.barriers, total.simd_ops, total.atomics, total.tg_read, total.tg_written,
+          g_launch.arena_bytes.load());
+  const char* names[4] = {"device_bytes_read", "device_bytes_written", "device_unique_bytes_read",
+                          "device_unique_bytes_written"};
+  for (int k = 0; k < 4; ++k) {
+    fprintf(out, ",\"%s\":[", names[k]);
+    for (uint32_t b = 0; b < job->nbuffers; ++b) {
+      uint64_t v = 0;
+      if (k == 0) v = total.dev_read[b];
+      else if (k == 1) v = total.dev_written[b];
+      else {
+        uint8_t bit = k == 2 ? 1 : 2;
+        for (uint64_t i = 0; i < job->buffers[b].size; ++i)
+          v += (g_launch.touched[b][i].load(std::memory_order_relaxed) & bit) != 0;
+      }
+      fprintf(out, "%s%" PRIu64, b ? "," : "", v);
+    }
+    fputc(']', out);
+  }
+  fprintf(out, "},\"dropped_findings\":%" PRIu64 ",\"findings\":[", dropped);
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Finding& f = all[i];
+    fprintf(out, "%s{\"kind\":\"%s\",\"group\":", i ? "," : "", kKindNames[f.kind]);
+    write_position(out, f.group, job->grid);
+    fprintf(out, ",\"thread\":");
+    write_position(out, f.thread, job->threadgroup);
+    fprintf(out, ",\"thread_index\":%u,\"other_thread\":%d,\"other_group\":", f.thread, f.other_thread);
+    if (f.other_group >= 0) write_position(out, uint64_t(f.other_group), job->grid);
+    else fputs("null", out);
+    fprintf(out, ",\"space\":\"%s\",\"buffer\":%d,\"offset\":%" PRIu64
+                 ",\"pc\":%" PRIuPTR ",\"other_pc\":%" PRIuPTR ",\"count\":%" PRIu64 ",\"detail\":",
+            f.device ? "device" : "threadgroup", f.buffer, f.offset, f.pc, f.other_pc, f.count);
+    json_string(out, f.detail);
+    fputc('}', out);
+  }
+  fprintf(out, "]}\n");
+  fclose(out);
+  rename(tmp.c_str(), g_launch.result_path.c_str());
+}
+
+void write_error(const char* status, const std::string& message) {
+  std::string tmp = g_launch.result_path + ".part";
+  FILE* out = fopen(tmp.c_str(), "w");
+  if (!out) return;
+  fprintf(out, "{\"status\":\"%s\",\"message\":", status);
+  json_string(out, message);
+  fprintf(out, "}\n");
+  fclose(out);
+  rename(tmp.c_str(), g_launch.result_path.c_str());
+}
+
+[[noreturn]] void fail_launch(const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  write_error("launch_error", buf);
+  _exit(3);
+}
+
+// ---------------------------------------------------------------------------------------
+// Crashes: report where (group, thread, pc, address) and exit; never a core dump.
+
+char g_crash_path[4096];
+
+void crash_handler(int sig, siginfo_t* info, void* uctx) {
+  char buf[1024];
+  Worker* w = t_worker;
+  uintptr_t pc = 0;
+#if defined(__x86_64__) && defined(__linux__)
+  pc = uintptr_t(static_cast<ucontext_t*>(uctx)->uc_mcontext.gregs[REG_RIP]);
+#elif defined(__aarch64__) && defined(__APPLE__)
+  pc = uintptr_t(static_cast<ucontext_t*>(uctx)->uc_mcontext->__ss.__pc);
+#else
+  (void)uctx;
+#endif
+  const char* what = sig == SIGSEGV ? "invalid memory access (SIGSEGV)"
+                   : sig == SIGBUS  ? "invalid memory access (SIGBUS)"
+                   : sig == SIGFPE  ? "arithmetic fault (SIGFPE, e.g. integer division by zero)"
+                   : sig == SIGILL  ? "illegal instruction (SIGILL)"
+                                    : "trap (SIGTRAP)";
+  uintptr_t addr = reinterpret_cast<uintptr_t>(info->si_addr);
+  bool overflow = false;
+  if (w && w->current) {
+    uintptr_t lo = reinterpret_cast<uintptr_t>(w->current->stack);
+    size_t page = size_t(sysconf(_SC_PAGESIZE));
+    overflow = addr >= lo - page && addr < lo;
+  }
+  int n = snprintf(buf, sizeof buf,
+                   "{\"status\":\"crash\",\"message\":\"%s%s\",\"pc\":%" PRIuPTR
+                   ",\"address\":%" PRIuPTR ",\"group\":%" PRIu64 ",\"thread\":%d}\n",
+                   what, overflow ? ": fiber stack overflow (large local arrays?)" : "", pc, addr,
+                   w ? w->group : 0, w && w->current ? int(w->current->tid) : -1);
+  int fd = open(g_crash_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd >= 0) {
+    ssize_t ignored = write(fd, buf, size_t(n));
+    (void)ignored;
+    close(fd);
+  }
+  _exit(4);
+}
+
+void install_crash_handlers() {
+  static char altstack[64 * 1024];
+  stack_t ss{};
+  ss.ss_sp = altstack;
+  ss.ss_size = sizeof altstack;
+  sigaltstack(&ss, nullptr);
+  struct sigaction sa{};
+  sa.sa_sigaction = crash_handler;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT}) sigaction(sig, &sa, nullptr);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// The ABI of mt_runtime.h
+
+extern "C" {
+
+void __mt_threadgroup_barrier(unsigned flags) {
+  Worker* w = t_worker;
+  park(w, kAtBarrier, reinterpret_cast<uintptr_t>(__builtin_return_address(0)), flags);
+}
+
+void __mt_simdgroup_barrier(unsigned flags) {
+  (void)flags;
+  Worker* w = t_worker;
+  park(w, kAtSimd, reinterpret_cast<uintptr_t>(__builtin_return_address(0)), 0);
+}
+
+__mt_simd_table __mt_simd_meet(const void* mine, unsigned nbytes, unsigned kind) {
+  Worker* w = t_worker;
+  Fiber* f = w->current;
+  std::memset(f->deposit, 0, sizeof f->deposit);
+  std::memcpy(f->deposit, mine, nbytes < __MT_SIMD_SLOT ? nbytes : __MT_SIMD_SLOT);
+  park(w, kAtSimd, reinterpret_cast<uintptr_t>(__builtin_return_address(0)), kind);
+  return f->table;
+}
+
+void __mt_simd_inactive_lane(unsigned kind, unsigned src_lane) {
+  Worker* w = t_worker;
+  const char* what = kind == __MT_SIMD_BROADCAST ? "simd_broadcast" : "simd_shuffle";
+  add_finding(w, make_finding(w, kDivergence, false, -1, 0,
+                              reinterpret_cast<uintptr_t>(__builtin_return_address(0)),
+                              format("%s reads lane %u, which is not active in this simdgroup "
+                                     "(undefined in MSL); the lane's own value was returned",
+                                     what, src_lane)));
+}
+
+void __mt_simd_nonuniform(unsigned kind, const char* what) {
+  Worker* w = t_worker;
+  add_finding(w, make_finding(w, kDivergence, false, -1, 0,
+                              reinterpret_cast<uintptr_t>(__builtin_return_address(0)),
+                              format("simdgroup matrix %s: lanes disagree on %s, which must be "
+                                     "uniform across the simdgroup",
+                                     kind == __MT_SIMD_MATRIX_LOAD ? "load" : "store", what)));
+}
+
+void* __mt_tg_slot(unsigned slot, unsigned size, unsigned align) {
+  Worker* w = t_worker;
+  if (slot < w->slot_ptr.size() && w->slot_ptr[slot]) return w->slot_ptr[slot];
+  uint32_t offset;
+  {
+    std::lock_guard<std::mutex> lock(g_launch.slot_mutex);
+    if (slot >= g_launch.slot_offset.size()) {
+      g_launch.slot_offset.resize(slot + 1, UINT32_MAX);
+      g_launch.slot_size.resize(slot + 1, 0);
+    }
+    if (g_launch.slot_offset[slot] == UINT32_MAX) {
+      uint32_t end = g_launch.arena_bytes.load(), total = 0;
+      for (uint32_t s : g_launch.slot_size) total += s;
+      if (total + size > kMaxThreadgroupMemory)
+        fail_launch("threadgroup variables need %u bytes; Apple GPUs provide at most %u bytes of "
+                    "threadgroup memory", total + size, kMaxThreadgroupMemory);
+      uint32_t a = std::max<uint32_t>(align, 16);
+      uint32_t off = (end + kRedZone + a - 1) / a * a;
+      g_launch.slot_offset[slot] = off;
+      g_launch.slot_size[slot] = size;
+      g_launch.arena_bytes.store(off + size + kRedZone);
+    }
+    offset = g_launch.slot_offset[slot];
+  }
+  // Publish the layout to this worker's arena: owner map, poison.
+  for (uint32_t i = 0; i < size; ++i) w->arena_owner[offset + i] = int16_t(slot);
+  std::memset(w->arena + offset, 0xFF, size);
+  if (slot >= w->slot_ptr.size()) w->slot_ptr.resize(slot + 1, nullptr);
+  w->slot_ptr[slot] = w->arena + offset;
+  return w->slot_ptr[slot];
+}
+
+void __mt_hooks_suppress(int on) {
+  Worker* w = t_worker;
+  if (w && w->current) w->current->suppress = on != 0;
+}
+
+void __mt_atomic_access(const void* p, unsigned size, int is_write) {
+  Worker* w = t_worker;
+  if (!w || !w->current) return;
+  ++w->atomics;
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if (!(g_launch.job->checks & kCheckBounds)) return;
+  uintptr_t pc = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  if (a - g_launch.dev_lo < g_launch.dev_span) {
+    int b = find_buffer(a);
+    if (b < 0) {
+      int64_t off = 0;
+      int nb = nearest_buffer(a, &off);
+      add_finding(w, make_finding(w, kBounds, true, nb, uint64_t(off), pc,
+                                  format("%u-byte atomic %s at byte offset %" PRId64 " of buffer %d, "
+                                         "which holds %" PRIu64 " bytes", size,
+                                         is_write ? "update" : "load", off, nb,
+                                         g_launch.job->buffers[nb].size)));
+    }
+  }
+}
+
+// Thread-sanitizer instrumentation entry points (clang -fsanitize=thread without its
+// runtime). Every load/store of kernel code lands here with its size.
+#define MT_PC reinterpret_cast<uintptr_t>(__builtin_return_address(0))
+#define MT_HOOKS(N)                                                                             \
+  void __tsan_read##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, false, MT_PC); }  \
+  void __tsan_write##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, true, MT_PC); }  \
+  void __tsan_unaligned_read##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, false, MT_PC); } \
+  void __tsan_unaligned_write##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, true, MT_PC); } \
+  void __tsan_volatile_read##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, false, MT_PC); } \
+  void __tsan_volatile_write##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, true, MT_PC); } \
+  void __tsan_unaligned_volatile_read##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, false, MT_PC); } \
+  void __tsan_unaligned_volatile_write##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, true, MT_PC); }
+MT_HOOKS(1)
+MT_HOOKS(2)
+MT_HOOKS(4)
+MT_HOOKS(8)
+MT_HOOKS(16)
+#undef MT_HOOKS
+
+void __tsan_read_range(void* a, unsigned long n) {
+  on_access(reinterpret_cast<uintptr_t>(a), unsigned(n), false, MT_PC);
+}
+void __tsan_write_range(void* a, unsigned long n) {
+  on_access(reinterpret_cast<uintptr_t>(a), unsigned(n), true, MT_PC);
+}
+void* __tsan_memcpy(void* d, const void* s, unsigned long n) {
+  on_access(reinterpret_cast<uintptr_t>(s), unsigned(n), false, MT_PC);
+  on_access(reinterpret_cast<uintptr_t>(d), unsigned(n), true, MT_PC);
+  return memcpy(d, s, n);
+}
+void* __tsan_memmove(void* d, const void* s, unsigned long n) {
+  on_access(reinterpret_cast<uintptr_t>(s), unsigned(n), false, MT_PC);
+  on_access(reinterpret_cast<uintptr_t>(d), unsigned(n), true, MT_PC);
+  return memmove(d, s, n);
+}
+void* __tsan_memset(void* d, int c, unsigned long n) {
+  on_access(reinterpret_cast<uintptr_t>(d), unsigned(n), true, MT_PC);
+  return memset(d, c, n);
+}
+void __tsan_init() {}
+void __tsan_func_entry(void*) {}
+void __tsan_func_exit() {}
+void __tsan_vptr_read(void**) {}
+void __tsan_vptr_update(void**, void*) {}
+void __tsan_ignore_thread_begin() {}
+void __tsan_ignore_thread_end() {}
+#undef MT_PC
+
+// float -> bfloat with round-to-nearest-even; libgcc 12 lacks it, clang emits calls to it.
+uint16_t __truncsfbf2_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+__bf16 __truncsfbf2(float f) {
+  uint16_t b = __truncsfbf2_bits(f);
+  __bf16 r;
+  memcpy(&r, &b, 2);
+  return r;
+}
+__bf16 __truncdfbf2(double d) {
+  // Double rounding through float is exact enough for MSL, which has no double.
+  return __truncsfbf2(float(d));
+}
+
+}  // extern "C"
+
+// ---------------------------------------------------------------------------------------
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    fprintf(stderr, "usage: %s JOB KERNEL RESULT\n", argv[0]);
+    return 2;
+  }
+  g_launch.result_path = argv[3];
+  snprintf(g_crash_path, sizeof g_crash_path, "%s", argv[3]);
+  install_crash_handlers();
+
+  int fd = open(argv[1], O_RDWR);
+  if (fd < 0) fail_launch("cannot open job file %s", argv[1]);
+  struct stat st;
+  fstat(fd, &st);
+  void* map = mmap(nullptr, size_t(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED) fail_launch("cannot map job file %s", argv[1]);
+  close(fd);
+  g_launch.map = static_cast<unsigned char*>(map);
+  g_launch.map_size = size_t(st.st_size);
+  const JobHeader* job = static_cast<const JobHeader*>(map);
+  g_launch.job = job;
+  if (memcmp(job->magic, kJobMagic, 8) != 0) fail_launch("job file has a wrong format version");
+
+  for (uint32_t k = 0; k < __mt_kernel_count; ++k)
+    if (strcmp(__mt_kernels[k].name, argv[2]) == 0) g_launch.kernel = &__mt_kernels[k];
+  if (!g_launch.kernel) fail_launch("no kernel function named '%s' in the MSL source", argv[2]);
+
+  const __mt_kernel_desc* kd = g_launch.kernel;
+  for (uint32_t i = 0; i < kd->nparams; ++i) {
+    const __mt_param_desc& p = kd->params[i];
+    if (p.buffer_index < 0) continue;
+    if (uint32_t(p.buffer_index) >= job->nbuffers)
+      fail_launch("parameter '%s' is bound to [[buffer(%d)]] but only %u buffers were given",
+                  p.name, p.buffer_index, job->nbuffers);
+    if (job->buffers[p.buffer_index].size < p.min_bytes)
+      fail_launch("parameter '%s' ([[buffer(%d)]]) needs at least %u bytes, the buffer holds %" PRIu64,
+                  p.name, p.buffer_index, p.min_bytes, job->buffers[p.buffer_index].size);
+  }
+
+  for (uint32_t b = 0; b < job->nbuffers; ++b) g_launch.buffers[b] = g_launch.map + job->buffers[b].offset;
+  g_launch.dev_lo = reinterpret_cast<uintptr_t>(g_launch.map) + sizeof(JobHeader);
+  g_launch.dev_span = g_launch.map_size - sizeof(JobHeader);
+  for (uint32_t b = 0; b < job->nbuffers; ++b) {
+    size_t n = job->buffers[b].size ? job->buffers[b].size : 1;
+    g_launch.touched[b] = static_cast<std::atomic<uint8_t>*>(
+        mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+    if (job->checks & kCheckRaces) {
+      g_launch.dev_writer[b] = static_cast<std::atomic<uint64_t>*>(mmap(
+          nullptr, n * 8, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+      g_launch.dev_reader[b] = static_cast<std::atomic<uint64_t>*>(mmap(
+          nullptr, n * 8, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+      if (g_launch.dev_writer[b] == MAP_FAILED || g_launch.dev_reader[b] == MAP_FAILED)
+        fail_launch("cannot map race-checker shadow memory for buffer %u (%zu bytes)", b, n * 16);
+    }
+  }
+
+  g_launch.threads = job->threadgroup[0] * job->threadgroup[1] * job->threadgroup[2];
+  g_launch.simdgroups = (g_launch.threads + kSimdWidth - 1) / kSimdWidth;
+  g_launch.groups = uint64_t(job->grid[0]) * job->grid[1] * job->grid[2];
+  uint32_t nworkers = uint32_t(std::min<uint64_t>(std::max<uint32_t>(job->workers, 1), g_launch.groups));
+  if (nworkers == 0) nworkers = 1;
+  for (uint32_t i = 0; i < nworkers; ++i) g_workers.push_back(new Worker());
+  if (nworkers == 1) {
+    worker_main(g_workers[0]);
+  } else {
+    std::vector<std::thread> threads;
+    for (uint32_t i = 0; i < nworkers; ++i) threads.emplace_back(worker_main, g_workers[i]);
+    for (std::thread& t : threads) t.join();
+  }
+  msync(map, g_launch.map_size, MS_SYNC);
+  write_results();
+  return 0;
+}
