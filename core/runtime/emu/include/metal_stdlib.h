@@ -14,6 +14,7 @@
 #include "mt_simd.h"
 #include "mt_matrix.h"
 #include "mt_atomic.h"
+#include "mt_sites.h"
 
 // Converts a thread-position value (always computed as uint3) to the declared type.
 namespace metal {

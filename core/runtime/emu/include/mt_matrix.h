@@ -60,8 +60,8 @@ struct matrix_access {
 };
 
 // Meets the simdgroup, checks the uniform arguments; returns true in the lane that records.
-__MT_INLINE bool matrix_meet(const matrix_access& a, unsigned kind) {
-  __mt_simd_table t = __mt_simd_meet(&a, sizeof(a), kind);
+__MT_INLINE bool matrix_meet(__mt_site at, const matrix_access& a, unsigned kind) {
+  __mt_simd_table t = __mt_simd_meet(&a, sizeof(a), kind, at.line);
   unsigned first = unsigned(__builtin_ctz(t.active));
   matrix_access lead;
   __builtin_memcpy(&lead, t.slots + first * __MT_SIMD_SLOT, sizeof(lead));
@@ -79,11 +79,11 @@ __MT_INLINE ulong matrix_offset(const matrix_access& a, int r, int c) {
 }  // namespace __mt
 
 template <class T, int Cols, int Rows>
-__MT_INLINE void simdgroup_load(simdgroup_matrix<T, Cols, Rows>& d, const T* src,
+__MT_INLINE void simdgroup_load(__mt_site at, simdgroup_matrix<T, Cols, Rows>& d, const T* src,
                                 ulong elements_per_row = Cols, ulong2 matrix_origin = 0,
                                 bool transpose_matrix = false) {
   __mt::matrix_access a{src, elements_per_row, matrix_origin.x, matrix_origin.y, transpose_matrix};
-  bool records = __mt::matrix_meet(a, __MT_SIMD_MATRIX_LOAD);
+  bool records = __mt::matrix_meet(at, a, __MT_SIMD_MATRIX_LOAD);
   if (!records) __mt_hooks_suppress(1);
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < Cols; ++c) d.e[r][c] = src[__mt::matrix_offset(a, r, c)];
@@ -91,11 +91,11 @@ __MT_INLINE void simdgroup_load(simdgroup_matrix<T, Cols, Rows>& d, const T* src
 }
 
 template <class T, int Cols, int Rows>
-__MT_INLINE void simdgroup_store(const simdgroup_matrix<T, Cols, Rows>& m, T* dst,
+__MT_INLINE void simdgroup_store(__mt_site at, const simdgroup_matrix<T, Cols, Rows>& m, T* dst,
                                  ulong elements_per_row = Cols, ulong2 matrix_origin = 0,
                                  bool transpose_matrix = false) {
   __mt::matrix_access a{dst, elements_per_row, matrix_origin.x, matrix_origin.y, transpose_matrix};
-  if (!__mt::matrix_meet(a, __MT_SIMD_MATRIX_STORE)) return;
+  if (!__mt::matrix_meet(at, a, __MT_SIMD_MATRIX_STORE)) return;
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < Cols; ++c) dst[__mt::matrix_offset(a, r, c)] = m.e[r][c];
 }

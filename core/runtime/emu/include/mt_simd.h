@@ -17,9 +17,9 @@ namespace metal {
 namespace __mt {
 
 template <class T>
-__MT_INLINE __mt_simd_table simd_meet(const T& v, unsigned kind) {
+__MT_INLINE __mt_simd_table simd_meet(__mt_site at, const T& v, unsigned kind) {
   static_assert(sizeof(T) <= __MT_SIMD_SLOT, "simd function: value type is too large");
-  return __mt_simd_meet(&v, sizeof(T), kind);
+  return __mt_simd_meet(&v, sizeof(T), kind, at.line);
 }
 template <class T>
 __MT_INLINE T simd_lane_value(const __mt_simd_table& t, unsigned lane) {
@@ -46,8 +46,8 @@ struct op_or { template <class T> static T apply(T a, T b) { return a | b; } };
 struct op_xor { template <class T> static T apply(T a, T b) { return a ^ b; } };
 
 template <class Op, class T>
-__MT_INLINE T simd_reduce(T v) {
-  __mt_simd_table t = simd_meet(v, __MT_SIMD_REDUCE);
+__MT_INLINE T simd_reduce(__mt_site at, T v) {
+  __mt_simd_table t = simd_meet(at, v, __MT_SIMD_REDUCE);
   unsigned first = simd_first_lane(t);
   T acc = simd_lane_value<T>(t, first);
   for (unsigned i = first + 1; i < 32; ++i)
@@ -57,8 +57,8 @@ __MT_INLINE T simd_reduce(T v) {
 
 // Inclusive (or exclusive, starting from `identity`) scan over active lanes up to the caller.
 template <class Op, class T>
-__MT_INLINE T simd_scan(T v, bool inclusive, T identity) {
-  __mt_simd_table t = simd_meet(v, __MT_SIMD_SCAN);
+__MT_INLINE T simd_scan(__mt_site at, T v, bool inclusive, T identity) {
+  __mt_simd_table t = simd_meet(at, v, __MT_SIMD_SCAN);
   T acc = identity;
   for (unsigned i = 0; i < t.lane; ++i)
     if ((t.active >> i) & 1u) acc = Op::apply(acc, simd_lane_value<T>(t, i));
@@ -67,63 +67,63 @@ __MT_INLINE T simd_scan(T v, bool inclusive, T identity) {
 
 }  // namespace __mt
 
-template <class T> __MT_INLINE T simd_shuffle(T v, ushort lane) {
-  __mt_simd_table t = __mt::simd_meet(v, __MT_SIMD_SHUFFLE);
+template <class T> __MT_INLINE T simd_shuffle(__mt_site at, T v, ushort lane) {
+  __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_SHUFFLE);
   return __mt::simd_read(t, lane, v, __MT_SIMD_SHUFFLE);
 }
-template <class T> __MT_INLINE T simd_shuffle_xor(T v, ushort mask) {
-  __mt_simd_table t = __mt::simd_meet(v, __MT_SIMD_SHUFFLE);
+template <class T> __MT_INLINE T simd_shuffle_xor(__mt_site at, T v, ushort mask) {
+  __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_SHUFFLE);
   return __mt::simd_read(t, t.lane ^ unsigned(mask), v, __MT_SIMD_SHUFFLE);
 }
-template <class T> __MT_INLINE T simd_shuffle_up(T v, ushort delta) {
-  __mt_simd_table t = __mt::simd_meet(v, __MT_SIMD_SHUFFLE);
+template <class T> __MT_INLINE T simd_shuffle_up(__mt_site at, T v, ushort delta) {
+  __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_SHUFFLE);
   if (t.lane < delta) return v;
   return __mt::simd_read(t, t.lane - delta, v, __MT_SIMD_SHUFFLE);
 }
-template <class T> __MT_INLINE T simd_shuffle_down(T v, ushort delta) {
-  __mt_simd_table t = __mt::simd_meet(v, __MT_SIMD_SHUFFLE);
+template <class T> __MT_INLINE T simd_shuffle_down(__mt_site at, T v, ushort delta) {
+  __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_SHUFFLE);
   if (t.lane + delta >= t.width) return v;
   return __mt::simd_read(t, t.lane + delta, v, __MT_SIMD_SHUFFLE);
 }
-template <class T> __MT_INLINE T simd_shuffle_rotate_up(T v, ushort delta) {
-  __mt_simd_table t = __mt::simd_meet(v, __MT_SIMD_SHUFFLE);
+template <class T> __MT_INLINE T simd_shuffle_rotate_up(__mt_site at, T v, ushort delta) {
+  __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_SHUFFLE);
   return __mt::simd_read(t, (t.lane + t.width - delta % t.width) % t.width, v, __MT_SIMD_SHUFFLE);
 }
-template <class T> __MT_INLINE T simd_shuffle_rotate_down(T v, ushort delta) {
-  __mt_simd_table t = __mt::simd_meet(v, __MT_SIMD_SHUFFLE);
+template <class T> __MT_INLINE T simd_shuffle_rotate_down(__mt_site at, T v, ushort delta) {
+  __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_SHUFFLE);
   return __mt::simd_read(t, (t.lane + delta) % t.width, v, __MT_SIMD_SHUFFLE);
 }
-template <class T> __MT_INLINE T simd_shuffle_and_fill_up(T v, T fill, ushort delta) {
-  __mt_simd_table t = __mt::simd_meet(v, __MT_SIMD_SHUFFLE);
+template <class T> __MT_INLINE T simd_shuffle_and_fill_up(__mt_site at, T v, T fill, ushort delta) {
+  __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_SHUFFLE);
   if (t.lane < delta) return fill;
   return __mt::simd_read(t, t.lane - delta, v, __MT_SIMD_SHUFFLE);
 }
-template <class T> __MT_INLINE T simd_shuffle_and_fill_down(T v, T fill, ushort delta) {
-  __mt_simd_table t = __mt::simd_meet(v, __MT_SIMD_SHUFFLE);
+template <class T> __MT_INLINE T simd_shuffle_and_fill_down(__mt_site at, T v, T fill, ushort delta) {
+  __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_SHUFFLE);
   if (t.lane + delta >= t.width) return fill;
   return __mt::simd_read(t, t.lane + delta, v, __MT_SIMD_SHUFFLE);
 }
-template <class T> __MT_INLINE T simd_broadcast(T v, ushort lane) {
-  __mt_simd_table t = __mt::simd_meet(v, __MT_SIMD_BROADCAST);
+template <class T> __MT_INLINE T simd_broadcast(__mt_site at, T v, ushort lane) {
+  __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_BROADCAST);
   return __mt::simd_read(t, lane, v, __MT_SIMD_BROADCAST);
 }
-template <class T> __MT_INLINE T simd_broadcast_first(T v) {
-  __mt_simd_table t = __mt::simd_meet(v, __MT_SIMD_BROADCAST);
+template <class T> __MT_INLINE T simd_broadcast_first(__mt_site at, T v) {
+  __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_BROADCAST);
   return __mt::simd_lane_value<T>(t, __mt::simd_first_lane(t));
 }
 
-template <class T> __MT_INLINE T simd_sum(T v) { return __mt::simd_reduce<__mt::op_sum>(v); }
-template <class T> __MT_INLINE T simd_product(T v) { return __mt::simd_reduce<__mt::op_product>(v); }
-template <class T> __MT_INLINE T simd_min(T v) { return __mt::simd_reduce<__mt::op_min>(v); }
-template <class T> __MT_INLINE T simd_max(T v) { return __mt::simd_reduce<__mt::op_max>(v); }
-template <class T> __MT_INLINE T simd_and(T v) { return __mt::simd_reduce<__mt::op_and>(v); }
-template <class T> __MT_INLINE T simd_or(T v) { return __mt::simd_reduce<__mt::op_or>(v); }
-template <class T> __MT_INLINE T simd_xor(T v) { return __mt::simd_reduce<__mt::op_xor>(v); }
+template <class T> __MT_INLINE T simd_sum(__mt_site at, T v) { return __mt::simd_reduce<__mt::op_sum>(at, v); }
+template <class T> __MT_INLINE T simd_product(__mt_site at, T v) { return __mt::simd_reduce<__mt::op_product>(at, v); }
+template <class T> __MT_INLINE T simd_min(__mt_site at, T v) { return __mt::simd_reduce<__mt::op_min>(at, v); }
+template <class T> __MT_INLINE T simd_max(__mt_site at, T v) { return __mt::simd_reduce<__mt::op_max>(at, v); }
+template <class T> __MT_INLINE T simd_and(__mt_site at, T v) { return __mt::simd_reduce<__mt::op_and>(at, v); }
+template <class T> __MT_INLINE T simd_or(__mt_site at, T v) { return __mt::simd_reduce<__mt::op_or>(at, v); }
+template <class T> __MT_INLINE T simd_xor(__mt_site at, T v) { return __mt::simd_reduce<__mt::op_xor>(at, v); }
 
-template <class T> __MT_INLINE T simd_prefix_inclusive_sum(T v) { return __mt::simd_scan<__mt::op_sum>(v, true, T(0)); }
-template <class T> __MT_INLINE T simd_prefix_exclusive_sum(T v) { return __mt::simd_scan<__mt::op_sum>(v, false, T(0)); }
-template <class T> __MT_INLINE T simd_prefix_inclusive_product(T v) { return __mt::simd_scan<__mt::op_product>(v, true, T(1)); }
-template <class T> __MT_INLINE T simd_prefix_exclusive_product(T v) { return __mt::simd_scan<__mt::op_product>(v, false, T(1)); }
+template <class T> __MT_INLINE T simd_prefix_inclusive_sum(__mt_site at, T v) { return __mt::simd_scan<__mt::op_sum>(at, v, true, T(0)); }
+template <class T> __MT_INLINE T simd_prefix_exclusive_sum(__mt_site at, T v) { return __mt::simd_scan<__mt::op_sum>(at, v, false, T(0)); }
+template <class T> __MT_INLINE T simd_prefix_inclusive_product(__mt_site at, T v) { return __mt::simd_scan<__mt::op_product>(at, v, true, T(1)); }
+template <class T> __MT_INLINE T simd_prefix_exclusive_product(__mt_site at, T v) { return __mt::simd_scan<__mt::op_product>(at, v, false, T(1)); }
 
 // simd_vote: one bit per lane, as MSL's simd_vote (convertible to its vote_t).
 struct simd_vote {
@@ -132,28 +132,28 @@ struct simd_vote {
   explicit constexpr operator vote_t() const { return bits; }
   constexpr bool any() const { return bits != 0; }
 };
-__MT_INLINE simd_vote simd_ballot(bool pred) {
-  __mt_simd_table t = __mt::simd_meet(pred, __MT_SIMD_VOTE);
+__MT_INLINE simd_vote simd_ballot(__mt_site at, bool pred) {
+  __mt_simd_table t = __mt::simd_meet(at, pred, __MT_SIMD_VOTE);
   ulong bits = 0;
   for (unsigned i = 0; i < 32; ++i)
     if (((t.active >> i) & 1u) && __mt::simd_lane_value<bool>(t, i)) bits |= ulong(1) << i;
   return simd_vote{bits};
 }
-__MT_INLINE bool simd_all(bool pred) {
-  __mt_simd_table t = __mt::simd_meet(pred, __MT_SIMD_VOTE);
+__MT_INLINE bool simd_all(__mt_site at, bool pred) {
+  __mt_simd_table t = __mt::simd_meet(at, pred, __MT_SIMD_VOTE);
   for (unsigned i = 0; i < 32; ++i)
     if (((t.active >> i) & 1u) && !__mt::simd_lane_value<bool>(t, i)) return false;
   return true;
 }
-__MT_INLINE bool simd_any(bool pred) {
-  __mt_simd_table t = __mt::simd_meet(pred, __MT_SIMD_VOTE);
+__MT_INLINE bool simd_any(__mt_site at, bool pred) {
+  __mt_simd_table t = __mt::simd_meet(at, pred, __MT_SIMD_VOTE);
   for (unsigned i = 0; i < 32; ++i)
     if (((t.active >> i) & 1u) && __mt::simd_lane_value<bool>(t, i)) return true;
   return false;
 }
-__MT_INLINE bool simd_is_first() {
+__MT_INLINE bool simd_is_first(__mt_site at) {
   char unused = 0;
-  __mt_simd_table t = __mt::simd_meet(unused, __MT_SIMD_VOTE);
+  __mt_simd_table t = __mt::simd_meet(at, unused, __MT_SIMD_VOTE);
   return t.lane == __mt::simd_first_lane(t);
 }
 

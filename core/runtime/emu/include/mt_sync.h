@@ -24,7 +24,11 @@ __MT_INLINE constexpr mem_flags operator|(mem_flags a, mem_flags b) {
   return mem_flags(unsigned(a) | unsigned(b));
 }
 
-__MT_INLINE void threadgroup_barrier(mem_flags flags) { __mt_threadgroup_barrier(unsigned(flags)); }
-__MT_INLINE void simdgroup_barrier(mem_flags flags) { __mt_simdgroup_barrier(unsigned(flags)); }
+__MT_INLINE void threadgroup_barrier(__mt_site at, mem_flags flags) {
+  __mt_threadgroup_barrier(unsigned(flags), at.line);
+}
+__MT_INLINE void simdgroup_barrier(__mt_site at, mem_flags flags) {
+  __mt_simdgroup_barrier(unsigned(flags), at.line);
+}
 
 }  // namespace metal

@@ -129,8 +129,9 @@ struct Fiber {
   FiberState state = kReady;
   bool suppress = false;
   uint32_t tid = 0, lane = 0, simdgroup = 0;
-  uintptr_t site = 0;   // return address of the meeting point it waits at
+  unsigned site = 0;    // MSL line of the meeting point it waits at (mt_sites.h)
   unsigned kind = 0;    // simd kind or barrier flags
+  uintptr_t pc = 0;     // return address of that call, for findings
   unsigned char deposit[__MT_SIMD_SLOT];
   __mt_simd_table table{};
   __mt_thread_pos pos{};
@@ -432,11 +433,12 @@ void fiber_main(void* arg) {
 }
 
 // Called on the fiber: park it and return to the scheduler until released.
-void park(Worker* w, FiberState state, uintptr_t site, unsigned kind) {
+void park(Worker* w, FiberState state, unsigned site, unsigned kind, uintptr_t pc) {
   Fiber* f = w->current;
   f->state = state;
   f->site = site;
   f->kind = kind;
+  f->pc = pc;
   mt_fiber_switch(&f->sp, w->scheduler_sp);
 }
 
@@ -464,7 +466,7 @@ bool resolve_simd(Worker* w) {
     for (uint32_t i = lo; i < hi; ++i)
       if (w->fibers[i].state == kAtSimd) { first = int(i); break; }
     if (first < 0) continue;
-    uintptr_t site = w->fibers[first].site;
+    unsigned site = w->fibers[first].site;
     unsigned kind = w->fibers[first].kind;
     uint32_t active = 0;
     unsigned char* slots = &w->simd_slots[size_t(sg) * kSimdWidth * __MT_SIMD_SLOT];
@@ -502,18 +504,19 @@ void resolve_barrier(Worker* w) {
     flags |= f.kind;
   }
   if (first < 0) return;
-  uintptr_t site = w->fibers[first].site;
+  unsigned site = w->fibers[first].site;
   for (uint32_t i = 0; i < T; ++i) {
     Fiber& f = w->fibers[i];
     if (f.state == kAtBarrier && f.site != site) {
-      divergence(w, i, f.site,
+      divergence(w, i, f.pc,
                  format("threads of one threadgroup wait at different threadgroup_barrier calls "
-                        "(thread %u here, thread %d at another barrier)", i, first));
+                        "(thread %u at the one on MSL line %u, thread %d at the one on line %u)",
+                        i, f.site, first, site));
       break;
     }
   }
   if (waiting < T)
-    divergence(w, uint32_t(first), site,
+    divergence(w, uint32_t(first), w->fibers[first].pc,
                format("threadgroup_barrier reached by %u of %u threads; the others have "
                       "returned without reaching it", waiting, T));
   if (flags & __MT_MEM_THREADGROUP) ++w->tg_epoch;
@@ -815,23 +818,23 @@ void install_crash_handlers() {
 
 extern "C" {
 
-void __mt_threadgroup_barrier(unsigned flags) {
+void __mt_threadgroup_barrier(unsigned flags, unsigned site) {
   Worker* w = t_worker;
-  park(w, kAtBarrier, reinterpret_cast<uintptr_t>(__builtin_return_address(0)), flags);
+  park(w, kAtBarrier, site, flags, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
 }
 
-void __mt_simdgroup_barrier(unsigned flags) {
+void __mt_simdgroup_barrier(unsigned flags, unsigned site) {
   (void)flags;
   Worker* w = t_worker;
-  park(w, kAtSimd, reinterpret_cast<uintptr_t>(__builtin_return_address(0)), 0);
+  park(w, kAtSimd, site, 0, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
 }
 
-__mt_simd_table __mt_simd_meet(const void* mine, unsigned nbytes, unsigned kind) {
+__mt_simd_table __mt_simd_meet(const void* mine, unsigned nbytes, unsigned kind, unsigned site) {
   Worker* w = t_worker;
   Fiber* f = w->current;
   std::memset(f->deposit, 0, sizeof f->deposit);
   std::memcpy(f->deposit, mine, nbytes < __MT_SIMD_SLOT ? nbytes : __MT_SIMD_SLOT);
-  park(w, kAtSimd, reinterpret_cast<uintptr_t>(__builtin_return_address(0)), kind);
+  park(w, kAtSimd, site, kind, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
   return f->table;
 }
 

@@ -1,0 +1,99 @@
+"""Building: content-hash cache, concurrent builds, compiler errors on MSL lines, the
+documented source rewrite."""
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core.errors import MSLCompileError
+from core.runtime.emu import build, translate
+from emucase import HEADER, line_of, run
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_syntax_error_points_at_the_msl_line():
+    src = r"""
+kernel void broken(device float* y [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+  float v = 1.0f
+  y[i] = v;
+}
+"""
+    with pytest.raises(MSLCompileError) as err:
+        run(src, "broken", 1, 1, np.zeros(1, np.float32))
+    e = err.value
+    assert e.kernel == "broken" and e.line == line_of(src, "float v = 1.0f")
+    assert "expected ';'" in str(e) and "float v = 1.0f" in str(e)
+
+
+def test_implicit_vector_conversion_is_rejected_like_msl():
+    src = r"""
+kernel void narrow(device half4* y [[buffer(0)]], device const float4* x [[buffer(1)]]) {
+  half4 h = x[0];
+  y[0] = h;
+}
+"""
+    with pytest.raises(MSLCompileError) as err:
+        run(src, "narrow", 1, 1, np.zeros(4, np.float16), np.zeros(4, np.float32))
+    assert err.value.line == line_of(src, "half4 h = x[0]")
+
+
+def test_translation_keeps_lines_and_rewrites_only_msl_syntax():
+    src = textwrap.dedent("""\
+        #include <metal_stdlib>
+        // a comment with float4(x) and threadgroup float z[2];
+        kernel void k(device float4* y [[buffer(0)]], uint t [[thread_index_in_threadgroup]]) {
+          threadgroup float tile[4][8];
+          tile[0][t] = 1.5;
+          y[t] = float4(half2(0.5h), tile[0][t], 2);
+        }
+        """)
+    tr = translate.translate(src)
+    lines = tr.cpp.splitlines()[3:]  # after the #line / using prelude
+    assert len(lines) == len(src.splitlines())
+    assert "__mt_tg_slot(0, sizeof" in lines[3] and tr.threadgroup_vars == {0: "tile"}
+    assert "1.5f" in lines[4]
+    assert "metal::__mt_make_vec<float, 4>(metal::__mt_make_vec<half, 2>(half(0.5f))" in lines[5]
+    assert "float4(x)" not in lines[1] and lines[0].strip() == ""
+    sig = tr.kernels["k"]
+    assert [(p.name, p.buffer_index, p.position) for p in sig.params] == [
+        ("y", 0, None), ("t", None, "thread_index_in_threadgroup")]
+
+
+def test_cached_build_is_reused(tmp_path, monkeypatch):
+    monkeypatch.setenv("METALTILE_CACHE", str(tmp_path))
+    builder = build.Builder()
+    tr = translate.translate(HEADER + "kernel void k(device int* y [[buffer(0)]]) { y[0] = 7; }")
+    first = builder.build(tr)
+    stamp = first.path.stat().st_mtime_ns
+    again = build.Builder().build(tr)  # a fresh builder (new process) finds it on disk
+    assert again.path == first.path and again.path.stat().st_mtime_ns == stamp
+    assert len(list(tmp_path.glob("emu/kernel-*.bin"))) == 1
+
+
+CONCURRENT = """
+import sys, numpy as np
+from core.runtime import emu
+src = '#include <metal_stdlib>\\nkernel void k(device int* y [[buffer(0)]]) { y[0] = 41 + 1; }'
+y = np.zeros(1, np.int32)
+emu.run_msl(src, "k", buffers=[y])
+assert y[0] == 42
+print("ok")
+"""
+
+
+def test_two_processes_building_the_same_kernel_both_succeed(tmp_path):
+    env = {"METALTILE_CACHE": str(tmp_path), "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    import os
+    env["PATH"] = os.environ.get("PATH", env["PATH"])
+    procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT], env=env, cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert all(o[0].strip() == "ok" for o in outs)
+    assert not list(tmp_path.glob("emu/*.tmp")), "temporary build files left behind"

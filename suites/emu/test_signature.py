@@ -1,0 +1,130 @@
+"""Kernel signatures: both declaration forms, parameter kinds, every position attribute."""
+
+import numpy as np
+import pytest
+
+from core.errors import LaunchError, MSLCompileError
+from emucase import clean, run
+
+POSITIONS = r"""
+struct Out { uint v[32]; };
+kernel void where(device Out* out [[buffer(0)]],
+                  uint3 tpig [[thread_position_in_grid]],
+                  ushort3 tpitg [[thread_position_in_threadgroup]],
+                  uint3 tgpig [[threadgroup_position_in_grid]],
+                  uint3 tptg [[threads_per_threadgroup]],
+                  uint3 tgpg [[threadgroups_per_grid]],
+                  uint3 tpg [[threads_per_grid]],
+                  uint tiitg [[thread_index_in_threadgroup]],
+                  ushort lane [[thread_index_in_simdgroup]],
+                  uint sg [[simdgroup_index_in_threadgroup]],
+                  uint sgs [[simdgroups_per_threadgroup]],
+                  uint width [[threads_per_simdgroup]],
+                  uint2 tpig2 [[thread_position_in_grid]]) {
+  uint linear = (tpig.z * tpg.y + tpig.y) * tpg.x + tpig.x;
+  device uint* o = out[linear].v;
+  o[0] = tpig.x; o[1] = tpig.y; o[2] = tpig.z;
+  o[3] = tpitg.x; o[4] = tpitg.y; o[5] = tpitg.z;
+  o[6] = tgpig.x; o[7] = tgpig.y; o[8] = tgpig.z;
+  o[9] = tptg.x; o[10] = tptg.y; o[11] = tptg.z;
+  o[12] = tgpg.x; o[13] = tgpg.y; o[14] = tgpg.z;
+  o[15] = tpg.x; o[16] = tpg.y; o[17] = tpg.z;
+  o[18] = tiitg; o[19] = lane; o[20] = sg; o[21] = sgs; o[22] = width;
+  o[23] = tpig2.x; o[24] = tpig2.y;
+}
+"""
+
+
+def test_every_thread_position_attribute():
+    grid, tg = (3, 2, 2), (5, 4, 3)
+    tpg = tuple(g * t for g, t in zip(grid, tg))
+    out = np.zeros((tpg[2], tpg[1], tpg[0], 32), np.uint32)
+    clean(POSITIONS, "where", grid, tg, out)
+    z, y, x = np.meshgrid(np.arange(tpg[2]), np.arange(tpg[1]), np.arange(tpg[0]), indexing="ij")
+    lx, ly, lz = x % tg[0], y % tg[1], z % tg[2]
+    index = (lz * tg[1] + ly) * tg[0] + lx
+    expect = {0: x, 1: y, 2: z, 3: lx, 4: ly, 5: lz, 6: x // tg[0], 7: y // tg[1], 8: z // tg[2],
+              9: tg[0], 10: tg[1], 11: tg[2], 12: grid[0], 13: grid[1], 14: grid[2],
+              15: tpg[0], 16: tpg[1], 17: tpg[2], 18: index, 19: index % 32, 20: index // 32,
+              21: 2, 22: 32, 23: x, 24: y}
+    for field, value in expect.items():
+        np.testing.assert_array_equal(out[..., field], np.broadcast_to(value, out.shape[:3]),
+                                      err_msg=f"field {field}")
+
+
+ARGS = r"""
+struct Args { int n; float scale; int offset; };
+[[kernel, max_total_threads_per_threadgroup(64)]] void saxpy(
+    const device float* x [[buffer(0)]], device float* y [[buffer(2)]],
+    constant Args& args [[buffer(1)]], constant float& bias [[buffer(3)]],
+    uint i [[thread_position_in_grid]]) {
+  if (int(i) < args.n) y[i] = args.scale * x[i] + float(args.offset) + bias;
+}
+"""
+
+
+def test_attribute_signature_args_struct_and_constant_scalar(rng):
+    n = 100
+    x = rng.standard_normal(n).astype(np.float32)
+    y = np.zeros(128, np.float32)
+    args = np.zeros(3, np.int32)
+    args[0] = n
+    args[1:2].view(np.float32)[0] = 1.5
+    args[2] = -3
+    bias = np.array([0.25], np.float32)
+    clean(ARGS, "saxpy", (2, 1, 1), (64, 1, 1), x, args, y, bias)
+    np.testing.assert_allclose(y[:n], 1.5 * x - 3 + 0.25, rtol=1e-6)
+    assert not y[n:].any()
+
+
+def test_max_total_threads_is_enforced():
+    buffers = [np.zeros(4, np.float32), np.zeros(3, np.int32), np.zeros(4, np.float32),
+               np.zeros(1, np.float32)]
+    with pytest.raises(LaunchError, match=r"max_total_threads_per_threadgroup\(64\)"):
+        run(ARGS, "saxpy", (1, 1, 1), (128, 1, 1), *buffers)
+
+
+def test_threadgroup_over_1024_threads_is_rejected():
+    with pytest.raises(LaunchError, match="at most 1024"):
+        run(ARGS, "saxpy", (1, 1, 1), (32, 33, 1), np.zeros(4, np.float32))
+
+
+def test_missing_buffer_is_a_launch_error():
+    with pytest.raises(LaunchError, match=r"'y' is bound to \[\[buffer\(2\)\]\] but only 2"):
+        run(ARGS, "saxpy", (1, 1, 1), (32, 1, 1), np.zeros(4, np.float32), np.zeros(3, np.int32))
+
+
+def test_args_struct_smaller_than_its_type_is_a_launch_error():
+    with pytest.raises(LaunchError, match=r"'args' \(\[\[buffer\(1\)\]\]\) needs at least 12 bytes"):
+        run(ARGS, "saxpy", (1, 1, 1), (32, 1, 1), np.zeros(4, np.float32), np.zeros(2, np.int32),
+            np.zeros(4, np.float32), np.zeros(1, np.float32))
+
+
+def test_unknown_kernel_name_lists_the_kernels():
+    with pytest.raises(MSLCompileError, match=r"no kernel function named 'nope'.*saxpy"):
+        run(ARGS, "nope", 1, 1, np.zeros(1, np.float32))
+
+
+def test_parameter_without_attribute_is_a_clear_error():
+    src = "kernel void k(device float* a) { a[0] = 1.0f; }"
+    with pytest.raises(MSLCompileError, match="has no attribute") as err:
+        run(src, "k", 1, 1, np.zeros(1, np.float32))
+    assert err.value.line == 3
+
+
+def test_threadgroup_pointer_casts_and_vector_access():
+    src = r"""
+kernel void cast(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                 uint tid [[thread_index_in_threadgroup]]) {
+  threadgroup float tile[64];
+  *((threadgroup float4*)(tile) + tid) = ((const device float4*)x)[tid];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  threadgroup float2* pairs = (threadgroup float2*)tile;
+  ((device float2*)y)[tid] = pairs[31 - tid].yx;
+}
+"""
+    x = np.arange(64, dtype=np.float32)
+    y = np.zeros(32, np.float32)
+    clean(src, "cast", 1, 16, x, y)
+    expect = x.reshape(32, 2)[::-1][:16, ::-1].reshape(-1)
+    np.testing.assert_array_equal(y, expect)

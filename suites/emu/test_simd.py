@@ -1,0 +1,183 @@
+"""Barriers and simdgroup collectives: shuffles, broadcasts, reductions, scans, votes,
+with full and partial simdgroups and every schedule."""
+
+import numpy as np
+import pytest
+
+from emucase import clean, line_of, run
+
+SHUFFLES = r"""
+kernel void shuffles(device const int* x [[buffer(0)]], device int* out [[buffer(1)]],
+                     uint tid [[thread_index_in_threadgroup]]) {
+  int v = x[tid];
+  device int* o = out + tid * 12;
+  o[0] = simd_shuffle(v, 3);
+  o[1] = simd_shuffle_xor(v, 5);
+  o[2] = simd_shuffle_up(v, 2);
+  o[3] = simd_shuffle_down(v, 2);
+  o[4] = simd_broadcast(v, 7);
+  o[5] = simd_sum(v);
+  o[6] = simd_max(v);
+  o[7] = simd_min(v);
+  o[8] = simd_prefix_inclusive_sum(v);
+  o[9] = simd_prefix_exclusive_sum(v);
+  o[10] = simd_broadcast_first(v);
+  o[11] = simd_shuffle_rotate_down(v, 1);
+}
+"""
+
+
+@pytest.mark.parametrize("schedule", ["forward", "reverse", "random"])
+def test_shuffles_and_reductions_full_simdgroups(schedule, rng):
+    n = 64
+    x = rng.integers(-1000, 1000, n).astype(np.int32)
+    out = np.zeros((n, 12), np.int32)
+    clean(SHUFFLES, "shuffles", 1, n, x, out, schedule=schedule, seed=7)
+    lane = np.arange(n) % 32
+    base = np.arange(n) - lane
+    sg = x.reshape(2, 32)
+    np.testing.assert_array_equal(out[:, 0], x[base + 3])
+    np.testing.assert_array_equal(out[:, 1], x[base + (lane ^ 5)])
+    np.testing.assert_array_equal(out[:, 2], np.where(lane >= 2, x[base + lane - 2], x))
+    np.testing.assert_array_equal(out[:, 3], np.where(lane < 30, x[np.minimum(base + lane + 2, n - 1)], x))
+    np.testing.assert_array_equal(out[:, 4], x[base + 7])
+    np.testing.assert_array_equal(out[:, 5], np.repeat(sg.sum(1), 32))
+    np.testing.assert_array_equal(out[:, 6], np.repeat(sg.max(1), 32))
+    np.testing.assert_array_equal(out[:, 7], np.repeat(sg.min(1), 32))
+    np.testing.assert_array_equal(out[:, 8], np.cumsum(sg, 1).reshape(-1))
+    np.testing.assert_array_equal(out[:, 9], (np.cumsum(sg, 1) - sg).reshape(-1))
+    np.testing.assert_array_equal(out[:, 10], x[base])
+    np.testing.assert_array_equal(out[:, 11], x[base + (lane + 1) % 32])
+
+
+def test_partial_last_simdgroup_reduces_over_its_lanes(rng):
+    n = 48  # simdgroup 1 has 16 lanes
+    x = rng.integers(-50, 50, n).astype(np.int32)
+    out = np.zeros((n, 12), np.int32)
+    clean(SHUFFLES, "shuffles", 1, n, x, out)
+    np.testing.assert_array_equal(out[32:, 5], np.full(16, x[32:].sum()))
+    np.testing.assert_array_equal(out[32:, 6], np.full(16, x[32:].max()))
+    # rotate wraps inside the 16 existing lanes
+    np.testing.assert_array_equal(out[32:, 11], x[32 + (np.arange(16) + 1) % 16])
+
+
+def test_shuffle_from_a_missing_lane_is_a_divergence_finding():
+    src = r"""
+kernel void far(device int* out [[buffer(0)]], uint tid [[thread_index_in_threadgroup]]) {
+  out[tid] = simd_shuffle_xor(int(tid), 16);
+}
+"""
+    out = np.zeros(48, np.int32)  # simdgroup 1 has lanes 0..15 only
+    res = run(src, "far", 1, 48, out)
+    div = res.by_kind("divergence")
+    assert len(div) == 1 and "reads lane 16" in div[0].detail and "not active" in div[0].detail
+    assert div[0].thread == (32, 0, 0) and div[0].count == 16 and div[0].line == line_of(src, "simd_shuffle_xor")
+    np.testing.assert_array_equal(out[:32], np.arange(32) ^ 16)
+    np.testing.assert_array_equal(out[32:], np.arange(32, 48))  # own value back
+
+
+def test_simd_sum_float_and_half_and_vectors(rng):
+    src = r"""
+kernel void sums(device const float* x [[buffer(0)]], device float* f [[buffer(1)]],
+                 device half* h [[buffer(2)]], device float4* v [[buffer(3)]],
+                 uint tid [[thread_index_in_threadgroup]]) {
+  f[tid] = simd_sum(x[tid]);
+  h[tid] = simd_sum(half(x[tid]));
+  v[tid] = simd_sum(float4(x[tid], 2.0f * x[tid], 1.0f, -x[tid]));
+}
+"""
+    x = rng.standard_normal(32).astype(np.float32)
+    f, h, v = np.zeros(32, np.float32), np.zeros(32, np.float16), np.zeros((32, 4), np.float32)
+    clean(src, "sums", 1, 32, x, f, h, v)
+    np.testing.assert_allclose(f, x.sum(), rtol=1e-5)
+    hx = x.astype(np.float16)
+    acc = hx[0]
+    for value in hx[1:]:
+        acc = np.float16(acc + value)  # half sums round at every step, in lane order
+    np.testing.assert_array_equal(h, np.full(32, acc))
+    np.testing.assert_allclose(v[0], [x.sum(), 2 * x.sum(), 32, -x.sum()], rtol=1e-5, atol=1e-5)
+
+
+def test_votes(rng):
+    src = r"""
+kernel void votes(device const int* x [[buffer(0)]], device uint* out [[buffer(1)]],
+                  uint tid [[thread_index_in_threadgroup]]) {
+  bool p = x[tid] > 0;
+  out[tid * 4 + 0] = simd_all(p);
+  out[tid * 4 + 1] = simd_any(p);
+  out[tid * 4 + 2] = uint(ulong(simd_ballot(p)));
+  out[tid * 4 + 3] = simd_is_first();
+}
+"""
+    x = np.where(rng.random(32) < 0.5, 1, -1).astype(np.int32)
+    out = np.zeros((32, 4), np.uint32)
+    clean(src, "votes", 1, 32, x, out)
+    assert (out[:, 0] == int((x > 0).all())).all()
+    assert (out[:, 1] == int((x > 0).any())).all()
+    assert (out[:, 2] == sum(1 << i for i in range(32) if x[i] > 0)).all()
+    np.testing.assert_array_equal(out[:, 3], (np.arange(32) == 0).astype(np.uint32))
+
+
+REDUCE_256 = r"""
+kernel void block_sum(device const float* x [[buffer(0)]], device float* out [[buffer(1)]],
+                      uint tid [[thread_index_in_threadgroup]],
+                      uint g [[threadgroup_position_in_grid]],
+                      uint lane [[thread_index_in_simdgroup]],
+                      uint sg [[simdgroup_index_in_threadgroup]],
+                      uint nsg [[simdgroups_per_threadgroup]]) {
+  threadgroup float partial[32];
+  float v = simd_sum(x[g * 256 + tid]);
+  if (lane == 0) partial[sg] = v;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (sg == 0) {
+    float s = lane < nsg ? partial[lane] : 0.0f;
+    s = simd_sum(s);
+    if (lane == 0) out[g] = s;
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("schedule", ["forward", "reverse", "random"])
+def test_block_reduction_over_many_groups(schedule, rng):
+    x = rng.standard_normal(64 * 256).astype(np.float32)
+    out = np.zeros(64, np.float32)
+    res = clean(REDUCE_256, "block_sum", 64, 256, x, out, schedule=schedule, seed=11)
+    np.testing.assert_allclose(out, x.reshape(64, 256).sum(1), rtol=1e-4, atol=1e-4)
+    assert res.stats["barriers"] == 64
+    assert res.stats["groups"] == 64 and res.stats["threads"] == 64 * 256
+    assert res.stats["simd_ops"] == 64 * (8 + 1)
+
+
+def test_runs_are_deterministic_per_schedule_and_seed(rng):
+    # The result of a racy kernel depends on the order: same seed, same bytes.
+    src = r"""
+kernel void order(device uint* out [[buffer(0)]], uint tid [[thread_index_in_threadgroup]]) {
+  threadgroup uint last[1];
+  last[0] = tid;
+  simdgroup_barrier(mem_flags::mem_threadgroup);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[tid] = last[0];
+}
+"""
+    seen = {}
+    for schedule, seed in [("forward", 0), ("reverse", 0), ("random", 1), ("random", 1), ("random", 2)]:
+        out = np.zeros(64, np.uint32)
+        run(src, "order", 1, 64, out, schedule=schedule, seed=seed, checks=())
+        seen.setdefault((schedule, seed), []).append(out[0])
+    assert seen[("forward", 0)] == [63] and seen[("reverse", 0)] == [0]
+    assert len(set(seen[("random", 1)])) == 1
+
+
+def test_simdgroup_barrier_orders_lanes_of_one_simdgroup():
+    src = r"""
+kernel void neighbours(device float* out [[buffer(0)]], uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float t[32];
+  t[lane] = float(lane);
+  simdgroup_barrier(mem_flags::mem_threadgroup);
+  out[lane] = t[(lane + 1) % 32];
+}
+"""
+    out = np.zeros(32, np.float32)
+    clean(src, "neighbours", 1, 32, out)
+    np.testing.assert_array_equal(out, (np.arange(32) + 1) % 32)
