@@ -1,0 +1,118 @@
+"""Emulator benchmarks (pytest-benchmark; skipped in the default run).
+
+    pytest suites/bench/test_emu_bench.py --benchmark-only --benchmark-group-by=group
+
+Targets from the foundation issue, measured side by side in one run: cold kernel build with
+the precompiled header (<= 0.6 s), cached build (<= 10 ms), fiber context switch (<= 20 ns),
+a 64x256-thread block reduction (<= 25 ms on one core; scaling on two), race-check
+overhead (<= 3x). Wall-clock figures are noisy on a shared machine: compare ratios within
+one run, never single timings across runs.
+"""
+
+import itertools
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core.runtime import emu
+from core.runtime.emu import build, translate
+
+HEADER = "#include <metal_stdlib>\nusing namespace metal;\n"
+REDUCE = HEADER + r"""
+kernel void block_sum(device const float* x [[buffer(0)]], device float* out [[buffer(1)]],
+                      uint tid [[thread_index_in_threadgroup]], uint g [[threadgroup_position_in_grid]],
+                      uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]]) {
+  threadgroup float partial[8];
+  float v = simd_sum(x[g * 256 + tid]);
+  if (lane == 0) partial[sg] = v;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (sg == 0) {
+    float s = simd_sum(lane < 8 ? partial[lane] : 0.0f);
+    if (lane == 0) out[g] = s;
+  }
+}
+"""
+_counter = itertools.count()
+
+
+@pytest.mark.benchmark(group="build")
+def test_cold_build_with_pch(benchmark):
+    builder = build.default_builder()
+    builder.precompiled_header(True)
+    builder.runtime_object()
+
+    def fresh():
+        # A kernel never built before: its source differs in a constant.
+        src = REDUCE.replace("0.0f", f"{next(_counter) + 1e-9 * np.random.rand():.12f}f")
+        return (translate.translate(src),), {}
+
+    benchmark.pedantic(lambda tr: builder.build(tr), setup=fresh, rounds=5, iterations=1)
+
+
+@pytest.mark.benchmark(group="build")
+def test_cached_build_new_process(benchmark):
+    tr = translate.translate(REDUCE)
+    build.default_builder().build(tr)
+    # A new Builder has an empty memo: this is the cost a new process pays for a cached kernel.
+    benchmark(lambda: build.Builder(build.default_builder().toolchain).build(tr))
+
+
+@pytest.mark.benchmark(group="build")
+def test_cached_build_same_process(benchmark):
+    tr = translate.translate(REDUCE)
+    builder = build.default_builder()
+    builder.build(tr)
+    benchmark(lambda: builder.build(tr))
+
+
+SWITCH = r"""
+#include <chrono>
+#include <cstdio>
+#include "fiber.h"
+static void* main_sp; static void* fib_sp; static long n = 0;
+static void body(void*) { for (;;) { ++n; mt_fiber_switch(&fib_sp, main_sp); } }
+int main() {
+  static unsigned char stack[1 << 16];
+  fib_sp = mt_fiber_prepare(stack + sizeof stack, body, nullptr);
+  const long N = 20000000;
+  auto t0 = std::chrono::steady_clock::now();
+  for (long i = 0; i < N; ++i) mt_fiber_switch(&main_sp, fib_sp);
+  auto t1 = std::chrono::steady_clock::now();
+  double ns = std::chrono::duration<double, std::nano>(t1 - t0).count() / (2.0 * N);
+  std::printf("%.3f\n", ns);
+  return n == N ? 0 : 1;
+}
+"""
+
+
+@pytest.mark.benchmark(group="context switch")
+def test_context_switch(benchmark, tmp_path):
+    src = tmp_path / "switch.cpp"
+    src.write_text(SWITCH)
+    exe = tmp_path / "switch"
+    cxx = build.default_builder().toolchain.cxx
+    subprocess.run([cxx, "-O2", "-std=c++17", "-I", str(build.HERE / "src"), str(src), "-o", str(exe)],
+                   check=True)
+    ns = []
+    benchmark.pedantic(lambda: ns.append(float(subprocess.run([str(exe)], capture_output=True,
+                                                               text=True, check=True).stdout)),
+                       rounds=5, iterations=1)
+    benchmark.extra_info["ns_per_switch_min"] = min(ns)
+    benchmark.extra_info["ns_per_switch_median"] = sorted(ns)[len(ns) // 2]
+    assert min(ns) > 0
+
+
+@pytest.mark.parametrize("groups", [64, 1024])
+@pytest.mark.parametrize("mode", ["plain", "checked-1core", "checked-2cores", "plain-2cores"])
+@pytest.mark.benchmark(group="block reduction, 256 threads per group")
+def test_block_reduction(benchmark, mode, groups):
+    x = np.random.default_rng(0).standard_normal(groups * 256).astype(np.float32)
+    out = np.zeros(groups, np.float32)
+    plain = mode.startswith("plain")
+    kw = dict(grid=groups, threadgroup=256, buffers=[x, out], workers=2 if "2cores" in mode else 1,
+              checks=() if plain else emu.ALL_CHECKS, instrument=not plain)
+    emu.run_msl(REDUCE, "block_sum", **kw)  # build outside the timing
+    benchmark(lambda: emu.run_msl(REDUCE, "block_sum", **kw))
+    np.testing.assert_allclose(out, x.reshape(groups, 256).sum(1), rtol=1e-4, atol=1e-4)
