@@ -97,3 +97,14 @@ def test_two_processes_building_the_same_kernel_both_succeed(tmp_path):
     assert [p.returncode for p in procs] == [0, 0], outs
     assert all(o[0].strip() == "ok" for o in outs)
     assert not list(tmp_path.glob("emu/*.tmp")), "temporary build files left behind"
+
+
+def test_c_style_vector_cast_is_rejected_with_advice():
+    src = r"""
+kernel void cast(device uint4* y [[buffer(0)]], device const float4* x [[buffer(1)]]) {
+  y[0] = (uint4)x[0];
+}
+"""
+    with pytest.raises(MSLCompileError, match=r"C-style cast to uint4.*uint4\(x\)") as err:
+        run(src, "cast", 1, 1, np.zeros(4, np.uint32), np.zeros(4, np.float32))
+    assert err.value.line == line_of(src, "(uint4)x[0]") and err.value.kernel == "cast"

@@ -104,6 +104,7 @@ _VECTOR_CTOR = re.compile(r"(?<![\w.])(?:metal::)?(" + "|".join(VECTOR_ELEMENTS)
 _THREADGROUP_DECL = re.compile(
     r"\bthreadgroup\s+((?:[A-Za-z_][\w:]*(?:\s*<[^;*&{}()]*?>)?\s+)+?)([A-Za-z_]\w*)\s*"
     r"((?:\[[^\]\n]+\]\s*)*);")
+_VECTOR_CAST = re.compile(r"\(\s*(?:metal::)?((?:" + "|".join(VECTOR_ELEMENTS) + r")[234])\s*\)\s*(?=[\w(])")
 _KERNEL_HEAD = re.compile(
     r"(?:\bkernel\s+|\[\[\s*kernel\b([^\]]*)\]\]\s*)void\s+([A-Za-z_]\w*)\s*\(")
 _PARAM_ATTR = re.compile(r"\[\[\s*([A-Za-z_]\w*)\s*(?:\(\s*([^)]*?)\s*\))?\s*\]\]\s*$")
@@ -205,10 +206,23 @@ def parse_kernels(code: str) -> dict[str, KernelSignature]:
     return kernels
 
 
+def _kernel_before(kernels: dict[str, KernelSignature], line: int) -> str | None:
+    best = [k for k in kernels.values() if k.line <= line]
+    return max(best, key=lambda k: k.line).name if best else None
+
+
 def translate(source: str) -> Translation:
     """Rewrite MSL `source` into the C++ the emulator compiles (see the module docstring)."""
     code = strip_comments(source)
     kernels = parse_kernels(code)
+    cast = _VECTOR_CAST.search(code)
+    if cast:
+        line = line_of(code, cast.start())
+        raise MSLCompileError(
+            f"C-style cast to {cast.group(1)}: the emulator rejects C-style casts between vector "
+            f"types (C++ would reinterpret the bits); write the constructor {cast.group(1)}(x)",
+            kernel=_kernel_before(kernels, line), line=line,
+            source_line=source.splitlines()[line - 1].rstrip())
     code = _INCLUDE.sub(lambda m: "", code)
     code = _FLOAT_LITERAL.sub(_rewrite_literal, code)
     code = _VECTOR_CTOR.sub(lambda m: f"metal::__mt_make_vec<{m.group(1)}, {m.group(2)}>(", code)
