@@ -108,3 +108,20 @@ kernel void cast(device uint4* y [[buffer(0)]], device const float4* x [[buffer(
     with pytest.raises(MSLCompileError, match=r"C-style cast to uint4.*uint4\(x\)") as err:
         run(src, "cast", 1, 1, np.zeros(4, np.uint32), np.zeros(4, np.float32))
     assert err.value.line == line_of(src, "(uint4)x[0]") and err.value.kernel == "cast"
+
+
+def test_vec_template_constructor_and_no_implicit_int_uint_vector_conversion():
+    src = r"""
+kernel void v(device float4* y [[buffer(0)]], device uint4* u [[buffer(1)]]) {
+  y[0] = vec<float, 4>(half2(1.5h, 2.0h), 3, 4);
+  int4 s = int4(-1, 2, 3, 4);
+  u[0] = uint4(s);
+}
+"""
+    y, u = np.zeros(4, np.float32), np.zeros(4, np.uint32)
+    run(src, "v", 1, 1, y, u)
+    np.testing.assert_array_equal(y, [1.5, 2, 3, 4])
+    np.testing.assert_array_equal(u, np.array([-1, 2, 3, 4], np.int32).view(np.uint32))
+    with pytest.raises(MSLCompileError) as err:
+        run(src.replace("u[0] = uint4(s);", "u[0] = s;"), "v", 1, 1, y, u)
+    assert err.value.line == line_of(src, "u[0] = uint4(s)")

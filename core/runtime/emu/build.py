@@ -49,6 +49,7 @@ COMMON_FLAGS = [
     "-std=c++17", "-O1", "-fwrapv", "-fno-exceptions", "-fno-rtti", "-ffp-contract=off",
     "-fexcess-precision=16", "-fno-pie", "-pthread",
     "-Wno-unknown-attributes", "-Wno-duplicate-decl-specifier", "-Wno-ignored-attributes",
+    "-Werror=vector-conversion",  # MSL has no implicit conversion between vector types
 ]
 CHECKED_FLAGS = [
     "-fsanitize=thread", "-mllvm", "-tsan-instrument-atomics=0",
@@ -151,7 +152,9 @@ class Builder:
             self._memo[key] = target
             return target
         tmp = _atomic_target(target)
-        cmd = [self.toolchain.cxx, *flags, "-x", "c++-header",
+        # No timestamps: the cache key already covers the headers' content, and a header
+        # touched without change (git checkout) must not invalidate the PCH.
+        cmd = [self.toolchain.cxx, *flags, "-Xclang", "-fno-pch-timestamp", "-x", "c++-header",
                str(INCLUDE_DIR / "metal_stdlib.h"), "-o", str(tmp)]
         res = _run_compiler(cmd, "emulator shim header")
         if res.returncode != 0:

@@ -101,6 +101,7 @@ _INCLUDE = re.compile(r"^[ \t]*#[ \t]*(include[ \t]*<metal_\w*>|pragma[ \t]+META
 _FLOAT_LITERAL = re.compile(
     r"(?<![\w.])((?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)([fFhH]?)(?![\w.])")
 _VECTOR_CTOR = re.compile(r"(?<![\w.])(?:metal::)?(" + "|".join(VECTOR_ELEMENTS) + r")([234])\s*\(")
+_VEC_TEMPLATE_CTOR = re.compile(r"(?<![\w.])(?:metal::)?vec\s*<\s*(" + "|".join(VECTOR_ELEMENTS) + r")\s*,\s*([234])\s*>\s*\(")
 _THREADGROUP_DECL = re.compile(
     r"\bthreadgroup\s+((?:[A-Za-z_][\w:]*(?:\s*<[^;*&{}()]*?>)?\s+)+?)([A-Za-z_]\w*)\s*"
     r"((?:\[[^\]\n]+\]\s*)*);")
@@ -226,6 +227,7 @@ def translate(source: str) -> Translation:
     code = _INCLUDE.sub(lambda m: "", code)
     code = _FLOAT_LITERAL.sub(_rewrite_literal, code)
     code = _VECTOR_CTOR.sub(lambda m: f"metal::__mt_make_vec<{m.group(1)}, {m.group(2)}>(", code)
+    code = _VEC_TEMPLATE_CTOR.sub(lambda m: f"metal::__mt_make_vec<{m.group(1)}, {m.group(2)}>(", code)
 
     tg_vars: dict[int, str] = {}
 
