@@ -24,8 +24,8 @@
 // Differences from MSL a reader should know:
 //   - Converting a raw vector comparison numerically, float4(a < b), gives -1 per true lane
 //     (clang's mask), where MSL gives 1; go through bool4 first: float4(bool4(a < b)).
-//   - Implicit conversions between same-size integer vectors (int4 <-> uint4) compile here;
-//     MSL rejects them.
+//   - Implicit conversions between vector types are rejected as in MSL, through
+//     -Werror=vector-conversion in build.py (clang alone would accept int4 <-> uint4).
 //
 // Only freestanding, header-only std headers are included: never <cmath>/<cstdlib>, whose
 // global overloads of abs/max/exp would make unqualified calls ambiguous for user code that
