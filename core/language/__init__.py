@@ -1,0 +1,33 @@
+"""The T.* DSL: a TileLang-compatible subset (SPEC.md section 1).
+
+Usage: `import core.language as T`, then write kernels as for TileLang's Metal backend.
+Parsing goes through TVMScript (frontend.py); tile ops are TIR ops (core/ir/ops.py).
+"""
+
+from tvm.script import tirx as _tvm_script
+
+from core.language.buffers import (Buffer, Tensor, alloc_fragment, alloc_local, alloc_shared,
+                                   alloc_var, dynamic, symbolic)
+from core.language.errors import KernelDefinitionError, LoweringError
+from core.language.frontend import prim_func
+from core.language.kernel import Kernel
+from core.language.loops import Parallel, Pipelined, Serial, Unroll, serial, unroll
+from core.language.math import (abs, cast, ceil, ceildiv, cos, exp, exp2, floor, floordiv,
+                                floormod, if_then_else, infinity, log, log2, max, max_value,
+                                min, min_value, rsqrt, sigmoid, sin, sqrt, tanh)
+from core.language.tileops import clear, copy, fill
+
+# dtypes: annotations for scalar parameters (`n: T.int32`) and literal constructors
+float32 = _tvm_script.float32
+float16 = _tvm_script.float16
+bfloat16 = _tvm_script.bfloat16
+int32 = _tvm_script.int32
+int64 = _tvm_script.int64
+int8 = _tvm_script.int8
+uint8 = _tvm_script.uint8
+bool = _tvm_script.bool  # noqa: A001 - TileLang's name
+Cast = _tvm_script.Cast
+Select = _tvm_script.Select
+grid = _tvm_script.grid
+
+__all__ = [n for n in dir() if not n.startswith("_")]

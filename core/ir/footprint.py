@@ -1,0 +1,141 @@
+"""Footprints: the exact set of (threadgroup element, thread) pairs an access touches.
+
+An access `S[index]` inside a kernel is a function of the thread indices and the
+enclosing loop variables. When all of them have constant ranges, `Footprint.of`
+enumerates the index over every combination with numpy (vector accesses contribute their
+`lanes` consecutive elements) and records which thread touches which element. When the
+index depends on anything else (block indices, parameters, loaded values, loops with
+symbolic bounds) the footprint is `unknown`, which callers treat as "may touch anything".
+
+`may_race(a, b)`: could two *different* threads touch one element, one of them writing?
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+
+import numpy as np
+import tvm
+from tvm import tirx
+
+from core.ir.stmt import as_int
+
+MAX_POINTS = 1 << 22
+
+
+@dataclass(frozen=True)
+class LoopRange:
+    var: object
+    extent: int
+
+
+@dataclass
+class Footprint:
+    buffer: object
+    write: bool
+    elements: np.ndarray | None = None     # flat element index per point
+    threads: np.ndarray | None = None      # linear thread id per point
+    size: int = 0
+    _summary: tuple | None = field(default=None, repr=False)
+
+    @property
+    def unknown(self) -> bool:
+        return self.elements is None
+
+    @classmethod
+    def of(cls, buffer, index, write, thread_axes, loops, guards=()) -> "Footprint":
+        """`thread_axes`: [(var, extent, stride)] of the thread index; `loops`: LoopRange;
+        `guards`: conditions the access executes under (points where one is false are
+        dropped; a guard that cannot be enumerated is ignored, which only adds points)."""
+        size = as_int(buffer.ty.shape[0]) if len(buffer.ty.shape) == 1 else None
+        fp = cls(buffer, write, size=size or 0)
+        axes = [(v, e) for v, e, _ in thread_axes] + [(lp.var, lp.extent) for lp in loops]
+        if size is None or prod(e for _, e in axes) > MAX_POINTS:
+            return fp
+        env = {}
+        ndim = len(axes)
+        for k, (v, e) in enumerate(axes):
+            shape = [1] * (ndim + 1)
+            shape[k] = e
+            env[v] = np.arange(e, dtype=np.int64).reshape(shape)
+        elements = _eval(index, env, ndim)
+        if elements is None:
+            return fp
+        tid = np.zeros([1] * (ndim + 1), dtype=np.int64)
+        for v, _, stride in thread_axes:
+            tid = tid + env[v] * stride
+        keep = np.ones([1] * (ndim + 1), dtype=bool)
+        for g in guards:
+            mask = _eval(g, env, ndim)
+            if mask is not None:
+                keep = keep & np.asarray(mask, dtype=bool)
+        elements, tid, keep = np.broadcast_arrays(elements, tid, keep)
+        elements, tid = elements[keep], tid[keep]
+        if elements.size and (elements.min() < 0 or elements.max() >= size):
+            return fp
+        fp.elements, fp.threads = elements, tid
+        return fp
+
+    def summary(self):
+        """(lowest thread, highest thread) per element; sentinel for untouched elements."""
+        if self._summary is None:
+            lo = np.full(self.size, np.iinfo(np.int64).max, dtype=np.int64)
+            hi = np.full(self.size, -1, dtype=np.int64)
+            np.minimum.at(lo, self.elements, self.threads)
+            np.maximum.at(hi, self.elements, self.threads)
+            self._summary = (lo, hi)
+        return self._summary
+
+
+def may_race(a: Footprint, b: Footprint) -> bool:
+    if not a.buffer.same_as(b.buffer) or not (a.write or b.write):
+        return False
+    if a.unknown or b.unknown:
+        return True
+    lo_a, hi_a = a.summary()
+    lo_b, hi_b = b.summary()
+    both = (hi_a >= 0) & (hi_b >= 0)
+    same_single = (lo_a == hi_a) & (lo_b == hi_b) & (lo_a == lo_b)
+    return bool(np.any(both & ~same_single))
+
+
+_BINARY = {
+    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply,
+    "FloorDiv": np.floor_divide, "FloorMod": np.mod,
+    "Min": np.minimum, "Max": np.maximum,
+    "LT": np.less, "LE": np.less_equal, "GT": np.greater, "GE": np.greater_equal,
+    "EQ": np.equal, "NE": np.not_equal, "And": np.logical_and, "Or": np.logical_or,
+}
+
+
+def _eval(e, env, ndim):
+    """Integer value of `e` over the enumeration grid, or None if not enumerable."""
+    if isinstance(e, tirx.IntImm):
+        return np.bool_(e.value) if str(e.ty.dtype) == "bool" else np.int64(e.value)
+    if isinstance(e, tvm.ir.Var):
+        return env.get(e)
+    name = type(e).__name__
+    if name in _BINARY:
+        a, b = _eval(e.a, env, ndim), _eval(e.b, env, ndim)
+        if a is None or b is None:
+            return None
+        if name in ("FloorDiv", "FloorMod") and np.any(b == 0):
+            return None
+        return _BINARY[name](a, b)
+    if name == "Ramp":
+        base = _eval(e.base, env, ndim)
+        stride = _eval(e.stride, env, ndim)
+        lanes = as_int(e.lanes)
+        if base is None or stride is None or lanes is None:
+            return None
+        lane = np.arange(lanes, dtype=np.int64).reshape([1] * ndim + [lanes])
+        return base + stride * lane
+    if name == "Not":
+        a = _eval(e.a, env, ndim)
+        return None if a is None else np.logical_not(a)
+    if name == "Broadcast":
+        return _eval(e.value, env, ndim)
+    if name == "Cast" and str(e.ty.dtype).startswith("int"):
+        return _eval(e.value, env, ndim)
+    return None

@@ -1,0 +1,90 @@
+"""The kernel model: one `T.Kernel` block as seen by the passes.
+
+In TIR a kernel is a nest of `thread_extent` AttrStmts (blockIdx.* then threadIdx.*)
+around its body. `KernelNest` is its plain view: the grid and threadgroup variables with
+their extents, and the body; `wrap` rebuilds the nest around a new body.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+from tvm import tirx
+
+from core.ir.stmt import as_int, is_kernel_attr, seq, thread_tag
+
+
+@dataclass(frozen=True)
+class KernelNest:
+    attrs: tuple            # the thread_extent AttrStmts, outermost first
+    body: object
+
+    @property
+    def block_vars(self) -> tuple:
+        return tuple(a.node.var for a in self.attrs if thread_tag(a).startswith("blockIdx"))
+
+    @property
+    def grid(self) -> tuple:
+        """Grid extents (expressions) for x, y, z; missing dims are 1."""
+        ext = {thread_tag(a): a.value for a in self.attrs}
+        return tuple(ext.get(f"blockIdx.{d}", tirx.const(1, "int32")) for d in "xyz")
+
+    @property
+    def thread_vars(self) -> tuple:
+        return tuple(a.node.var for a in self.attrs if thread_tag(a).startswith("threadIdx"))
+
+    @property
+    def threads(self) -> tuple:
+        """Threadgroup extents (ints) for x, y, z."""
+        ext = {thread_tag(a): as_int(a.value) for a in self.attrs}
+        return tuple(ext.get(f"threadIdx.{d}", 1) for d in "xyz")
+
+    @property
+    def num_threads(self) -> int:
+        return prod(self.threads)
+
+    def linear_thread_index(self):
+        """tx + ty * X + tz * X * Y over the thread variables (as an expression)."""
+        ext = {thread_tag(a): a for a in self.attrs}
+        x, y, _ = self.threads
+        terms, stride = [], 1
+        for d, size in zip("xyz", (x, y, 1)):
+            attr = ext.get(f"threadIdx.{d}")
+            if attr is not None:
+                terms.append(attr.node.var * stride if stride != 1 else attr.node.var)
+            stride *= size
+        total = terms[0]
+        for t in terms[1:]:
+            total = total + t
+        return total
+
+    def wrap(self, body):
+        for attr in reversed(self.attrs):
+            body = tirx.AttrStmt(attr.node, attr.attr_key, attr.value, body)
+        return body
+
+
+def unwrap(stmt) -> KernelNest:
+    attrs = []
+    while is_kernel_attr(stmt):
+        attrs.append(stmt)
+        stmt = stmt.body
+    return KernelNest(tuple(attrs), stmt)
+
+
+def top_level(func_body) -> list:
+    """The function body's top-level statements (kernel nests and anything else)."""
+    if isinstance(func_body, tirx.SeqStmt):
+        return list(func_body.seq)
+    return [func_body]
+
+
+def map_kernels(func, fn):
+    """`func` with each top-level kernel nest replaced by `fn(KernelNest)` (a Stmt)."""
+    out = [fn(unwrap(s)) if is_kernel_attr(s) else s for s in top_level(func.body)]
+    return func.with_body(seq(out))
+
+
+def kernels(func) -> list:
+    return [unwrap(s) for s in top_level(func.body) if is_kernel_attr(s)]

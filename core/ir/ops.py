@@ -1,0 +1,105 @@
+"""Tile ops: the `tl.*` operators the DSL emits and the passes consume.
+
+Each tile op is a TIR `Op` registered from Python (`tvm.ir.register_op_attr`), used as
+`Evaluate(Call(Op, args))` in the parsed PrimFunc:
+
+    tl.region(BufferLoad(buf, mins), e0, e1, ...)   a tile: origin `mins`, extents e_i
+                                                    (no extents: "the other operand's")
+    tl.copy(src_region, dst_region)                 element-wise copy, dtype converted
+    tl.fill(dst_region, value)                      every element := value
+    tl.parallel_scope(e0, e1, ...)                  marks the next loop nest as T.Parallel
+    tl.threadgroup_barrier()                        (lowered) threadgroup_barrier(mem_threadgroup)
+
+`Region` is the decoded, plain-Python view of a `tl.region` call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm.ir import Op, register_op_attr
+
+TILE_OPS = ("tl.region", "tl.copy", "tl.fill", "tl.parallel_scope")
+# Lowered (non-tile) intrinsics of our own, printed by the MSL printer.
+INTRINSICS = ("tl.threadgroup_barrier",)
+_OPAQUE = 3  # CallEffectKind.Opaque: never removed or reordered by TVM's passes
+
+for _name in TILE_OPS + INTRINSICS:
+    if _name not in Op.list_op_names():
+        register_op_attr(_name, "TCallEffectKind", _OPAQUE)
+        register_op_attr(_name, "TScriptPrinterName", _name)
+
+
+def op(name: str) -> Op:
+    return Op.get(name)
+
+
+def is_tile_call(node, name: str | None = None) -> bool:
+    """True if `node` is a Call of a tile op (of `name`, if given)."""
+    if not isinstance(node, tvm.ir.Call) or not isinstance(node.op, Op):
+        return False
+    return node.op.name == name if name else node.op.name in TILE_OPS
+
+
+def call(name: str, *args, dtype: str = "handle"):
+    return tvm.tirx.call_intrin(dtype, name, *args)
+
+
+@dataclass(frozen=True)
+class Region:
+    """A rectangular tile of a buffer: `buffer[mins[i] : mins[i] + extents[i]]`.
+
+    `extents` is None when the DSL gave only an origin (`A[by * bM, k * bK]`); the copy
+    takes the extents from its other operand.
+    """
+
+    buffer: object          # tvm Var with BufferType
+    mins: tuple
+    extents: tuple | None
+
+    @property
+    def scope(self) -> str:
+        return buffer_scope(self.buffer)
+
+    @property
+    def name(self) -> str:
+        return self.buffer.name
+
+
+def buffer_scope(buffer) -> str:
+    return str(buffer.ty.storage_scope) or "global"
+
+
+def buffer_shape(buffer) -> tuple:
+    return tuple(buffer.ty.shape)
+
+
+def buffer_dtype(buffer) -> str:
+    return str(buffer.ty.dtype)
+
+
+def encode_region(buffer, mins, extents=None):
+    load = tvm.tirx.BufferLoad(buffer, list(mins))
+    return call("tl.region", load, *(extents or ()))
+
+
+def decode_region(expr) -> Region:
+    assert is_tile_call(expr, "tl.region"), expr
+    load = expr.args[0]
+    extents = tuple(expr.args[1:]) or None
+    return Region(load.source, tuple(load.indices), extents)
+
+
+def barrier():
+    """The statement `threadgroup_barrier(mem_flags::mem_threadgroup)`."""
+    return tvm.tirx.Evaluate(call("tl.threadgroup_barrier", dtype="int32"))
+
+
+def is_barrier(stmt) -> bool:
+    return isinstance(stmt, tvm.tirx.Evaluate) and is_tile_call_any(stmt.value,
+                                                                    "tl.threadgroup_barrier")
+
+
+def is_tile_call_any(node, name: str) -> bool:
+    return isinstance(node, tvm.ir.Call) and isinstance(node.op, Op) and node.op.name == name

@@ -1,0 +1,113 @@
+"""Small, explicit helpers over TIR statements and expressions used by the passes.
+
+`rewrite(stmt, fn)` rebuilds a statement tree bottom-up, calling `fn` on every rebuilt
+statement (it may return a replacement); `substitute` maps variables in any node;
+`free_vars` lists the variables an expression or statement reads; `seq` flattens.
+"""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+
+def seq(stmts) -> tirx.Stmt:
+    """A SeqStmt of `stmts` with nested sequences flattened (one stmt: itself)."""
+    flat = []
+    for s in stmts:
+        if s is None:
+            continue
+        if isinstance(s, tirx.SeqStmt):
+            flat.extend(s.seq)
+        else:
+            flat.append(s)
+    if not flat:
+        return tirx.Evaluate(tirx.const(0, "int32"))
+    return flat[0] if len(flat) == 1 else tirx.SeqStmt(flat)
+
+
+def children(stmt) -> list:
+    if isinstance(stmt, tirx.SeqStmt):
+        return list(stmt.seq)
+    if isinstance(stmt, (tirx.For, tirx.AttrStmt, tirx.While)):
+        return [stmt.body]
+    if isinstance(stmt, tirx.IfThenElse):
+        return [stmt.then_case] + ([stmt.else_case] if stmt.else_case is not None else [])
+    return []
+
+
+def rebuild(stmt, new_children):
+    """`stmt` with its child statements replaced (same order as `children`)."""
+    if isinstance(stmt, tirx.SeqStmt):
+        return seq(new_children)
+    if isinstance(stmt, tirx.For):
+        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, new_children[0],
+                        stmt.thread_binding, stmt.annotations, stmt.step)
+    if isinstance(stmt, tirx.AttrStmt):
+        return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, new_children[0])
+    if isinstance(stmt, tirx.While):
+        return tirx.While(stmt.condition, new_children[0])
+    if isinstance(stmt, tirx.IfThenElse):
+        return tirx.IfThenElse(stmt.condition, new_children[0],
+                               new_children[1] if len(new_children) > 1 else None)
+    return stmt
+
+
+def rewrite(stmt, fn):
+    """Post-order rebuild; `fn(stmt)` returns the replacement (or the stmt itself)."""
+    kids = children(stmt)
+    if kids:
+        new_kids = [rewrite(k, fn) for k in kids]
+        if any(not a.same_as(b) for a, b in zip(new_kids, kids)):
+            stmt = rebuild(stmt, new_kids)
+    return fn(stmt)
+
+
+def walk(stmt, fn):
+    """Pre-order visit of every statement."""
+    fn(stmt)
+    for k in children(stmt):
+        walk(k, fn)
+
+
+def substitute(node, vmap: dict):
+    """`node` with every Var in `vmap` replaced (expressions or statements)."""
+    if not vmap:
+        return node
+    return tvm_ffi.structural_map(node, (tvm.ir.Var, lambda v: vmap.get(v, v)))
+
+
+def free_vars(node) -> list:
+    """Variables read by `node`, in first-occurrence order (buffers included)."""
+    found = {}
+
+    def visit(v):
+        found.setdefault(v, None)
+
+    tvm_ffi.structural_walk(node, (tvm.ir.Var, visit))
+    return list(found)
+
+
+def loads(node) -> list:
+    """All buffer loads inside `node`."""
+    out = []
+    tvm_ffi.structural_walk(node, (tvm.ir.TensorLoad, out.append))
+    return out
+
+
+def as_int(e):
+    """Python int of a constant expression, else None."""
+    if isinstance(e, int):
+        return e
+    if isinstance(e, tirx.IntImm):
+        return int(e.value)
+    return None
+
+
+def is_kernel_attr(stmt) -> bool:
+    return isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent"
+
+
+def thread_tag(attr) -> str:
+    return str(attr.node.thread_tag)

@@ -1,0 +1,89 @@
+"""Buffers of the DSL: parameters (`T.Tensor`), on-chip allocations and symbolic dims.
+
+Storage scopes (what the rest of the compiler sees in `buffer.ty.storage_scope`):
+    "global"          kernel parameters, device memory
+    "shared"          T.alloc_shared: threadgroup memory, one copy per threadgroup
+    "local.fragment"  T.alloc_fragment: a tile spread over the threads (core/ir/layout.py)
+    "local"           T.alloc_local / T.alloc_var: private to each thread
+"""
+
+from __future__ import annotations
+
+from numbers import Integral
+
+import tvm
+from tvm.script import tirx as _T
+from tvm.tirx.script.builder import ir as _ir
+
+from core.language.dtypes import dtype_name
+from core.language.errors import KernelDefinitionError
+
+FRAGMENT = "local.fragment"
+
+
+def _shape(shape, construct):
+    dims = (shape,) if isinstance(shape, Integral) or tvm.ir.is_prim_expr(shape) else tuple(shape)
+    if not dims:
+        raise KernelDefinitionError("shape must have at least one dimension", construct=construct)
+    for d in dims:
+        if isinstance(d, Integral) and d <= 0:
+            raise KernelDefinitionError(
+                f"shape {tuple(dims)} has a non-positive extent {d}", construct=construct)
+    return dims
+
+
+def Tensor(shape, dtype="float32", **kwargs):  # noqa: N802 - TileLang's name
+    """Parameter annotation: a device tensor of `shape` (ints or symbolic dims)."""
+    return _T.Buffer(_shape(shape, "T.Tensor"), dtype_name(dtype, construct="T.Tensor"),
+                     **kwargs)
+
+
+Buffer = Tensor
+
+
+def _alloc(shape, dtype, scope, construct):
+    if shape is None:
+        raise KernelDefinitionError("a shape is required", construct=construct)
+    dims = _shape(shape, construct)
+    for d in dims:
+        if not isinstance(d, Integral) and not isinstance(d, tvm.tirx.IntImm):
+            raise KernelDefinitionError(
+                f"shape {dims} must be compile-time constants for on-chip buffers",
+                construct=construct)
+    return _ir.alloc_buffer(dims, dtype_name(dtype, construct=construct), scope=scope)
+
+
+def alloc_shared(shape, dtype="float32", scope="shared"):
+    """Threadgroup memory tile, shared by all threads of the threadgroup."""
+    return _alloc(shape, dtype, "shared", "T.alloc_shared")
+
+
+def alloc_fragment(shape, dtype="float32", scope=FRAGMENT):
+    """Register tile spread over the threads of the threadgroup (layout: core/ir/layout.py)."""
+    return _alloc(shape, dtype, FRAGMENT, "T.alloc_fragment")
+
+
+def alloc_local(shape, dtype="float32", scope="local"):
+    """Per-thread array."""
+    return _alloc(shape, dtype, "local", "T.alloc_local")
+
+
+def alloc_var(dtype="float32", init=None, scope="local"):
+    """Per-thread scalar variable; `x = ...` assigns, `x` reads."""
+    scalar = _ir.local_scalar(dtype=dtype_name(dtype, construct="T.alloc_var"))
+    if init is not None:
+        _ir.buffer_store(scalar.scalar.source, init, [0])
+    return scalar
+
+
+def dynamic(name: str, dtype="int32"):
+    """A symbolic dimension (`T.dynamic` / `T.symbolic`), usable in tensor shapes."""
+    dt = dtype_name(dtype, construct=f"symbolic dim '{name}'")
+    if dt not in ("int32", "int64"):
+        raise KernelDefinitionError(
+            f"symbolic dim '{name}' has dtype {dt}; allowed: int32, int64",
+            construct="T.dynamic")
+    return tvm.tirx.Var(name, dt)
+
+
+symbolic = dynamic

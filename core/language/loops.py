@@ -1,0 +1,54 @@
+"""Loops of the DSL.
+
+`T.Parallel(*extents)` is a loop nest whose iterations are spread over the threads of the
+threadgroup (the lowering decides how, core/transform/lower_tile_ops.py); it is parsed as
+a `tl.parallel_scope` marker followed by a serial grid, which the legalize pass turns into
+`ForKind.PARALLEL` loops. `T.Serial`/`range` are per-thread serial loops, `T.Pipelined` a
+serial loop annotated with `num_stages` (Metal has no async copies: the stages are a hint).
+"""
+
+from __future__ import annotations
+
+from tvm.tirx.script.builder import ir as _ir
+
+from core.ir import ops
+from core.language.errors import KernelDefinitionError
+
+
+def _check_extent(e, construct):
+    if isinstance(e, int) and e <= 0:
+        raise KernelDefinitionError(f"loop extent {e} is not positive", construct=construct)
+
+
+def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None):  # noqa: N802
+    """Iterations spread over the threadgroup's threads; body must be independent."""
+    if not extents:
+        raise KernelDefinitionError("T.Parallel needs at least one extent", construct="T.Parallel")
+    for e in extents:
+        _check_extent(e, "T.Parallel")
+    _ir.evaluate(ops.call("tl.parallel_scope", *extents))
+    return _ir.grid(*extents)
+
+
+def Serial(start, stop=None, step=None, *, annotations=None, unroll=None):  # noqa: N802
+    """A serial loop executed by every thread."""
+    _check_extent(start if stop is None else None, "T.Serial")
+    return _ir.serial(start, stop, step=step, annotations=annotations, unroll=unroll)
+
+
+def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None,  # noqa: N802
+              group=None):
+    """A serial loop over k-tiles; `num_stages` is kept as an annotation."""
+    _check_extent(start if stop is None else None, "T.Pipelined")
+    if not isinstance(num_stages, int) or num_stages < 0:
+        raise KernelDefinitionError(
+            f"num_stages={num_stages!r} must be a non-negative int", construct="T.Pipelined")
+    return _ir.serial(start, stop, annotations={"num_stages": num_stages})
+
+
+def Unroll(start, stop=None):  # noqa: N802
+    return _ir.serial(start, stop, unroll=True)
+
+
+serial = Serial
+unroll = Unroll

@@ -1,0 +1,102 @@
+"""Scalar expressions of the DSL: math, casts, selects, limits.
+
+Thin wrappers over TIR's expression constructors with TileLang's argument order
+(`T.cast(value, dtype)`), accepting Python numbers where TileLang does.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+import tvm
+from tvm.script import tirx as _T
+
+from core.language.dtypes import dtype_name
+from core.language.errors import KernelDefinitionError
+
+
+def _expr(x, dtype="float32"):
+    if isinstance(x, tvm.ir.Expr):
+        return x
+    if hasattr(x, "scalar"):  # T.alloc_var wrapper
+        return x.scalar
+    return tvm.tirx.const(x, "bool" if isinstance(x, bool) else
+                          "int32" if isinstance(x, int) else dtype)
+
+
+def _float_math(fn, name):
+    def wrapped(x):
+        x = _expr(x)
+        if not str(x.ty.dtype).startswith(("float", "bfloat")):
+            raise KernelDefinitionError(
+                f"T.{name} needs a floating-point argument, got {x.ty.dtype}; "
+                f"use T.cast(x, 'float32') first", construct=f"T.{name}")
+        return fn(x)
+    wrapped.__name__ = name
+    return wrapped
+
+
+exp = _float_math(tvm.tirx.exp, "exp")
+exp2 = _float_math(tvm.tirx.exp2, "exp2")
+log = _float_math(tvm.tirx.log, "log")
+log2 = _float_math(tvm.tirx.log2, "log2")
+sqrt = _float_math(tvm.tirx.sqrt, "sqrt")
+rsqrt = _float_math(tvm.tirx.rsqrt, "rsqrt")
+tanh = _float_math(tvm.tirx.tanh, "tanh")
+sin = _float_math(tvm.tirx.sin, "sin")
+cos = _float_math(tvm.tirx.cos, "cos")
+floor = _float_math(tvm.tirx.floor, "floor")
+ceil = _float_math(tvm.tirx.ceil, "ceil")
+sigmoid = _float_math(tvm.tirx.sigmoid, "sigmoid")
+
+
+def abs(x):  # noqa: A001 - TileLang's name
+    return tvm.tirx.abs(_expr(x))
+
+
+def max(a, b):  # noqa: A001
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return builtins.max(a, b)
+    return _T.max(_expr(a), _expr(b))
+
+
+def min(a, b):  # noqa: A001
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return builtins.min(a, b)
+    return _T.min(_expr(a), _expr(b))
+
+
+def cast(value, dtype):
+    """`value` converted to `dtype` (TileLang's argument order)."""
+    return tvm.tirx.Cast(dtype_name(dtype, construct="T.cast"), _expr(value))
+
+
+def if_then_else(cond, then_value, else_value):
+    return tvm.tirx.if_then_else(_expr(cond, "bool"), _expr(then_value), _expr(else_value))
+
+
+def infinity(dtype="float32"):
+    return tvm.tirx.infinity(dtype_name(dtype, construct="T.infinity"))
+
+
+def max_value(dtype):
+    return tvm.tirx.max_value(dtype_name(dtype, construct="T.max_value"))
+
+
+def min_value(dtype):
+    return tvm.tirx.min_value(dtype_name(dtype, construct="T.min_value"))
+
+
+def ceildiv(a, b):
+    """ceil(a / b) for non-negative integers; Python ints fold at parse time."""
+    if isinstance(a, int) and isinstance(b, int):
+        return -(-a // b)
+    return tvm.tirx.floordiv(_expr(a) + _expr(b) - 1, _expr(b))
+
+
+def floordiv(a, b):
+    return tvm.tirx.floordiv(_expr(a), _expr(b))
+
+
+def floormod(a, b):
+    return tvm.tirx.floormod(_expr(a), _expr(b))

@@ -1,0 +1,56 @@
+"""Backends: where a launch runs. One way to run a kernel launch on each backend.
+
+    "emu"  the CPU emulator (core/runtime/emu), any OS; tensors live on the CPU
+    "mps"  Apple GPU through torch.mps.compile_shader (core/runtime/mps.py), macOS only
+
+`default_backend()` is "mps" on macOS with MPS available, else "emu".
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass, field
+
+from core.errors import LaunchError
+
+BACKENDS = ("emu", "mps")
+DEVICES = {"emu": "cpu", "mps": "mps"}
+
+
+def default_backend() -> str:
+    if platform.system() == "Darwin":
+        try:
+            import torch
+            if torch.backends.mps.is_available():
+                return "mps"
+        except ImportError:
+            pass
+    return "emu"
+
+
+def check_backend(backend: str, kernel: str) -> str:
+    if backend not in BACKENDS:
+        raise LaunchError(f"unknown backend {backend!r}; choose from {BACKENDS}",
+                          kernel=kernel, construct="backend")
+    return backend
+
+
+@dataclass
+class RunRecord:
+    """What one call of a kernel did: per-launch findings and stats (emu only)."""
+    backend: str
+    findings: list = field(default_factory=list)
+    stats: list = field(default_factory=list)
+
+
+def launch(backend, msl, site, grid, buffers, *, checks, schedule, seed, record):
+    """Run one launch site; `buffers` are bound to [[buffer(i)]] in order."""
+    if backend == "emu":
+        from core.runtime import emu
+        res = emu.run_msl(msl, site.kernel, grid=grid, threadgroup=site.threadgroup,
+                          buffers=buffers, schedule=schedule, seed=seed, checks=checks)
+        record.findings.extend(res.findings)
+        record.stats.append(res.stats)
+        return
+    from core.runtime import mps
+    mps.run(msl, site.kernel, grid, site.threadgroup, buffers)

@@ -1,0 +1,55 @@
+"""The pass pipeline: the table of contents of the compiler.
+
+Each pass is a plain function; all but the last map PrimFunc -> PrimFunc, the last maps
+the lowered PrimFunc to a `LoweredProgram` (device kernels + launch plan). `run` applies
+them in order; a pass can be switched off (`disable=("vectorize",)`) or replaced
+(`replace={"thread_sync": my_pass}`) by name, which the harness uses to check that a
+change to one pass is caught. `stop_after` returns the intermediate result.
+"""
+
+from __future__ import annotations
+
+from core.transform.flatten_simplify import flatten_simplify
+from core.transform.layout_inference import layout_inference
+from core.transform.legalize import legalize
+from core.transform.lower_tile_ops import lower_tile_ops
+from core.transform.split_host_device import split_host_device
+from core.transform.thread_sync import thread_sync
+from core.transform.vectorize import vectorize
+from core.transform.verify import verify
+
+PASSES = (
+    ("legalize", legalize),                    # parse markers -> PARALLEL loops
+    ("verify", verify),                        # clear errors for ill-formed kernels
+    ("layout_inference", layout_inference),    # fragments -> (thread, slot)
+    ("lower_tile_ops", lower_tile_ops),        # tile ops, T.Parallel -> per-thread loops
+    ("vectorize", vectorize),                  # proven-safe runs -> vector loads/stores
+    ("flatten_simplify", flatten_simplify),    # flat buffers, simplified indices
+    ("thread_sync", thread_sync),              # threadgroup barriers where races are possible
+    ("split_host_device", split_host_device),  # device kernels + launch plan
+)
+
+REQUIRED = ("legalize", "lower_tile_ops", "flatten_simplify", "split_host_device")
+
+
+def pass_names() -> tuple:
+    return tuple(name for name, _ in PASSES)
+
+
+def run(func, *, disable=(), replace=None, stop_after=None):
+    """Apply the pipeline to a parsed PrimFunc; returns a LoweredProgram (or the
+    intermediate PrimFunc when `stop_after` names a pass)."""
+    replace = replace or {}
+    unknown = (set(disable) | set(replace) | ({stop_after} if stop_after else set())) \
+        - set(pass_names())
+    if unknown:
+        raise ValueError(f"unknown pass name(s) {sorted(unknown)}; passes: {pass_names()}")
+    for name, fn in PASSES:
+        if name in disable:
+            if name in REQUIRED:
+                raise ValueError(f"pass '{name}' cannot be disabled (replace it instead)")
+            continue
+        func = replace.get(name, fn)(func)
+        if name == stop_after:
+            break
+    return func

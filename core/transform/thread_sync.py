@@ -1,0 +1,153 @@
+"""Pass `thread_sync`: the barrier planner for threadgroup memory.
+
+Expects: flattened, lowered TIR (one index per access; threadgroup buffers have scope
+"shared").
+Guarantees: a `threadgroup_barrier(mem_flags::mem_threadgroup)` (tl.threadgroup_barrier)
+stands between any two accesses to one threadgroup element by two different threads,
+at least one a write, that nothing else orders, including accesses in different
+iterations of a loop (checked with the body run twice: the second pass sees the
+accesses left pending at the end of the previous iteration). Barriers are placed only
+where every thread of the threadgroup arrives: never inside control flow whose condition
+or bounds depend on the thread (such statements are treated as one opaque access set and
+a needed barrier goes before them). No barrier is placed unless some pair of accesses
+may race, decided from exact footprints (core/ir/footprint.py): an element written and
+later read by the *same* thread needs no barrier.
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+from tvm.tirx import is_buffer_var
+
+from core.ir import ops
+from core.ir.footprint import Footprint, LoopRange, may_race
+from core.ir.kernel import map_kernels
+from core.ir.stmt import as_int, children, free_vars, loads, rebuild, seq
+
+
+class _Planner:
+    def __init__(self, nest):
+        self.thread_axes = []
+        stride = 1
+        for var, size in zip(nest.thread_vars, nest.threads):
+            self.thread_axes.append((var, size, stride))
+            stride *= size
+        self.thread_vars = set(nest.thread_vars)
+        self.loops = []              # enclosing uniform loops with constant ranges
+        self.guards = []             # conditions of enclosing uniform ifs
+        self.cache = {}
+
+    # ---- uniformity ---------------------------------------------------------------------
+    def uniform(self, exprs) -> bool:
+        for e in exprs:
+            if loads(e) or any(v in self.thread_vars for v in free_vars(e)):
+                return False
+        return True
+
+    # ---- footprints -----------------------------------------------------------------
+    def footprints(self, stmt, loops) -> list:
+        key = (stmt, tuple(lp.var for lp in loops), tuple(self.guards))
+        if key not in self.cache:  # the planner visits loop bodies twice
+            self.cache[key] = self._footprints(stmt, loops)
+        return self.cache[key]
+
+    def _footprints(self, stmt, loops) -> list:
+        out = []
+
+        def visit(s, loops, guards):
+            def add(buf, index, write):
+                if ops.buffer_scope(buf) == "shared":
+                    out.append(Footprint.of(buf, index, write, self.thread_axes, loops,
+                                            guards))
+
+            if isinstance(s, tirx.For):
+                ext = as_int(s.extent)
+                bounded = ext is not None and as_int(s.min) == 0
+                inner = loops + [LoopRange(s.loop_var, ext)] if bounded else loops
+                self.exprs(s.min, s.extent, add=add)
+                visit(s.body, inner, guards)
+                return
+            if isinstance(s, tirx.IfThenElse):
+                self.exprs(s.condition, add=add)
+                visit(s.then_case, loops, guards + [s.condition])
+                if s.else_case is not None:
+                    visit(s.else_case, loops, guards + [tirx.Not(s.condition)])
+                return
+            if isinstance(s, tirx.BufferStore):
+                add(s.buffer, s.indices[0], True)
+                self.exprs(s.value, *s.indices, add=add)
+            elif isinstance(s, tirx.Evaluate):
+                self.exprs(s.value, add=add)
+            for k in children(s):
+                visit(k, loops, guards)
+
+        visit(stmt, list(loops), list(self.guards))
+        return out
+
+    @staticmethod
+    def exprs(*exprs, add):
+        for e in exprs:
+            for ld in loads(e):
+                if is_buffer_var(ld.source):
+                    add(ld.source, ld.indices[0], False)
+
+    # ---- planning -------------------------------------------------------------------
+    def plan(self, s, pending):
+        """(new stmt, accesses pending after it) given `pending` before it."""
+        if isinstance(s, tirx.SeqStmt):
+            out = []
+            for k in s.seq:
+                k, pending = self.plan(k, pending)
+                out.append(k)
+            return seq(out), pending
+        if ops.is_barrier(s):
+            return s, []
+        if isinstance(s, tirx.For) and self.uniform([s.min, s.extent]):
+            # A conflict with what came before the loop is settled once, before it.
+            prefix = None
+            if pending and self.conflicts(self.footprints(s, self.loops), pending):
+                prefix, pending = ops.barrier(), []
+            ext = as_int(s.extent)
+            pushed = ext is not None and as_int(s.min) == 0
+            if pushed:
+                self.loops.append(LoopRange(s.loop_var, ext))
+            _, after_first = self.plan(s.body, pending)
+            body, after = self.plan(s.body, pending + after_first)
+            if pushed:
+                self.loops.pop()
+            if ext is None or ext <= 0:
+                after = pending + after
+            return seq([prefix, rebuild(s, [body])]), after
+        if isinstance(s, tirx.IfThenElse) and self.uniform([s.condition]):
+            self.guards.append(s.condition)
+            then, p_then = self.plan(s.then_case, pending)
+            self.guards.pop()
+            if s.else_case is None:
+                return tirx.IfThenElse(s.condition, then, None), pending + p_then
+            self.guards.append(tirx.Not(s.condition))
+            other, p_else = self.plan(s.else_case, pending)
+            self.guards.pop()
+            return tirx.IfThenElse(s.condition, then, other), p_then + p_else
+        if isinstance(s, tirx.AttrStmt):
+            body, pending = self.plan(s.body, pending)
+            return rebuild(s, [body]), pending
+        return self.leaf(s, pending)
+
+    @staticmethod
+    def conflicts(accesses, pending) -> bool:
+        return any(may_race(a, p) for a in accesses for p in pending)
+
+    def leaf(self, s, pending):
+        accesses = self.footprints(s, self.loops)
+        if self.conflicts(accesses, pending):
+            return seq([ops.barrier(), s]), accesses
+        return s, pending + accesses
+
+
+def _plan_kernel(nest):
+    body, _ = _Planner(nest).plan(nest.body, [])
+    return nest.wrap(body)
+
+
+def thread_sync(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    return map_kernels(func, _plan_kernel)

@@ -1,0 +1,142 @@
+"""Pass `vectorize`: turn per-thread run loops into vector loads and stores.
+
+Expects: lowered TIR whose candidate loops (from `lower_tile_ops`) carry the annotation
+`tl.vector_lanes = v` (a loop `for l in range(v)` over one run of the distribution).
+Guarantees: a candidate becomes a `ForKind.VECTORIZED` loop, then TVM's VectorizeLoop
+rewrites it into Ramp/Broadcast vector expressions, only when all of these are proven:
+  - the body is one store, optionally under a condition that does not depend on l;
+  - every access that depends on l is `buf[..., base + l]` with the other indices free
+    of l, `base` a multiple of v (analyzer's modular set) and the buffer's last extent a
+    multiple of v (so the flat address is aligned to the vector size);
+  - l appears nowhere else, selects (`if_then_else`) do not depend on l;
+  - every dtype involved is float32/float16/int32/int8/uint8, and v x bits <= 128
+    (bfloat16, bool and int64 stay scalar for now).
+Other candidates become plain serial loops. The loop bodies are simplified with the
+analyzer under the enclosing loop ranges either way.
+"""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+from tvm.sym import Analyzer
+
+from core.ir.kernel import map_kernels
+from core.ir.stmt import as_int, children, free_vars, loads, rebuild
+from core.language.dtypes import bits
+from core.transform.lower_tile_ops import VECTOR_LANES
+
+VECTOR_DTYPES = ("float32", "float16", "int32", "int8", "uint8")
+MAX_VECTOR_BITS = 128
+
+
+def _simplify(stmt, analyzer):
+    def simp_load(ld):
+        return tirx.BufferLoad(ld.source, [analyzer.simplify(i) for i in ld.indices])
+
+    def simp(e):
+        e = analyzer.simplify(e)
+        return tvm_ffi.structural_map(e, (tvm.ir.TensorLoad, simp_load))
+
+    if isinstance(stmt, tirx.BufferStore):
+        return tirx.BufferStore(stmt.buffer, simp(stmt.value), [simp(i) for i in stmt.indices])
+    if isinstance(stmt, tirx.IfThenElse):
+        return tirx.IfThenElse(simp(stmt.condition), _simplify(stmt.then_case, analyzer),
+                               None if stmt.else_case is None
+                               else _simplify(stmt.else_case, analyzer))
+    kids = children(stmt)
+    return rebuild(stmt, [_simplify(k, analyzer) for k in kids]) if kids else stmt
+
+
+def _depends(e, var) -> bool:
+    return any(v.same_as(var) for v in free_vars(e))
+
+
+class _Check:
+    def __init__(self, lane, lanes, analyzer):
+        self.lane, self.lanes, self.analyzer = lane, lanes, analyzer
+
+    def access_ok(self, buf, indices) -> bool:
+        *outer, last = indices
+        if any(_depends(i, self.lane) for i in outer):
+            return False
+        if not _depends(last, self.lane):
+            return True
+        base = self.analyzer.simplify(last - self.lane)
+        if _depends(base, self.lane):
+            return False
+        mod = self.analyzer.modular_set(base)
+        extent = as_int(buf.ty.shape[-1])
+        return (mod.coeff % self.lanes == 0 and mod.base % self.lanes == 0
+                and extent is not None and extent % self.lanes == 0)
+
+    def dtype_ok(self, dtype) -> bool:
+        dtype = str(dtype)
+        return dtype in VECTOR_DTYPES and bits(dtype) * self.lanes <= MAX_VECTOR_BITS
+
+    def expr_ok(self, e) -> bool:
+        lds = loads(e)
+        for ld in lds:
+            if not self.dtype_ok(ld.source.ty.dtype) or not self.access_ok(ld.source,
+                                                                        ld.indices):
+                return False
+        # every dependence on the lane must sit in an (already checked) load index
+        stripped = tvm_ffi.structural_map(
+            e, (tvm.ir.TensorLoad, lambda ld: tirx.const(0, str(ld.ty.dtype))))
+        if _depends(stripped, self.lane):
+            return False
+        # every intermediate value must have a vectorizable dtype (conditions are bool)
+        bad = []
+
+        def visit(node):
+            dt = getattr(getattr(node, "ty", None), "dtype", None)
+            if dt is not None and str(dt) not in ("bool", "int32") and not self.dtype_ok(dt):
+                bad.append(node)
+
+        tvm_ffi.structural_walk(e, (tvm.ir.Expr, visit))
+        return not bad
+
+    def body_ok(self, body) -> bool:
+        if isinstance(body, tirx.IfThenElse):
+            if body.else_case is not None or _depends(body.condition, self.lane):
+                return False
+            body = body.then_case
+        if not isinstance(body, tirx.BufferStore):
+            return False
+        return (self.dtype_ok(body.buffer.ty.dtype)
+                and self.access_ok(body.buffer, body.indices)
+                and self.expr_ok(body.value))
+
+
+def _plan(stmt, ranges):
+    if isinstance(stmt, tirx.For):
+        ranges = {**ranges, stmt.loop_var: (stmt.min, stmt.extent)}
+        if VECTOR_LANES in (stmt.annotations or {}):
+            return _plan_candidate(stmt, ranges)
+    if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent":
+        ranges = {**ranges, stmt.node.var: (tirx.const(0, "int32"), stmt.value)}
+    kids = children(stmt)
+    if not kids:
+        return stmt
+    return rebuild(stmt, [_plan(k, ranges) for k in kids])
+
+
+def _plan_candidate(loop, ranges):
+    lanes = int(loop.annotations[VECTOR_LANES])
+    analyzer = Analyzer()
+    for v, (lo, ext) in ranges.items():
+        try:
+            analyzer.bind(v, tvm.ir.Range.from_min_extent(lo, ext))
+        except Exception:  # noqa: BLE001 - an unbindable range only proves less
+            pass
+    body = _simplify(loop.body, analyzer)
+    ok = _Check(loop.loop_var, lanes, analyzer).body_ok(body)
+    kind = tirx.ForKind.VECTORIZED if ok else tirx.ForKind.SERIAL
+    return tirx.For(loop.loop_var, loop.min, loop.extent, kind, body, None, {}, loop.step)
+
+
+def vectorize(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    func = map_kernels(func, lambda nest: _plan(nest.wrap(nest.body), {}))
+    mod = tvm.tirx.transform.VectorizeLoop()(tvm.IRModule({"main": func}))
+    return mod["main"]

@@ -1,0 +1,243 @@
+"""Pass `verify`: reject ill-formed kernels with clear errors, before any lowering.
+
+Expects: a legalized PrimFunc (T.Parallel loops have ForKind.PARALLEL).
+Guarantees (else raises KernelDefinitionError naming kernel, construct, what is wrong
+and what is allowed):
+  - the body is a sequence of T.Kernel blocks (no statements outside a kernel, no
+    nested kernels);
+  - scalar parameters have a supported dtype, buffers a supported dtype and scope;
+  - T.Parallel extents are constants, T.Parallel loops are not nested and contain no
+    tile ops or T.Kernel;
+  - a fragment is read or written only whole by tile ops, or inside a T.Parallel whose
+    extents equal its shape, indexed exactly by the loop variables;
+  - every tile op's operands are compatible (ranks, extents, partial on-chip tiles);
+  - threadgroup memory fits in 32 KiB.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+import tvm
+from tvm import tirx
+from tvm.tirx import is_buffer_var
+
+from core.ir import ops
+from core.ir.kernel import top_level, unwrap
+from core.ir.stmt import as_int, children, is_kernel_attr, loads
+from core.language.buffers import FRAGMENT
+from core.language.dtypes import SCALAR_PARAM_DTYPES, SUPPORTED, bits
+from core.language.errors import KernelDefinitionError
+
+THREADGROUP_BYTES = 32 * 1024
+
+
+class _Verifier:
+    def __init__(self, name: str):
+        self.name = name
+
+    def fail(self, construct, reason):
+        raise KernelDefinitionError(reason, kernel=self.name, construct=construct)
+
+    # ---- function level -------------------------------------------------------------
+    def params(self, func):
+        for p in func.params:
+            if is_buffer_var(p):
+                if str(p.ty.dtype) not in SUPPORTED:
+                    self.fail(f"parameter '{p.name}'",
+                              f"dtype {p.ty.dtype} is not supported; allowed: {SUPPORTED}")
+            elif str(p.ty) not in SCALAR_PARAM_DTYPES:
+                self.fail(f"scalar parameter '{p.name}'",
+                          f"dtype {p.ty} is not allowed; allowed: "
+                          f"{', '.join(SCALAR_PARAM_DTYPES)}")
+
+    def body(self, func):
+        stmts = top_level(func.body)
+        nkernels = 0
+        for s in stmts:
+            if is_kernel_attr(s):
+                nkernels += 1
+                self.kernel(unwrap(s))
+            elif not (isinstance(s, tirx.Evaluate) and as_int(s.value) is not None):
+                self.fail("statement outside T.Kernel",
+                          f"'{_short(s)}' is not inside a `with T.Kernel(...)` block; only "
+                          "T.Kernel blocks are allowed at the top level of a prim_func")
+        if nkernels == 0:
+            self.fail("T.Kernel", "the prim_func has no `with T.Kernel(...)` block; "
+                                  "at least one is required")
+
+    # ---- kernel level ---------------------------------------------------------------
+    def kernel(self, nest):
+        tags = [str(a.node.thread_tag) for a in nest.attrs]
+        if len(set(tags)) != len(tags):
+            self.fail("T.Kernel", "T.Kernel blocks cannot be nested; write them one after "
+                                  "another to launch several kernels")
+        self.shared_bytes = 0
+        self.stmt(nest.body, parallel=None)
+        if self.shared_bytes > THREADGROUP_BYTES:
+            self.fail("T.alloc_shared",
+                      f"threadgroup memory of one kernel totals {self.shared_bytes} bytes; "
+                      f"Apple GPUs allow at most {THREADGROUP_BYTES}")
+
+    def stmt(self, s, parallel):
+        if is_kernel_attr(s):
+            self.fail("T.Kernel", "T.Kernel blocks cannot be nested; write them one after "
+                                  "another to launch several kernels")
+        if isinstance(s, tirx.AllocBuffer):
+            self.alloc(s.buffer)
+        elif isinstance(s, tirx.For) and s.kind == tirx.ForKind.PARALLEL:
+            self.parallel(s, parallel)
+            return
+        elif isinstance(s, tirx.For):
+            self.exprs([s.min, s.extent], parallel, "loop bounds")
+        elif isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value):
+            if parallel is not None:
+                self.fail(f"T.{s.value.op.name[3:]}",
+                          "tile operations are not allowed inside T.Parallel; "
+                          "call them at kernel level")
+            self.tile_op(s.value)
+            return
+        elif isinstance(s, tirx.BufferStore):
+            self.access(s.buffer, s.indices, parallel, write=True)
+            self.exprs([s.value, *s.indices], parallel, "store")
+        elif isinstance(s, tirx.IfThenElse):
+            self.exprs([s.condition], parallel, "if condition")
+        elif isinstance(s, tirx.Evaluate):
+            self.exprs([s.value], parallel, "expression")
+        for k in children(s):
+            self.stmt(k, parallel)
+
+    def alloc(self, buf):
+        scope = ops.buffer_scope(buf)
+        if scope == "shared":
+            shape = [as_int(d) for d in buf.ty.shape]
+            self.shared_bytes += prod(shape) * bits(str(buf.ty.dtype)) // 8
+
+    def parallel(self, loop, outer):
+        if outer is not None:
+            self.fail("T.Parallel", "T.Parallel loops cannot be nested; use one "
+                                    "T.Parallel(m, n) with several extents")
+        loops = []
+        s = loop
+        while isinstance(s, tirx.For) and s.kind == tirx.ForKind.PARALLEL:
+            if as_int(s.extent) is None or as_int(s.min) != 0:
+                self.fail("T.Parallel", f"extent {s.extent} is not a compile-time constant; "
+                                        "T.Parallel needs constant extents (use a tile size)")
+            loops.append(s)
+            s = s.body
+        self.stmt(s, parallel=tuple(loops))
+
+    # ---- accesses ---------------------------------------------------------------------
+    def exprs(self, exprs, parallel, what):
+        for e in exprs:
+            for ld in loads(e):
+                if is_buffer_var(ld.source):
+                    self.access(ld.source, ld.indices, parallel, write=False)
+
+    def access(self, buf, indices, parallel, write):
+        for idx in indices:
+            if isinstance(idx, tvm.ir.Expr) and not str(idx.ty.dtype).startswith("int"):
+                self.fail(f"buffer '{buf.name}'",
+                          f"index {idx} has dtype {idx.ty.dtype}; indices must be integers")
+        if ops.buffer_scope(buf) != FRAGMENT:
+            return
+        verb = "written" if write else "read"
+        if parallel is None:
+            self.fail(f"fragment '{buf.name}'",
+                      f"is {verb} element-wise outside T.Parallel; a fragment is spread over "
+                      "the threads, so access it inside `for i, j in T.Parallel(...)` or "
+                      "whole with T.copy/T.fill (use T.alloc_local for per-thread arrays)")
+        shape = tuple(as_int(d) for d in buf.ty.shape)
+        extents = tuple(as_int(lp.extent) for lp in parallel)
+        loop_vars = [lp.loop_var for lp in parallel]
+        exact = len(indices) == len(loop_vars) and all(
+            isinstance(i, tvm.ir.Var) and i.same_as(v) for i, v in zip(indices, loop_vars))
+        if shape != extents or not exact:
+            self.fail(f"fragment '{buf.name}'",
+                      f"is {verb} as {buf.name}[{', '.join(map(str, indices))}] in "
+                      f"T.Parallel{extents}; a fragment of shape {shape} must be indexed by "
+                      "the loop variables of a T.Parallel with the same extents, in order")
+
+    # ---- tile ops ---------------------------------------------------------------------
+    def tile_op(self, call):
+        name = call.op.name
+        if name == "tl.copy":
+            src, dst = (ops.decode_region(a) for a in call.args)
+            self.copy(src, dst)
+        elif name == "tl.fill":
+            region = ops.decode_region(call.args[0])
+            self.region(region, "T.fill")
+            self.whole_fragment(region, "T.fill")
+
+    def region(self, r, construct):
+        rank = len(r.buffer.ty.shape)
+        if len(r.mins) != rank:
+            self.fail(f"{construct} operand '{r.name}'",
+                      f"has {len(r.mins)} indices but the buffer has rank {rank}")
+        if r.extents is None or ops.buffer_scope(r.buffer) == "global":
+            return
+        for m, e, d in zip(r.mins, r.extents, r.buffer.ty.shape):
+            m, e, d = as_int(m), as_int(e), as_int(d)
+            if None not in (m, e, d) and (m < 0 or m + e > d):
+                self.fail(f"{construct} operand '{r.name}'",
+                          f"tile [{m}, {m + e}) exceeds the on-chip buffer's extent {d}")
+
+    def whole_fragment(self, r, construct):
+        if ops.buffer_scope(r.buffer) != FRAGMENT:
+            return
+        shape = tuple(as_int(d) for d in r.buffer.ty.shape)
+        ext = shape if r.extents is None else tuple(as_int(e) for e in r.extents)
+        if ext != shape or any(as_int(m) != 0 for m in r.mins):
+            self.fail(f"{construct} operand '{r.name}'",
+                      f"touches part of fragment '{r.name}' (shape {shape}); fragments are "
+                      "copied and filled whole")
+
+    def copy(self, src, dst):
+        self.region(src, "T.copy")
+        self.region(dst, "T.copy")
+        if src.extents is None and dst.extents is None:
+            self.fail("T.copy", f"neither '{src.name}' nor '{dst.name}' gives the tile's "
+                                "extents; pass one operand whole or as a slice")
+        for r in (src, dst):
+            self.whole_fragment(r, "T.copy")
+        if ops.buffer_scope(src.buffer) == ops.buffer_scope(dst.buffer) == FRAGMENT:
+            pass
+        se, de = _tile_extents(src), _tile_extents(dst)
+        if se is not None and de is not None and not _same_extents(se, de):
+            self.fail("T.copy", f"source '{src.name}' tile {_fmt(se)} and destination "
+                                f"'{dst.name}' tile {_fmt(de)} differ; the extents must "
+                                "match (unit dimensions are ignored)")
+        for r, other in ((src, de), (dst, se)):
+            if r.extents is None and other is not None and len(other) > len(r.mins):
+                self.fail("T.copy", f"tile {_fmt(other)} has more dimensions than "
+                                    f"'{r.name}' (rank {len(r.mins)})")
+
+
+def _tile_extents(r):
+    if r.extents is None:
+        return None
+    return tuple(e for e in r.extents if as_int(e) != 1) or (tirx.const(1, "int32"),)
+
+
+def _same_extents(a, b):
+    if len(a) != len(b):
+        return False
+    analyzer = tvm.sym.Analyzer()
+    return all(analyzer.can_prove_equal(x, y) for x, y in zip(a, b))
+
+
+def _fmt(ext):
+    return "(" + ", ".join(str(e) for e in ext) + ")"
+
+
+def _short(s):
+    return str(s).strip().splitlines()[-1].strip()[:80]
+
+
+def verify(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs \
+        else "kernel"
+    v = _Verifier(name)
+    v.params(func)
+    v.body(func)
+    return func

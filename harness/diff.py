@@ -1,0 +1,43 @@
+"""The one comparison helper: a kernel result against its PyTorch oracle.
+
+`assert_close(actual, expected, dtype=None, reduction_length=1)` applies the tolerance
+policy of oracles/tolerance.py for the result dtype and fails with the worst element,
+its index and both values, so a failure report is useful without a debugger.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from oracles.tolerance import tolerance_for
+
+
+def assert_close(actual, expected, dtype=None, reduction_length: int = 1, what: str = ""):
+    actual = torch.as_tensor(actual).cpu()
+    expected = torch.as_tensor(expected).cpu()
+    dtype = dtype or actual.dtype
+    if tuple(actual.shape) != tuple(expected.shape):
+        raise AssertionError(f"{what} shape {tuple(actual.shape)} != expected "
+                             f"{tuple(expected.shape)}")
+    tol = tolerance_for(dtype, reduction_length)
+    if tol.exact:
+        same = actual == expected.to(actual.dtype)
+        if not bool(same.all()):
+            bad = (~same).nonzero()[0].tolist()
+            raise AssertionError(f"{what} {int((~same).sum())} element(s) differ; first at "
+                                 f"{bad}: {actual[tuple(bad)].item()} != "
+                                 f"{expected[tuple(bad)].item()}")
+        return
+    a, e = actual.double(), expected.double()
+    err = (a - e).abs()
+    limit = tol.atol + tol.rtol * e.abs()
+    bad = ~((err <= limit) | (torch.isnan(a) & torch.isnan(e)) | (a == e))
+    if bool(bad.any()):
+        idx = tuple((err - limit).nan_to_num(float("inf")).argmax().item()
+                    for _ in [0])[0]
+        where = list(torch.unravel_index(torch.tensor(idx), a.shape)) if a.dim() else []
+        pos = tuple(int(w) for w in where)
+        raise AssertionError(
+            f"{what} {int(bad.sum())} of {a.numel()} element(s) outside atol={tol.atol} "
+            f"rtol={tol.rtol} ({dtype}); worst at {list(pos)}: {a[pos].item()} vs "
+            f"{e[pos].item()}")

@@ -1,0 +1,225 @@
+"""Properties of the generated MSL and the kernel specs (not text snapshots)."""
+
+import re
+
+import pytest
+import torch
+
+import core
+import core.language as T
+from core.runtime import emu
+from core.transform import pipeline
+from harness.diff import assert_close
+
+
+def _scalar_kernel(order):
+    N = 64
+    if order == "two_int_leading_and_middle":
+        @T.prim_func
+        def k(n: T.int32, A: T.Tensor((N,), "float32"), m: T.int32,
+              B: T.Tensor((N,), "float32")):
+            with T.Kernel(1, threads=64):
+                for i in T.Parallel(N):
+                    B[i] = A[i] + T.cast(n * 10 + m, "float32")
+        return k, (3, torch.arange(N, dtype=torch.float32), 4), torch.arange(N) + 34.0, [3]
+    @T.prim_func
+    def k(A: T.Tensor((N,), "float32"), n: T.int32, alpha: T.float32,
+          B: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=64):
+            for i in T.Parallel(N):
+                B[i] = A[i] * alpha + T.cast(n, "float32")
+    return k, (torch.arange(N, dtype=torch.float32), 5, 0.5), torch.arange(N) * 0.5 + 5, [3]
+
+
+@pytest.mark.parametrize("order", ["two_int_leading_and_middle", "int_and_float"])
+def test_args_struct_layout(order, run):
+    func, args, ref, out_idx = _scalar_kernel(order)
+    kernel = core.compile(func, out_idx=out_idx)
+    spec = kernel.specs[0]
+    assert [f.offset for f in spec.scalars] == [0, 8]
+    assert spec.args.index == len(spec.buffers) == 2
+    assert f"constant {spec.args.name}& args [[buffer(2)]]" in kernel.msl
+    struct = re.search(r"struct alignas\(8\) (\w+) \{(.*?)\};", kernel.msl, re.S)
+    assert struct and struct.group(1) == spec.args.name
+    fields = [line.strip() for line in struct.group(2).strip().splitlines()]
+    ctype = {"int32": "int", "float32": "float"}
+    expected = []
+    for i, f in enumerate(spec.scalars):
+        expected += [f"{ctype[f.dtype]} {f.name};", f"char _pad{i}[4];"]
+    assert fields == expected
+    assert_close(run(kernel, *args), ref)
+
+
+def test_const_device_only_for_read_only_buffers():
+    @T.prim_func
+    def k(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32"),
+          C: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64):
+            for i in T.Parallel(64):
+                B[i] = A[i] + C[i]
+                C[i] = A[i]
+    kernel = core.compile(k)
+    assert re.search(r"const device float\* A \[\[buffer", kernel.msl)
+    assert re.search(r"(?<!const )device float\* B \[\[buffer", kernel.msl)
+    assert re.search(r"(?<!const )device float\* C \[\[buffer", kernel.msl)
+    ro = {b.name: b.readonly for b in kernel.specs[0].buffers}
+    assert ro == {"A": True, "B": False, "C": False}
+    assert "max_total_threads_per_threadgroup(64)" in kernel.msl
+
+
+def _barrier_contexts(msl):
+    """For each barrier line, the kinds of the blocks enclosing it ('if', 'for', ...)."""
+    stack, out = [], []
+    for line in msl.splitlines():
+        s = line.strip()
+        if s.startswith("threadgroup_barrier"):
+            out.append(list(stack))
+        if s.endswith("{"):
+            stack.append(s.split("(")[0].split()[0] if "(" in s else s)
+        elif s.startswith("}"):
+            stack.pop()
+            if s.endswith("{"):
+                stack.append("else")
+    return out
+
+
+def test_no_barrier_inside_divergent_code(run):
+    # 24 x 24 tile over 128 threads: runs % threads != 0, so the distribution has a
+    # thread-dependent guard; the transposed read needs a barrier that must sit outside.
+    b = 24
+
+    @T.prim_func
+    def k(A: T.Tensor((b, b), "float32"), B: T.Tensor((b, b), "float32")):
+        with T.Kernel(1, threads=128):
+            S = T.alloc_shared((b, b), "float32")
+            T.copy(A, S)
+            for i, j in T.Parallel(b, b):
+                B[i, j] = S[j, i] * 2.0
+    kernel = core.compile(k, out_idx=[1])
+    contexts = _barrier_contexts(kernel.msl)
+    assert len(contexts) == 1 and all("if" not in c for c in contexts), contexts
+    a = torch.randn(b, b)
+    assert_close(run(kernel, a), a.T * 2)
+
+
+def _drop_barrier(msl, k):
+    lines = msl.splitlines()
+    idx = [i for i, line in enumerate(lines) if "threadgroup_barrier" in line][k]
+    return "\n".join(lines[:idx] + lines[idx + 1:])
+
+
+def test_every_barrier_is_necessary():
+    M, K, bK = 32, 128, 32
+
+    @T.prim_func
+    def k(A: T.Tensor((M, K), "float32"), B: T.Tensor((M, bK), "float32")):
+        with T.Kernel(1, threads=128):
+            S = T.alloc_shared((M, bK), "float32")
+            acc = T.alloc_fragment((M, bK), "float32")
+            T.clear(acc)
+            for ko in T.Pipelined(K // bK, num_stages=2):
+                T.copy(A[0, ko * bK], S)
+                for i, j in T.Parallel(M, bK):
+                    acc[i, j] = acc[i, j] + S[j, i]
+            T.copy(acc, B)
+    kernel = core.compile(k, out_idx=[1])
+    site = kernel.launches[0]
+    count = kernel.msl.count("threadgroup_barrier")
+    assert count == 2
+    for n in range(count):
+        a, out = torch.randn(M, K), torch.zeros(M, bK)
+        res = emu.run_msl(_drop_barrier(kernel.msl, n), site.kernel, grid=(1, 1, 1),
+                          threadgroup=site.threadgroup, buffers=[a, out])
+        assert res.by_kind("race"), f"barrier {n} is not necessary"
+
+
+def test_same_thread_reuse_needs_no_barrier(run):
+    @T.prim_func
+    def k(A: T.Tensor((32, 32), "float32"), B: T.Tensor((32, 32), "float32")):
+        with T.Kernel(1, threads=128):
+            S = T.alloc_shared((32, 32), "float32")
+            T.copy(A, S)
+            for i, j in T.Parallel(32, 32):
+                B[i, j] = S[i, j] + 1.0
+    kernel = core.compile(k, out_idx=[1])
+    assert "threadgroup_barrier" not in kernel.msl
+    a = torch.randn(32, 32)
+    assert_close(run(kernel, a), a + 1)
+
+
+@pytest.mark.parametrize("dtype,vector", [("float32", "float4"), ("float16", "half4"),
+                                          ("int32", "int4"), ("bfloat16", None)])
+def test_vectorized_copies(dtype, vector, run):
+    @T.prim_func
+    def k(A: T.Tensor((64, 64), dtype), B: T.Tensor((64, 64), dtype)):
+        with T.Kernel(2, 2, threads=128) as (bx, by):
+            F = T.alloc_fragment((32, 32), dtype)
+            T.copy(A[by * 32, bx * 32], F)
+            T.copy(F, B[by * 32, bx * 32])
+    kernel = core.compile(k, out_idx=[1])
+    if vector:
+        assert f"(const device {vector}*)" in kernel.msl and f"(device {vector}*)" in kernel.msl
+        assert max(b.align for b in kernel.specs[0].buffers) == \
+            {"float4": 16, "half4": 8, "int4": 16}[vector]
+    else:
+        assert not re.search(r"bfloat[248]", kernel.msl)
+    a = (torch.randn(64, 64) * 4).to(getattr(torch, dtype))
+    assert_close(run(kernel, a), a, dtype)
+    scalar = core.compile(k, out_idx=[1], disable=("vectorize",))
+    assert not re.search(r"(float|half|int)4\*", scalar.msl)
+
+
+def test_half_stores_are_explicit_conversions(run):
+    @T.prim_func
+    def k(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float16")):
+        with T.Kernel(1, threads=64):
+            for i in T.Parallel(64):
+                B[i] = T.cast(A[i] * 2.0, "float16") + T.cast(1.0, "float16")
+    kernel = core.compile(k, out_idx=[1])
+    stores = [line for line in kernel.msl.splitlines() if re.match(r"\s*(\*\(device half|B\[)",
+                                                                   line)]
+    assert stores and all("half" in s.split("=", 1)[1] for s in stores)
+    a = torch.randn(64)
+    assert_close(run(kernel, a), (a * 2).half() + 1, "float16")
+
+
+def test_pipeline_is_named_and_replaceable(run):
+    assert pipeline.pass_names() == ("legalize", "verify", "layout_inference",
+                                     "lower_tile_ops", "vectorize", "flatten_simplify",
+                                     "thread_sync", "split_host_device")
+
+    @T.prim_func
+    def k(A: T.Tensor((32, 32), "float32"), B: T.Tensor((32, 32), "float32")):
+        with T.Kernel(1, threads=128):
+            S = T.alloc_shared((32, 32), "float32")
+            T.copy(A, S)
+            for i, j in T.Parallel(32, 32):
+                B[i, j] = S[j, i]
+    lowered = pipeline.run(k, stop_after="lower_tile_ops")
+    assert "tl.copy" not in str(lowered) and "local.fragment" not in str(lowered)
+    broken = core.compile(k, out_idx=[1], replace={"thread_sync": lambda f: f})
+    a = torch.randn(32, 32)
+    broken(a, backend="emu")
+    assert broken.last_run.findings and broken.last_run.findings[0].kind == "race"
+    with pytest.raises(ValueError, match="unknown pass"):
+        pipeline.run(k, disable=("no_such_pass",))
+
+
+def test_compile_cache_is_structural_not_by_name(tmp_path, monkeypatch):
+    import importlib
+    jit = importlib.import_module("core.jit")
+    monkeypatch.setenv("METALTILE_CACHE_DIR", str(tmp_path))
+
+    def make(scale):
+        @T.prim_func
+        def same_name(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32")):
+            with T.Kernel(1, threads=64):
+                for i in T.Parallel(64):
+                    B[i] = A[i] * scale
+        return same_name
+    k2, k3 = core.compile(make(2.0)), core.compile(make(3.0))
+    assert k2.msl != k3.msl
+    assert core.compile(make(2.0)).compiled is k2.compiled
+    fresh = jit._Cache()
+    key = jit.cache_key(make(3.0), ((),))
+    assert fresh.get(key).msl == k3.msl  # from disk
