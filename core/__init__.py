@@ -5,6 +5,16 @@
     kernel = core.compile(func, target="metal", out_idx=[-1])
 """
 
-from core.jit import Kernel, KernelFindingsError, compile, jit  # noqa: A004
-
 __all__ = ["Kernel", "KernelFindingsError", "compile", "jit"]
+
+
+def __getattr__(name):
+    # Lazy: `import core.runtime.emu` (the emulator, the harness CLI) must not pay for
+    # importing tvm and torch, which core.jit needs.
+    if name in __all__:
+        import importlib
+        module = importlib.import_module("core.jit")
+        # Bind all public names, so `core.jit` is the decorator, not the submodule.
+        globals().update({n: getattr(module, n) for n in __all__})
+        return globals()[name]
+    raise AttributeError(f"module 'core' has no attribute {name!r}")

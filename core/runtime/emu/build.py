@@ -118,7 +118,10 @@ class Builder:
         self._lock = threading.Lock()
         self._memo: dict[str, Path] = {}
         tc = self.toolchain
-        self._tool_tag = _digest(tc.cxx, ".".join(map(str, tc.version)), platform.machine())
+        # The PCH records the headers' absolute paths, so a checkout elsewhere (CI's clone)
+        # gets its own artifacts.
+        self._tool_tag = _digest(tc.cxx, ".".join(map(str, tc.version)), platform.machine(),
+                                 str(INCLUDE_DIR))
         self._headers = _files_digest(INCLUDE_DIR.glob("*.h"))
 
     # -- shared artifacts ---------------------------------------------------------------
