@@ -129,44 +129,37 @@ class Builder:
     def _flags(self, checked: bool) -> list[str]:
         return COMMON_FLAGS + _arch_flags() + (CHECKED_FLAGS if checked else [])
 
-    def runtime_object(self) -> Path:
-        key = _digest("rt", self._tool_tag, _files_digest(RUNTIME_SOURCES), *RUNTIME_FLAGS)
-        target = cache_dir() / f"runtime-{key}.o"
+    def _shared_artifact(self, key: str, target: Path, what: str, command) -> Path:
+        """Build `target` with `command(tmp_path)` unless cached; atomic, memoized."""
         if key in self._memo or target.exists():
             self._memo[key] = target
             return target
         tmp = _atomic_target(target)
-        cmd = [self.toolchain.cxx, *RUNTIME_FLAGS, *_arch_flags(), "-c",
-               str(HERE / "src" / "runtime.cpp"), "-o", str(tmp)]
-        res = _run_compiler(cmd, "emulator runtime")
+        res = _run_compiler(command(tmp), what)
         if res.returncode != 0:
             tmp.unlink(missing_ok=True)
-            raise ToolchainError(f"building the emulator runtime failed:\n{res.stderr[-4000:]}",
-                                 construct="emulator runtime")
+            raise ToolchainError(f"building the {what} failed:\n{res.stderr[-4000:]}",
+                                 construct=what)
         os.replace(tmp, target)
         self._memo[key] = target
         return target
 
+    def runtime_object(self) -> Path:
+        key = _digest("rt", self._tool_tag, _files_digest(RUNTIME_SOURCES), *RUNTIME_FLAGS)
+        return self._shared_artifact(
+            key, cache_dir() / f"runtime-{key}.o", "emulator runtime",
+            lambda tmp: [self.toolchain.cxx, *RUNTIME_FLAGS, *_arch_flags(), "-c",
+                         str(HERE / "src" / "runtime.cpp"), "-o", str(tmp)])
+
     def precompiled_header(self, checked: bool) -> Path:
         flags = self._flags(checked)
         key = _digest("pch", self._tool_tag, self._headers, *flags)
-        target = cache_dir() / f"metal_stdlib-{key}.pch"
-        if key in self._memo or target.exists():
-            self._memo[key] = target
-            return target
-        tmp = _atomic_target(target)
         # No timestamps: the cache key already covers the headers' content, and a header
         # touched without change (git checkout) must not invalidate the PCH.
-        cmd = [self.toolchain.cxx, *flags, "-Xclang", "-fno-pch-timestamp", "-x", "c++-header",
-               str(INCLUDE_DIR / "metal_stdlib.h"), "-o", str(tmp)]
-        res = _run_compiler(cmd, "emulator shim header")
-        if res.returncode != 0:
-            tmp.unlink(missing_ok=True)
-            raise ToolchainError(f"precompiling the MSL shim header failed:\n{res.stderr[-4000:]}",
-                                 construct="emulator shim header")
-        os.replace(tmp, target)
-        self._memo[key] = target
-        return target
+        return self._shared_artifact(
+            key, cache_dir() / f"metal_stdlib-{key}.pch", "MSL shim header",
+            lambda tmp: [self.toolchain.cxx, *flags, "-Xclang", "-fno-pch-timestamp",
+                         "-x", "c++-header", str(INCLUDE_DIR / "metal_stdlib.h"), "-o", str(tmp)])
 
     # -- kernels ------------------------------------------------------------------------
 
