@@ -200,8 +200,6 @@ class _Verifier:
                                 "extents; pass one operand whole or as a slice")
         for r in (src, dst):
             self.whole_fragment(r, "T.copy")
-        if ops.buffer_scope(src.buffer) == ops.buffer_scope(dst.buffer) == FRAGMENT:
-            pass
         se, de = _tile_extents(src), _tile_extents(dst)
         if se is not None and de is not None and not _same_extents(se, de):
             self.fail("T.copy", f"source '{src.name}' tile {_fmt(se)} and destination "

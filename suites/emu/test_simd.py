@@ -181,3 +181,19 @@ kernel void neighbours(device float* out [[buffer(0)]], uint lane [[thread_index
     out = np.zeros(32, np.float32)
     clean(src, "neighbours", 1, 32, out)
     np.testing.assert_array_equal(out, (np.arange(32) + 1) % 32)
+
+
+def test_divergent_collectives_on_one_line_run_for_their_own_lanes(rng):
+    # Lanes 0..15 take simd_sum, lanes 16..31 simd_max: two different calls on one line,
+    # each over the lanes that reach it, as a GPU runs the two arms one after the other.
+    src = r"""
+kernel void arms(device const int* x [[buffer(0)]], device int* out [[buffer(1)]],
+                 uint lane [[thread_index_in_simdgroup]]) {
+  out[lane] = lane < 16 ? simd_sum(x[lane]) : simd_max(x[lane]);
+}
+"""
+    x = rng.integers(-100, 100, 32).astype(np.int32)
+    out = np.zeros(32, np.int32)
+    clean(src, "arms", 1, 32, x, out)
+    np.testing.assert_array_equal(out[:16], np.full(16, x[:16].sum()))
+    np.testing.assert_array_equal(out[16:], np.full(16, x[16:].max()))

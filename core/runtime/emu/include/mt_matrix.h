@@ -61,7 +61,7 @@ struct matrix_access {
 
 // Meets the simdgroup, checks the uniform arguments; returns true in the lane that records.
 __MT_INLINE bool matrix_meet(__mt_site at, const matrix_access& a, unsigned kind) {
-  __mt_simd_table t = __mt_simd_meet(&a, sizeof(a), kind, at.line);
+  __mt_simd_table t = __mt_simd_meet(&a, sizeof(a), kind, at);
   unsigned first = unsigned(__builtin_ctz(t.active));
   matrix_access lead;
   __builtin_memcpy(&lead, t.slots + first * __MT_SIMD_SLOT, sizeof(lead));

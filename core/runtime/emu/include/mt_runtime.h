@@ -29,14 +29,14 @@ struct __mt_thread_pos {
 // mem_flags bits, as MSL's mem_flags enumerators.
 enum : unsigned { __MT_MEM_NONE = 0, __MT_MEM_DEVICE = 1, __MT_MEM_THREADGROUP = 2, __MT_MEM_TEXTURE = 4 };
 
-// Meeting points are told their call site: the MSL line of the call (mt_sites.h passes it).
-// Threads meet at "the same" barrier or collective when their sites agree, however the
-// optimizer duplicated the code.
-struct __mt_site { unsigned line; };
+// Meeting points are told their call site (mt_sites.h passes it): `id` numbers the call's
+// text in the source, `line` is its MSL line for messages. Threads meet at "the same"
+// barrier or collective when their ids agree, however the optimizer duplicated the code.
+struct __mt_site { unsigned line, id; };
 
 // Barriers: every thread of the threadgroup (resp. simdgroup) must reach the same one.
-void __mt_threadgroup_barrier(unsigned flags, unsigned site);
-void __mt_simdgroup_barrier(unsigned flags, unsigned site);
+void __mt_threadgroup_barrier(unsigned flags, __mt_site site);
+void __mt_simdgroup_barrier(unsigned flags, __mt_site site);
 
 // Simd collective kinds (reported in divergence findings and stats).
 enum : unsigned {
@@ -56,7 +56,7 @@ enum : unsigned { __MT_SIMD_SLOT = 64 };
 // Deposit `nbytes` (<= __MT_SIMD_SLOT) and wait until every lane of the simdgroup that
 // has not exited is waiting at a collective; lanes waiting at the same call site take
 // part. The table stays valid until the calling lane's next meeting point.
-__mt_simd_table __mt_simd_meet(const void* mine, unsigned nbytes, unsigned kind, unsigned site);
+__mt_simd_table __mt_simd_meet(const void* mine, unsigned nbytes, unsigned kind, __mt_site site);
 
 // A simd operation read a lane that did not take part (undefined in MSL).
 void __mt_simd_inactive_lane(unsigned kind, unsigned src_lane);

@@ -19,7 +19,7 @@ namespace __mt {
 template <class T>
 __MT_INLINE __mt_simd_table simd_meet(__mt_site at, const T& v, unsigned kind) {
   static_assert(sizeof(T) <= __MT_SIMD_SLOT, "simd function: value type is too large");
-  return __mt_simd_meet(&v, sizeof(T), kind, at.line);
+  return __mt_simd_meet(&v, sizeof(T), kind, at);
 }
 template <class T>
 __MT_INLINE T simd_lane_value(const __mt_simd_table& t, unsigned lane) {

@@ -25,10 +25,10 @@ __MT_INLINE constexpr mem_flags operator|(mem_flags a, mem_flags b) {
 }
 
 __MT_INLINE void threadgroup_barrier(__mt_site at, mem_flags flags) {
-  __mt_threadgroup_barrier(unsigned(flags), at.line);
+  __mt_threadgroup_barrier(unsigned(flags), at);
 }
 __MT_INLINE void simdgroup_barrier(__mt_site at, mem_flags flags) {
-  __mt_simdgroup_barrier(unsigned(flags), at.line);
+  __mt_simdgroup_barrier(unsigned(flags), at);
 }
 
 }  // namespace metal

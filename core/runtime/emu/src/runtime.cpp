@@ -129,7 +129,7 @@ struct Fiber {
   FiberState state = kReady;
   bool suppress = false;
   uint32_t tid = 0, lane = 0, simdgroup = 0;
-  unsigned site = 0;    // MSL line of the meeting point it waits at (mt_sites.h)
+  __mt_site site{};     // the meeting point it waits at (mt_sites.h)
   unsigned kind = 0;    // simd kind or barrier flags
   uintptr_t pc = 0;     // return address of that call, for findings
   unsigned char deposit[__MT_SIMD_SLOT];
@@ -433,7 +433,7 @@ void fiber_main(void* arg) {
 }
 
 // Called on the fiber: park it and return to the scheduler until released.
-void park(Worker* w, FiberState state, unsigned site, unsigned kind, uintptr_t pc) {
+void park(Worker* w, FiberState state, __mt_site site, unsigned kind, uintptr_t pc) {
   Fiber* f = w->current;
   f->state = state;
   f->site = site;
@@ -466,20 +466,20 @@ bool resolve_simd(Worker* w) {
     for (uint32_t i = lo; i < hi; ++i)
       if (w->fibers[i].state == kAtSimd) { first = int(i); break; }
     if (first < 0) continue;
-    unsigned site = w->fibers[first].site;
+    unsigned site = w->fibers[first].site.id;
     unsigned kind = w->fibers[first].kind;
     uint32_t active = 0;
     unsigned char* slots = &w->simd_slots[size_t(sg) * kSimdWidth * __MT_SIMD_SLOT];
     for (uint32_t i = lo; i < hi; ++i) {
       Fiber& f = w->fibers[i];
-      if (f.state == kAtSimd && f.site == site) {
+      if (f.state == kAtSimd && f.site.id == site) {
         active |= 1u << (i - lo);
         std::memcpy(slots + (i - lo) * __MT_SIMD_SLOT, f.deposit, __MT_SIMD_SLOT);
       }
     }
     for (uint32_t i = lo; i < hi; ++i) {
       Fiber& f = w->fibers[i];
-      if (f.state == kAtSimd && f.site == site) {
+      if (f.state == kAtSimd && f.site.id == site) {
         f.table = __mt_simd_table{slots, active, i - lo, hi - lo};
         f.state = kReady;
       }
@@ -504,14 +504,14 @@ void resolve_barrier(Worker* w) {
     flags |= f.kind;
   }
   if (first < 0) return;
-  unsigned site = w->fibers[first].site;
+  const __mt_site site = w->fibers[first].site;
   for (uint32_t i = 0; i < T; ++i) {
     Fiber& f = w->fibers[i];
-    if (f.state == kAtBarrier && f.site != site) {
+    if (f.state == kAtBarrier && f.site.id != site.id) {
       divergence(w, i, f.pc,
                  format("threads of one threadgroup wait at different threadgroup_barrier calls "
                         "(thread %u at the one on MSL line %u, thread %d at the one on line %u)",
-                        i, f.site, first, site));
+                        i, f.site.line, first, site.line));
       break;
     }
   }
@@ -818,18 +818,18 @@ void install_crash_handlers() {
 
 extern "C" {
 
-void __mt_threadgroup_barrier(unsigned flags, unsigned site) {
+void __mt_threadgroup_barrier(unsigned flags, __mt_site site) {
   Worker* w = t_worker;
   park(w, kAtBarrier, site, flags, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
 }
 
-void __mt_simdgroup_barrier(unsigned flags, unsigned site) {
+void __mt_simdgroup_barrier(unsigned flags, __mt_site site) {
   (void)flags;
   Worker* w = t_worker;
   park(w, kAtSimd, site, 0, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
 }
 
-__mt_simd_table __mt_simd_meet(const void* mine, unsigned nbytes, unsigned kind, unsigned site) {
+__mt_simd_table __mt_simd_meet(const void* mine, unsigned nbytes, unsigned kind, __mt_site site) {
   Worker* w = t_worker;
   Fiber* f = w->current;
   std::memset(f->deposit, 0, sizeof f->deposit);
