@@ -63,10 +63,14 @@ using namespace metal;
 """
 FLOOR_HELPERS = """
 // Floor division and modulo on integers (TIR semantics), for operands of unknown sign.
-inline int tl_floordiv(int a, int b) { int q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
-inline int tl_floormod(int a, int b) { int r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-inline long tl_floordiv(long a, long b) { long q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
-inline long tl_floormod(long a, long b) { long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+template <typename I> inline I tl_floordiv(I a, I b) {
+  I q = a / b;
+  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+template <typename I> inline I tl_floormod(I a, I b) {
+  I r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
 """
 SLOT_BYTES = 8
 
@@ -181,7 +185,7 @@ class _KernelPrinter:
 
     # entry
     def print(self):
-        params, sig = [], []
+        sig = []
         buffers = [p for p in self.func.params if is_buffer_var(p)]
         scalars = [p for p in self.func.params if not is_buffer_var(p)]
         for p in buffers:
@@ -421,7 +425,8 @@ class _KernelPrinter:
         a, b = self.expr(e.a), self.expr(e.b)
         dt = scalar_dtype(e.ty.dtype)
         if dt.startswith("float"):
-            return f"floor({a} / {b})" if name == "FloorDiv" else f"fmod({a}, {b})"
+            quotient = f"floor({a} / {b})"
+            return quotient if name == "FloorDiv" else f"({a} - {b} * {quotient})"
         bound_a = self.analyzer.const_int_bound(e.a)
         bound_b = self.analyzer.const_int_bound(e.b)
         if bound_a.min_value >= 0 and bound_b.min_value > 0:

@@ -3,11 +3,12 @@
 Expects: the fully lowered PrimFunc (flat buffers, barriers planned); its body is the
 top-level DeclBuffer views of the parameters followed by kernel nests.
 Guarantees: one device PrimFunc per kernel nest, named after the function (with
-`_kernel{i}` when there are several, `_kernel` when the name is reserved in MSL). Its parameters are the buffers the kernel touches,
-in order of first use (not the user's order; unused buffers are dropped), then the
-scalars it reads (scalar parameters and symbolic dims), in order of first use. Each
-device function carries `tl.readonly` (names of buffers it never writes) and
-`tl.threads`. The launch plan holds one LaunchSite per kernel, in program order.
+`_kernel{i}` when there are several, `_kernel` when the name is reserved in MSL). Its
+parameters are the buffers the kernel touches, in order of first use (not the user's
+order; unused buffers are dropped), then the scalars it reads (scalar parameters and
+symbolic dims), in order of first use. Each device function carries `tl.readonly` (names
+of buffers it never writes) and `tl.threads`. The launch plan holds one LaunchSite per
+kernel, in program order.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def split_host_device(func: tirx.PrimFunc) -> P.LoweredProgram:
                 used_scalars.append(v)
         written = set()
 
-        def note_store(s):
+        def note_store(s, written=written):
             if isinstance(s, tirx.BufferStore):
                 written.add(views.get(s.buffer, s.buffer).name)
 

@@ -11,7 +11,6 @@ one run, never single timings across runs.
 
 import itertools
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -25,7 +25,7 @@ def outside_kernel():
     def bad(A: T.Tensor((8,), "float32")):
         A[0] = 1.0
         with T.Kernel(1, threads=8):
-            for i in T.Parallel(8):
+            for i in T.Parallel(8):  # noqa: B007 - the malformed kernel under test
                 A[i] = 2.0
     return bad
 
@@ -44,7 +44,7 @@ def nested_kernel():
     def bad(A: T.Tensor((8,), "float32")):
         with T.Kernel(1, threads=8):
             with T.Kernel(1, threads=8):
-                for i in T.Parallel(8):
+                for i in T.Parallel(8):  # noqa: B007 - the malformed kernel under test
                     A[i] = 2.0
     return bad
 
@@ -87,7 +87,7 @@ def parallel_nested():
     @T.prim_func
     def bad(A: T.Tensor((8, 8), "float32")):
         with T.Kernel(1, threads=64):
-            for i in T.Parallel(8):
+            for i in T.Parallel(8):  # noqa: B007 - the malformed kernel under test
                 A[i, 0] = 0.0
                 for j in T.Parallel(8):
                     A[i, j] = 1.0
@@ -100,7 +100,7 @@ def tile_op_in_parallel():
     def bad(A: T.Tensor((8, 8), "float32"), B: T.Tensor((8, 8), "float32")):
         with T.Kernel(1, threads=64):
             S = T.alloc_shared((8, 8), "float32")
-            for i in T.Parallel(8):
+            for i in T.Parallel(8):  # noqa: B007 - the malformed kernel under test
                 T.copy(A, S)
             T.copy(S, B)
     return bad
@@ -144,7 +144,7 @@ def too_much_shared():
         with T.Kernel(1, threads=64):
             S = T.alloc_shared((80, 128), "float32")
             T.fill(S, 0.0)
-            for i in T.Parallel(8):
+            for i in T.Parallel(8):  # noqa: B007 - the malformed kernel under test
                 A[i] = S[0, i]
     return bad
 
@@ -154,7 +154,7 @@ def too_many_threads():
     @T.prim_func
     def bad(A: T.Tensor((8,), "float32")):
         with T.Kernel(1, threads=(64, 32)):
-            for i in T.Parallel(8):
+            for i in T.Parallel(8):  # noqa: B007 - the malformed kernel under test
                 A[i] = 1.0
     return bad
 
@@ -164,7 +164,7 @@ def unsupported_dtype():
     @T.prim_func
     def bad(A: T.Tensor((8,), "float64")):
         with T.Kernel(1, threads=8):
-            for i in T.Parallel(8):
+            for i in T.Parallel(8):  # noqa: B007 - the malformed kernel under test
                 A[i] = 1.0
     return bad
 
@@ -174,7 +174,7 @@ def bad_scalar_dtype():
     @T.prim_func
     def bad(A: T.Tensor((8,), "float32"), s: T.int8):
         with T.Kernel(1, threads=8):
-            for i in T.Parallel(8):
+            for i in T.Parallel(8):  # noqa: B007 - the malformed kernel under test
                 A[i] = T.cast(s, "float32")
     return bad
 
@@ -184,7 +184,7 @@ def four_grid_dims():
     @T.prim_func
     def bad(A: T.Tensor((8,), "float32")):
         with T.Kernel(1, 1, 1, 1, threads=8):
-            for i in T.Parallel(8):
+            for i in T.Parallel(8):  # noqa: B007 - the malformed kernel under test
                 A[i] = 1.0
     return bad
 
@@ -206,7 +206,7 @@ def exp_of_int():
     @T.prim_func
     def bad(A: T.Tensor((8,), "int32")):
         with T.Kernel(1, threads=8):
-            for i in T.Parallel(8):
+            for i in T.Parallel(8):  # noqa: B007 - the malformed kernel under test
                 A[i] = T.exp(A[i])
     return bad
 
@@ -225,8 +225,8 @@ def negative_stages():
     @T.prim_func
     def bad(A: T.Tensor((8,), "float32")):
         with T.Kernel(1, threads=8):
-            for k in T.Pipelined(4, num_stages=-1):
-                for i in T.Parallel(8):
+            for k in T.Pipelined(4, num_stages=-1):  # noqa: B007 - malformed on purpose
+                for i in T.Parallel(8):  # noqa: B007 - the malformed kernel under test
                     A[i] = 1.0
     return bad
 
@@ -246,7 +246,7 @@ def zero_threads():
     @T.prim_func
     def bad(A: T.Tensor((8,), "float32")):
         with T.Kernel(1, threads=0):
-            for i in T.Parallel(8):
+            for i in T.Parallel(8):  # noqa: B007 - the malformed kernel under test
                 A[i] = 1.0
     return bad
 
@@ -306,7 +306,7 @@ def test_bad_out_idx_and_int_overflow():
     @T.prim_func
     def k(A: T.Tensor((8,), "int32"), s: T.int32):
         with T.Kernel(1, threads=8):
-            for i in T.Parallel(8):
+            for i in T.Parallel(8):  # noqa: B007 - the malformed kernel under test
                 A[i] = s
     with pytest.raises(LaunchError, match="does not fit int32"):
         core.compile(k)(torch.zeros(8, dtype=torch.int32), 2**31, backend="emu")

@@ -98,7 +98,7 @@ def test_local_var_serial_range_and_fused_parallel(run):
                 for j in T.Parallel(32):
                     acc = T.alloc_var("float32")
                     acc = 0.0
-                    for t in range(n):
+                    for t in range(n):  # noqa: B007 - a DSL loop; the body ignores t
                         acc = acc + A[i, j]
                     B[i, j] = T.if_then_else(j % 2 == 0, acc, -acc)
     kernel = core.compile(k, out_idx=[1])

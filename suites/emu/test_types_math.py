@@ -224,7 +224,7 @@ def math_results():
     results = {}
     for dtype in (np.float32, np.float16):
         x, y, z, lines = [], [], [], []
-        for f, (name, (call, _, x_range, y_range)) in enumerate(MATH.items()):
+        for f, (_name, (call, _, x_range, y_range)) in enumerate(MATH.items()):
             ties = [v for v in (-2.5, -1.5, -0.5, 0.5, 1.5, 2.5) if x_range[0] <= v <= x_range[1]]
             x.append(np.concatenate([ties, rng.uniform(*x_range, N_MATH - len(ties))]))
             y.append(rng.uniform(*(y_range or (-3, 3)), N_MATH))

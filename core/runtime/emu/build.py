@@ -39,7 +39,8 @@ from .translate import SOURCE_NAME, Translation
 
 HERE = Path(__file__).resolve().parent
 INCLUDE_DIR = HERE / "include"
-RUNTIME_SOURCES = (HERE / "src" / "runtime.cpp", HERE / "src" / "fiber.h", INCLUDE_DIR / "mt_runtime.h")
+RUNTIME_SOURCES = (HERE / "src" / "runtime.cpp", HERE / "src" / "fiber.h",
+                   INCLUDE_DIR / "mt_runtime.h")
 
 # MSL semantics the flags implement: no double (literals are rewritten to float), 32-bit
 # integer wraparound (-fwrapv), half and bfloat rounding after every operation (excess
@@ -200,7 +201,8 @@ class Builder:
             tmp.unlink(missing_ok=True)
 
 
-_DIAG = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+): (?P<sev>error|fatal error|note): (?P<msg>.*)$", re.M)
+_DIAG = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+): "
+                   r"(?P<sev>error|fatal error|note): (?P<msg>.*)$", re.M)
 
 
 def compile_error(stderr: str, unit: str, translation: Translation,

@@ -40,9 +40,11 @@ def generate(kernels: dict[str, KernelSignature]) -> str:
         out.append(f"  {k.name}({args});")
         out.append("}")
         params = ", ".join(
-            f'{{"{p.name}", {p.buffer_index if p.buffer_index is not None else -1}, {_min_bytes(p)}}}'
+            f'{{"{p.name}", {-1 if p.buffer_index is None else p.buffer_index}, '
+            f'{_min_bytes(p)}}}'
             for p in k.params)
-        out.append(f"static const __mt_param_desc __mt_params_{i}[] = {{{params or '{nullptr, -1, 0}'}}};")
+        rows = params or "{nullptr, -1, 0}"
+        out.append(f"static const __mt_param_desc __mt_params_{i}[] = {{{rows}}};")
         table.append(f'{{"{k.name}", __mt_entry_{i}, {len(k.params)}, __mt_params_{i}}}')
     out.append('extern "C" const __mt_kernel_desc __mt_kernels[] = {' + ", ".join(table) + "};")
     out.append(f'extern "C" const uint32_t __mt_kernel_count = {len(table)};')

@@ -265,7 +265,8 @@ def _crash_error(report: dict, binary: Path, kernel: str, grid3, tg3) -> KernelC
     if t >= 0:
         where += f", thread {(t % tg3[0], t // tg3[0] % tg3[1], t // (tg3[0] * tg3[1]))}"
     at = f" at MSL line {line}" if line else ""
-    return KernelCrashError(f"{report['message']}{at} in {where} (address {report.get('address', 0):#x})",
+    address = report.get("address", 0)
+    return KernelCrashError(f"{report['message']}{at} in {where} (address {address:#x})",
                             kernel=kernel)
 
 
@@ -277,7 +278,8 @@ def _result(report: dict, binary: Path, sig, translation: Translation, kernel: s
     for f in raw:
         if f["space"] == "device":
             b = f["buffer"]
-            what = f"buffer {b}" + (f" ('{names[b]}')" if b in names else "") + f", byte {f['offset']}"
+            name = f" ('{names[b]}')" if b in names else ""
+            what = f"buffer {b}{name}, byte {f['offset']}"
         elif f["buffer"] >= 0:
             var = translation.threadgroup_vars.get(f["buffer"], f"#{f['buffer']}")
             what = f"'{var}', byte {f['offset']}"

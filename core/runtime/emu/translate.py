@@ -101,11 +101,13 @@ _INCLUDE = re.compile(r"^[ \t]*#[ \t]*(include[ \t]*<metal_\w*>|pragma[ \t]+META
 _FLOAT_LITERAL = re.compile(
     r"(?<![\w.])((?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)([fFhH]?)(?![\w.])")
 _VECTOR_CTOR = re.compile(r"(?<![\w.])(?:metal::)?(" + "|".join(VECTOR_ELEMENTS) + r")([234])\s*\(")
-_VEC_TEMPLATE_CTOR = re.compile(r"(?<![\w.])(?:metal::)?vec\s*<\s*(" + "|".join(VECTOR_ELEMENTS) + r")\s*,\s*([234])\s*>\s*\(")
+_VEC_TEMPLATE_CTOR = re.compile(
+    r"(?<![\w.])(?:metal::)?vec\s*<\s*(" + "|".join(VECTOR_ELEMENTS) + r")\s*,\s*([234])\s*>\s*\(")
 _THREADGROUP_DECL = re.compile(
     r"\bthreadgroup\s+((?:[A-Za-z_][\w:]*(?:\s*<[^;*&{}()]*?>)?\s+)+?)([A-Za-z_]\w*)\s*"
     r"((?:\[[^\]\n]+\]\s*)*);")
-_VECTOR_CAST = re.compile(r"\(\s*(?:metal::)?((?:" + "|".join(VECTOR_ELEMENTS) + r")[234])\s*\)\s*(?=[\w(])")
+_VECTOR_CAST = re.compile(
+    r"\(\s*(?:metal::)?((?:" + "|".join(VECTOR_ELEMENTS) + r")[234])\s*\)\s*(?=[\w(])")
 _KERNEL_HEAD = re.compile(
     r"(?:\bkernel\s+|\[\[\s*kernel\b([^\]]*)\]\]\s*)void\s+([A-Za-z_]\w*)\s*\(")
 _PARAM_ATTR = re.compile(r"\[\[\s*([A-Za-z_]\w*)\s*(?:\(\s*([^)]*?)\s*\))?\s*\]\]\s*$")
@@ -157,7 +159,8 @@ def _parse_param(piece: str, kernel: str, line: int) -> KernelParam:
     decl = text[: m.start()].strip()
     name_m = re.search(r"([A-Za-z_]\w*)\s*$", decl)
     if not name_m:
-        raise MSLCompileError(f"cannot read the parameter name in '{text}'", kernel=kernel, line=line)
+        raise MSLCompileError(f"cannot read the parameter name in '{text}'", kernel=kernel,
+                              line=line)
     name, ptype = name_m.group(1), decl[: name_m.start()].strip()
     attr, arg = m.group(1), m.group(2)
     if attr == "buffer":
@@ -226,8 +229,11 @@ def translate(source: str) -> Translation:
             source_line=source.splitlines()[line - 1].rstrip())
     code = _INCLUDE.sub(lambda m: "", code)
     code = _FLOAT_LITERAL.sub(_rewrite_literal, code)
-    code = _VECTOR_CTOR.sub(lambda m: f"metal::__mt_make_vec<{m.group(1)}, {m.group(2)}>(", code)
-    code = _VEC_TEMPLATE_CTOR.sub(lambda m: f"metal::__mt_make_vec<{m.group(1)}, {m.group(2)}>(", code)
+    def make_vec(m: re.Match) -> str:
+        return f"metal::__mt_make_vec<{m.group(1)}, {m.group(2)}>("
+
+    code = _VECTOR_CTOR.sub(make_vec, code)
+    code = _VEC_TEMPLATE_CTOR.sub(make_vec, code)
 
     tg_vars: dict[int, str] = {}
 
