@@ -7,8 +7,8 @@
     C = kernel(A, B, n, alpha)          inputs in the user's order; outputs returned
     kernel.last_run.findings            emulator findings of the last call ([] = clean)
 
-Compile results are cached in memory and on disk (METALTILE_CACHE_DIR, default
-~/.cache/metaltile/kernels), keyed by the structural hash of the parsed PrimFunc (its
+Compile results are cached in memory and on disk (`kernels/` under core.cache's root,
+~/.cache/metaltile by default), keyed by the structural hash of the parsed PrimFunc (its
 whole content, including the name), the compile options and a fingerprint of the
 compiler's source, never by name alone.
 """
@@ -24,6 +24,7 @@ from pathlib import Path
 
 import tvm_ffi
 
+from core.cache import cache_root
 from core.codegen.msl import print_program
 from core.errors import LaunchError, MetaltileError
 from core.ir.program import evaluate
@@ -131,8 +132,7 @@ class _Cache:
 
     @staticmethod
     def directory() -> Path:
-        root = os.environ.get("METALTILE_CACHE_DIR")
-        return Path(root) if root else Path.home() / ".cache" / "metaltile" / "kernels"
+        return cache_root() / "kernels"
 
     def get(self, key):
         hit = self.memory.get(key)

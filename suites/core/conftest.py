@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 from harness.diff import assert_close  # noqa: F401 - re-exported for the tests
@@ -28,4 +30,7 @@ def run():
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("METALTILE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kcache"))
+    # Compiled programs go to a per-session folder; the emulator's builds stay shared.
+    kcache = tmp_path_factory.getbasetemp() / "kcache"
+    jit_module = importlib.import_module("core.jit")  # `core.jit` is the decorator
+    monkeypatch.setattr(jit_module._Cache, "directory", staticmethod(lambda: kcache))

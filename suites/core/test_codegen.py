@@ -208,7 +208,7 @@ def test_pipeline_is_named_and_replaceable(run):
 def test_compile_cache_is_structural_not_by_name(tmp_path, monkeypatch):
     import importlib
     jit = importlib.import_module("core.jit")
-    monkeypatch.setenv("METALTILE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(jit._Cache, "directory", staticmethod(lambda: tmp_path))
 
     def make(scale):
         @T.prim_func

@@ -157,12 +157,12 @@ def test_floor_division_and_modulo_of_negative_operands(run):
     # TIR's floordiv/floormod round toward minus infinity (Python semantics), also when the
     # operands' signs are unknown, where MSL's / and % would truncate.
     @T.prim_func
-    def floors(I: T.Tensor((64,), "int32"), Q: T.Tensor((64,), "int32"),
+    def floors(X: T.Tensor((64,), "int32"), Q: T.Tensor((64,), "int32"),
                R: T.Tensor((64,), "int32")):
         with T.Kernel(1, threads=64):
             for i in T.Parallel(64):
-                Q[i] = T.floordiv(I[i], -3)
-                R[i] = T.floormod(I[i], -3)
+                Q[i] = T.floordiv(X[i], -3)
+                R[i] = T.floormod(X[i], -3)
     ints = torch.arange(-32, 32, dtype=torch.int32)
     kernel = core.compile(floors, out_idx=[1, 2])
     assert "tl_floordiv" in kernel.msl and "tl_floormod" in kernel.msl

@@ -31,6 +31,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.cache import cache_root
 from core.errors import MSLCompileError, ToolchainError
 
 from . import launcher
@@ -68,13 +69,7 @@ def _link_flags() -> list[str]:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("METALTILE_CACHE")
-    if root:
-        base = Path(root)
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        base = (Path(xdg) if xdg else Path.home() / ".cache") / "metaltile"
-    path = base / "emu"
+    path = cache_root() / "emu"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
