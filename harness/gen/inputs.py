@@ -1,0 +1,19 @@
+"""Deterministic kernel inputs from a seed: the same (shape, dtype, seed) always gives the
+same tensor, on any machine, so a regression file needs only the seed."""
+
+from __future__ import annotations
+
+import torch
+
+
+def random_tensor(shape, dtype: str, seed: int, *, low: int = -50, high: int = 50,
+                  scale: float = 1.0):
+    """Normal floats (times `scale`) or uniform integers in [low, high) (uint8: [0, high))."""
+    g = torch.Generator().manual_seed(int(seed) & 0x7FFF_FFFF_FFFF_FFFF)
+    t = getattr(torch, dtype)
+    if dtype.startswith(("float", "bfloat")):
+        return (torch.randn(tuple(shape), generator=g, dtype=torch.float32) * scale).to(t)
+    if dtype == "bool":
+        return torch.randint(0, 2, tuple(shape), generator=g).bool()
+    lo = 0 if dtype.startswith("uint") else low
+    return torch.randint(lo, high, tuple(shape), generator=g, dtype=torch.int64).to(t)
