@@ -50,7 +50,7 @@ def build(p: dict) -> Built:
 
     # Computed in the input dtype, then cast: the input's precision sets the tolerance.
     narrow = dtype if dtype in ("float16", "bfloat16") else out_dtype
-    return Built(elementwise, [2], inputs, expected, tolerance_dtypes=(narrow,))
+    return Built(elementwise, [2], inputs, expected, tolerance_dtypes=(narrow,), flops=M * N)
 
 
 @st.composite

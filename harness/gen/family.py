@@ -32,6 +32,7 @@ class Built:
     reduction_length: int = 1              # terms accumulated per output (tolerance)
     tolerance_dtypes: tuple = ()           # per output: the dtype whose tolerance applies
                                            # (the precision computed in; "" = the output's)
+    flops: int = 0                         # arithmetic operations (roofline model); 0 = none
 
 
 @dataclass(frozen=True)
