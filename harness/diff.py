@@ -1,8 +1,10 @@
 """The one comparison helper: a kernel result against its PyTorch oracle.
 
-`assert_close(actual, expected, dtype=None, reduction_length=1)` applies the tolerance
-policy of oracles/tolerance.py for the result dtype and fails with the worst element,
-its index and both values, so a failure report is useful without a debugger.
+`assert_close(actual, expected, dtype=None, reduction_length=1, op_class="elementwise")`
+applies the tolerance policy of oracles/tolerance.py for the result dtype and the op class
+of the computation (exact, elementwise, transcendental, accumulation; a family's
+`Built.op_class`) and fails with the worst element, its index and both values, so a
+failure report is useful without a debugger.
 
 `run_case(family, params, seed=...)` is the one way the harness runs a generated kernel
 (suites, fuzzing and benchmarks alike): build the family's kernel, run it with every
@@ -22,14 +24,15 @@ import torch
 from oracles.tolerance import tolerance_for
 
 
-def assert_close(actual, expected, dtype=None, reduction_length: int = 1, what: str = ""):
+def assert_close(actual, expected, dtype=None, reduction_length: int = 1, what: str = "",
+                 op_class: str = "elementwise"):
     actual = torch.as_tensor(actual).cpu()
     expected = torch.as_tensor(expected).cpu()
     dtype = dtype or actual.dtype
     if tuple(actual.shape) != tuple(expected.shape):
         raise AssertionError(f"{what} shape {tuple(actual.shape)} != expected "
                              f"{tuple(expected.shape)}")
-    tol = tolerance_for(dtype, reduction_length)
+    tol = tolerance_for(dtype, reduction_length, op_class)
     if tol.exact:
         same = actual == expected.to(actual.dtype)
         if not bool(same.all()):
@@ -49,7 +52,7 @@ def assert_close(actual, expected, dtype=None, reduction_length: int = 1, what: 
         pos = tuple(int(w) for w in where)
         raise AssertionError(
             f"{what} {int(bad.sum())} of {a.numel()} element(s) outside atol={tol.atol} "
-            f"rtol={tol.rtol} ({dtype}); worst at {list(pos)}: {a[pos].item()} vs "
+            f"rtol={tol.rtol} ({dtype}, {op_class}); worst at {list(pos)}: {a[pos].item()} vs "
             f"{e[pos].item()}")
 
 
@@ -136,7 +139,7 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
         for i, (got, want) in enumerate(zip(outs, expected)):
             dtype = built.tolerance_dtypes[i] if i < len(built.tolerance_dtypes) else None
             assert_close(got, want, dtype or None, built.reduction_length,
-                         what=f"output {i}:")
+                         what=f"output {i}:", op_class=built.op_class)
         if len(outs) != len(expected):
             raise AssertionError(f"{len(outs)} outputs, oracle gives {len(expected)}")
     except AssertionError as err:

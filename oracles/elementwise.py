@@ -1,6 +1,7 @@
-"""Oracles of the elementwise family: binary ops with a cast, computed in float64 (ints in
-int64) and rounded once to the result dtype, which is the reference a kernel computing in
-its own dtype is measured against (the tolerance policy covers per-op rounding)."""
+"""Oracles of the elementwise family: binary ops and unary math with a cast, computed in
+float64 (ints in int64) and rounded once to the result dtype, which is the reference a
+kernel computing in its own dtype is measured against (the tolerance policy covers per-op
+rounding and fast-math approximations of the transcendental functions)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,31 @@ OPS = {
     "min": torch.minimum,
 }
 
+# Unary math: the function and the input range where it is well-conditioned in half and
+# bfloat and the result stays far from overflow (the family draws inputs from it).
+UNARY = {
+    "exp": (torch.exp, (-4.0, 4.0)),
+    "exp2": (torch.exp2, (-6.0, 6.0)),
+    "log": (torch.log, (0.25, 8.0)),
+    "log2": (torch.log2, (0.25, 8.0)),
+    "sqrt": (torch.sqrt, (0.0, 8.0)),
+    "rsqrt": (torch.rsqrt, (0.25, 8.0)),
+    "abs": (torch.abs, (-8.0, 8.0)),
+    "tanh": (torch.tanh, (-4.0, 4.0)),
+    "sigmoid": (torch.sigmoid, (-6.0, 6.0)),
+}
+TRANSCENDENTAL = frozenset(UNARY) - {"abs"}
+
 
 def binary(op: str, a, b, out_dtype: str):
     """`out = cast(op(a, b))` element-wise, exact for integers, float64 for floats."""
     wide = torch.float64 if a.is_floating_point() else torch.int64
     out = OPS[op](a.to(wide), b.to(wide))
+    return out.to(getattr(torch, out_dtype))
+
+
+def unary(op: str, a, out_dtype: str):
+    """`out = cast(op(a))` element-wise; float64 for floats, int64 for integers (abs)."""
+    wide = torch.float64 if a.is_floating_point() else torch.int64
+    out = UNARY[op][0](a.to(wide))
     return out.to(getattr(torch, out_dtype))

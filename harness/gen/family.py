@@ -33,6 +33,8 @@ class Built:
     tolerance_dtypes: tuple = ()           # per output: the dtype whose tolerance applies
                                            # (the precision computed in; "" = the output's)
     flops: int = 0                         # arithmetic operations (roofline model); 0 = none
+    op_class: str = "elementwise"          # tolerance class (oracles/tolerance.py): exact,
+                                           # elementwise, transcendental, accumulation
 
 
 @dataclass(frozen=True)
@@ -73,5 +75,5 @@ def _load_all():
     import harness.gen as package
 
     for info in pkgutil.iter_modules(package.__path__):
-        if info.name not in ("family", "inputs"):
+        if info.name not in ("family", "inputs", "strategies"):
             importlib.import_module(f"harness.gen.{info.name}")

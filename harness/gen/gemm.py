@@ -1,0 +1,151 @@
+"""Family `gemm`: C = op(A) @ op(B), TileLang's tiled GEMM: shared A/B tiles per k step,
+T.gemm into a float32 fragment accumulator, T.Pipelined k loop, ragged M/N/K tiles.
+
+Params:
+    M, N, K     multiples of 8 (simdgroup matrices are 8x8); not multiples of the block:
+                edge tiles are masked (4096 x 4096 x 4096 builds too)
+    bM, bN, bK  block sizes (bM, bN: 16, 32, 64; bK: 16, 32), the A and B tiles within
+                24 KiB (room for the accumulator's float32 staging); threads: 32..256,
+                whole simdgroups that split the (bM/8) x (bN/8) accumulator tiles evenly
+                (`supported`, the core's rule)
+    dtype       A and B: float32, float16, bfloat16 (float32 accumulation)
+    out_dtype   C: float32 or `dtype`
+    trans_A     A is stored K x M (A_shared bK x bM) and T.gemm(transpose_A=True)
+    trans_B     B is stored N x K (B_shared bN x bK) and T.gemm(transpose_B=True)
+    num_stages  T.Pipelined(..., num_stages) (0-3; a hint on Metal)
+    init        "clear": T.clear(C_local) before the k loop;
+                "clear_accum": the first k step peeled, T.gemm(..., clear_accum=True)
+    a_operand   "shared" (default): A staged in threadgroup memory; "fragment": T.copy
+                of the A tile into a fragment, T.gemm(A_local, B_shared, C_local)
+    epilogue    "none" (default): T.copy(C_local -> C); "relu_scale": a T.Parallel over
+                C_local (C = max(0.5 C, 0)) first; "shared": C_local -> C_shared -> C
+
+Signature: (A, B, C).
+"""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+
+import core.language as T
+from harness.gen import strategies as S
+from harness.gen.family import Built, Family, register
+from harness.gen.inputs import random_tensor
+from oracles import gemm as oracle
+
+DTYPES = S.FLOATS
+BLOCKS = (16, 32, 64)
+THREADS = (32, 64, 128, 256)
+INITS = ("clear", "clear_accum")
+A_OPERANDS = ("shared", "fragment")
+EPILOGUES = ("none", "relu_scale", "shared")
+
+
+def _skip_reason():
+    return None if hasattr(T, "gemm") else "T.gemm is not implemented by the core yet"
+
+
+def build(p: dict) -> Built:
+    M, N, K = p["M"], p["N"], p["K"]
+    bM, bN, bK, threads = p["bM"], p["bN"], p["bK"], p["threads"]
+    dtype, out_dtype, stages = p["dtype"], p["out_dtype"], p["num_stages"]
+    ta, tb = p["trans_A"], p["trans_B"]
+    a_shape, a_tile = ((K, M), (bK, bM)) if ta else ((M, K), (bM, bK))
+    b_shape, b_tile = ((N, K), (bN, bK)) if tb else ((K, N), (bK, bN))
+
+    def a_origin(A, by, ko):
+        return A[ko * bK, by * bM] if ta else A[by * bM, ko * bK]
+
+    def b_origin(B, bx, ko):
+        return B[bx * bN, ko * bK] if tb else B[ko * bK, bx * bN]
+
+    clear_accum = p["init"] == "clear_accum"
+    a_fragment = p.get("a_operand", "shared") == "fragment"
+    epilogue = p.get("epilogue", "none")
+    first_k = 1 if clear_accum else 0
+
+    # Python conditions (`if clear_accum:`) are decided while TVMScript parses the kernel:
+    # each params dict gives one straight-line kernel.
+    @T.prim_func
+    def gemm(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype),
+             C: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=threads) as (bx, by):
+            if a_fragment:
+                A_tile = T.alloc_fragment(a_tile, dtype)
+            else:
+                A_tile = T.alloc_shared(a_tile, dtype)
+            B_shared = T.alloc_shared(b_tile, dtype)
+            C_local = T.alloc_fragment((bM, bN), "float32")
+            if clear_accum:
+                T.copy(a_origin(A, by, 0), A_tile)
+                T.copy(b_origin(B, bx, 0), B_shared)
+                T.gemm(A_tile, B_shared, C_local, transpose_A=ta, transpose_B=tb,
+                       clear_accum=True)
+            else:
+                T.clear(C_local)
+            for ko in T.Pipelined(first_k, T.ceildiv(K, bK), num_stages=stages):
+                T.copy(a_origin(A, by, ko), A_tile)
+                T.copy(b_origin(B, bx, ko), B_shared)
+                T.gemm(A_tile, B_shared, C_local, transpose_A=ta, transpose_B=tb)
+            if epilogue == "relu_scale":
+                for i, j in T.Parallel(bM, bN):
+                    C_local[i, j] = T.max(C_local[i, j] * 0.5, 0.0)
+            if epilogue == "shared":
+                C_shared = T.alloc_shared((bM, bN), "float32")
+                T.copy(C_local, C_shared)
+                T.copy(C_shared, C[by * bM, bx * bN])
+            else:
+                T.copy(C_local, C[by * bM, bx * bN])
+
+    def inputs(seed):
+        return [random_tensor(a_shape, dtype, seed), random_tensor(b_shape, dtype, seed + 1)]
+
+    def expected(args):
+        c = oracle.gemm(args[0], args[1], ta, tb)
+        if epilogue == "relu_scale":
+            c = torch.clamp(c * 0.5, min=0.0)
+        return [c.to(getattr(torch, out_dtype))]
+
+    return Built(gemm, [2], inputs, expected, reduction_length=K,
+                 tolerance_dtypes=(out_dtype,), flops=2 * M * N * K,
+                 op_class="accumulation")
+
+
+def supported(p: dict) -> bool:
+    """Whole simdgroups that split the accumulator's 8x8 tiles evenly (the core's rule,
+    core/ir/matrix.py), and threadgroup tiles (A, B, the "shared" epilogue's C) that
+    leave 8 KiB of the 32 KiB for the accumulator's float32 staging."""
+    groups = p["threads"] // 32
+    tm, tn = p["bM"] // 8, p["bN"] // 8
+    even = any(groups % wm == 0 and tm % wm == 0 and tn % (groups // wm) == 0
+               for wm in range(1, groups + 1))
+    tiles = [(p["bM"] * p["bK"], p["dtype"]), (p["bK"] * p["bN"], p["dtype"]),
+             (2048, "float32")]
+    if p.get("epilogue") == "shared":
+        tiles.append((p["bM"] * p["bN"], "float32"))
+    return even and S.fits_threadgroup(*tiles)
+
+
+@st.composite
+def _drawn(draw):
+    dtype = draw(S.dtype(DTYPES))
+    return {
+        "M": draw(S.multiple_of(8, 8, 96)), "N": draw(S.multiple_of(8, 8, 96)),
+        "K": draw(S.multiple_of(8, 8, 128)),
+        "bM": draw(S.tile(BLOCKS)), "bN": draw(S.tile(BLOCKS)), "bK": draw(S.tile((16, 32))),
+        "threads": draw(S.threads(THREADS)), "dtype": dtype,
+        "out_dtype": draw(st.sampled_from(("float32", dtype))),
+        "trans_A": draw(st.booleans()), "trans_B": draw(st.booleans()),
+        "num_stages": draw(st.integers(0, 3)), "init": draw(st.sampled_from(INITS)),
+        "a_operand": draw(st.sampled_from(A_OPERANDS)),
+        "epilogue": draw(st.sampled_from(EPILOGUES)),
+    }
+
+
+def params():
+    return _drawn().filter(supported)
+
+
+FAMILY = register(Family("gemm", __doc__.splitlines()[0], params, build,
+                         skip_reason=_skip_reason(), tags=("gemm",)))

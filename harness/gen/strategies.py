@@ -1,0 +1,64 @@
+"""Small named Hypothesis builders shared by the kernel families (harness/gen/<family>.py).
+
+Each family's `params()` composes these into one params dict; keeping the pieces here
+gives every family the same notion of "a ragged extent", "a thread count", "a tile" and
+"a dtype", and one place to change how they shrink (toward small sizes, the first
+dtype, the first thread count).
+
+    extent(lo, hi)               a size; any integer, so tiles are ragged more often than not
+    multiple_of(step, lo, hi)    a size that is a multiple of `step` (GEMM's 8)
+    tile(choices)                a tile extent from `choices` (powers of two by default)
+    threads(choices)             threads per threadgroup: THREADS (powers of two, 32..256)
+                                 or THREADS_ANY (also 1, 48, 96, 512 and [x, y(, z)] lists)
+    dtype(choices)               a dtype name ("float32", ...): FLOATS, INTS, NUMERIC
+    fits_threadgroup(...)        whether tiles of given dtypes fit in 32 KiB
+
+This module registers no family (harness/gen/family.py skips it when loading families).
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+FLOATS = ("float32", "float16", "bfloat16")
+INTS = ("int32", "int8", "uint8")
+NUMERIC = FLOATS + INTS
+THREADS = (32, 64, 128, 256)
+# Also partial simdgroups, non-powers of two and 2-D/3-D threadgroups (JSON lists), for
+# kernels whose work distribution does not assume a power of two.
+THREADS_ANY = THREADS + (1, 48, 96, 512, [32, 4], [16, 8], [8, 2, 2])
+TILES = (4, 8, 16, 32, 64)
+THREADGROUP_BYTES = 32 * 1024
+BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "int8": 1,
+         "uint8": 1, "bool": 1}
+
+
+def is_float(dtype: str) -> bool:
+    return dtype.startswith(("float", "bfloat"))
+
+
+def extent(lo: int = 1, hi: int = 96):
+    """A tensor extent in [lo, hi]; shrinks toward `lo`."""
+    return st.integers(lo, hi)
+
+
+def multiple_of(step: int, lo: int, hi: int):
+    """A multiple of `step` in [lo, hi] (e.g. GEMM dims that are multiples of 8)."""
+    return st.integers(-(-lo // step), hi // step).map(lambda k: k * step)
+
+
+def tile(choices=TILES):
+    return st.sampled_from(tuple(choices))
+
+
+def threads(choices=THREADS):
+    return st.sampled_from(tuple(choices))
+
+
+def dtype(choices=NUMERIC):
+    return st.sampled_from(tuple(choices))
+
+
+def fits_threadgroup(*tiles) -> bool:
+    """`tiles` are (elements, dtype) pairs of one kernel's shared buffers."""
+    return sum(n * BYTES[d] for n, d in tiles) <= THREADGROUP_BYTES

@@ -1,0 +1,22 @@
+"""Oracle of the gemm family: C = op(A) @ op(B) in float64 from the kernel's inputs.
+
+The inputs are taken as given (already rounded to float16/bfloat16 where the kernel reads
+those), multiplied and summed in float64, and returned as float32: the kernel accumulates
+in float32, so its result differs only by float32 rounding over K terms (the tolerance
+policy's accumulation class with reduction_length=K), plus one final rounding when it
+stores float16/bfloat16.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def gemm(a, b, transpose_a: bool = False, transpose_b: bool = False) -> torch.Tensor:
+    """op(a) @ op(b), op = transpose when asked; float64 math, float32 result."""
+    a, b = a.double(), b.double()
+    if transpose_a:
+        a = a.T
+    if transpose_b:
+        b = b.T
+    return (a @ b).float()
