@@ -1,8 +1,9 @@
 """MSL printer: LoweredProgram -> one Metal library text + a KernelSpec per kernel.
 
 Input: the device PrimFuncs of `core.ir.program.LoweredProgram` (flat buffers, vector
-expressions from VectorizeLoop, `tl.threadgroup_barrier` calls). Output: MSL in the
-subset the emulator executes and Apple's compiler accepts: plain C++-like code, explicit
+expressions from VectorizeLoop, `tl.threadgroup_barrier` calls, the simdgroup matrix
+intrinsics of core/ir/matrix.py). Output: MSL in the subset the emulator executes and
+Apple's compiler accepts: plain C++-like code, explicit
 conversions (`float4(h4)`, `half(x)`), vector memory access through typed pointers to
 device memory only (threadgroup and thread arrays are accessed element-wise, so no
 alignment beyond the element's is assumed there).
@@ -26,6 +27,7 @@ from tvm.sym import Analyzer
 from tvm.tirx import is_buffer_var
 
 from core.ir import ops
+from core.ir.matrix import MATRIX_SCOPE
 from core.ir.stmt import as_int
 from core.language.errors import LoweringError
 
@@ -54,8 +56,19 @@ INTRINSICS = {  # TIR op -> MSL function
     "tirx.sin": "sin", "tirx.cos": "cos", "tirx.floor": "floor", "tirx.ceil": "ceil",
     "tirx.pow": "pow", "tirx.fmod": "fmod", "tirx.round": "rint", "tirx.trunc": "trunc",
     "tirx.isnan": "isnan", "tirx.isinf": "isinf", "tirx.sigmoid": None,
+    "tirx.log10": "log10", "prim.log2": "log2", "prim.ceil": "ceil",  # TVM 0.27 names
+    "tl.simd_shuffle_xor": "simd_shuffle_xor",
 }
 BARRIER = "threadgroup_barrier(mem_flags::mem_threadgroup);"
+# simdgroup 8x8 matrices (core/ir/matrix.py; buffers of scope MATRIX_SCOPE): types, intrinsics
+MATRIX_TYPES = {"float32": "simdgroup_float8x8", "float16": "simdgroup_half8x8",
+                "bfloat16": "simdgroup_bfloat8x8"}
+MATRIX_CALLS = {  # TIR op -> MSL, formatted with the printed arguments ({t}: element type)
+    "tl.simdgroup_fill": "{0} = make_filled_simdgroup_matrix<{t}, 8, 8>({1})",
+    "tl.simdgroup_load": "simdgroup_load({0}, {1}, {2}, ulong2({3}, {4}), {5})",
+    "tl.simdgroup_store": "simdgroup_store({0}, {1}, {2}, ulong2({3}, {4}), {5})",
+    "tl.simdgroup_mma": "simdgroup_multiply_accumulate({0}, {1}, {2}, {3})",
+}
 KERNEL_ATTRS = "[[kernel, max_total_threads_per_threadgroup({n})]]"
 ARGS_PARAM = "constant {struct}& args [[buffer({index})]]"
 PRELUDE = """#include <metal_stdlib>
@@ -73,6 +86,17 @@ template <typename I> inline I tl_floormod(I a, I b) {
 }
 """
 SLOT_BYTES = 8
+
+
+def _scalar(dtype) -> str:
+    """The element dtype of a (vector) dtype: "float16x4" -> "float16"."""
+    return str(dtype).partition("x")[0]
+
+
+def _with_base(dtype, base: str) -> str:
+    """`dtype` with its element type replaced, lanes kept: ("float16x4", "float32")."""
+    _, x, lanes = str(dtype).partition("x")
+    return base + x + lanes
 
 
 def msl_type(dtype) -> str:
@@ -282,6 +306,9 @@ class _KernelPrinter:
         scope = ops.buffer_scope(buf)
         self.scope[buf] = scope
         size = as_int(buf.ty.shape[0])
+        if scope == MATRIX_SCOPE and size is not None:
+            self.emit(f"{MATRIX_TYPES[str(buf.ty.dtype)]} {self.ident(buf)}[{size}];")
+            return
         space = {"shared": "threadgroup ", "local": ""}.get(scope)
         if space is None or size is None:
             raise LoweringError(f"buffer '{buf.name}' in scope {scope} cannot be allocated",
@@ -381,7 +408,11 @@ class _KernelPrinter:
         if name == "Not":
             return f"(!{self.expr(e.a)})"
         if name == "Cast":
-            return f"{msl_type(e.ty.dtype)}({self.expr(e.value)})"
+            value = self.expr(e.value)
+            src, dst = _scalar(e.value.ty.dtype), _scalar(e.ty.dtype)
+            if {src, dst} == {"float16", "bfloat16"}:  # no direct half <-> bfloat cast:
+                value = f"{msl_type(_with_base(e.value.ty.dtype, 'float32'))}({value})"
+            return f"{msl_type(e.ty.dtype)}({value})"
         if name == "Select":
             return (f"({self.expr(e.condition)} ? {self.expr(e.true_value)} : "
                     f"{self.expr(e.false_value)})")
@@ -402,9 +433,13 @@ class _KernelPrinter:
         v = int(e.value)
         if dt == "bool":
             return "true" if v else "false"
+        # the most negative value is written as (-max - 1): `-2147483648` is the negation of
+        # a literal that does not fit an int (a long in C++ and MSL)
+        lowest = dt in TYPE_BYTES and dt.startswith("int") and v == -(1 << (8 * TYPE_BYTES[dt] - 1))
+        text = f"{v + 1} - 1" if lowest else str(v)
         if dt == "int32":
-            return str(v) if v >= 0 else f"({v})"
-        return f"{msl_type(dt)}({v})"
+            return text if v >= 0 else f"({text})"
+        return f"{msl_type(dt)}({text})"
 
     @staticmethod
     def float_literal(v, dtype):
@@ -444,6 +479,11 @@ class _KernelPrinter:
             x = self.expr(args[0])
             one = self.float_literal(1.0, scalar_dtype(e.ty.dtype))
             return f"({one} / ({one} + exp(-{x})))"
+        if op in MATRIX_CALLS:
+            t = msl_type(args[0].source.ty.dtype)
+            return MATRIX_CALLS[op].format(*(self.expr(a) for a in args), t=t)
+        if op == "tirx.address_of":
+            return f"&{self.expr(args[0])}"
         if op == "tirx.likely":
             return self.expr(args[0])
         if op in INTRINSICS and INTRINSICS[op]:

@@ -6,6 +6,8 @@ enumerates the index over every combination with numpy (vector accesses contribu
 `lanes` consecutive elements) and records which thread touches which element. When the
 index depends on anything else (block indices, parameters, loaded values, loops with
 symbolic bounds) the footprint is `unknown`, which callers treat as "may touch anything".
+A simdgroup matrix load/store (`Footprint.of_tile`) touches its whole 8x8 tile at each
+point, as one unit per simdgroup.
 
 `may_race(a, b)`: could two *different* threads touch one element, one of them writing?
 """
@@ -48,34 +50,42 @@ class Footprint:
         """`thread_axes`: [(var, extent, stride)] of the thread index; `loops`: LoopRange;
         `guards`: conditions the access executes under (points where one is false are
         dropped; a guard that cannot be enumerated is ignored, which only adds points)."""
-        size = as_int(buffer.ty.shape[0]) if len(buffer.ty.shape) == 1 else None
-        fp = cls(buffer, write, size=size or 0)
-        axes = [(v, e) for v, e, _ in thread_axes] + [(lp.var, lp.extent) for lp in loops]
-        if size is None or prod(e for _, e in axes) > MAX_POINTS:
-            return fp
-        env = {}
-        ndim = len(axes)
-        for k, (v, e) in enumerate(axes):
-            shape = [1] * (ndim + 1)
-            shape[k] = e
-            env[v] = np.arange(e, dtype=np.int64).reshape(shape)
-        elements = _eval(index, env, ndim)
-        if elements is None:
-            return fp
-        tid = np.zeros([1] * (ndim + 1), dtype=np.int64)
-        for v, _, stride in thread_axes:
-            tid = tid + env[v] * stride
-        keep = np.ones([1] * (ndim + 1), dtype=bool)
-        for g in guards:
-            mask = _eval(g, env, ndim)
-            if mask is not None:
-                keep = keep & np.asarray(mask, dtype=bool)
-        elements, tid, keep = np.broadcast_arrays(elements, tid, keep)
-        elements, tid = elements[keep], tid[keep]
-        if elements.size and (elements.min() < 0 or elements.max() >= size):
-            return fp
-        fp.elements, fp.threads = elements, tid
+        fp = cls(buffer, write, size=_flat_size(buffer))
+        points = _points(index, thread_axes, loops, guards) if fp.size else None
+        if points is not None:
+            fp._set(*points)
         return fp
+
+    @classmethod
+    def of_tile(cls, access, thread_axes, loops, guards=(), *, first_unit: int,
+                simd_width: int = 32) -> "Footprint":
+        """A matrix-tile access (`core.ir.matrix.TileAccess`, a simdgroup_load/store):
+        every element {base + r * stride + c : r < rows, c < cols} of the tile at every
+        point, done by the simdgroup as a unit. Unit ids `first_unit + tid // simd_width`
+        follow the thread ids (pass the thread count), so a tile access never counts as
+        the same thread as a plain access, while two accesses of one simdgroup do. The
+        access's arguments are uniform over the simdgroup, so when simdgroups are runs of
+        the first thread axis only their first lanes are enumerated."""
+        fp = cls(access.buffer, access.write, size=_flat_size(access.buffer))
+        stride = as_int(access.stride)
+        if not fp.size or access.base is None or stride is None:
+            return fp
+        first = thread_axes[0] if thread_axes else None
+        sample = simd_width if first is not None and first[2] == 1 and \
+            first[1] % simd_width == 0 else 1
+        offsets = (np.arange(access.rows, dtype=np.int64)[:, None] * stride
+                   + np.arange(access.cols, dtype=np.int64)[None, :]).ravel()
+        points = _points(access.base, thread_axes, loops, guards, sample, offsets.size)
+        if points is not None:
+            elements, tid = points
+            fp._set((elements[:, None] + offsets[None, :]).ravel(),
+                    np.repeat(first_unit + tid // simd_width, offsets.size))
+        return fp
+
+    def _set(self, elements, threads):
+        if elements.size and (elements.min() < 0 or elements.max() >= self.size):
+            return  # outside the buffer: leave the footprint unknown
+        self.elements, self.threads = elements, threads
 
     def summary(self):
         """(lowest thread, highest thread) per element; sentinel for untouched elements."""
@@ -98,6 +108,38 @@ def may_race(a: Footprint, b: Footprint) -> bool:
     both = (hi_a >= 0) & (hi_b >= 0)
     same_single = (lo_a == hi_a) & (lo_b == hi_b) & (lo_a == lo_b)
     return bool(np.any(both & ~same_single))
+
+
+def _flat_size(buffer) -> int:
+    return (as_int(buffer.ty.shape[0]) or 0) if len(buffer.ty.shape) == 1 else 0
+
+
+def _points(index, thread_axes, loops, guards, sample=1, per_point=1):
+    """(element, linear thread id) of every enumerated point where all guards hold, or None
+    when `index` cannot be enumerated. The first thread axis steps by `sample`."""
+    axes = [(v, e, sample if k == 0 else 1) for k, (v, e, _) in enumerate(thread_axes)]
+    axes += [(lp.var, lp.extent, 1) for lp in loops]
+    if prod(-(-e // step) for _, e, step in axes) * per_point > MAX_POINTS:
+        return None
+    env = {}
+    ndim = len(axes)
+    for k, (v, e, step) in enumerate(axes):
+        shape = [1] * (ndim + 1)
+        shape[k] = -(-e // step)
+        env[v] = np.arange(0, e, step, dtype=np.int64).reshape(shape)
+    elements = _eval(index, env, ndim)
+    if elements is None:
+        return None
+    tid = np.zeros([1] * (ndim + 1), dtype=np.int64)
+    for v, _, stride in thread_axes:
+        tid = tid + env[v] * stride
+    keep = np.ones([1] * (ndim + 1), dtype=bool)
+    for g in guards:
+        mask = _eval(g, env, ndim)
+        if mask is not None:
+            keep = keep & np.asarray(mask, dtype=bool)
+    elements, tid, keep = np.broadcast_arrays(elements, tid, keep)
+    return elements[keep], tid[keep]
 
 
 _BINARY = {

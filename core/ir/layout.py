@@ -1,26 +1,55 @@
 """Fragment layout: which thread holds which element of a `T.alloc_fragment` tile.
 
 The model ("blocked cyclic"): the tile's elements, in row-major order, are cut into runs
-of `vec` consecutive elements; runs are dealt to the threadgroup's threads round-robin.
+of `vec` consecutive elements; runs are dealt to the holders round-robin.
 
-    element with flat index f  ->  thread (f // vec) % threads
+    element with flat index f  ->  holder (f // vec) % threads
                                    slot   (f // (vec * threads)) * vec + f % vec
 
-so thread t holds `slots` elements in a private array, slot s being the element
-    f = ((s // vec) * threads + t) * vec + s % vec.
+so holder h keeps `slots` elements in a private array, slot s being the element
+    f = ((s // vec) * threads + h) * vec + s % vec.
 
 `vec` is the largest of 4, 2, 1 dividing the tile's last extent, so a run never crosses a
 row and a run of a row-major global tile is contiguous in memory (vectorizable).
 A `T.Parallel` loop over the same extents spreads its iterations the same way (iteration
 f runs on the thread holding element f), which is why a Parallel loop, a copy to or from
-the fragment and (later) a reduction over it agree without any data movement: every
-thread only touches its own slots.
+the fragment and a reduction over it agree without any data movement: every thread only
+touches its own slots.
+
+Replicated layouts (the result of a reduction, core/transform/lower_reduce.py). Unless
+stated otherwise a holder is a thread (`threads` = the threadgroup size). A replicated
+layout has `2 ** rep_bits` threads per holder: the thread-id bits
+[rep_lo, rep_lo + rep_bits) do not select the holder, so thread t is holder
+
+    holder(t) = (t >> (rep_lo + rep_bits)) << rep_lo  |  t & (2 ** rep_lo - 1)
+
+and `threads` = threadgroup size / 2 ** rep_bits; every thread of a holder keeps the same
+copy of its elements, at the same slots. `reduce_layout(src, dim)` picks the layout of a
+reduction's destination from the source's layout: the replicated bits are the thread-id
+bits in which the threads holding the inputs of one output element differ (widened to a
+contiguous range), so those threads are exactly the XOR butterfly group that combines the
+output, and after the butterfly each of them holds the output, where the layout says.
+The destination's `vec` is the largest candidate for which every input element's thread
+holds its output. Consequences the lowering relies on:
+  - a `T.Parallel` over the source's extents that reads `dst[i]` (the reduced index
+    dropped) reads a local slot: the thread running iteration (i, j) holds dst[i];
+    `broadcast_ok` checks this at compile time for any loop layout and fragment;
+  - a loop, copy or fill over the destination itself runs on every replica (each
+    updates its own copy); stores to threadgroup or device memory from it are made by
+    one replica only, the owner (replica bits all zero), so each element is stored once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
+
+import numpy as np
+from tvm import tirx
+
+
+class NoLayout(Exception):
+    """No layout satisfies the request; the message says why (callers add the context)."""
 
 
 def run_width(extents) -> int:
@@ -35,8 +64,10 @@ def run_width(extents) -> int:
 @dataclass(frozen=True)
 class FragmentLayout:
     shape: tuple
-    threads: int
+    threads: int            # holders: the threadgroup size unless replicated
     vec: int
+    rep_lo: int = 0         # replicated thread-id bits [rep_lo, rep_lo + rep_bits)
+    rep_bits: int = 0
 
     @classmethod
     def for_tile(cls, shape, threads: int) -> "FragmentLayout":
@@ -53,18 +84,155 @@ class FragmentLayout:
 
     @property
     def rounds(self) -> int:
-        """Runs per thread (the last round may leave some threads idle)."""
+        """Runs per holder (the last round may leave some holders idle)."""
         return -(-self.runs // self.threads)
 
     @property
     def slots(self) -> int:
         return self.rounds * self.vec
 
-    def thread_of(self, flat: int) -> int:
+    @property
+    def replicas(self) -> int:
+        return 1 << self.rep_bits
+
+    @property
+    def replicated(self) -> bool:
+        return self.rep_bits > 0
+
+    @property
+    def thread_count(self) -> int:
+        """Threads of the threadgroup the layout is for."""
+        return self.threads * self.replicas
+
+    def thread_of(self, flat):
+        """Holder of element `flat` (ints or numpy arrays)."""
         return (flat // self.vec) % self.threads
 
-    def slot_of(self, flat: int) -> int:
+    def slot_of(self, flat):
         return (flat // (self.vec * self.threads)) * self.vec + flat % self.vec
 
     def flat_of(self, thread: int, slot: int) -> int:
         return ((slot // self.vec) * self.threads + thread) * self.vec + slot % self.vec
+
+    def holder(self, tid):
+        """Holder of thread `tid` (ints or numpy arrays)."""
+        lo, hi = self.rep_lo, self.rep_lo + self.rep_bits
+        return ((tid >> hi) << lo) | (tid & ((1 << lo) - 1))
+
+    def thread(self, holder, replica):
+        """Thread number `replica` of `holder` (inverse of `holder`)."""
+        lo, hi = self.rep_lo, self.rep_lo + self.rep_bits
+        return ((holder >> lo) << hi) | (replica << lo) | (holder & ((1 << lo) - 1))
+
+    # ---- the same maps as TIR expressions (tid: the linear thread index) ----------------
+    def holder_expr(self, tid):
+        if not self.replicated:
+            return tid
+        lo, hi = self.rep_lo, self.rep_lo + self.rep_bits
+        high = tirx.floordiv(tid, 1 << hi)
+        return high if lo == 0 else high * (1 << lo) + tirx.floormod(tid, 1 << lo)
+
+    def owner_expr(self, tid):
+        """True on the one replica of each holder that stores to shared/device memory."""
+        replica = tid if self.rep_lo == 0 else tirx.floordiv(tid, 1 << self.rep_lo)
+        return tirx.floormod(replica, self.replicas) == 0
+
+    def slot_expr(self, flat):
+        if self.threads == 1:
+            return flat
+        lane = tirx.floormod(flat, self.vec) if self.vec > 1 else None
+        block = self.vec * self.threads
+        if block >= self.size:              # a single round
+            return lane if lane is not None else tirx.const(0, "int32")
+        base = tirx.floordiv(flat, block) * self.vec
+        return base + lane if lane is not None else base
+
+
+def _out_index(flat, shape, dims):
+    """Flat index, in the shape without `dims`, of the output each of `flat` reduces into."""
+    idx = np.unravel_index(flat, shape)
+    out = np.zeros_like(flat)
+    for d, extent in enumerate(shape):
+        if d not in dims:
+            out = out * extent + idx[d]
+    return out
+
+
+def reduce_layout(src: FragmentLayout, dim, dst_shape) -> FragmentLayout:
+    """Layout of the destination of a reduction of a fragment laid out as `src` over `dim`
+    (an int, or a tuple of dims), see the module docstring; raises NoLayout when the
+    threadgroup cannot host it."""
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    threads = src.threads
+    if threads <= 0:
+        raise NoLayout(f"the threadgroup has {threads} threads; it needs at least one")
+    if src.replicated:
+        raise NoLayout("the source is itself replicated (a reduction result); reduce a "
+                       "fragment laid out over all threads")
+    dst_shape = tuple(int(d) for d in dst_shape)
+    flat = np.arange(src.size, dtype=np.int64)
+    out = _out_index(flat, src.shape, dims)
+    tid = src.thread_of(flat)
+    first = np.full(prod(dst_shape), src.size, dtype=np.int64)
+    np.minimum.at(first, out, flat)
+    mask = int(np.bitwise_or.reduce(tid ^ src.thread_of(first)[out])) if tid.size else 0
+    lo = (mask & -mask).bit_length() - 1 if mask else 0
+    hi = mask.bit_length()
+    if mask and threads % (1 << hi):
+        raise NoLayout(
+            f"the threads holding one output element differ in thread-id bits {lo}..{hi - 1}, "
+            f"so they combine in groups of {1 << (hi - lo)} spanning {1 << hi} threads, but "
+            f"the threadgroup has {threads} threads, not a multiple of {1 << hi}; use a "
+            "power-of-two thread count (or a tile whose rows fit the threads evenly)")
+    vecs = sorted({run_width(dst_shape), src.vec if len(src.shape) - 1 not in dims else 1, 1},
+                  reverse=True)
+    # The narrowest bit range first; widening it (up to every thread holding every output)
+    # covers outputs whose threads are spread too unevenly for the round-robin of holders.
+    ranges = [(lo, h) for h in range(hi, threads.bit_length()) if threads % (1 << h) == 0]
+    ranges += [(0, h) for h in range(hi, threads.bit_length()) if lo and
+               threads % (1 << h) == 0]
+    for lo, hi in ranges:
+        for vec in vecs:
+            layout = FragmentLayout(dst_shape, threads >> (hi - lo), vec, lo, hi - lo)
+            if dst_shape[-1] % vec == 0 and \
+                    np.array_equal(layout.thread_of(out), layout.holder(tid)):
+                return layout
+    raise NoLayout("no replicated layout keeps every output element on the threads that "
+                   "hold its inputs; use a power-of-two thread count")
+
+
+def broadcast_ok(loop: FragmentLayout, frag: FragmentLayout, dims) -> bool:
+    """True if every thread running an iteration of a loop nest laid out as `loop` holds
+    the element `frag[idx[dims[0]], idx[dims[1]], ...]` the iteration reads (`idx` the
+    iteration's indices; a dim of None stands for the constant index 0)."""
+    if loop.thread_count != frag.thread_count:
+        return False
+    flat = np.arange(loop.size, dtype=np.int64)
+    idx = np.unravel_index(flat, loop.shape)
+    elem = np.zeros_like(flat)
+    for d, extent in zip(dims, frag.shape):
+        elem = elem * extent + (idx[d] if d is not None else 0)
+    want = frag.thread_of(elem)
+    holder = loop.thread_of(flat)
+    for r in range(loop.replicas):
+        if not np.array_equal(frag.holder(loop.thread(holder, r)), want):
+            return False
+    return True
+
+
+def broadcast_dims(indices, loop_vars, shape):
+    """Loop dims a fragment access `F[indices]` inside a T.Parallel over `loop_vars` reads
+    (see `broadcast_ok`): each index is a loop variable, in loop order, or the constant 0
+    on a unit extent; None if the access has another form."""
+    dims, last = [], -1
+    for index, extent in zip(indices, shape):
+        pos = next((k for k, v in enumerate(loop_vars) if index.same_as(v)), None)
+        if pos is None:
+            if not (isinstance(index, tirx.IntImm) and index.value == 0 and int(extent) == 1):
+                return None
+        elif pos <= last:
+            return None
+        else:
+            last = pos
+        dims.append(pos)
+    return tuple(dims) if len(dims) == len(shape) else None

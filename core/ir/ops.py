@@ -8,7 +8,13 @@ Each tile op is a TIR `Op` registered from Python (`tvm.ir.register_op_attr`), u
     tl.copy(src_region, dst_region)                 element-wise copy, dtype converted
     tl.fill(dst_region, value)                      every element := value
     tl.parallel_scope(e0, e1, ...)                  marks the next loop nest as T.Parallel
+    tl.gemm(A, B, C, transpose_A, transpose_B, clear_accum)
+                                                    C (+)= op(A) @ op(B) (regions; flags 0/1)
+    tl.reduce(src, dst, kind, dim, clear)          dst (op)= reduce over `dim` of src (whole
+                                                    buffers; kind "sum"/"max"/"min"/"abssum"/
+                                                    "absmax"; core/transform/lower_reduce.py)
     tl.threadgroup_barrier()                        (lowered) threadgroup_barrier(mem_threadgroup)
+    tl.simd_shuffle_xor(value, mask)                (lowered) value of lane (lane ^ mask)
 
 `Region` is the decoded, plain-Python view of a `tl.region` call.
 """
@@ -20,9 +26,12 @@ from dataclasses import dataclass
 import tvm
 from tvm.ir import Op, register_op_attr
 
-TILE_OPS = ("tl.region", "tl.copy", "tl.fill", "tl.parallel_scope")
+TILE_OPS = ("tl.region", "tl.copy", "tl.fill", "tl.parallel_scope", "tl.gemm", "tl.reduce")
 # Lowered (non-tile) intrinsics of our own, printed by the MSL printer.
-INTRINSICS = ("tl.threadgroup_barrier",)
+INTRINSICS = ("tl.threadgroup_barrier",
+              # simdgroup 8x8 matrices (core/ir/matrix.py)
+              "tl.simdgroup_fill", "tl.simdgroup_load", "tl.simdgroup_store", "tl.simdgroup_mma",
+              "tl.simd_shuffle_xor")  # reductions (core/transform/lower_reduce.py)
 _OPAQUE = 3  # CallEffectKind.Opaque: never removed or reordered by TVM's passes
 
 for _name in TILE_OPS + INTRINSICS:

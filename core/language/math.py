@@ -76,7 +76,15 @@ def if_then_else(cond, then_value, else_value):
 
 
 def infinity(dtype="float32"):
-    return tvm.tirx.infinity(dtype_name(dtype, construct="T.infinity"))
+    """+inf of a float dtype (bfloat16 included); for an integer dtype its largest value
+    (numeric_limits<T>::max(), as TileLang)."""
+    dt = dtype_name(dtype, construct="T.infinity")
+    if dt.startswith(("float", "bfloat")):
+        return tvm.tirx.FloatImm(dt, float("inf"))
+    if dt == "bool":
+        raise KernelDefinitionError("bool has no infinity; allowed: float and integer dtypes",
+                                    construct="T.infinity")
+    return tvm.tirx.max_value(dt)
 
 
 def max_value(dtype):

@@ -1,6 +1,7 @@
 """Pass `lower_tile_ops`: tile ops and T.Parallel loops -> per-thread loops.
 
-Expects: a PrimFunc after `layout_inference` (fragments carry `tl.layout_vec`).
+Expects: a PrimFunc after `layout_inference` (fragments carry `tl.layout_vec`, replicated
+ones `tl.layout_replicate`).
 Guarantees: no tile-op calls, no PARALLEL loops and no fragment buffers remain. Each
 fragment becomes a per-thread `local` array of `FragmentLayout.slots` elements; each
 fragment access `F[i, j]` in a T.Parallel loop becomes `F_local[slot]`.
@@ -16,14 +17,25 @@ into runs of `vec` consecutive elements, dealt to threads round-robin:
                 f = run * vec + l;  (i, j, ...) = unravel(f, extents)
                 body(i, j, ...)             # fragment slot = r * vec + l
 
+A T.Parallel runs in the layout of the fragments it accesses at its own extents (else the
+default layout of its extents). In a replicated layout (a reduction's result) `threads`
+are its holders and `tid` the thread's holder: every replica runs its holder's
+iterations, and stores to threadgroup or device memory (in the loop or a T.copy out of
+the fragment) are made by the owner replica only, so each element is stored once. A
+lower-rank fragment read with a subset of the loop variables (`mx[i]` in T.Parallel(bM,
+N)) reads the element's slot in its own layout, after `broadcast_ok` has proven that
+every thread running the iteration holds it (else a LoweringError naming the fragment).
+
 Copies convert the dtype (a Cast when the dtypes differ) and mask edge tiles of global
 buffers: an out-of-bounds load reads 0, an out-of-bounds store is skipped. A bound is
 checked only where the analyzer cannot prove it. Copies and fills involving a `local`
-buffer run per thread over the whole tile.
+buffer run per thread over the whole tile. T.gemm and every use of a gemm accumulator go
+to core/transform/lower_gemm.py first; the T.reduce family to core/transform/lower_reduce.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from math import prod
 
 import tvm
@@ -33,11 +45,13 @@ from tvm.sym import Analyzer
 
 from core.ir import ops
 from core.ir.kernel import map_kernels
-from core.ir.layout import run_width
-from core.ir.stmt import as_int, children, rebuild, rewrite, seq, substitute
+from core.ir.layout import FragmentLayout, broadcast_dims, broadcast_ok, run_width
+from core.ir.stmt import as_int, children, loads, rebuild, rewrite, seq, substitute, walk
 from core.language.buffers import FRAGMENT
 from core.language.errors import LoweringError
 from core.transform.layout_inference import fragment_layout
+from core.transform.lower_gemm import GemmLowering
+from core.transform.lower_reduce import ReduceLowering
 
 VECTOR_LANES = "tl.vector_lanes"
 
@@ -73,6 +87,8 @@ class _KernelLowering:
         for attr in nest.attrs:
             self.ranges[attr.node.var] = (_i32(0), attr.value)
         self.counter = 0
+        self.gemm = GemmLowering(self, nest.body)   # T.gemm and its accumulators
+        self.reduce = ReduceLowering(self, nest.body)  # the T.reduce family
 
     def fresh(self, name):
         self.counter += 1
@@ -80,6 +96,9 @@ class _KernelLowering:
 
     # ---- statements -----------------------------------------------------------------
     def stmt(self, s):
+        lowered = self.gemm.lower(s)
+        if lowered is not None:
+            return lowered
         if isinstance(s, tirx.AllocBuffer) and ops.buffer_scope(s.buffer) == FRAGMENT:
             layout = fragment_layout(s, self.threads)
             local = tirx.decl_buffer((layout.slots,), ops.buffer_dtype(s.buffer),
@@ -92,6 +111,8 @@ class _KernelLowering:
             return self.copy(*(ops.decode_region(a) for a in s.value.args))
         if isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.fill"):
             return self.fill(ops.decode_region(s.value.args[0]), s.value.args[1])
+        if isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.reduce"):
+            return self.reduce.lower(s.value)
         kids = children(s)
         if not kids:
             return s
@@ -100,13 +121,16 @@ class _KernelLowering:
         return rebuild(s, [self.stmt(k) for k in kids])
 
     # ---- the distribution rule --------------------------------------------------------
-    def distribute(self, extents, vec, make_body):
-        """Per-thread loops covering a tile of `extents` (ints), runs of `vec`."""
+    def distribute(self, extents, vec, make_body, layout=None):
+        """Per-thread loops covering a tile of `extents` (ints), runs of `vec`; dealt to
+        the holders of `layout` when it is replicated (every replica runs its holder's)."""
+        holders = layout.threads if layout is not None else self.threads
+        tid = layout.holder_expr(self.tid) if layout is not None else self.tid
         runs = -(-prod(extents) // vec)
-        rounds = -(-runs // self.threads)
+        rounds = -(-runs // holders)
         r = self.fresh("r") if rounds > 1 else None
         lane = self.fresh("l") if vec > 1 else None
-        run = self.tid if r is None else r * self.threads + self.tid
+        run = tid if r is None else r * holders + tid
         slot = _i32(0)
         if r is not None:
             slot = r * vec
@@ -125,7 +149,7 @@ class _KernelLowering:
         if lane is not None:
             body = tirx.For(lane, _i32(0), _i32(vec), tirx.ForKind.SERIAL, body,
                             annotations={VECTOR_LANES: tirx.IntImm("int32", vec)})
-        if runs % self.threads != 0:
+        if runs % holders != 0:
             body = tirx.IfThenElse(run < runs, body, None)
         if r is not None:
             body = tirx.For(r, _i32(0), _i32(rounds), tirx.ForKind.SERIAL, body)
@@ -141,30 +165,73 @@ class _KernelLowering:
         extents = [as_int(lp.extent) for lp in loops]
         inner = self.stmt(s)
         loop_vars = [lp.loop_var for lp in loops]
+        layout = self.loop_layout(extents, inner)
 
         def make_body(idx, slot):
-            body = self.fragments_to_slots(inner, slot)
+            body = self.fragments_to_slots(inner, slot, loop_vars, layout)
             return substitute(body, dict(zip(loop_vars, idx)))
 
-        return self.distribute(extents, run_width(extents), make_body)
+        return self.distribute(extents, layout.vec, make_body, layout)
 
-    def fragments_to_slots(self, body, slot):
+    def loop_layout(self, extents, body) -> FragmentLayout:
+        """The layout a T.Parallel runs in: that of the fragments it accesses at its own
+        extents (layout_inference made them agree), else the default for its extents."""
+        for ld in _fragment_accesses(body):
+            entry = self.fragments.get(ld)
+            if entry is not None and list(entry[1].shape) == list(extents):
+                return entry[1]
+        return FragmentLayout.for_tile(extents, self.threads)
+
+    def fragments_to_slots(self, body, slot, loop_vars, layout):
+        """Fragment accesses -> local slots: `slot` for a fragment of the loop's extents,
+        the element's slot in a broadcast read (checked local); stores to threadgroup or
+        device memory made by the owner replica only when the loop's layout replicates."""
         frags = self.fragments
+        for ld in loads(body):  # checked first: errors cannot leave structural_map
+            entry = frags.get(ld.source)
+            if entry is not None and entry[1] != layout:
+                self.check_broadcast(ld, entry[1], loop_vars, layout)
 
         def load(ld):
             entry = frags.get(ld.source)
-            return tirx.BufferLoad(entry[0], [slot]) if entry else ld
+            if entry is None:
+                return ld
+            local, flayout = entry
+            if flayout == layout:
+                return tirx.BufferLoad(local, [slot])
+            flat = _i32(0)
+            for index, extent in zip(ld.indices, flayout.shape):
+                flat = flat * extent + index if as_int(flat) != 0 else index
+            return tirx.BufferLoad(local, [flayout.slot_expr(flat)])
 
         def store(st):
-            if isinstance(st, tirx.BufferStore) and st.buffer in frags:
+            if not isinstance(st, tirx.BufferStore):
+                return st
+            if st.buffer in frags:
                 return tirx.BufferStore(frags[st.buffer][0], st.value, [slot])
+            if layout.replicated and ops.buffer_scope(st.buffer) in ("global", "shared"):
+                return tirx.IfThenElse(layout.owner_expr(self.tid), st, None)
             return st
 
         body = tvm_ffi.structural_map(body, (tvm.ir.TensorLoad, load))
         return rewrite(body, store)
 
+    def check_broadcast(self, ld, flayout, loop_vars, layout):
+        """A fragment read with a subset of the loop variables must be local."""
+        extents = tuple(layout.shape)
+        dims = broadcast_dims(ld.indices, loop_vars, flayout.shape)
+        if dims is None or flayout.shape == extents or not broadcast_ok(layout, flayout, dims):
+            raise LoweringError(
+                f"is read as {ld.source.name}[{', '.join(map(str, ld.indices))}] in "
+                f"T.Parallel{extents}, but the threads running those iterations do not "
+                f"hold its elements (its layout: {_describe(flayout)}; the loop's: "
+                f"{_describe(layout)}); read a fragment produced for this loop shape (a "
+                "reduction of a fragment of these extents) or copy it to shared memory",
+                kernel=self.name, construct=f"fragment '{ld.source.name}'")
+
     # ---- T.copy / T.fill ----------------------------------------------------------------
     def copy(self, src, dst):
+        src, dst = _align_origin(src, dst), _align_origin(dst, src)
         tile = _tile(src) or _tile(dst)
         frag = next((r for r in (src, dst) if r.scope == FRAGMENT), None)
         local = any(r.scope == "local" for r in (src, dst))
@@ -176,6 +243,23 @@ class _KernelLowering:
             return self.write(dst, tile, tile_idx, slot, value)
 
         if frag is not None:
+            layout = self.fragments[frag.buffer][1]
+            other = dst if frag is src else src
+            if other.scope == FRAGMENT and not _same_slots(layout,
+                                                          self.fragments[other.buffer][1]):
+                raise LoweringError(
+                    f"fragments '{src.name}' ({_describe(self.fragments[src.buffer][1])}) and "
+                    f"'{dst.name}' ({_describe(self.fragments[dst.buffer][1])}) are laid out "
+                    "differently; copy through shared memory", kernel=self.name,
+                    construct="T.copy")
+            if layout.replicated and dst.scope in ("global", "shared"):
+                def owner_store(tile_idx, slot, inner=make_store):
+                    store, owner = inner(tile_idx, slot), layout.owner_expr(self.tid)
+                    if isinstance(store, tirx.IfThenElse):  # one condition: vectorizable
+                        return tirx.IfThenElse(tirx.And(owner, store.condition),
+                                               store.then_case, None)
+                    return tirx.IfThenElse(owner, store, None)
+                return self.over_fragment(frag, owner_store)
             return self.over_fragment(frag, make_store)
         if local:
             return self.serial_tile(tile, make_store)
@@ -204,7 +288,7 @@ class _KernelLowering:
             tile_idx = [idx[d] for d in keep] or [_i32(0)]
             return make_store(tile_idx, slot)
 
-        return self.distribute(list(shape), layout.vec, make_body)
+        return self.distribute(list(shape), layout.vec, make_body, layout)
 
     def serial_tile(self, tile, make_store):
         loop_vars = [self.fresh("i") for _ in tile]
@@ -279,6 +363,43 @@ class _KernelLowering:
         return cond
 
 
+def _fragment_accesses(body) -> list:
+    """Buffers loaded or stored in `body` (fragments among them), in order."""
+    found = [ld.source for ld in loads(body)]
+    walk(body, lambda s: found.append(s.buffer) if isinstance(s, tirx.BufferStore) else None)
+    return found
+
+
+def _same_slots(a: FragmentLayout, b: FragmentLayout) -> bool:
+    """Two layouts that put the element of every flat index on the same thread and slot."""
+    return (a.size, a.threads, a.vec, a.rep_lo, a.rep_bits) == \
+        (b.size, b.threads, b.vec, b.rep_lo, b.rep_bits)
+
+
+def _describe(layout: FragmentLayout) -> str:
+    text = f"shape {layout.shape}, runs of {layout.vec} over {layout.threads} holders"
+    if layout.replicated:
+        text += f" x {layout.replicas} replicas (thread-id bits {layout.rep_lo}.." \
+                f"{layout.rep_lo + layout.rep_bits - 1})"
+    return text
+
+
+def _align_origin(region, other):
+    """An operand given by its origin only (`A[by * bM, bx * bN]`) takes the other
+    operand's extents, aligned to its last dimensions (TileLang's rule), unit extents
+    included: against a (bM, 1) tile it covers A[by*bM : +bM, bx*bN : +1]. Dropping the
+    unit extents first would put the bM elements along A's last dimension instead."""
+    if region.extents is not None or other.extents is None:
+        return region
+    ext = list(other.extents)
+    rank = len(region.mins)
+    while len(ext) > rank and as_int(ext[0]) == 1:
+        ext.pop(0)
+    if len(ext) > rank:
+        return region  # a tile of higher rank: the non-unit extents fill the last dims
+    return dataclasses.replace(region, extents=tuple([_i32(1)] * (rank - len(ext)) + ext))
+
+
 def _tile(region):
     """Non-unit extents of a region that states them (at least one dimension)."""
     if region.extents is None:
@@ -287,7 +408,12 @@ def _tile(region):
     return ext or (_i32(1),)
 
 
+def _lower_kernel(nest, name):
+    lowering = _KernelLowering(nest, name)
+    body = lowering.stmt(nest.body)
+    return nest.wrap(seq(lowering.gemm.allocations + lowering.reduce.allocations + [body]))
+
+
 def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
     name = str(func.attrs["global_symbol"])
-    return map_kernels(func, lambda nest: nest.wrap(
-        seq([_KernelLowering(nest, name).stmt(nest.body)])))
+    return map_kernels(func, lambda nest: _lower_kernel(nest, name))

@@ -6,12 +6,16 @@ Guarantees: a `threadgroup_barrier(mem_flags::mem_threadgroup)` (tl.threadgroup_
 stands between any two accesses to one threadgroup element by two different threads,
 at least one a write, that nothing else orders, including accesses in different
 iterations of a loop (checked with the body run twice: the second pass sees the
-accesses left pending at the end of the previous iteration). Barriers are placed only
+accesses left pending at the end of the previous iteration). A conflict between a loop
+and what came before it that the loop's own barriers do not order gets one barrier
+before the loop; a loop of one iteration carries nothing over. Barriers are placed only
 where every thread of the threadgroup arrives: never inside control flow whose condition
 or bounds depend on the thread (such statements are treated as one opaque access set and
 a needed barrier goes before them). No barrier is placed unless some pair of accesses
 may race, decided from exact footprints (core/ir/footprint.py): an element written and
-later read by the *same* thread needs no barrier.
+later read by the *same* thread needs no barrier. A simdgroup_load/store is one access of
+its whole 8x8 tile by its simdgroup as a unit (Footprint.of_tile): two tile accesses of
+one simdgroup are ordered, a tile access and a plain access of another thread are not.
 """
 
 from __future__ import annotations
@@ -19,10 +23,10 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.tirx import is_buffer_var
 
-from core.ir import ops
+from core.ir import matrix, ops
 from core.ir.footprint import Footprint, LoopRange, may_race
 from core.ir.kernel import map_kernels
-from core.ir.stmt import as_int, children, free_vars, loads, rebuild, seq
+from core.ir.stmt import as_int, children, free_vars, loads, rebuild, seq, walk
 
 
 class _Planner:
@@ -33,6 +37,7 @@ class _Planner:
             self.thread_axes.append((var, size, stride))
             stride *= size
         self.thread_vars = set(nest.thread_vars)
+        self.first_unit = nest.num_threads   # simdgroup ids for matrix-tile accesses
         self.loops = []              # enclosing uniform loops with constant ranges
         self.guards = []             # conditions of enclosing uniform ifs
         self.cache = {}
@@ -76,6 +81,12 @@ class _Planner:
             if isinstance(s, tirx.BufferStore):
                 add(s.buffer, s.indices[0], True)
                 self.exprs(s.value, *s.indices, add=add)
+            elif isinstance(s, tirx.Evaluate) and matrix.tile_access(s.value) is not None:
+                tile = matrix.tile_access(s.value)
+                if ops.buffer_scope(tile.buffer) == "shared":
+                    out.append(Footprint.of_tile(tile, self.thread_axes, loops, guards,
+                                                 first_unit=self.first_unit))
+                self.exprs(*tile.reads, add=add)
             elif isinstance(s, tirx.Evaluate):
                 self.exprs(s.value, add=add)
             for k in children(s):
@@ -103,19 +114,30 @@ class _Planner:
         if ops.is_barrier(s):
             return s, []
         if isinstance(s, tirx.For) and self.uniform([s.min, s.extent]):
-            # A conflict with what came before the loop is settled once, before it.
-            prefix = None
-            if pending and self.conflicts(self.footprints(s, self.loops), pending):
-                prefix, pending = ops.barrier(), []
             ext = as_int(s.extent)
+            if ext is not None and ext <= 0:  # never runs: a barrier there is never reached
+                return s, pending
             pushed = ext is not None and as_int(s.min) == 0
             if pushed:
                 self.loops.append(LoopRange(s.loop_var, ext))
-            _, after_first = self.plan(s.body, pending)
-            body, after = self.plan(s.body, pending + after_first)
+            # The loop's own barriers (its body and what one iteration leaves the next) ...
+            if ext == 1:  # one iteration: nothing is carried over from a previous one
+                body, after = self.plan(s.body, [])
+            else:
+                _, after_first = self.plan(s.body, [])
+                body, after = self.plan(s.body, after_first)
+            # ... then what came before: a conflict that none of them orders is settled
+            # once, before the loop; otherwise it flows through the first iteration.
+            prefix = None
+            if pending:
+                checked, after_first = self.plan(body, pending)
+                if _count_barriers(checked) > _count_barriers(body):
+                    prefix = ops.barrier()
+                else:
+                    after = after_first + after
             if pushed:
                 self.loops.pop()
-            if ext is None or ext <= 0:
+            if prefix is None and (ext is None or ext <= 0):
                 after = pending + after
             return seq([prefix, rebuild(s, [body])]), after
         if isinstance(s, tirx.IfThenElse) and self.uniform([s.condition]):
@@ -142,6 +164,12 @@ class _Planner:
         if self.conflicts(accesses, pending):
             return seq([ops.barrier(), s]), accesses
         return s, pending + accesses
+
+
+def _count_barriers(stmt) -> int:
+    found = []
+    walk(stmt, lambda s: found.append(s) if ops.is_barrier(s) else None)
+    return len(found)
 
 
 def _plan_kernel(nest):

@@ -9,8 +9,12 @@ and what is allowed):
   - T.Parallel extents are constants, T.Parallel loops are not nested and contain no
     tile ops or T.Kernel;
   - a fragment is read or written only whole by tile ops, or inside a T.Parallel whose
-    extents equal its shape, indexed exactly by the loop variables;
+    extents equal its shape, indexed exactly by the loop variables; a fragment of lower
+    rank may also be read with a subset of the loop variables, in order (`mx[i]` in
+    T.Parallel(bM, N); whether its layout allows that is checked by lower_tile_ops);
   - every tile op's operands are compatible (ranks, extents, partial on-chip tiles);
+    T.gemm's A and B are shared or fragment tiles of one float dtype, C a whole float32
+    fragment, and the shapes agree;
   - threadgroup memory fits in 32 KiB.
 """
 
@@ -22,8 +26,9 @@ import tvm
 from tvm import tirx
 from tvm.tirx import is_buffer_var
 
-from core.ir import ops
+from core.ir import matrix, ops
 from core.ir.kernel import top_level, unwrap
+from core.ir.layout import broadcast_dims
 from core.ir.stmt import as_int, children, is_kernel_attr, loads
 from core.language.buffers import FRAGMENT
 from core.language.dtypes import SCALAR_PARAM_DTYPES, SUPPORTED, bits
@@ -152,11 +157,16 @@ class _Verifier:
         loop_vars = [lp.loop_var for lp in parallel]
         exact = len(indices) == len(loop_vars) and all(
             isinstance(i, tvm.ir.Var) and i.same_as(v) for i, v in zip(indices, loop_vars))
-        if shape != extents or not exact:
-            self.fail(f"fragment '{buf.name}'",
-                      f"is {verb} as {buf.name}[{', '.join(map(str, indices))}] in "
-                      f"T.Parallel{extents}; a fragment of shape {shape} must be indexed by "
-                      "the loop variables of a T.Parallel with the same extents, in order")
+        if shape == extents and exact:
+            return
+        if not write and len(shape) < len(extents) and \
+                broadcast_dims(indices, loop_vars, shape) is not None:
+            return  # a broadcast read (`mx[i]` in T.Parallel(bM, N)); layouts decide later
+        self.fail(f"fragment '{buf.name}'",
+                  f"is {verb} as {buf.name}[{', '.join(map(str, indices))}] in "
+                  f"T.Parallel{extents}; a fragment of shape {shape} must be indexed by "
+                  "the loop variables of a T.Parallel with the same extents, in order "
+                  "(a fragment of lower rank may be read with a subset of them, in order)")
 
     # ---- tile ops ---------------------------------------------------------------------
     def tile_op(self, call):
@@ -168,6 +178,43 @@ class _Verifier:
             region = ops.decode_region(call.args[0])
             self.region(region, "T.fill")
             self.whole_fragment(region, "T.fill")
+        elif name == "tl.gemm":
+            self.gemm(call)
+
+    def gemm(self, call):
+        regions = [ops.decode_region(a) for a in call.args[:3]]
+        tiles = []
+        for r, role in zip(regions, "ABC"):
+            construct = f"T.gemm operand {role} '{r.name}'"
+            allowed = (FRAGMENT,) if role == "C" else ("shared", FRAGMENT)
+            if r.scope not in allowed:
+                self.fail(construct, f"is in {r.scope} memory; allowed: " + (
+                    "a T.alloc_fragment accumulator" if role == "C"
+                    else "T.alloc_shared or T.alloc_fragment"))
+            self.region(r, "T.gemm")
+            self.whole_fragment(r, "T.gemm")
+            tile = matrix.operand_tile(r)
+            if tile is None:
+                self.fail(construct, "must be a 2-D tile with constant extents: the whole "
+                                     "buffer or a slice whose extents other than the last "
+                                     "two are 1")
+            tiles.append(tile)
+        a, b, c = (ops.buffer_dtype(r.buffer) for r in regions)
+        if a != b or a not in matrix.INPUT_DTYPES:
+            self.fail("T.gemm", f"operands A ({a}) and B ({b}) must have one dtype among "
+                                f"{', '.join(matrix.INPUT_DTYPES)}")
+        if c != "float32":
+            self.fail(f"T.gemm operand C '{regions[2].name}'",
+                      f"has dtype {c}; the accumulator must be float32")
+        (m, k), (kb, n), (mc, nc) = tiles
+        if as_int(call.args[3]):
+            m, k = k, m
+        if as_int(call.args[4]):
+            kb, n = n, kb
+        if (m, n, k) != (mc, nc, kb):
+            self.fail("T.gemm", f"shapes do not agree: op(A) is ({m}, {k}), op(B) is ({kb}, "
+                                f"{n}), C is ({mc}, {nc}); need A [M, K] (or [K, M] with "
+                                "transpose_A), B [K, N] (or [N, K] with transpose_B), C [M, N]")
 
     def region(self, r, construct):
         rank = len(r.buffer.ty.shape)

@@ -1,0 +1,428 @@
+"""T.gemm and every use of a gemm accumulator -> simdgroup 8x8 matrix code.
+
+Part of pass `lower_tile_ops`, which hands this module each statement first
+(`GemmLowering.lower`; None means "not mine").
+
+Expects: the C operand of every T.gemm is a float32 fragment whose AllocBuffer carries
+`tl.simdgroup_accumulator` (layout_inference); the verifier has checked the operands
+(scopes, one input dtype, agreeing shapes).
+Guarantees: no tl.gemm call, and no access to an accumulator fragment, is left. An
+accumulator C [M, N] becomes `AccumulatorLayout.count` simdgroup matrices per simdgroup
+(core/ir/matrix.py: the warp partition chosen for the thread count), and its uses lower to:
+
+    T.gemm(A, B, C)    per 8-wide k step, each simdgroup simdgroup_loads its sm row tiles
+                       of op(A) and sn column tiles of op(B) from threadgroup memory (row
+                       stride = the buffer's last extent; transposes through the load's
+                       transpose flag) and multiply-accumulates its sm x sn C matrices.
+                       A or B in a fragment is first copied into a threadgroup buffer of
+                       its own dtype and shape; clear_accum fills C with zeros first.
+    T.fill / T.clear   make_filled_simdgroup_matrix.
+    T.copy(C, dst)     simdgroup_store straight into dst when dst is float32 threadgroup
+                       memory, or float32 device memory that provably holds the whole tile;
+                       otherwise into a float32 threadgroup staging buffer, then an
+                       element-wise T.copy of it that converts the dtype and masks the
+                       edges. When the whole [M, N] stage does not fit into threadgroup
+                       memory beside the kernel's own buffers, a copy to device or
+                       threadgroup memory goes through it in chunks of rows.
+    T.copy(src, C)     the reverse (simdgroup_load, directly or from the stage).
+    T.Parallel over C  C is stored to its stage, the loop runs on the stage, and C is
+                       loaded back if the loop wrote it.
+A float accumulator is never stored through a pointer of another element type. Barriers
+are not placed here: stages are ordinary threadgroup buffers, and the planner
+(thread_sync) sees the matrix loads and stores as whole-tile accesses.
+
+Errors (LoweringError, before any code runs): M, N or K not a multiple of 8; a thread
+count that is not whole simdgroups or whose simdgroups cannot split the C tile evenly;
+staging buffers that do not fit into 32 KiB of threadgroup memory; a tile op other than
+T.copy / T.fill / T.gemm on an accumulator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+from tvm.sym import Analyzer
+
+from core.ir import matrix, ops
+from core.ir.matrix import TILE, AccumulatorLayout
+from core.ir.stmt import as_int, loads, rewrite, seq, walk
+from core.language.dtypes import bits
+from core.language.errors import LoweringError
+from core.transform.verify import THREADGROUP_BYTES
+
+
+@dataclass
+class _Accumulator:
+    fragment: object            # the fragment buffer of the DSL
+    layout: AccumulatorLayout
+    mats: object                # MATRIX_SCOPE buffer of layout.count matrices
+    stage_rows: int             # rows of the float32 staging buffer (M: the whole tile)
+    stage: object = None        # the staging buffer, allocated on first use
+
+    @property
+    def name(self) -> str:
+        return self.fragment.name
+
+
+def _i32(x):
+    return tirx.const(x, "int32") if isinstance(x, int) else x
+
+
+def _nbytes(shape, dtype) -> int:
+    return prod(int(d) for d in shape) * bits(dtype) // 8
+
+
+def _for(var, extent, body):
+    return tirx.For(var, _i32(0), _i32(extent), tirx.ForKind.SERIAL, body)
+
+
+@dataclass
+class _KernelUses:
+    """What the gemm planning needs to know about a kernel body, in one walk."""
+    accumulators: dict          # accumulator fragment -> None (ordered set)
+    shared_bytes: int           # the kernel's own threadgroup buffers
+    gemms: list                 # tl.gemm calls
+    copies: list                # (src, dst) Regions of every tl.copy
+    parallel: list              # buffers accessed inside T.Parallel loops
+    others: list                # other tile-op calls (tl.fill excepted)
+
+    @classmethod
+    def of(cls, body) -> "_KernelUses":
+        uses = cls({}, 0, [], [], [], [])
+
+        def visit(s):
+            if isinstance(s, tirx.AllocBuffer):
+                if matrix.ACCUMULATOR in (s.annotations or {}):
+                    uses.accumulators[s.buffer] = None
+                elif ops.buffer_scope(s.buffer) == "shared":
+                    uses.shared_bytes += _nbytes(s.buffer.ty.shape, ops.buffer_dtype(s.buffer))
+            elif isinstance(s, tirx.For) and s.kind == tirx.ForKind.PARALLEL:
+                uses.parallel.extend(ld.source for ld in loads(s))
+                walk(s, lambda t: uses.parallel.append(t.buffer)
+                     if isinstance(t, tirx.BufferStore) else None)
+            elif isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.gemm"):
+                uses.gemms.append(s.value)
+            elif isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.copy"):
+                uses.copies.append(_regions(s.value))
+            elif isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value) and \
+                    not ops.is_tile_call(s.value, "tl.fill"):
+                uses.others.append(s.value)
+
+        walk(body, visit)
+        return uses
+
+
+def _regions(call) -> list:
+    return [ops.decode_region(a) for a in call.args if ops.is_tile_call(a, "tl.region")]
+
+
+class GemmLowering:
+    """Lowers the gemm-related statements of one kernel; `kernel` is lower_tile_ops'
+    `_KernelLowering` (thread count, thread index, fresh names, loop ranges, and the
+    regular lowering of T.copy and T.Parallel, reused for the staged element-wise part)."""
+
+    def __init__(self, kernel, body):
+        self.k = kernel
+        self.accumulators = {}      # fragment buffer -> _Accumulator
+        self.operand_stages = {}    # fragment buffer -> threadgroup copy (gemm operands)
+        self.operand_mats = {}      # (dtype, count, role) -> MATRIX_SCOPE buffer
+        self.allocations = []       # AllocBuffers to place at the start of the kernel
+        self._plan(body)
+
+    def fail(self, construct, reason):
+        raise LoweringError(reason, kernel=self.k.name, construct=construct)
+
+    # ---- planning: layouts and the threadgroup memory budget ----------------------------
+    def _plan(self, body):
+        uses = _KernelUses.of(body)
+        for call in uses.others:
+            for r in _regions(call):
+                if r.buffer in uses.accumulators:
+                    self._unsupported(call.op.name, r.name)
+        for call in uses.gemms:
+            self._check_shape(call)
+        accs = uses.accumulators
+        # accumulators whose whole tile must be staged at once (else: chunks of rows)
+        need_full = {b: None for b in uses.parallel if b in accs}
+        operand_bytes = 0
+        for call in uses.gemms:
+            for r in _regions(call)[:2]:
+                if r.buffer in accs:
+                    need_full[r.buffer] = None
+                elif r.scope != "shared" and r.buffer not in self.operand_stages:
+                    self.operand_stages[r.buffer] = None
+                    operand_bytes += _nbytes(r.buffer.ty.shape, ops.buffer_dtype(r.buffer))
+        for src, dst in uses.copies:
+            if src.buffer in accs and (dst.buffer in accs or dst.scope not in ("global",
+                                                                                "shared")):
+                need_full[src.buffer] = None
+            if dst.buffer in accs and not self._direct_source(src):
+                need_full[dst.buffer] = None
+        full = {a: _nbytes(a.ty.shape, "float32") for a in accs}
+        fixed = uses.shared_bytes + operand_bytes + sum(full[a] for a in need_full)
+        if fixed > THREADGROUP_BYTES:
+            staged = ", ".join(f"'{a.name}' ({full[a]} bytes)" for a in need_full)
+            self.fail("T.gemm", f"the float32 staging buffers of accumulators {staged}, "
+                                f"the threadgroup copies of fragment operands ({operand_bytes}"
+                                f" bytes) and the kernel's threadgroup buffers "
+                                f"({uses.shared_bytes} bytes) exceed the {THREADGROUP_BYTES} "
+                                "bytes of threadgroup memory; use smaller tiles")
+        chunked = [a for a in accs if a not in need_full]
+        share = (THREADGROUP_BYTES - fixed) // max(len(chunked), 1)
+        for a in accs:
+            layout = AccumulatorLayout.for_tile(a.ty.shape, self.k.threads,
+                                                kernel=self.k.name, name=a.name)
+            rows = self._stage_rows(a, share) if a in chunked else int(a.ty.shape[0])
+            mats = matrix.matrices(layout.count, "float32", a.name)
+            self.accumulators[a] = _Accumulator(a, layout, mats, rows)
+
+    def _check_shape(self, call):
+        (a, b, c) = (matrix.operand_tile(ops.decode_region(x)) for x in call.args[:3])
+        m, n = c
+        k = a[0] if as_int(call.args[3]) else a[1]
+        if m % TILE or n % TILE or k % TILE:
+            self.fail("T.gemm", f"M, N, K = {m}, {n}, {k} must all be multiples of 8 "
+                                "(simdgroup matrices are 8x8)")
+
+    def _stage_rows(self, acc, budget) -> int:
+        M, N = (int(d) for d in acc.ty.shape)
+        fits = [r for r in range(TILE, M + 1, TILE) if M % r == 0 and r * N * 4 <= budget]
+        if not fits:
+            self.fail(f"gemm accumulator '{acc.name}'",
+                      f"copying it out needs a float32 staging buffer of at least 8 rows "
+                      f"({8 * N * 4} bytes) in threadgroup memory, but only {budget} of "
+                      f"{THREADGROUP_BYTES} bytes are left beside the kernel's threadgroup "
+                      "buffers; use smaller tiles")
+        return max(fits)
+
+    @staticmethod
+    def _direct_source(src) -> bool:
+        return (src.scope == "shared" and ops.buffer_dtype(src.buffer) == "float32"
+                and matrix.operand_tile(src) is not None)
+
+    # ---- dispatch -----------------------------------------------------------------------
+    def lower(self, s):
+        """The lowered statement for `s`, or None when `s` does not involve a gemm."""
+        if isinstance(s, tirx.AllocBuffer) and s.buffer in self.accumulators:
+            return tirx.AllocBuffer(self.accumulators[s.buffer].mats)
+        if isinstance(s, tirx.For) and s.kind == tirx.ForKind.PARALLEL:
+            return self.parallel(s) if self._touched(s)[0] else None
+        if not (isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value)):
+            return None
+        name = s.value.op.name
+        if name == "tl.gemm":
+            return self.gemm(s.value)
+        regions = _regions(s.value)
+        accs = [r for r in regions if r.buffer in self.accumulators]
+        if not accs:
+            return None
+        if name == "tl.copy":
+            return self.copy(*regions)
+        if name == "tl.fill":
+            return self.fill(self.accumulators[accs[0].buffer], s.value.args[1])
+        self._unsupported(name, accs[0].name)
+
+    def _unsupported(self, op_name, acc_name):
+        self.fail(f"T.{op_name[3:]}", f"is not supported on gemm accumulator '{acc_name}' "
+                                      "(held as simdgroup matrices); T.copy it into another "
+                                      "fragment first")
+
+    # ---- T.gemm -------------------------------------------------------------------------
+    def gemm(self, call):
+        A, B, C = (ops.decode_region(a) for a in call.args[:3])
+        trans_a, trans_b, clear = (bool(as_int(f)) for f in call.args[3:6])
+        acc = self.accumulators[C.buffer]
+        lay = acc.layout
+        pre_a, A = self.operand(A)
+        pre_b, B = self.operand(B)
+        K = matrix.operand_tile(A)[0 if trans_a else 1]
+        dtype = ops.buffer_dtype(A.buffer)
+        a_mats = self.operand_matrices(dtype, lay.sm, "A")
+        b_mats = self.operand_matrices(dtype, lay.sn, "B")
+        kk, ia, jb, i, j = (self.k.fresh(n) for n in ("kk", "i", "j", "i", "j"))
+        k0 = kk * TILE
+        row, _ = lay.origin(self.k.tid, ia, 0)
+        _, col = lay.origin(self.k.tid, 0, jb)
+        load_a = matrix.load(tirx.BufferLoad(a_mats, [ia]), *self.tile_pointer(A),
+                             *((row, k0) if trans_a else (k0, row)), trans_a)
+        load_b = matrix.load(tirx.BufferLoad(b_mats, [jb]), *self.tile_pointer(B),
+                             *((k0, col) if trans_b else (col, k0)), trans_b)
+        c = tirx.BufferLoad(acc.mats, [i * lay.sn + j])
+        step = seq([_for(ia, lay.sm, load_a), _for(jb, lay.sn, load_b),
+                    _for(i, lay.sm, _for(j, lay.sn, matrix.mma(
+                        c, tirx.BufferLoad(a_mats, [i]), tirx.BufferLoad(b_mats, [j]), c)))])
+        fill = self.fill(acc, tirx.const(0.0, "float32")) if clear else None
+        return seq(pre_a + pre_b + [fill, _for(kk, K // TILE, step)])
+
+    def operand(self, region):
+        """(statements, threadgroup region) holding a gemm operand for simdgroup_load."""
+        if region.scope == "shared":
+            return [], region
+        if region.buffer in self.accumulators:
+            acc = self.accumulators[region.buffer]
+            stage = self.stage(acc)
+            return [self.store_all(acc, stage)], stage
+        buf = self.operand_stages.get(region.buffer)
+        if buf is None:
+            buf = tirx.decl_buffer(region.buffer.ty.shape, ops.buffer_dtype(region.buffer),
+                                   f"{region.name}_shared", scope="shared")
+            self.operand_stages[region.buffer] = buf
+            self.allocations.append(tirx.AllocBuffer(buf))
+        stage = _whole(buf)
+        return [self.k.copy(region, stage)], stage
+
+    def operand_matrices(self, dtype, count, role):
+        key = (dtype, count, role)
+        if key not in self.operand_mats:
+            self.operand_mats[key] = matrix.matrices(count, dtype, f"{role}_mat")
+            self.allocations.append(tirx.AllocBuffer(self.operand_mats[key]))
+        return self.operand_mats[key]
+
+    @staticmethod
+    def tile_pointer(region):
+        """(pointer element, elements per row) of a 2-D tile in its buffer's last two dims."""
+        return tirx.BufferLoad(region.buffer, list(region.mins)), region.buffer.ty.shape[-1]
+
+    # ---- whole-accumulator moves ----------------------------------------------------------
+    def _each_matrix(self, acc, make):
+        """`make(matrix, row, col)` for each of the simdgroup's matrices, as a loop nest."""
+        lay = acc.layout
+        i, j = self.k.fresh("i"), self.k.fresh("j")
+        row, col = lay.origin(self.k.tid, i, j)
+        body = make(tirx.BufferLoad(acc.mats, [i * lay.sn + j]), row, col)
+        return _for(i, lay.sm, _for(j, lay.sn, body))
+
+    def store_all(self, acc, region, chunk=None):
+        """simdgroup_store every matrix into the tile `region` (rows of chunk `chunk` of the
+        stage only, when given)."""
+        pointer, stride = self.tile_pointer(region)
+
+        def make(mat, row, col):
+            if chunk is None:
+                return matrix.store(mat, pointer, stride, col, row)
+            rows = acc.stage_rows
+            return tirx.IfThenElse(tirx.floordiv(row, rows) == chunk, matrix.store(
+                mat, pointer, stride, col, row - chunk * rows if chunk else row), None)
+
+        return self._each_matrix(acc, make)
+
+    def load_all(self, acc, region):
+        pointer, stride = self.tile_pointer(region)
+        return self._each_matrix(acc, lambda mat, row, col: matrix.load(mat, pointer, stride,
+                                                                          col, row))
+
+    def fill(self, acc, value):
+        if str(value.ty.dtype) != "float32":
+            value = tirx.Cast("float32", value)
+        i = self.k.fresh("i")
+        return _for(i, acc.layout.count, matrix.fill(tirx.BufferLoad(acc.mats, [i]), value))
+
+    def stage(self, acc):
+        """The accumulator's float32 staging region (stage_rows x N)."""
+        if acc.stage is None:
+            shape = (acc.stage_rows, acc.layout.shape[1])
+            acc.stage = tirx.decl_buffer(shape, "float32", f"{acc.name}_stage", scope="shared")
+            self.allocations.append(tirx.AllocBuffer(acc.stage))
+        return _whole(acc.stage)
+
+    # ---- T.copy -----------------------------------------------------------------------------
+    def copy(self, src, dst):
+        src_acc = self.accumulators.get(src.buffer)
+        dst_acc = self.accumulators.get(dst.buffer)
+        if src_acc is not None and dst_acc is not None:
+            stage = self.stage(src_acc)
+            return seq([self.store_all(src_acc, stage), self.load_all(dst_acc, stage)])
+        if src_acc is not None:
+            return self.copy_out(src_acc, dst)
+        if self._direct_source(src):
+            return self.load_all(dst_acc, src)
+        stage = self.stage(dst_acc)
+        return seq([self.k.copy(src, stage), self.load_all(dst_acc, stage)])
+
+    def copy_out(self, acc, dst):
+        M, N = acc.layout.shape
+        rank = len(dst.buffer.ty.shape)
+        dims = _tile_dims(dst)
+        direct = (ops.buffer_dtype(dst.buffer) == "float32" and dims == (rank - 2, rank - 1)
+                  and (dst.scope == "shared"
+                       or (dst.scope == "global" and self.inside(dst, dims, (M, N)))))
+        if direct:
+            return self.store_all(acc, dst)
+        stage = self.stage(acc)
+        if acc.stage_rows == M:
+            return seq([self.store_all(acc, stage), self.k.copy(stage, dst)])
+        # Chunks of stage_rows rows: store the chunk's matrices, copy the chunk out. The
+        # chunks are unrolled: which simdgroup writes which stage element changes from
+        # chunk to chunk, and the barrier planner sees a loop's iterations as one access set.
+        rows = acc.stage_rows
+        out = []
+        for c in range(M // rows):
+            mins = list(dst.mins)
+            mins[dims[0]] = mins[dims[0]] + c * rows if c else mins[dims[0]]
+            extents = None if dst.extents is None else tuple(
+                _i32(rows) if d == dims[0] else e for d, e in enumerate(dst.extents))
+            part = ops.Region(dst.buffer, tuple(mins), extents)
+            out += [self.store_all(acc, stage, chunk=c), self.k.copy(stage, part)]
+        return seq(out)
+
+    def inside(self, region, dims, tile) -> bool:
+        """Whether the tile provably lies inside its (global) buffer."""
+        analyzer = Analyzer()
+        for v, (lo, ext) in self.k.ranges.items():
+            try:
+                analyzer.bind(v, tvm.ir.Range.from_min_extent(lo, ext))
+            except Exception:  # noqa: BLE001 - an unbindable range just proves less
+                pass
+        shape = region.buffer.ty.shape
+        return all(analyzer.can_prove(region.mins[d] + e <= shape[d])
+                   for d, e in zip(dims, tile))
+
+    # ---- T.Parallel over accumulators -----------------------------------------------------
+    def _touched(self, loop):
+        read = [ld.source for ld in loads(loop) if ld.source in self.accumulators]
+        written = []
+        walk(loop, lambda s: written.append(s.buffer) if isinstance(s, tirx.BufferStore)
+             and s.buffer in self.accumulators else None)
+        touched = []
+        for b in read + written:
+            if not any(b.same_as(t) for t in touched):
+                touched.append(b)
+        return touched, written
+
+    def parallel(self, loop):
+        touched, written = self._touched(loop)
+        accs = [self.accumulators[b] for b in touched]
+        stages = {a.fragment: self.stage(a).buffer for a in accs}
+        pre = [self.store_all(a, self.stage(a)) for a in accs]
+
+        def load(ld):
+            stage = stages.get(ld.source)
+            return ld if stage is None else tirx.BufferLoad(stage, list(ld.indices))
+
+        def store(st):
+            if isinstance(st, tirx.BufferStore) and st.buffer in stages:
+                return tirx.BufferStore(stages[st.buffer], st.value, list(st.indices))
+            return st
+
+        loop = rewrite(tvm_ffi.structural_map(loop, (tvm.ir.TensorLoad, load)), store)
+        post = [self.load_all(a, self.stage(a)) for a in accs
+                if any(a.fragment.same_as(w) for w in written)]
+        return seq(pre + [self.k.parallel(loop)] + post)
+
+
+def _whole(buf):
+    shape = tuple(buf.ty.shape)
+    return ops.Region(buf, tuple(_i32(0) for _ in shape), shape)
+
+
+def _tile_dims(region) -> tuple:
+    """The buffer dimensions a 2-D tile of `region` spans (as in lower_tile_ops' copies)."""
+    rank = len(region.mins)
+    if region.extents is None:
+        return (rank - 2, rank - 1)
+    return tuple(d for d, e in enumerate(region.extents) if as_int(e) != 1)
+

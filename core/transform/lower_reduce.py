@@ -1,0 +1,447 @@
+"""The T.reduce family -> per-thread loops, simd butterflies and a threadgroup stage.
+
+Part of pass `lower_tile_ops`, which hands this module every `tl.reduce` call
+(`ReduceLowering.lower`).
+
+Expects: `tl.reduce(src, dst, kind, dim, clear)` over whole fragment or local buffers
+(checked by core/language/reduce.py); fragments carry their layouts (layout_inference): a
+fragment destination has `reduce_layout(source layout, dim)` (core/ir/layout.py), whose
+replicated thread-id bits [lo, hi) are the threads that combine one output element.
+Guarantees: no tl.reduce is left. Accumulation is in float32 for float sources, int32 for
+int32 (wrapping), rounded once on the store to dst; abssum/absmax take |x| per element.
+For a fragment source, every thread runs the same statements (no barrier or simd function
+under thread-dependent control flow):
+
+    acc[k] = identity                         k < dst slots (the dst layout's, per thread)
+    for each source element x the thread holds (the source layout's rounds and runs):
+        acc[dst slot of x's output] = op(acc[...], x)
+    for k: for m in 2**lo .. 2**(min(hi, 5) - 1):       XOR butterfly inside the simdgroup
+        acc[k] = op(acc[k], simd_shuffle_xor(acc[k], m))  (f32 for f16/bf16 sources)
+    when hi > 5 (the group spans simdgroups), through threadgroup buffer `red_buf`:
+        for k: if lane is its in-simd group's first: red_buf[k * W + w(tid)] = acc[k]
+        for k: acc[k] = combination, in a fixed order, of the 2**(hi - max(lo, 5))
+                        partials of the thread's group (every replica gets the same bits)
+    for k (existing slots only): dst[k] = cast(acc[k])   or   cast(op(dst[k], acc[k]))
+
+`red_buf` is an ordinary "shared" buffer: thread_sync places the barrier between its
+writes and reads, and between one use and the next (across loop iterations too). Each
+reduction gets its own region of it when they all fit beside the kernel's threadgroup
+buffers (then consecutive reductions need no barrier between them), else all share one.
+A local destination of a fragment source needs every output on every thread: when the
+destination layout has one holder, acc is the result; else the owners write the outputs
+to `red_buf` and every thread reads them all. A local source reduces per thread in
+serial loops.
+
+Errors (LoweringError, before any code runs): a destination layout that does not match
+the source's (set elsewhere), a source that is itself replicated or held as simdgroup
+matrices, a thread count the combining groups do not fit evenly, stages beyond the 32 KiB
+of threadgroup memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+from tvm import tirx
+
+from core.ir import matrix, ops
+from core.ir.layout import FragmentLayout, NoLayout, reduce_layout
+from core.ir.stmt import seq, walk
+from core.language.buffers import FRAGMENT
+from core.language.dtypes import bits
+from core.language.errors import LoweringError
+from core.transform.layout_inference import fragment_layout
+from core.transform.verify import THREADGROUP_BYTES
+
+SIMD_BITS = 5                   # 32 lanes: thread-id bits 0..4 select the lane
+STAGE = "red_buf"
+
+
+def _i32(x):
+    return tirx.const(x, "int32") if isinstance(x, int) else x
+
+
+def identity(kind: str, dtype: str):
+    """The element `op(identity, x) == x` of a reduction kind in its accumulator dtype."""
+    if kind in ("sum", "abssum"):
+        return tirx.const(0, dtype)
+    low = kind in ("max", "absmax")
+    if dtype.startswith("int"):
+        return tirx.min_value(dtype) if low else tirx.max_value(dtype)
+    return tirx.const(float("-inf") if low else float("inf"), dtype)
+
+
+def combine(kind: str, a, b):
+    if kind in ("sum", "abssum"):
+        return a + b
+    return tirx.Max(a, b) if kind in ("max", "absmax") else tirx.Min(a, b)
+
+
+def accumulator_dtype(src_dtype: str) -> str:
+    return "int32" if src_dtype.startswith("int") else "float32"
+
+
+def _compress(tid, lo: int, nbits: int):
+    """`tid` with its bits [lo, lo + nbits) removed."""
+    if nbits == 0:
+        return tid
+    high = tirx.floordiv(tid, 1 << (lo + nbits))
+    return high if lo == 0 else high * (1 << lo) + tirx.floormod(tid, 1 << lo)
+
+
+def _bits_of(x, lo: int, nbits: int):
+    """Bits [lo, lo + nbits) of `x` as a number."""
+    shifted = x if lo == 0 else tirx.floordiv(x, 1 << lo)
+    return tirx.floormod(shifted, 1 << nbits)
+
+
+def _unravel(flat, shape):
+    """Row-major indices of `flat` (< prod(shape)) in a tile of `shape` (ints)."""
+    idx, stride, total = [], 1, prod(shape)
+    for e in reversed(shape):
+        if e == 1:
+            idx.append(_i32(0))
+        else:
+            q = flat if stride == 1 else tirx.floordiv(flat, stride)
+            idx.append(q if stride * e == total else tirx.floormod(q, e))
+        stride *= e
+    return list(reversed(idx))
+
+
+def _row_major(indices, shape):
+    flat = None
+    for i, e in zip(indices, shape):
+        flat = i if flat is None else flat * e + i
+    return flat if flat is not None else _i32(0)
+
+
+@dataclass
+class _Plan:
+    call: object
+    kind: str
+    dim: int
+    clear: bool
+    src: object                     # buffers
+    dst: object
+    src_layout: FragmentLayout | None
+    dst_layout: FragmentLayout | None    # for a local dst of a fragment src: the replicated one
+    acc_dtype: str
+    stage_elems: int = 0            # red_buf elements this reduction needs
+    stage_offset: int = 0
+    broadcast_offset: int = 0       # of the outputs a local dst reads, within the region
+
+    @property
+    def construct(self) -> str:
+        return f"T.reduce_{self.kind}"
+
+    # replicated bits of the destination layout: in-simdgroup part and cross-simdgroup part
+    @property
+    def simd_bits(self) -> tuple:
+        lo, hi = self.dst_layout.rep_lo, self.dst_layout.rep_lo + self.dst_layout.rep_bits
+        return (lo, max(min(hi, SIMD_BITS) - lo, 0))
+
+    @property
+    def cross_bits(self) -> tuple:
+        lo, hi = self.dst_layout.rep_lo, self.dst_layout.rep_lo + self.dst_layout.rep_bits
+        c_lo = max(lo, SIMD_BITS)
+        return (c_lo, max(hi - c_lo, 0))
+
+    @property
+    def broadcast_to_local(self) -> bool:
+        return ops.buffer_scope(self.dst) == "local" and self.dst_layout.threads > 1
+
+
+class ReduceLowering:
+    """Lowers the tl.reduce calls of one kernel; `kernel` is lower_tile_ops'
+    `_KernelLowering` (thread count and index, fragment table, fresh names)."""
+
+    def __init__(self, kernel, body):
+        self.k = kernel
+        self.plans = []
+        self.stages = {}            # accumulator dtype -> red_buf buffer
+        self._plan(body)
+
+    def fail(self, construct, reason):
+        raise LoweringError(reason, kernel=self.k.name, construct=construct)
+
+    # ---- planning: layouts and the threadgroup stage --------------------------------------
+    def _plan(self, body):
+        layouts, calls, shared_bytes = {}, [], 0
+
+        def visit(s):
+            nonlocal shared_bytes
+            if isinstance(s, tirx.AllocBuffer) and ops.buffer_scope(s.buffer) == FRAGMENT \
+                    and matrix.ACCUMULATOR not in (s.annotations or {}):
+                layouts[s.buffer] = fragment_layout(s, self.k.threads)
+            elif isinstance(s, tirx.AllocBuffer) and ops.buffer_scope(s.buffer) == "shared":
+                shared_bytes += prod(int(d) for d in s.buffer.ty.shape) * \
+                    bits(ops.buffer_dtype(s.buffer)) // 8
+            elif isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.reduce"):
+                calls.append(s.value)
+
+        walk(body, visit)
+        self.shared_bytes = shared_bytes
+        for call in calls:
+            self.plans.append(self._plan_one(call, layouts))
+        need = {}
+        for p in self.plans:
+            if p.stage_elems:
+                need.setdefault(p.acc_dtype, []).append(p)
+        packed = sum(p.stage_elems for ps in need.values() for p in ps) * 4
+        overlap = shared_bytes + packed > THREADGROUP_BYTES
+        for dtype, ps in need.items():
+            offset = 0
+            for p in ps:
+                p.stage_offset = 0 if overlap else offset
+                offset += p.stage_elems
+            size = max(p.stage_elems for p in ps) if overlap else offset
+            self.stages[dtype] = tirx.decl_buffer((size,), dtype, STAGE, scope="shared")
+        total = shared_bytes + sum(int(b.ty.shape[0]) * 4 for b in self.stages.values())
+        if total > THREADGROUP_BYTES:
+            self.fail(self.plans[0].construct if self.plans else "T.reduce",
+                      f"combining across simdgroups needs {total - shared_bytes} bytes of "
+                      f"threadgroup memory beside the kernel's {shared_bytes}; Apple GPUs "
+                      f"allow {THREADGROUP_BYTES} in all; use fewer rows per threadgroup or "
+                      "fewer threads per row")
+
+    def _plan_one(self, call, layouts) -> _Plan:
+        src, dst = (ops.decode_region(a).buffer for a in call.args[:2])
+        kind, dim, clear = str(call.args[2].value), int(call.args[3]), bool(int(call.args[4]))
+        plan = _Plan(call, kind, dim, clear, src, dst, None, None,
+                     accumulator_dtype(ops.buffer_dtype(src)))
+        if ops.buffer_scope(src) == "local":
+            return plan
+        construct = plan.construct
+        if src not in layouts:
+            self.fail(construct, f"source '{src.name}' is not laid out as a fragment over the "
+                                 "threads (a gemm accumulator is held as simdgroup matrices); "
+                                 "T.copy it into a fragment first")
+        plan.src_layout = layouts[src]
+        threads = self.k.threads
+        if threads <= 0:
+            self.fail(construct, f"the kernel has {threads} threads; it needs at least one")
+        try:
+            expected = reduce_layout(plan.src_layout, dim, dst.ty.shape)
+        except NoLayout as err:
+            self.fail(construct, f"cannot reduce fragment '{src.name}' (shape "
+                                 f"{plan.src_layout.shape}, {threads} threads) over dim {dim}: "
+                                 f"{err}")
+        if ops.buffer_scope(dst) == FRAGMENT:
+            plan.dst_layout = layouts.get(dst)
+            if plan.dst_layout != expected:
+                self.fail(construct, f"destination '{dst.name}' is laid out as "
+                                     f"{plan.dst_layout}, but reducing '{src.name}' over dim "
+                                     f"{dim} puts its elements as {expected}; use a separate "
+                                     "destination fragment")
+        else:
+            plan.dst_layout = expected
+        # reduce_layout made the thread count a multiple of 2**(rep_lo + rep_bits): a group
+        # that spans simdgroups spans whole ones
+        _, cbits = plan.cross_bits
+        if cbits:
+            _, ibits = plan.simd_bits
+            plan.stage_elems = expected.slots * (threads >> ibits)
+        if plan.broadcast_to_local:     # its own region: no barrier after the cross stage
+            plan.broadcast_offset = plan.stage_elems
+            plan.stage_elems += expected.size
+        return plan
+
+    @property
+    def allocations(self) -> list:
+        """The stage buffers, to place at the start of the kernel (after lowering: the
+        check includes the threadgroup buffers lower_gemm added meanwhile)."""
+        ours = sum(int(b.ty.shape[0]) * 4 for b in self.stages.values())
+        gemm = sum(prod(int(d) for d in a.buffer.ty.shape) * bits(ops.buffer_dtype(a.buffer))
+                   // 8 for a in self.k.gemm.allocations
+                   if ops.buffer_scope(a.buffer) == "shared")
+        if ours and self.shared_bytes + gemm + ours > THREADGROUP_BYTES:
+            self.fail("T.reduce", f"the reductions' stage ({ours} bytes), T.gemm's staging "
+                                  f"buffers ({gemm}) and the kernel's threadgroup buffers "
+                                  f"({self.shared_bytes}) exceed the {THREADGROUP_BYTES} bytes "
+                                  "of threadgroup memory; use smaller tiles")
+        return [tirx.AllocBuffer(b) for b in self.stages.values()]
+
+    # ---- lowering -----------------------------------------------------------------------
+    def lower(self, call):
+        plan = next(p for p in self.plans if p.call.same_as(call))
+        if plan.src_layout is None:
+            return self.serial(plan)
+        return self.distributed(plan)
+
+    def loop(self, extent, make_body, start=0):
+        """`for v in range(start, extent): make_body(v)` with a fresh v (no loop for one).
+        The loop itself counts from 0, so the barrier planner enumerates its footprints."""
+        if extent - start == 1:
+            return make_body(_i32(start))
+        v = self.k.fresh("k")
+        body = make_body(v + start if start else v)
+        return tirx.For(v, _i32(0), _i32(extent - start), tirx.ForKind.SERIAL, body)
+
+    def value(self, plan, x):
+        if str(x.ty.dtype) != plan.acc_dtype:
+            x = tirx.Cast(plan.acc_dtype, x)
+        return tirx.abs(x) if plan.kind.startswith("abs") else x
+
+    def finish(self, plan, current, result):
+        """The value stored into dst: the reduction, or op(dst, reduction) for clear=False."""
+        if not plan.clear:
+            old = current if str(current.ty.dtype) == plan.acc_dtype else \
+                tirx.Cast(plan.acc_dtype, current)
+            result = combine(plan.kind, old, result)
+        dtype = ops.buffer_dtype(plan.dst)
+        return result if dtype == plan.acc_dtype else tirx.Cast(dtype, result)
+
+    def serial(self, plan):
+        """Local source: each thread reduces its own array into its own destination."""
+        shape = [int(d) for d in plan.src.ty.shape]
+        acc = tirx.decl_buffer((1,), plan.acc_dtype, "red_acc", scope="local")
+        zero = [_i32(0)]
+        idx = [self.k.fresh("i") for _ in shape]
+        if len(plan.dst.ty.shape) == len(shape):
+            out = [v if d != plan.dim else _i32(0) for d, v in enumerate(idx)]
+        else:
+            out = [v for d, v in enumerate(idx) if d != plan.dim] or zero
+        step = tirx.BufferStore(acc, combine(plan.kind, tirx.BufferLoad(acc, zero), self.value(
+            plan, tirx.BufferLoad(plan.src, idx))), zero)
+        result = self.finish(plan, tirx.BufferLoad(plan.dst, out), tirx.BufferLoad(acc, zero))
+        body = seq([tirx.BufferStore(acc, identity(plan.kind, plan.acc_dtype), zero),
+                    _serial(idx[plan.dim], shape[plan.dim], step),
+                    tirx.BufferStore(plan.dst, result, out)])
+        for d in reversed(range(len(shape))):
+            if d != plan.dim:
+                body = _serial(idx[d], shape[d], body)
+        return seq([tirx.AllocBuffer(acc), body])
+
+    def distributed(self, plan):
+        """Fragment source: partials, butterfly, cross-simdgroup stage, store (docstring)."""
+        src_local, src_layout = self.k.fragments[plan.src]
+        slots = plan.dst_layout.slots
+        acc = tirx.decl_buffer((slots,), plan.acc_dtype, "red_acc", scope="local")
+
+        def at(k):
+            return tirx.BufferLoad(acc, [k])
+
+        stmts = [tirx.AllocBuffer(acc),
+                 self.loop(slots, lambda k: tirx.BufferStore(
+                     acc, identity(plan.kind, plan.acc_dtype), [k])),
+                 self.partials(plan, src_local, src_layout, acc)]
+        lo, ibits = plan.simd_bits
+        if ibits:
+            def butterfly(k):
+                return seq([tirx.BufferStore(acc, combine(plan.kind, at(k), ops.call(
+                    "tl.simd_shuffle_xor", at(k), tirx.IntImm("int32", 1 << b),
+                    dtype=plan.acc_dtype)), [k]) for b in range(lo, lo + ibits)])
+            stmts.append(self.loop(slots, butterfly))
+        if plan.cross_bits[1]:
+            stmts += self.across_simdgroups(plan, acc)
+        stmts.append(self.store(plan, acc))
+        return seq(stmts)
+
+    def partials(self, plan, src_local, layout, acc):
+        """acc[dst slot of each held element's output] op= the element."""
+        threads = layout.threads
+
+        def element(r, lane):
+            run = r * threads + self.k.tid
+            idx = _unravel(run * layout.vec + lane, layout.shape)
+            out = _row_major([i for d, i in enumerate(idx) if d != plan.dim],
+                             [e for d, e in enumerate(layout.shape) if d != plan.dim])
+            slot = plan.dst_layout.slot_expr(out)
+            x = tirx.BufferLoad(src_local, [r * layout.vec + lane])
+            return tirx.BufferStore(acc, combine(plan.kind, tirx.BufferLoad(acc, [slot]),
+                                                 self.value(plan, x)), [slot])
+
+        def round_(r):
+            body = self.loop(layout.vec, lambda lane: element(r, lane))
+            if layout.runs % threads:
+                body = tirx.IfThenElse(r * threads + self.k.tid < layout.runs, body, None)
+            return body
+
+        return self.loop(layout.rounds, round_)
+
+    def across_simdgroups(self, plan, acc):
+        """Combine the per-simdgroup partials of each group through red_buf."""
+        stage = self.stages[plan.acc_dtype]
+        tid, slots = self.k.tid, plan.dst_layout.slots
+        lo, ibits = plan.simd_bits
+        c_lo, cbits = plan.cross_bits
+        width = self.k.threads >> ibits          # partials per slot
+        w = _compress(tid, lo, ibits)            # this thread's partial
+        c_at = c_lo - ibits                      # where the simdgroup bits of a group sit in w
+        # w with its simdgroup bits cleared (written without `x - x % c`, which trips a
+        # division by zero in TVM's FlattenBuffer simplifier)
+        group = tirx.floordiv(w, 1 << (c_at + cbits)) * (1 << (c_at + cbits))
+        if c_at:
+            group = group + tirx.floormod(w, 1 << c_at)
+
+        def publish(k):
+            write = tirx.BufferStore(stage, tirx.BufferLoad(acc, [k]),
+                                     [plan.stage_offset + k * width + w])
+            if ibits:   # one lane per in-simdgroup group writes
+                write = tirx.IfThenElse(_bits_of(tid, lo, ibits) == 0, write, None)
+            return write
+
+        def gather(k):
+            def part(c):
+                return tirx.BufferLoad(stage, [plan.stage_offset + k * width + group +
+                                               c * (1 << c_at)])
+            first = tirx.BufferStore(acc, part(_i32(0)), [k])
+            rest = self.loop(1 << cbits, lambda c: tirx.BufferStore(
+                acc, combine(plan.kind, tirx.BufferLoad(acc, [k]), part(c)), [k]), start=1)
+            return seq([first, rest])
+
+        return [self.loop(slots, publish), self.loop(slots, gather)]
+
+    def store(self, plan, acc):
+        """dst := the reduction (or op(dst, reduction)) for every slot the thread holds."""
+        if ops.buffer_scope(plan.dst) == "local":
+            return self.store_local(plan, acc)
+        layout = plan.dst_layout
+        dst_local = self.k.fragments[plan.dst][0]
+        holder = layout.holder_expr(self.k.tid)
+
+        def slot(k):
+            value = self.finish(plan, tirx.BufferLoad(dst_local, [k]), tirx.BufferLoad(acc, [k]))
+            body = tirx.BufferStore(dst_local, value, [k])
+            if layout.runs % layout.threads:     # the last round leaves some holders idle
+                run = tirx.floordiv(k, layout.vec) * layout.threads + holder
+                body = tirx.IfThenElse(run < layout.runs, body, None)
+            return body
+
+        return self.loop(layout.slots, slot)
+
+    def store_local(self, plan, acc):
+        """Local dst of a fragment source: every thread gets every output."""
+        layout = plan.dst_layout
+        shape = [int(d) for d in plan.dst.ty.shape]
+
+        def store(o, value_at):
+            idx = _unravel(o, shape)
+            value = self.finish(plan, tirx.BufferLoad(plan.dst, idx), value_at(o))
+            return tirx.BufferStore(plan.dst, value, idx)
+
+        if not plan.broadcast_to_local:       # one holder: every thread has every output
+            return self.loop(layout.size, lambda o: store(o, lambda f: tirx.BufferLoad(
+                acc, [f])))
+        stage = self.stages[plan.acc_dtype]
+        holder = layout.holder_expr(self.k.tid)
+
+        def publish(j):
+            run = tirx.floordiv(j, layout.vec) * layout.threads + holder
+            flat = run * layout.vec + tirx.floormod(j, layout.vec)
+            cond = layout.owner_expr(self.k.tid) if layout.replicated else None
+            if layout.size % (layout.vec * layout.threads):
+                inside = flat < layout.size
+                cond = inside if cond is None else tirx.And(cond, inside)
+            write = tirx.BufferStore(stage, tirx.BufferLoad(acc, [j]),
+                                     [plan.stage_offset + plan.broadcast_offset + flat])
+            return write if cond is None else tirx.IfThenElse(cond, write, None)
+
+        return seq([self.loop(layout.slots, publish),
+                    self.loop(layout.size, lambda o: store(o, lambda f: tirx.BufferLoad(
+                        stage, [plan.stage_offset + plan.broadcast_offset + f])))])
+
+
+def _serial(var, extent, body):
+    return tirx.For(var, _i32(0), _i32(extent), tirx.ForKind.SERIAL, body)
