@@ -7,8 +7,8 @@ import torch
 
 import core
 import core.language as T
-from core.runtime import emu
 from core.transform import pipeline
+from harness import barriers
 from harness.diff import assert_close
 
 
@@ -102,12 +102,6 @@ def test_no_barrier_inside_divergent_code(run):
     assert_close(run(kernel, a), a.T * 2)
 
 
-def _drop_barrier(msl, k):
-    lines = msl.splitlines()
-    idx = [i for i, line in enumerate(lines) if "threadgroup_barrier" in line][k]
-    return "\n".join(lines[:idx] + lines[idx + 1:])
-
-
 def test_every_barrier_is_necessary():
     M, K, bK = 32, 128, 32
 
@@ -123,14 +117,13 @@ def test_every_barrier_is_necessary():
                     acc[i, j] = acc[i, j] + S[j, i]
             T.copy(acc, B)
     kernel = core.compile(k, out_idx=[1])
-    site = kernel.launches[0]
     count = kernel.msl.count("threadgroup_barrier")
     assert count == 2
-    for n in range(count):
-        a, out = torch.randn(M, K), torch.zeros(M, bK)
-        res = emu.run_msl(_drop_barrier(kernel.msl, n), site.kernel, grid=(1, 1, 1),
-                          threadgroup=site.threadgroup, buffers=[a, out])
-        assert res.by_kind("race"), f"barrier {n} is not necessary"
+    report = barriers.check_barriers(kernel, [torch.randn(M, K)])
+    assert not report.missing and len(report.barriers) == count
+    for verdict in report.barriers:
+        assert verdict.race is not None and verdict.race.kind == "race", \
+            f"barrier {verdict.index} is not necessary"
 
 
 def test_same_thread_reuse_needs_no_barrier(run):

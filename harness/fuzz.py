@@ -1,0 +1,673 @@
+"""`harness fuzz`: time-budgeted, seeded, resumable fuzzing of the kernel families.
+
+    summary = run(FuzzOptions(budget=600, seed=1, workers=2), view)
+
+Where cases come from: each family's Hypothesis strategy (`Family.params()`, plus an
+input seed and a schedule), drawn inside a `@given` test that a worker process runs
+programmatically, one *task* (a time slice of one family) at a time; the parent hands
+tasks out so that every family is visited once early (a short first slice) and then gets
+a fair share of the time. A case runs through `regressions.run_checked`: `diff.run_case`,
+and for 1 in `barrier_every` cases with barriers the barrier-necessity check of
+harness/barriers.py. Workers come from a fork server that has imported torch and tvm once
+(spawn off Linux), so a restarted worker is ready at once.
+
+Where failures go: a failing case raises an exception class of its own per failure
+signature (regressions.failure_signature), so Hypothesis shrinks each kind of failure
+separately and never towards a different bug. Each failing example -- the first one and
+every smaller one the shrinker finds -- is sent to the parent at once, which writes it as
+a regression case (`<family>-<status>-<hash>.json`, state "open") in `out`, replacing the
+larger one of the same run: a failure is on disk before shrinking starts, so Ctrl-C, a
+dying worker or the end of the budget never loses it. Hypothesis's example database
+(`db`) keeps the failing examples too, and the first task of each family replays them
+before generating anything new, so a re-run resumes where the last one stopped.
+
+What a worker cannot report: a worker that dies mid-case (a compiler crashing the
+process) is recorded as a "crash" failure of that case, one that runs a case longer than
+`case_timeout` is killed and recorded as "timeout"; either way a new worker takes the
+slot, and the case's params are not drawn again in this run.
+
+Known bugs are counted, not shrunk or saved again: a failure signature already found in
+a family in this run, and one of an "open" regression case (suites/regressions or `out`),
+which the summary lists as known and which, like the regression suite's xfails, does not
+fail the run. Workers live in their own process groups, so Ctrl-C reaches only the parent,
+which kills them (and their emulator processes), keeps what was saved and summarizes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import multiprocessing
+import os
+import re
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from pathlib import Path
+
+from harness import regressions
+from harness.regressions import CASE_TIMEOUT, WORKER_CRASH, RegressionCase
+
+DEFAULT_DB = regressions.REPO / "reports" / "out" / "fuzz" / "db"
+SCHEDULES = ("forward", "reverse", "random")
+INPUT_SEEDS = 1 << 16
+SLICE_SECONDS = (3.0, 60.0)     # bounds of one task's time slice
+FIRST_SLICE = 3.0               # a family's first task: every family is visited early
+STOP_GRACE = 30.0               # after the budget: how long a running case may finish
+MAX_RESTARTS = 50               # per worker slot: a slot that keeps dying gives up
+
+
+@dataclass
+class FuzzOptions:
+    budget: float = 600.0                 # seconds
+    seed: int | None = None               # None: a random seed (printed in the summary)
+    families: tuple = ()                  # names; empty: every registered family
+    workers: int = 2
+    db: Path = DEFAULT_DB                 # Hypothesis example database
+    out: Path = regressions.DEFAULT_DIR   # regression case files
+    case_timeout: float = regressions.DEFAULT_CASE_TIMEOUT
+    barrier_every: int = 4                # barrier check on 1 of N cases with barriers; 0 off
+    disable: tuple = ()                   # pipeline passes switched off (checks the checker)
+    imports: tuple = ()                   # modules registering extra families (tests)
+    max_cases: int = 0                    # stop after this many cases; 0 = budget only
+
+
+@dataclass
+class FamilyTally:
+    name: str
+    skip_reason: str | None = None
+    cases: int = 0                        # every case run, shrinking included
+    failing_cases: int = 0
+    barrier_checks: int = 0
+    seconds: float = 0.0                  # time spent in its cases
+    tasks: int = 0
+    broken: str = ""                      # the generator itself failed: not scheduled again
+
+
+@dataclass
+class Failure:
+    family: str
+    signature: str
+    status: str
+    params: dict
+    path: Path | None
+    message: str
+    shrunk: bool = False
+    case_number: int = 0                  # the family's case count when first seen
+
+
+@dataclass
+class FuzzSummary:
+    seed: int
+    budget: float
+    workers: int
+    families: dict = field(default_factory=dict)     # name -> FamilyTally
+    failures: list = field(default_factory=list)     # Failure, one per (family, signature)
+    known: list = field(default_factory=list)        # Failure: open regression cases seen
+    errors: list = field(default_factory=list)       # harness-side problems (text)
+    started: float = field(default_factory=time.time)
+    elapsed: float = 0.0
+    interrupted: bool = False
+    worker_restarts: int = 0
+
+    @property
+    def cases(self) -> int:
+        return sum(t.cases for t in self.families.values())
+
+    @property
+    def rate(self) -> float:
+        return self.cases / self.elapsed if self.elapsed else 0.0
+
+    @property
+    def exit_code(self) -> int:
+        """1 for a new failure or a harness error; known open bugs (regression cases in
+        state "open", xfails of the regression suite) do not count."""
+        return 1 if self.failures or self.errors else 0
+
+
+class FuzzUsageError(ValueError):
+    """Options that cannot run (unknown family or pass name, bad numbers)."""
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from "90", "90s", "10m", "1h", "1h30m", "2.5m"."""
+    parts = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*"
+                         r"(?:(\d+(?:\.\d+)?)s?)?\s*", text or "")
+    if not parts or not any(parts.groups()):
+        raise FuzzUsageError(f"'{text}' is not a duration (e.g. 90s, 10m, 1h)")
+    h, m, s = (float(g) if g else 0.0 for g in parts.groups())
+    seconds = h * 3600 + m * 60 + s
+    if seconds <= 0:
+        raise FuzzUsageError(f"duration '{text}' must be positive")
+    return seconds
+
+
+# ---- the parent: tasks out, events in, files written ----------------------------------------
+
+@dataclass
+class _Slot:
+    index: int
+    process: object = None
+    conn: object = None
+    restarts: int = 0
+    ready: bool = False                   # waiting for a task
+    started: bool = False                 # has reported ready once (imports work)
+    task: dict | None = None
+    case: dict | None = None
+    case_started: float = 0.0
+
+
+class _Run:
+    def __init__(self, options: FuzzOptions, view):
+        if options.workers < 1 or options.budget <= 0 or options.case_timeout <= 0:
+            raise FuzzUsageError("workers, budget and case timeout must be positive")
+        self.options = options
+        self.view = view
+        seed = options.seed if options.seed is not None else int.from_bytes(os.urandom(4),
+                                                                            "big")
+        self.summary = FuzzSummary(seed, options.budget, options.workers)
+        self.context = worker_context()
+        self.slots = [_Slot(i) for i in range(options.workers)]
+        self.found = {}                              # (family, signature) -> Failure
+        self.written = set()                         # files this run wrote
+        self.existing = set(Path(options.out).glob("*.json"))   # never deleted
+
+    def _select_families(self) -> None:
+        """Resolve the families against the registry; FuzzUsageError for unknown names."""
+        from harness.gen import family as families
+
+        options = self.options
+        regressions.import_families(options.imports)
+        registered = {f.name: f for f in families.families()}
+        names = list(options.families) or sorted(registered)
+        unknown = [n for n in names if n not in registered]
+        if unknown:
+            raise FuzzUsageError(f"unknown famil{'y' if len(unknown) == 1 else 'ies'} "
+                                 f"{', '.join(unknown)}; known: {', '.join(sorted(registered))}")
+        _check_disable(options.disable)
+        for n in names:
+            self.summary.families[n] = FamilyTally(n, registered[n].skip_reason)
+        self.active = [n for n in names if not registered[n].skip_reason]
+        # Signatures the workers count but do not shrink: open regression cases (known
+        # bugs, saved before) and failures found earlier in this run.
+        self.open_cases = _open_cases(options.out)
+        self.known = {n: {sig for fam, sig in self.open_cases if fam == n} for n in names}
+        self.seen_open = set()
+        self.avoid = {n: [] for n in names}          # params that killed a worker
+        self.revision = regressions.revision()
+        per_worker = math.ceil(max(1, len(self.active)) / options.workers)
+        self.slice = min(max(options.budget / (2 * per_worker), SLICE_SECONDS[0]),
+                         SLICE_SECONDS[1])
+
+    # -- the loop --
+
+    def run(self) -> FuzzSummary:
+        summary, options = self.summary, self.options
+        self.deadline = summary.started + options.budget
+        self.stopping = False
+        try:
+            _start_fork_server(self.context)   # its imports overlap ours
+            self._select_families()
+            if not self.active:
+                summary.errors.append("no family to fuzz (all selected families are skipped)")
+                return summary
+            for slot in self.slots:
+                self._spawn(slot)
+            self.view.start(summary, options, self.deadline)
+            while True:
+                now = time.time()
+                if not self.stopping and (now >= self.deadline or self._enough_cases()):
+                    self._wind_down()
+                live = [s for s in self.slots if s.process is not None]
+                if not live:
+                    break
+                if self.stopping and now >= self.deadline + STOP_GRACE:
+                    for slot in live:
+                        self._kill(slot)
+                    break
+                for conn in wait([s.conn for s in live], timeout=0.2):
+                    slot = next((s for s in live if s.conn is conn), None)
+                    if slot is not None:
+                        self._receive(slot)
+                for slot in live:
+                    self._watch(slot, time.time())
+                self.view.refresh(summary, self._running())
+        except KeyboardInterrupt:
+            summary.interrupted = True
+            self.stopping = True
+            for slot in self.slots:
+                if slot.process is not None:
+                    self._kill(slot, drain=True)
+        finally:
+            summary.elapsed = time.time() - summary.started
+            self.view.stop(summary)
+        return summary
+
+    def _enough_cases(self) -> bool:
+        return bool(self.options.max_cases) and self.summary.cases >= self.options.max_cases
+
+    def _running(self) -> set:
+        return {s.task["family"] for s in self.slots if s.task}
+
+    def _wind_down(self) -> None:
+        """Budget spent: running tasks end after their current case, idle workers exit."""
+        self.stopping = True
+        for slot in self.slots:
+            if slot.process is not None and slot.task is not None:
+                _send(slot.conn, ("halt",))
+            elif slot.process is not None and slot.ready:
+                _send(slot.conn, ("stop",))
+                slot.ready = False
+
+    # -- workers --
+
+    def _spawn(self, slot: _Slot) -> None:
+        parent, child = self.context.Pipe(duplex=True)
+        config = {"db": str(self.options.db), "imports": list(self.options.imports),
+                  "disable": list(self.options.disable),
+                  "barrier_every": self.options.barrier_every,
+                  "timeout": self.options.case_timeout}
+        process = self.context.Process(target=_worker_main, args=(child, config), daemon=True,
+                                       name=f"harness-fuzz-{slot.index}")
+        process.start()
+        child.close()
+        slot.process, slot.conn, slot.ready, slot.started = process, parent, False, False
+        slot.task = slot.case = None
+
+    def _kill(self, slot: _Slot, drain: bool = False) -> None:
+        pid = slot.process.pid
+        try:
+            if os.getpgid(pid) == pid:
+                os.killpg(pid, signal.SIGKILL)   # the worker and its emulator processes
+            else:
+                slot.process.kill()
+        except (ProcessLookupError, PermissionError):
+            pass
+        slot.process.join(10)
+        if drain:  # what it sent before dying (a failure record) is still in the pipe
+            try:
+                while slot.conn.poll(0):
+                    self._handle(slot, slot.conn.recv())
+            except Exception:  # noqa: BLE001 - the end of what it sent
+                pass
+        slot.conn.close()
+        slot.process = slot.conn = slot.task = slot.case = None
+        slot.ready = False
+
+    def _receive(self, slot: _Slot) -> None:
+        try:
+            message = slot.conn.recv()
+        except Exception:  # noqa: BLE001 - EOF, or half a message from a dying worker
+            self._died(slot)
+            return
+        self._handle(slot, message)
+
+    def _died(self, slot: _Slot) -> None:
+        slot.process.join(5)
+        code = slot.process.exitcode
+        how = f"killed by signal {-code}" if code is not None and code < 0 else \
+            f"exit code {code}"
+        if slot.case is not None:
+            self._record_lost_case(slot, "crash", WORKER_CRASH,
+                                   f"the fuzzing worker process died ({how}) while running "
+                                   "this case")
+        elif not slot.started:
+            self.summary.errors.append(f"worker {slot.index} failed to start ({how}); "
+                                       "see its error output above")
+            self._kill(slot)
+            return  # an import that fails once fails every time
+        elif not self.stopping or slot.task is not None:
+            self.summary.errors.append(f"worker {slot.index} died outside a case ({how})")
+        self._kill(slot)
+        self._restart(slot)
+
+    def _watch(self, slot: _Slot, now: float) -> None:
+        if slot.process is None:
+            return
+        if slot.case is not None and now - slot.case_started > self.options.case_timeout:
+            self._record_lost_case(slot, "timeout", CASE_TIMEOUT,
+                                   f"the case ran longer than the per-case timeout of "
+                                   f"{self.options.case_timeout:g} s; its worker was killed")
+            self._kill(slot)
+            self._restart(slot)
+        elif not slot.process.is_alive() and not slot.conn.poll(0):
+            self._died(slot)
+
+    def _restart(self, slot: _Slot) -> None:
+        if self.stopping or time.time() >= self.deadline - 1:
+            return
+        if slot.restarts >= MAX_RESTARTS:
+            self.summary.errors.append(f"worker {slot.index} died {slot.restarts} times; "
+                                       "not restarted")
+            return
+        slot.restarts += 1
+        self.summary.worker_restarts += 1
+        self.view.note(f"worker {slot.index} restarted", "yellow")
+        self._spawn(slot)
+
+    def _handle(self, slot: _Slot, message: tuple) -> None:
+        kind = message[0]
+        if kind == "ready":
+            slot.ready = slot.started = True
+        elif kind == "start":
+            slot.case, slot.case_started = message[1], time.time()
+        elif kind == "case":
+            info = message[1]
+            tally = self.summary.families[info["family"]]
+            tally.cases += 1
+            tally.seconds += info["seconds"]
+            tally.failing_cases += bool(info["signature"])
+            tally.barrier_checks += info["barriers"]
+            self._note_open_case(info, slot.case)
+            slot.case = None
+        elif kind in ("failure", "final"):
+            self._record(message[1], shrunk=kind == "final")
+        elif kind == "error":
+            family, text = message[1], message[2]
+            self.summary.families[family].broken = text.strip().splitlines()[-1]
+            self.summary.errors.append(f"{family}: the generator failed:\n{text}")
+            self.view.note(f"{family}: generator error, family dropped: "
+                           f"{self.summary.families[family].broken}", "red")
+        elif kind == "done":
+            slot.task = None
+        if slot.ready and slot.task is None and slot.process is not None:
+            if self.stopping:
+                _send(slot.conn, ("stop",))
+                slot.ready = False
+            elif not self._assign(slot):
+                _send(slot.conn, ("stop",))   # every family's generator is broken
+                slot.ready = False
+
+    def _assign(self, slot: _Slot) -> bool:
+        usable = [n for n in self.active if not self.summary.families[n].broken]
+        if not usable:
+            return False
+        running = self._running()
+        free = [n for n in usable if n not in running] or usable
+        name = min(free, key=lambda n: (self.summary.families[n].seconds,
+                                        self.summary.families[n].tasks, n))
+        tally = self.summary.families[name]
+        k = tally.tasks
+        tally.tasks += 1
+        slot.task = {"family": name, "seed": _derived_seed(self.summary.seed, name, k),
+                     "reuse": k == 0,
+                     "slice_end": time.time() + (min(self.slice, FIRST_SLICE) if k == 0
+                                                 else self.slice),
+                     "deadline": self.deadline, "known": sorted(self.known[name]),
+                     "avoid": list(self.avoid[name])}
+        _send(slot.conn, ("task", slot.task))
+        return True
+
+    # -- failures --
+
+    def _note_open_case(self, info: dict, case: dict | None) -> None:
+        key = (info["family"], info["signature"])
+        if key not in self.open_cases or key in self.seen_open or key in self.found:
+            return
+        self.seen_open.add(key)
+        known = self.open_cases[key]
+        params = case["params"] if case else {}
+        self.summary.known.append(Failure(key[0], key[1], known.status, params, known.path,
+                                          known.message, False,
+                                          self.summary.families[key[0]].cases))
+        self.view.note(f"known {key[0]} {key[1]} (open: {known.path})", "yellow")
+
+    def _record_lost_case(self, slot: _Slot, status: str, signature: str, message: str):
+        case = slot.case
+        self.avoid[case["family"]].append(_canonical(case["params"]))
+        self.summary.families[case["family"]].cases += 1
+        self.summary.families[case["family"]].failing_cases += 1
+        if (case["family"], signature) in self.open_cases:
+            self._note_open_case({"family": case["family"], "signature": signature}, case)
+            return
+        self._record({"family": case["family"], "params": case["params"], "seed": case["seed"],
+                      "schedule": case["schedule"], "disable": list(self.options.disable),
+                      "status": status, "signature": signature, "message": message,
+                      "timeout_seconds": self.options.case_timeout,
+                      "imports": list(self.options.imports)}, shrunk=False)
+
+    def _record(self, data: dict, shrunk: bool) -> None:
+        family, signature = data["family"], data["signature"]
+        tally = self.summary.families[family]
+        case = RegressionCase(**data, state="open", revision=self.revision,
+                              date=regressions.now(),
+                              found_by={"fuzz_seed": self.summary.seed, "shrunk": shrunk,
+                                        "case": tally.cases})
+        path = regressions.save(case, self.options.out)
+        previous = self.found.get((family, signature))
+        if previous and previous.path != path and previous.path in self.written and \
+                previous.path not in self.existing:
+            previous.path.unlink(missing_ok=True)   # a smaller example replaces it
+        self.written.add(path)
+        self.known[family].add(signature)
+        if previous is None:
+            failure = Failure(family, signature, data["status"], data["params"], path,
+                              data["message"], shrunk, tally.cases)
+            self.found[(family, signature)] = failure
+            self.summary.failures.append(failure)
+            self.view.note(f"FAIL {family} {signature}: {path}", "red")
+        else:
+            previous.params, previous.path, previous.message = data["params"], path, \
+                data["message"]
+            previous.shrunk = previous.shrunk or shrunk
+
+
+def worker_context():
+    """Where worker processes come from. On Linux a fork server that has imported torch
+    and tvm once, so a worker (and a restarted one) is ready at once instead of after
+    seconds of imports; elsewhere spawn (macOS frameworks are not fork-safe)."""
+    if sys.platform != "linux":
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    # Only modules that import cleanly or raise ImportError (which the server skips): a
+    # family module with a bug must fail in the worker, with its traceback, not here.
+    context.set_forkserver_preload(["harness.regressions", "harness.diff", "harness.barriers",
+                                    "hypothesis", "core.jit", "core.language"])
+    return context
+
+
+def _start_fork_server(context) -> None:
+    if context.get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+
+
+def _open_cases(out) -> dict:
+    """(family, signature) -> each open regression case, in suites/regressions and in
+    `out`."""
+    cases = {}
+    for directory in dict.fromkeys([Path(regressions.DEFAULT_DIR), Path(out)]):
+        for path in sorted(Path(directory).glob("*.json")):
+            try:
+                case = regressions.load(path)
+            except (ValueError, OSError):
+                continue   # not a regression case; the regression suite reports it
+            if case.state == "open":
+                cases.setdefault((case.family, case.signature), case)
+    return cases
+
+
+def _check_disable(names) -> None:
+    from core.transform import pipeline
+
+    for name in names:
+        if name not in pipeline.pass_names():
+            raise FuzzUsageError(f"unknown pass '{name}'; passes: "
+                                 f"{', '.join(pipeline.pass_names())}")
+        if name in pipeline.REQUIRED:
+            raise FuzzUsageError(f"pass '{name}' cannot be disabled")
+
+
+def _derived_seed(seed: int, family: str, k: int) -> int:
+    digest = hashlib.sha256(f"{seed}:{family}:{k}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def _canonical(params: dict) -> str:
+    return json.dumps(params, sort_keys=True)
+
+
+def _send(conn, message) -> None:
+    try:
+        conn.send(message)
+    except (OSError, ValueError):
+        pass  # the worker is gone; its death is noticed on the next wait
+
+
+def run(options: FuzzOptions, view=None) -> FuzzSummary:
+    """Fuzz until the budget is spent (or `max_cases`, or Ctrl-C); return the summary.
+    Raises FuzzUsageError for options that cannot run."""
+    return _Run(options, view or QuietView()).run()
+
+
+class QuietView:
+    """A view that shows nothing (tests, library use)."""
+
+    def start(self, summary, options, deadline):
+        pass
+
+    def refresh(self, summary, busy):
+        pass
+
+    def note(self, text, style=""):
+        pass
+
+    def stop(self, summary):
+        pass
+
+
+# ---- the worker: one Hypothesis run per task ------------------------------------------------
+
+class _TaskOver(BaseException):
+    """Ends a task's Hypothesis run at once (not a test failure: nothing is shrunk)."""
+
+
+class CaseFailure(Exception):
+    """A failing case; one subclass per failure signature (what Hypothesis tells apart)."""
+
+    def __init__(self, record: dict):
+        super().__init__(f"{record['family']} {record['signature']}")
+        self.record = record
+
+
+_FAILURE_CLASSES: dict = {}
+
+
+def _failure_class(signature: str) -> type:
+    if signature not in _FAILURE_CLASSES:
+        name = "Failed_" + re.sub(r"\W+", "_", signature)[:60]
+        _FAILURE_CLASSES[signature] = type(name, (CaseFailure,), {})
+    return _FAILURE_CLASSES[signature]
+
+
+def _worker_main(conn, config: dict) -> None:
+    if hasattr(os, "setpgrp"):
+        os.setpgrp()   # Ctrl-C goes to the parent only; the parent kills the whole group
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    regressions.import_families(config["imports"])
+    from harness.gen import family as families
+
+    families.families()
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message[0] == "task":
+            _run_task(conn, config, message[1])
+            conn.send(("done", message[1]["family"]))
+        elif message[0] == "stop":
+            return
+
+
+def _run_task(conn, config: dict, task: dict) -> None:
+    from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
+    from hypothesis import strategies as st
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    from harness.gen import family as families
+
+    name = task["family"]
+    fam = families.get(name)
+    known, avoid = set(task["known"]), set(task["avoid"])
+    found = {}   # signature -> latest failing record of this task
+    disable = tuple(config["disable"])
+
+    def case(params, input_seed, schedule):
+        now = time.time()
+        if conn.poll(0) and conn.recv()[0] == "halt":
+            raise _TaskOver
+        if now >= task["deadline"] or (not found and now >= task["slice_end"]):
+            raise _TaskOver
+        if _canonical(params) in avoid:
+            return
+        conn.send(("start", {"family": name, "params": params, "seed": input_seed,
+                             "schedule": schedule}))
+        barriers = _barrier_due(params, input_seed, config["barrier_every"]) or \
+            any(s in found for s in regressions.BARRIER_STATUSES)
+        t0 = time.perf_counter()
+        result, signature = regressions.run_checked(name, params, seed=input_seed,
+                                                    schedule=schedule, disable=disable,
+                                                    barriers=barriers)
+        checked = barriers and result.status in ("pass", *regressions.BARRIER_STATUSES) \
+            and "threadgroup_barrier" in result.msl
+        conn.send(("case", {"family": name, "signature": signature,
+                            "seconds": time.perf_counter() - t0, "barriers": int(checked)}))
+        if signature is None or signature in known:
+            return
+        record = {"family": name, "params": params, "seed": input_seed, "schedule": schedule,
+                  "disable": list(disable), "status": result.status, "signature": signature,
+                  "message": result.message, "msl": result.msl,
+                  "dsl": regressions.dsl_text(name, params),
+                  "timeout_seconds": config["timeout"], "imports": config["imports"]}
+        found[signature] = record
+        conn.send(("failure", record))
+        raise _failure_class(signature)(record)
+
+    test = given(params=fam.params(), input_seed=st.integers(0, INPUT_SEEDS - 1),
+                 schedule=st.sampled_from(SCHEDULES))(case)
+    phases = [Phase.explicit, Phase.generate, Phase.shrink]
+    if task["reuse"]:
+        phases.insert(1, Phase.reuse)
+    # @seed alone would switch the database off; the settings applied after it keep it.
+    test = settings(database=DirectoryBasedExampleDatabase(config["db"]),
+                    max_examples=10 ** 9, deadline=None, phases=phases,
+                    suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
+                    report_multiple_bugs=True, print_blob=False)(seed(task["seed"])(test))
+    test._hypothesis_internal_database_key = \
+        f"metaltile-fuzz:{name}:{','.join(sorted(disable))}".encode()
+    try:
+        test()
+    except _TaskOver:
+        pass
+    except BaseException as err:  # noqa: BLE001 - minimal failures, or the generator broke
+        failures = _case_failures(err)
+        for failure in failures:
+            conn.send(("final", failure.record))
+        if not failures:
+            conn.send(("error", name, "".join(traceback.format_exception(err))))
+
+
+def _case_failures(err: BaseException) -> list:
+    """The CaseFailures in what a Hypothesis run raised (one, or a group of them)."""
+    if isinstance(err, CaseFailure):
+        return [err]
+    out = []
+    for inner in getattr(err, "exceptions", ()) or ():
+        out += _case_failures(inner)
+    return out
+
+
+def _barrier_due(params: dict, input_seed: int, every: int) -> bool:
+    """1 of `every` cases, chosen by the case itself, so a replayed case is checked the
+    same way as when it was found."""
+    if every <= 0:
+        return False
+    digest = hashlib.sha256(f"{_canonical(params)}:{input_seed}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") % every == 0

@@ -1,0 +1,160 @@
+"""`harness fuzz` (harness/fuzz.py) end to end: real worker processes, real kernels.
+
+The smoke run is the CI-sized fuzzing of every registered family on the current compiler;
+the others fuzz the test-only families of fuzzfamilies.py: a pipeline with thread_sync
+switched off must be caught, shrunk, saved and replayed (and resumed from the example
+database), shrinking must keep the kind of failure, a worker that dies or hangs must be
+recorded while the run goes on, and Ctrl-C must keep what was found.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from harness import fuzz, regressions
+from harness.cli import main
+from harness.gen import family
+
+REPO = Path(__file__).resolve().parents[2]
+MINIMAL_STAGED = {"n": 8, "threads": 32, "dtype": "float32"}
+
+
+def _options(tmp_path, **kwargs):
+    kwargs.setdefault("seed", 1)
+    return fuzz.FuzzOptions(db=tmp_path / "db", out=tmp_path / "out", **kwargs)
+
+
+def _describe(summary):
+    lines = [f"{f.family} {f.signature}: {f.path}\n{f.message}" for f in summary.failures]
+    return "\n".join(lines + summary.errors)
+
+
+def test_smoke_every_family_no_failures(tmp_path):
+    before = sorted(regressions.DEFAULT_DIR.glob("*.json"))
+    fuzzed = [f.name for f in family.families() if not f.skip_reason]
+    summary = fuzz.run(_options(tmp_path, budget=45, workers=2, seed=0))
+    print({n: (t.cases, t.failing_cases, t.barrier_checks, round(t.seconds, 1))
+           for n, t in summary.families.items()}, f"{summary.rate:.2f} cases/s",
+          "known:", [(f.family, f.signature) for f in summary.known])
+    assert fuzzed and set(fuzzed) <= set(summary.families)
+    idle = [n for n in fuzzed if summary.families[n].cases == 0]
+    assert not idle, f"families that ran no case: {idle}"
+    assert not summary.failures and not summary.errors, _describe(summary)
+    assert summary.exit_code == 0
+    assert not list((tmp_path / "out").glob("*.json"))
+    assert sorted(regressions.DEFAULT_DIR.glob("*.json")) == before
+
+
+def test_broken_pipeline_is_caught_shrunk_saved_and_resumed(tmp_path, test_families):
+    # Every case fails without thread_sync; max_cases ends the run once it has shrunk.
+    options = _options(tmp_path, budget=60, max_cases=30, workers=1,
+                       families=("staged_transpose",), disable=("thread_sync",),
+                       imports=(test_families.__name__,))
+    first = fuzz.run(options)
+    assert first.exit_code == 1 and not first.errors, _describe(first)
+    [failure] = first.failures
+    assert failure.shrunk and failure.params == MINIMAL_STAGED
+    assert failure.signature.startswith(("mismatch+finding:race", "finding:race"))
+    [path] = (tmp_path / "out").glob("*.json")
+    assert path == failure.path and path.name.startswith("staged_transpose-")
+    case = regressions.load(path)
+    assert (case.state, case.disable, case.params) == ("open", ["thread_sync"], MINIMAL_STAGED)
+    assert "threadgroup float" in case.msl and "threadgroup_barrier" not in case.msl
+    assert "staged_transpose" in case.dsl and case.found_by["shrunk"]
+    outcome = regressions.replay(case)
+    assert outcome.same_failure(case), outcome.message
+    with pytest.raises(regressions.StillFailing):
+        regressions.expect(case)
+
+    # The database resumes the run: the saved failure is the first case of the next one,
+    # and as an open regression case it is a known bug, not a new failure.
+    again = fuzz.run(_options(tmp_path, budget=60, max_cases=3, workers=1, seed=2,
+                              families=("staged_transpose",), disable=("thread_sync",),
+                              imports=(test_families.__name__,)))
+    assert again.exit_code == 0 and not again.failures, _describe(again)
+    [replayed] = again.known
+    assert replayed.case_number == 1 and replayed.params == MINIMAL_STAGED
+    assert replayed.path == path and replayed.signature == failure.signature
+    assert [p.name for p in (tmp_path / "out").glob("*.json")] == [path.name]
+
+
+def test_shrinking_keeps_the_kind_of_failure(tmp_path, test_families):
+    summary = fuzz.run(_options(tmp_path, budget=60, max_cases=300, workers=1,
+                                families=("two_bugs",), imports=(test_families.__name__,)))
+    minimal = {f.signature.split("@")[0]: (f.params, f.shrunk) for f in summary.failures}
+    # n = 10 is simpler than any n >= 50, but it is the other bug
+    assert minimal == {"internal_error:ValueError": ({"n": 50}, True),
+                       "internal_error:KeyError": ({"n": 10}, True)}, _describe(summary)
+
+
+def test_dead_and_hung_workers_are_failures_and_the_run_goes_on(tmp_path, test_families):
+    # n = 3 kills the worker, n = 4 hangs it; after both, only passing cases are left.
+    summary = fuzz.run(_options(tmp_path, budget=90, max_cases=40, workers=1,
+                                families=("crashy",), case_timeout=3,
+                                imports=(test_families.__name__,)))
+    by_signature = {f.signature: f for f in summary.failures}
+    assert set(by_signature) == {regressions.WORKER_CRASH, regressions.CASE_TIMEOUT}, \
+        _describe(summary)
+    assert by_signature[regressions.WORKER_CRASH].params == {"n": 3}
+    assert by_signature[regressions.CASE_TIMEOUT].params == {"n": 4}
+    assert summary.worker_restarts >= 2 and not summary.errors
+    assert summary.families["crashy"].cases > summary.families["crashy"].failing_cases
+    crash = regressions.load(by_signature[regressions.WORKER_CRASH].path)
+    hang = regressions.load(by_signature[regressions.CASE_TIMEOUT].path)
+    assert crash.status == "crash" and crash.imports == [test_families.__name__]
+    assert hang.status == "timeout" and hang.timeout_seconds == 3
+    with ThreadPoolExecutor(2) as pool:  # each replay runs in a child process of its own
+        outcomes = list(pool.map(regressions.replay, [crash, hang]))
+    assert outcomes[0].same_failure(crash) and outcomes[1].same_failure(hang), outcomes
+
+
+def test_ctrl_c_keeps_the_failures_and_prints_the_summary(tmp_path):
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "harness.cli", "fuzz", "--budget", "2m", "--seed", "5",
+               "--workers", "1", "--families", "staged_transpose", "--disable", "thread_sync",
+               "--import", "suites.fuzz.fuzzfamilies", "--db", str(tmp_path / "db"),
+               "--out", str(out)]
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        give_up = time.time() + 90
+        while not list(out.glob("*.json")) and time.time() < give_up:
+            assert proc.poll() is None, proc.communicate()[0]
+            time.sleep(0.2)
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, output
+    assert "fuzz interrupted" in output and "FAIL staged_transpose" in output, output
+    assert output.startswith("fuzz: seed 5"), output  # plain progress: stdout is a pipe
+    [path] = out.glob("*.json")
+    assert json.loads(path.read_text())["state"] == "open"
+
+
+@pytest.mark.parametrize("text,seconds", [("90", 90), ("90s", 90), ("10m", 600), ("1h", 3600),
+                                          ("1h30m", 5400), ("2.5m", 150)])
+def test_budgets(text, seconds):
+    assert fuzz.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--budget", "soon"], "not a duration"),
+    (["--workers", "0"], "not a positive integer"),
+    (["--families", "no_such_family", "--budget", "5s"], "unknown family"),
+    (["--disable", "legalize", "--budget", "5s"], "cannot be disabled"),
+    (["--disable", "no_such_pass", "--budget", "5s"], "unknown pass"),
+])
+def test_usage_errors_exit_2(args, message, tmp_path, capsys):
+    code = main(["fuzz", "--db", str(tmp_path / "db"), "--out", str(tmp_path / "out"), *args])
+    captured = capsys.readouterr()
+    assert code == 2 and message in captured.out + captured.err
+    assert not (tmp_path / "out").exists()
