@@ -3,10 +3,14 @@
 Subcommands:
   emu FILE.metal   run one kernel of any MSL file on the CPU emulator and report
   selfcheck        run the emulator's built-in kernels against NumPy
-  bench            for now the self-check (the benchmark arrives later)
+  bench            benchmark the bench cases, compare with the baseline, write reports
+  report           re-render the reports of a saved bench result
+  fuzz             time-budgeted fuzzing of the kernel families (harness.fuzz); each
+                   failure is shrunk and saved as a regression case
 
 Only parsing and printing live here: launches go through `core.runtime.emu.run_msl`, buffer
-specs through `harness.bufspec`, the self-check through `harness.selfcheck`.
+specs through `harness.bufspec`, the self-check through `harness.selfcheck`, the benchmark
+through `harness.bench` (+ `harness.against`, `harness.report`).
 Exit status: 0 ran clean, 1 findings (or a failed self-check), 2 usage, compile or launch
 error (the error's message is printed, no traceback).
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from collections import Counter
@@ -87,11 +92,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="findings listed one by one (default: 20; all are counted)")
     emu.set_defaults(run=_run_emu)
 
-    for name, help_ in (("selfcheck", "run the emulator's built-in kernels against NumPy"),
-                        ("bench", "the benchmark (not built yet: runs the self-check)")):
-        sub = commands.add_parser(name, help=help_, description=help_)
-        sub.add_argument("--seed", type=int, default=0, help="seed of the inputs (default: 0)")
-        sub.set_defaults(run=_run_selfcheck)
+    help_ = "run the emulator's built-in kernels against NumPy"
+    sub = commands.add_parser("selfcheck", help=help_, description=help_)
+    sub.add_argument("--seed", type=int, default=0, help="seed of the inputs (default: 0)")
+    sub.set_defaults(run=_run_selfcheck)
+    _add_bench_commands(commands)
+    _add_fuzz_command(commands)
     return parser
 
 
@@ -254,15 +260,13 @@ def _tuple(value) -> str:
     return str(value)
 
 
-# -- harness selfcheck / bench -------------------------------------------------------------
+# -- harness selfcheck -----------------------------------------------------------------------
 
 def _run_selfcheck(args: argparse.Namespace) -> int:
     from core.runtime.emu.toolchain import find_toolchain
     from harness import selfcheck
 
     out, err = _consoles()
-    if args.command == "bench":
-        out.print("harness bench: no benchmark yet; running the emulator self-check")
     try:
         toolchain = find_toolchain()
     except MetaltileError as error:
@@ -289,6 +293,330 @@ def _run_selfcheck(args: argparse.Namespace) -> int:
         return EXIT_FINDINGS
     out.print(Text(f"all {len(results)} checks passed", "bold green"))
     return EXIT_CLEAN
+
+
+# -- harness bench / report ------------------------------------------------------------------
+
+BENCH_DESCRIPTION = """\
+Benchmark the bench cases (harness/bench.py: kernel families at LLM shapes, scaled for the
+emulator). Per case: one checked emulator run (oracle + race/uninit/bounds checks), its
+deterministic counters (bytes, load/store operations, barriers, simd ops), a roofline model
+of Apple-GPU time per chip, DSL -> MSL compile time over --rounds rounds, and on macOS with
+MPS the measured GPU time. Compares with the baseline (counters exactly, modeled time past
+1%), prints the changes, writes reports/out/bench.{json,md,html} and
+bench.pytest-benchmark.json.
+Exit status: 0 pass, 1 a case failed or a counter/modeled time regressed (or, with
+--against, compile time regressed past the noise threshold), 2 usage or setup error."""
+
+
+def _add_bench_commands(commands) -> None:
+    from harness import bench, roofline
+
+    sub = commands.add_parser("bench", help="benchmark, compare with the baseline, report",
+                              description=BENCH_DESCRIPTION,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub.add_argument("--cases", metavar="PATTERNS",
+                     help="comma-separated case names, families or fnmatch patterns "
+                          "(default: all)")
+    sub.add_argument("--list", action="store_true", help="list the cases and exit")
+    sub.add_argument("--rounds", type=_positive, default=bench.DEFAULT_ROUNDS, metavar="N",
+                     help=f"compile-time rounds per case (default: {bench.DEFAULT_ROUNDS})")
+    sub.add_argument("--baseline", type=Path, default=bench.DEFAULT_BASELINE, metavar="PATH",
+                     help="baseline JSON (default: reports/baselines/emu.json)")
+    sub.add_argument("--update-baseline", action="store_true",
+                     help="write this run's passing cases into the baseline (deliberately)")
+    sub.add_argument("--out", type=Path, default=bench.DEFAULT_OUT, metavar="DIR",
+                     help="where results and reports go (default: reports/out)")
+    sub.add_argument("--against", metavar="GITREF",
+                     help="also time compilation A/B against GITREF, built beside this tree "
+                          "in DIR/against/")
+    sub.add_argument("--ab-rounds", type=_positive, default=None, metavar="N",
+                     help="interleaved A/B rounds per side (default: 20)")
+    sub.add_argument("--disable", action="append", default=[], metavar="PASS",
+                     help="switch a compiler pass off (repeatable; to show the gate "
+                          "catches it)")
+    sub.add_argument("--replace", action="append", default=[], metavar="PASS=MODULE:FUNC",
+                     help="replace a compiler pass by a function (repeatable)")
+    sub.add_argument("--chips", type=_chips, default=roofline.DEFAULT_CHIPS, metavar="LIST",
+                     help=f"chips of the roofline model, or 'all' (default: "
+                          f"{','.join(roofline.DEFAULT_CHIPS)}; known: "
+                          f"{', '.join(roofline.CHIPS)})")
+    sub.add_argument("--backend", choices=("auto", "emu", "mps"), default="auto",
+                     help="emu: counters and model only; mps: also measured GPU time "
+                          "(macOS with MPS); auto: mps where available (default)")
+    sub.set_defaults(run=_run_bench)
+
+    rep = commands.add_parser("report", help="re-render the reports of a saved bench result",
+                              description="Re-render bench.md and bench.html from a saved "
+                              "result (default: reports/out/bench.json) against a baseline. "
+                              "Exit status: 0 the gate passes, 1 it fails, 2 usage error.")
+    rep.add_argument("result", type=Path, nargs="?", default=bench.DEFAULT_OUT / "bench.json",
+                     metavar="RESULT.json")
+    rep.add_argument("--baseline", type=Path, default=bench.DEFAULT_BASELINE, metavar="PATH")
+    rep.add_argument("--out", type=Path, default=None, metavar="DIR",
+                     help="where the reports go (default: the result's directory)")
+    rep.set_defaults(run=_run_report)
+
+
+def _wide_consoles() -> tuple[Console, Console]:
+    """Like _consoles, but 180 columns when not a terminal (CI logs), so the bench tables
+    keep one line per case."""
+    out, err = _consoles()
+    if not out.is_terminal:
+        out = Console(highlight=False, markup=False, width=180)
+    return out, err
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a positive integer")
+    return int(text)
+
+
+def _chips(text: str) -> tuple[str, ...]:
+    from harness import roofline
+
+    if text.strip().lower() == "all":
+        return tuple(roofline.CHIPS)
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in roofline.CHIPS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown chip(s) {', '.join(unknown) or text!r}; "
+                                         f"known: {', '.join(roofline.CHIPS)}")
+    return names
+
+
+def _replacements(items: list[str]) -> dict:
+    """PASS=MODULE:FUNC -> {PASS: function}; raises ValueError with what is wrong."""
+    import importlib
+
+    out = {}
+    for item in items:
+        name, _, target = item.partition("=")
+        module, _, func = target.partition(":")
+        if not (name and module and func):
+            raise ValueError(f"--replace {item!r} is not PASS=MODULE:FUNC")
+        try:
+            out[name] = getattr(importlib.import_module(module), func)
+        except (ImportError, AttributeError) as error:
+            raise ValueError(f"--replace {item!r}: {error}") from None
+    return out
+
+
+def _check_passes(disable, replace) -> None:
+    from core.transform import pipeline
+
+    unknown = sorted((set(disable) | set(replace)) - set(pipeline.pass_names()))
+    if unknown:
+        raise ValueError(f"unknown pass(es) {', '.join(unknown)}; passes: "
+                         f"{', '.join(pipeline.pass_names())}")
+    required = sorted(set(disable) & set(pipeline.REQUIRED))
+    if required:
+        raise ValueError(f"pass(es) {', '.join(required)} cannot be disabled (replace "
+                         "them instead)")
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from harness import against, bench, report
+
+    out, err = _wide_consoles()
+    try:
+        cases = bench.select(args.cases)
+    except KeyError as error:
+        return _error(err, error.args[0])
+    if args.list:
+        table = Table(title="bench cases", title_justify="left")
+        for col in ("case", "family", "LLM shape", "scaling"):
+            table.add_column(col, overflow="fold")
+        for c in cases:
+            table.add_row(c.name, c.family, c.shape, c.scaling)
+        out.print(table)
+        return EXIT_CLEAN
+    gpu, reason = bench.mps_available()
+    if args.backend == "mps" and not gpu:
+        return _error(err, f"--backend mps: {reason}")
+    gpu = gpu and args.backend != "emu"
+    disable = tuple(n.strip() for item in args.disable for n in item.split(",") if n.strip())
+    if args.update_baseline and (disable or args.replace):
+        return _error(err, "--update-baseline with --disable/--replace: a perturbed "
+                      "pipeline never becomes the baseline")
+    try:
+        replace = _replacements(args.replace)
+        _check_passes(disable, replace)
+    except ValueError as error:
+        return _error(err, error)
+    baseline = None
+    if not args.update_baseline and args.baseline.exists():
+        try:
+            baseline = bench.load_baseline(args.baseline)
+        except (ValueError, OSError) as error:
+            return _error(err, f"baseline {args.baseline}: {error}")
+
+    out.print(f"harness bench: {len(cases)} case(s), {args.rounds} compile round(s) each; "
+              f"emulator {bench.toolchain_info()}; GPU time: "
+              f"{'measured (MPS)' if gpu else 'not measured (' + (reason or 'emu') + ')'}",
+              soft_wrap=True)
+    if disable or replace:
+        out.print(Text(f"pipeline perturbed: disable={list(disable)} "
+                       f"replace={sorted(replace)}", "yellow"))
+
+    def progress(case, i, total):
+        out.print(f"[{i + 1}/{total}] {case.name}", soft_wrap=True)
+
+    results = bench.run(cases, rounds=args.rounds, disable=disable, replace=replace,
+                        chip_names=args.chips, gpu=gpu, selection=args.cases,
+                        progress=progress)
+    if args.against:
+        timed = [c for c, r in zip(cases, results["cases"]) if r["status"] != "skip"]
+        out.print(f"compile time A/B against {args.against} "
+                  f"({args.ab_rounds or against.DEFAULT_ROUNDS} interleaved rounds)")
+        results["against"] = against.run(
+            args.against, timed, root=bench.ROOT, out_dir=args.out.resolve(),
+            rounds=args.ab_rounds or against.DEFAULT_ROUNDS,
+            progress=lambda r, n: out.print(f"  A/B round {r}/{n}" if r else "  warm-up"))
+
+    if args.update_baseline:
+        baseline, left_out = bench.update_baseline(results, args.baseline)
+        out.print(f"baseline written: {args.baseline} ({len(baseline['cases'])} cases)")
+        for name in left_out:
+            out.print(Text(f"not in the baseline (did not pass): {name}", "red"))
+    changes = bench.compare(results, baseline)
+    return _finish_report(out, results, changes, baseline, args.baseline, args.out,
+                          result_path=bench.write_results(results, args.out),
+                          extra=[bench.write_pytest_benchmark_json(results, args.out)],
+                          report=report)
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from harness import bench, report
+
+    out, err = _wide_consoles()
+    try:
+        results = bench.load_results(args.result)
+    except (OSError, ValueError) as error:
+        return _error(err, f"cannot read the result {args.result}: {error}")
+    baseline = None
+    if args.baseline.exists():
+        try:
+            baseline = bench.load_baseline(args.baseline)
+        except (ValueError, OSError) as error:
+            return _error(err, f"baseline {args.baseline}: {error}")
+    changes = bench.compare(results, baseline)
+    return _finish_report(out, results, changes, baseline, args.baseline,
+                          args.out or args.result.parent, result_path=args.result, extra=[],
+                          report=report)
+
+
+def _finish_report(out, results, changes, baseline, baseline_path, out_dir, *, result_path,
+                   extra, report) -> int:
+    from harness import bench
+
+    out.print(report.summary_table(results))
+    if results.get("against"):
+        if results["against"].get("error"):
+            out.print(Text(f"A/B: {results['against']['error']}", "red"))
+        else:
+            out.print(report.against_table(results["against"]))
+    if changes:
+        out.print(report.changes_table(changes))
+    else:
+        out.print(f"no changes against the baseline ({baseline_path})")
+    paths = report.write_reports(results, changes, baseline, out_dir,
+                                 str(baseline_path) if baseline else None)
+    failed = bench.gate_failed(changes)
+    out.print(Text(report.verdict_line(results, changes), "bold red" if failed else "bold green"))
+    for path in (result_path, *extra, paths["markdown"]):
+        out.print(f"wrote {path}", soft_wrap=True)
+    out.print(f"report: {paths['html']}", soft_wrap=True)
+    return EXIT_FINDINGS if failed else EXIT_CLEAN
+
+
+
+# -- harness fuzz ----------------------------------------------------------------------------
+
+FUZZ_DESCRIPTION = """\
+Fuzz the kernel families for a time budget: cases drawn by Hypothesis from each family's
+strategy run on the emulator with every check and are compared with the oracles (and,
+for 1 of N cases with barriers, every barrier is checked to be necessary). A failing
+case is shrunk to a minimal one with the same kind of failure and saved at once as a
+regression case (DIR/<family>-<status>-<hash>.json, state "open"); the example database
+makes a re-run replay earlier failures first. A failure of the kind of an open regression
+case (suites/regressions or DIR) is a known bug: listed, not saved again. Exit status: 0 no
+new failures, 1 new failures, 2 usage error."""
+
+
+def _add_fuzz_command(commands) -> None:
+    from harness import fuzz
+
+    sub = commands.add_parser("fuzz", help="time-budgeted fuzzing of the kernel families",
+                              description=FUZZ_DESCRIPTION,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub.add_argument("--budget", type=_duration, default=600.0, metavar="TIME",
+                     help="time budget: 90s, 10m, 1h (default: 10m)")
+    sub.add_argument("--seed", type=int, default=None,
+                     help="seed of the run (default: random, printed at the end)")
+    sub.add_argument("--families", type=_names, action="extend", default=[], metavar="A,B",
+                     help="families to fuzz (repeatable; default: all registered)")
+    sub.add_argument("--workers", type=_positive, default=min(os.cpu_count() or 1, 4),
+                     metavar="N", help="worker processes (default: one per core, at most 4)")
+    sub.add_argument("--db", type=Path, default=fuzz.DEFAULT_DB, metavar="PATH",
+                     help="Hypothesis example database (default: reports/out/fuzz/db)")
+    sub.add_argument("--out", type=Path, default=fuzz.regressions.DEFAULT_DIR, metavar="DIR",
+                     help="where regression cases are written (default: suites/regressions)")
+    sub.add_argument("--case-timeout", type=_duration, default=fuzz.FuzzOptions.case_timeout,
+                     metavar="TIME", help="a case running longer is a failure "
+                     f"(default: {fuzz.FuzzOptions.case_timeout:g}s)")
+    sub.add_argument("--barrier-every", type=int, default=fuzz.FuzzOptions.barrier_every,
+                     metavar="N", help="check barrier necessity on 1 of N cases with "
+                     "barriers; 1 = every one, 0 = never (default: "
+                     f"{fuzz.FuzzOptions.barrier_every})")
+    sub.add_argument("--disable", type=_names, action="extend", default=[],
+                     metavar="PASS,...", help="switch pipeline passes off (repeatable; to "
+                     "check that fuzzing catches it)")
+    sub.add_argument("--max-cases", type=int, default=0, metavar="N",
+                     help="stop after N cases (default: only the budget)")
+    sub.add_argument("--import", dest="imports", action="append", default=[],
+                     metavar="MODULE", help="import MODULE first (it registers more "
+                     "families; used by tests)")
+    sub.add_argument("--plain", action="store_true",
+                     help="plain progress lines even on a terminal")
+    sub.set_defaults(run=_run_fuzz)
+
+
+def _duration(text: str) -> float:
+    from harness.fuzz import FuzzUsageError, parse_duration
+
+    try:
+        return parse_duration(text)
+    except FuzzUsageError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"'{text}' names nothing")
+    return names
+
+
+def _run_fuzz(args: argparse.Namespace) -> int:
+    from harness import fuzz, fuzzview
+
+    out, err = _consoles()
+    options = fuzz.FuzzOptions(
+        budget=args.budget, seed=args.seed, families=tuple(args.families),
+        workers=args.workers, db=args.db, out=args.out, case_timeout=args.case_timeout,
+        barrier_every=args.barrier_every, disable=tuple(args.disable),
+        imports=tuple(args.imports),
+        max_cases=args.max_cases)
+    view = fuzzview.LiveView(out) if out.is_terminal and not args.plain else \
+        fuzzview.PlainView(out)
+    try:
+        summary = fuzz.run(options, view)
+    except (fuzz.FuzzUsageError, ImportError) as error:
+        return _error(err, error)
+    fuzzview.print_summary(out, summary)
+    return summary.exit_code
 
 
 if __name__ == "__main__":

@@ -150,8 +150,19 @@ def test_selfcheck_passes(capsys):
     assert "shift_racy" in stdout
 
 
-def test_bench_runs_the_selfcheck_for_now(capsys):
-    assert main(["bench"]) == 0
+def test_bench_lists_its_cases(capsys):
+    assert main(["bench", "--list"]) == 0
     stdout = capsys.readouterr().out
-    assert "no benchmark yet; running the emulator self-check" in stdout
-    assert "all 5 checks passed" in stdout
+    assert "copy/k-transpose-f16" in stdout and "LLM shape" in stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--cases", "nonesuch"], "no bench case matches"),
+    (["--disable", "no_such_pass"], "unknown pass(es) no_such_pass"),
+    (["--disable", "lower_tile_ops"], "cannot be disabled"),
+    (["--replace", "thread_sync=nomodule:f"], "--replace 'thread_sync=nomodule:f'"),
+    (["--replace", "thread_sync"], "is not PASS=MODULE:FUNC"),
+])
+def test_bench_usage_errors_exit_2(args, message, capsys):
+    assert main(["bench", *args]) == 2
+    assert message in capsys.readouterr().err

@@ -164,6 +164,9 @@ struct Worker {
   uint64_t dropped_findings = 0;
   uint64_t dev_read[kMaxBuffers] = {}, dev_written[kMaxBuffers] = {};
   uint64_t tg_read = 0, tg_written = 0, barriers = 0, simd_ops = 0, atomics = 0;
+  // Access operations (one per hook call: a float4 load is one 16-byte read), in bounds
+  // only. Fewer, wider accesses for the same bytes is what vectorization buys.
+  uint64_t dev_loads = 0, dev_stores = 0, tg_loads = 0, tg_stores = 0;
   uint64_t groups_run = 0, threads_run = 0;
   uint64_t rng = 0;
 };
@@ -284,6 +287,7 @@ void device_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc)
   }
   uint64_t off = a - reinterpret_cast<uintptr_t>(g_launch.buffers[b]);
   (write ? w->dev_written : w->dev_read)[b] += n;
+  ++(write ? w->dev_stores : w->dev_loads);
   std::atomic<uint8_t>* touched = g_launch.touched[b] + off;
   const uint8_t bit = write ? 2 : 1;
   for (unsigned i = 0; i < n; ++i)
@@ -357,6 +361,7 @@ void tg_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc) {
     return;
   }
   (write ? w->tg_written : w->tg_read) += n;
+  ++(write ? w->tg_stores : w->tg_loads);
   const uint32_t e = w->tg_epoch;
   const uint16_t t = uint16_t(f->tid);
   const uint16_t s = uint16_t(w->simd_epoch[f->simdgroup]);
@@ -677,6 +682,10 @@ void write_results() {
     total.barriers += w->barriers;
     total.simd_ops += w->simd_ops;
     total.atomics += w->atomics;
+    total.dev_loads += w->dev_loads;
+    total.dev_stores += w->dev_stores;
+    total.tg_loads += w->tg_loads;
+    total.tg_stores += w->tg_stores;
     total.groups_run += w->groups_run;
     total.threads_run += w->threads_run;
   }
@@ -693,10 +702,13 @@ void write_results() {
   fprintf(out, "\"groups\":%" PRIu64 ",\"threads\":%" PRIu64 ",\"simdgroups\":%" PRIu64
                ",\"barriers\":%" PRIu64 ",\"simd_ops\":%" PRIu64 ",\"atomic_ops\":%" PRIu64
                ",\"threadgroup_bytes_read\":%" PRIu64 ",\"threadgroup_bytes_written\":%" PRIu64
-               ",\"threadgroup_memory_bytes\":%u",
+               ",\"threadgroup_memory_bytes\":%u,\"device_load_ops\":%" PRIu64
+               ",\"device_store_ops\":%" PRIu64 ",\"threadgroup_load_ops\":%" PRIu64
+               ",\"threadgroup_store_ops\":%" PRIu64,
           total.groups_run, total.threads_run, total.groups_run * g_launch.simdgroups,
           total.barriers, total.simd_ops, total.atomics, total.tg_read, total.tg_written,
-          g_launch.arena_bytes.load());
+          g_launch.arena_bytes.load(), total.dev_loads, total.dev_stores, total.tg_loads,
+          total.tg_stores);
   const char* names[4] = {"device_bytes_read", "device_bytes_written", "device_unique_bytes_read",
                           "device_unique_bytes_written"};
   for (int k = 0; k < 4; ++k) {

@@ -1,0 +1,462 @@
+"""Bench reports: the console tables, bench.md and bench.html (with plots) of one run.
+
+Input: a results document of `harness.bench` (fresh, or loaded from reports/out/bench.json
+by `harness report`), the baseline it is compared with, and the list of `bench.Change`s
+from `bench.compare`. Output: rich tables for the terminal (`summary_table`,
+`changes_table`) and the files `write_reports` puts in the output directory:
+
+    bench.md     the verdict, the gate's changes, every case's counters, modeled times per
+                 chip (at the shape that ran and extrapolated to the real shape), compile
+                 times (and the A/B comparison with --against), skipped cases, the model
+    bench.html   the same tables and plots of counters and modeled times against the
+                 baseline and of compile times (matplotlib, inline SVG; without matplotlib
+                 the page says how to get the plots)
+
+Nothing here measures or decides: the gate's verdict is `bench.gate_failed(changes)`.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+from pathlib import Path
+
+from rich.table import Table
+from rich.text import Text
+
+from harness import bench
+
+PLOTTED_COUNTERS = ("device_bytes_read", "device_bytes_written", "device_load_ops",
+                    "device_store_ops", "threadgroup_bytes_read", "threadgroup_bytes_written",
+                    "barriers", "simd_ops")
+KIND_STYLE = {"failure": "bold red", "regression": "red", "improvement": "green",
+              "new": "cyan", "missing": "yellow", "note": "yellow"}
+
+
+# -- formatting helpers --------------------------------------------------------------------
+
+def _num(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return f"{v:,}"
+
+
+def _us(seconds) -> str:
+    return "-" if seconds is None else f"{seconds * 1e6:,.1f}"
+
+
+def _ms(seconds) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:,.1f}"
+
+
+def _change_value(change: bench.Change, value) -> str:
+    if change.metric.startswith(("modeled", "compile")) and isinstance(value, float):
+        return f"{value * 1e6:,.2f} us" if change.metric.startswith("modeled") \
+            else f"{value * 1e3:,.2f} ms"
+    return _num(value) if not isinstance(value, str) else value
+
+
+def _relative(change: bench.Change) -> str:
+    rel = change.relative
+    return "" if rel is None else f"{rel:+.2%}"
+
+
+def _ratio(case: dict) -> float | None:
+    c, m = case.get("counters"), case.get("minimum")
+    if not c or not m or not (m["read"] + m["written"]):
+        return None
+    return (c["device_bytes_read"] + c["device_bytes_written"]) / (m["read"] + m["written"])
+
+
+def _bytes_per_op(case: dict) -> float | None:
+    c = case.get("counters")
+    if not c:
+        return None
+    ops = c["device_load_ops"] + c["device_store_ops"]
+    return (c["device_bytes_read"] + c["device_bytes_written"]) / ops if ops else None
+
+
+def _compile_cell(case: dict) -> str:
+    t = case.get("compile")
+    if not t:
+        return "-"
+    return f"{t['median'] * 1e3:.1f} ± {t['stddev'] * 1e3:.1f} (n={t['rounds']})"
+
+
+def verdict_line(results: dict, changes: list) -> str:
+    cases = results["cases"]
+    n = {s: sum(c["status"] == s for c in cases) for s in ("pass", "skip")}
+    failed = len(cases) - n["pass"] - n["skip"]
+    regressions = sum(c.kind == "regression" for c in changes)
+    improvements = sum(c.kind == "improvement" for c in changes)
+    verdict = "FAIL" if bench.gate_failed(changes) else "PASS"
+    return (f"{verdict}: {len(cases)} cases ({n['pass']} pass, {failed} failed, "
+            f"{n['skip']} skipped); {regressions} regression(s), {improvements} "
+            f"improvement(s) against the baseline")
+
+
+# -- console -------------------------------------------------------------------------------
+
+def summary_table(results: dict) -> Table:
+    chips = list(results["chips"])
+    table = Table(title="bench cases (counters from one checked emulator run; modeled "
+                  "times at the shape that ran)", title_justify="left")
+    for col, justify in (("case", "left"), ("status", "left"), ("compile ms", "right"),
+                         ("dev bytes / min", "right"), ("dev ld+st ops", "right"),
+                         ("B/op", "right"), ("tg bytes", "right"), ("barriers", "right"),
+                         ("simd ops", "right")):
+        table.add_column(col, justify=justify, no_wrap=True)
+    for chip in chips:
+        table.add_column(f"{chip} us", justify="right", no_wrap=True)
+    for case in results["cases"]:
+        status = Text(case["status"], "green" if case["status"] == "pass" else
+                      "yellow" if case["status"] == "skip" else "bold red")
+        c = case.get("counters")
+        if not c:
+            table.add_row(case["name"], status, _compile_cell(case), *["-"] * 6,
+                          *["-"] * len(chips))
+            continue
+        ratio, bpo = _ratio(case), _bytes_per_op(case)
+        table.add_row(
+            case["name"], status, _compile_cell(case),
+            "-" if ratio is None else f"{ratio:.2f}x",
+            _num(c["device_load_ops"] + c["device_store_ops"]),
+            "-" if bpo is None else f"{bpo:.1f}",
+            _num(c["threadgroup_bytes_read"] + c["threadgroup_bytes_written"]),
+            _num(c["barriers"]), _num(c["simd_ops"]),
+            *[_us(case["modeled"][chip]["seconds"]) for chip in chips])
+    return table
+
+
+def changes_table(changes: list) -> Table:
+    table = Table(title="changes against the baseline", title_justify="left")
+    for col in ("case", "metric", "baseline", "current", "change", "verdict", "detail"):
+        table.add_column(col, justify="right" if col in ("baseline", "current", "change")
+                         else "left", overflow="fold")
+    order = {"failure": 0, "regression": 1, "missing": 2, "note": 3, "new": 4,
+             "improvement": 5}
+    for ch in sorted(changes, key=lambda c: (order.get(c.kind, 9), c.case, c.metric)):
+        table.add_row(ch.case, ch.metric, _change_value(ch, ch.baseline),
+                      _change_value(ch, ch.current), _relative(ch),
+                      Text(ch.kind, KIND_STYLE.get(ch.kind, "")), ch.detail)
+    return table
+
+
+def against_table(against: dict) -> Table:
+    table = Table(title=f"compile time A/B: this tree vs {against['ref']} "
+                  f"({against.get('rounds', '?')} interleaved rounds)", title_justify="left")
+    for col in ("case", f"{against['ref']} ms", "this ms", "change", "noise (SE)",
+                "threshold", "verdict"):
+        table.add_column(col, justify="left" if col in ("case", "verdict") else "right")
+    for row in against.get("cases", []):
+        if row.get("error"):
+            table.add_row(row["name"], "-", "-", "-", "-", "-", Text(row["error"], "yellow"))
+            continue
+        table.add_row(row["name"], _ms(row["ref_median"]), _ms(row["this_median"]),
+                      f"{row['change']:+.1%}", f"{row['noise']:.1%}",
+                      f"±{row['threshold']:.1%}",
+                      Text(row["verdict"], KIND_STYLE.get(row["verdict"], "")))
+    return table
+
+
+# -- markdown ------------------------------------------------------------------------------
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    def esc(cell):
+        return str(cell).replace("|", "\\|").replace("\n", " ")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _sections(results: dict, changes: list, baseline_path: str | None) -> list[tuple]:
+    """(title, header, rows, note) per report section, shared by markdown and HTML."""
+    chips = list(results["chips"])
+    cases = [c for c in results["cases"] if c["status"] != "skip"]
+    skipped = [c for c in results["cases"] if c["status"] == "skip"]
+    out = []
+    rows = [[c.case, c.metric, _change_value(c, c.baseline), _change_value(c, c.current),
+             _relative(c), c.kind, c.detail] for c in changes]
+    out.append(("Changes against the baseline",
+                ["case", "metric", "baseline", "current", "change", "verdict", "detail"], rows,
+                f"Baseline: {baseline_path or 'none'}. Counters gate exactly (any increase "
+                f"fails); modeled times gate past {bench.MODELED_THRESHOLD:.0%}; a case "
+                "failing its oracle or with emulator findings fails."
+                if rows else f"No changes against the baseline ({baseline_path or 'none'})."))
+    rows = []
+    for c in cases:
+        k = c.get("counters") or {}
+        ratio, bpo = _ratio(c), _bytes_per_op(c)
+        rows.append([c["name"], c["status"], c["shape"], c["scaling"], _compile_cell(c),
+                     _num(k.get("launches")),
+                     _num((k.get("device_bytes_read") or 0) + (k.get("device_bytes_written")
+                                                               or 0)) if k else "-",
+                     "-" if ratio is None else f"{ratio:.2f}x",
+                     _num(k["device_load_ops"] + k["device_store_ops"]) if k else "-",
+                     "-" if bpo is None else f"{bpo:.1f}",
+                     _num(k["threadgroup_bytes_read"] + k["threadgroup_bytes_written"])
+                     if k else "-",
+                     _num(k.get("barriers")), _num(k.get("simd_ops"))])
+    out.append(("Cases", ["case", "status", "LLM shape", "scaling", "compile ms (median ± "
+                          "stddev)", "launches", "device bytes", "/ minimum", "device ld+st "
+                          "ops", "bytes/op", "threadgroup bytes", "barriers", "simd ops"],
+                rows, "Counters are summed over the program's launches from one checked "
+                "emulator run (forward schedule, seed 0). Minimum = every input read once "
+                "+ every output written once; above 1x: re-reads, intermediates or scalar "
+                "loads; below 1x: inputs the kernel need not read (the untaken side of a "
+                "select, an unused argument). Compile = DSL -> MSL (parse + core.compile, "
+                "no cache), wall clock on this machine: not compared with the baseline."))
+    rows = []
+    for c in cases:
+        m = c.get("modeled")
+        if not m:
+            continue
+        scale = c.get("full_scale") or 1.0
+        rows.append([c["name"], *[_us(m[ch]["seconds"]) for ch in chips],
+                     *[_us(_extrapolate(m[ch], scale)) for ch in chips],
+                     m[chips[0]]["bound"], f"{m[chips[0]]['efficiency']:.0%}"])
+    out.append(("Modeled Apple-GPU time (roofline)",
+                ["case", *[f"{ch} us" for ch in chips],
+                 *[f"{ch} us, real shape" for ch in chips], f"bound ({chips[0]})",
+                 f"ideal / modeled ({chips[0]})"],
+                rows, "time = max(device bytes / bandwidth, flops / peak) + launches x "
+                f"{results['launch_overhead_s'] * 1e6:g} us. 'real shape' scales the "
+                "bandwidth and compute terms by the case's scaling factor (linear in rows). "
+                "ideal = the same over the minimum traffic and one launch (above 100% when "
+                "the kernel need not read every input). A model, not a measurement: see the "
+                "chip table and harness/roofline.py."))
+    gpu_rows = [[c["name"], _us(c["gpu"].get("median")), _us(c["gpu"].get("min")),
+                 c["gpu"].get("error", "")] for c in cases if c.get("gpu")]
+    if gpu_rows:
+        out.append(("Measured GPU time (MPS)", ["case", "median us", "min us", "error"],
+                    gpu_rows, "UNTESTED code path (no Mac has run it in this project)."))
+    against = results.get("against")
+    if against:
+        if against.get("error"):
+            out.append((f"Compile time A/B against {against.get('ref')}", ["error"],
+                        [[against["error"]]], ""))
+        else:
+            rows = [[r["name"], _ms(r.get("ref_median")), _ms(r.get("this_median")),
+                     f"{r['change']:+.1%}" if "change" in r else "-",
+                     f"{r['noise']:.1%}" if "noise" in r else "-",
+                     f"±{r['threshold']:.1%}" if "threshold" in r else "-",
+                     r.get("error") or r["verdict"]] for r in against["cases"]]
+            out.append((f"Compile time A/B against {against['ref']} "
+                        f"({against.get('commit', '')[:12]})",
+                        ["case", "ref median ms", "this median ms", "change", "noise (SE)",
+                         "threshold", "verdict"], rows, against.get("method", "")))
+    if skipped:
+        out.append(("Skipped cases", ["case", "family", "reason"],
+                    [[c["name"], c["family"], c["message"]] for c in skipped], ""))
+    rows = [[name, str(ch["gpu_cores"]), f"{ch['clock_mhz']:g}", f"{ch['bandwidth_gbs']:g}",
+             f"{ch['fp32_tflops']:.2f}", f"{ch['fp16_tflops']:.2f}", ch["source"]]
+            for name, ch in results["chips"].items()]
+    out.append(("Chips of the model", ["chip", "GPU cores", "clock MHz", "GB/s",
+                                       "FP32 TFLOPS (derived)", "FP16 TFLOPS", "source"],
+                rows, "TFLOPS = cores x 128 ALUs x clock x 2. Sources and limitations: "
+                "harness/roofline.py and README.md (harness bench)."))
+    return out
+
+
+def _extrapolate(m: dict, scale: float) -> float:
+    return max(m["memory_seconds"], m["compute_seconds"]) * scale + m["launch_seconds"]
+
+
+def _header(results: dict, changes: list) -> list[str]:
+    rev = results["revision"]
+    opts = results["options"]
+    perturbed = ""
+    if opts.get("disable") or opts.get("replace"):
+        perturbed = (f"; pipeline perturbed: disable={opts.get('disable')} "
+                     f"replace={opts.get('replace')}")
+    dirty = " (with uncommitted changes)" if rev["dirty"] else ""
+    return [verdict_line(results, changes),
+            f"revision {rev['commit'][:12] or '?'}{dirty}, "
+            f"created {results['created']}, {results.get('seconds', 0):.0f} s on "
+            f"{results['machine']['node']} ({results['machine']['cpus']} CPUs), emulator "
+            f"{results['toolchain']}{perturbed}"]
+
+
+def markdown(results: dict, changes: list, baseline_path: str | None = None) -> str:
+    head = _header(results, changes)
+    parts = ["# metaltile bench report", "", f"**{head[0]}**", "", head[1], ""]
+    for title, header, rows, note in _sections(results, changes, baseline_path):
+        parts += [f"## {title}", ""]
+        if note:
+            parts += [note, ""]
+        if rows:
+            parts += [_md_table(header, rows), ""]
+    return "\n".join(parts)
+
+
+# -- HTML with plots -----------------------------------------------------------------------
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    matplotlib.rcParams["svg.hashsalt"] = "metaltile"   # stable ids: reproducible files
+    matplotlib.rcParams["svg.fonttype"] = "none"
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _svg(fig, plt) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _counter_plot(plt, cases: list, baseline: dict | None) -> str | None:
+    """Per counter, per case: this run / baseline (1.0 = unchanged)."""
+    base = (baseline or {}).get("cases", {})
+    rows = [c for c in cases if c.get("counters") and c["name"] in base]
+    if not rows:
+        return None
+    ncols = 4
+    nrows = -(-len(PLOTTED_COUNTERS) // ncols)
+    fig, grid = plt.subplots(nrows, ncols, sharey=True, squeeze=False,
+                             figsize=(11, nrows * (0.3 * len(rows) + 1.2)))
+    axes = [ax for row in grid for ax in row]
+    names = [c["name"] for c in rows]
+    for ax, key in zip(axes, PLOTTED_COUNTERS):
+        ratios = []
+        for c in rows:
+            b, v = base[c["name"]]["counters"].get(key), c["counters"].get(key)
+            ratios.append(1.0 if b == v else (v / b if b else 2.0))
+        colors = ["#c0392b" if r > 1 else "#27ae60" if r < 1 else "#7f8c8d" for r in ratios]
+        ax.barh(range(len(rows)), ratios, color=colors)
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.set_title(key.replace("_", " "), fontsize=8)
+        ax.set_xlim(0, max(2.0, max(ratios) * 1.1))
+        ax.tick_params(labelsize=7)
+    for row in grid:
+        row[0].set_yticks(range(len(rows)), names, fontsize=7)
+    axes[0].invert_yaxis()
+    fig.suptitle("counters: this run / baseline (red: more, green: less, grey: same)",
+                 fontsize=9)
+    fig.tight_layout()
+    return _svg(fig, plt)
+
+
+def _modeled_plot(plt, cases: list, baseline: dict | None, chips: list) -> str | None:
+    rows = [c for c in cases if c.get("modeled")]
+    if not rows:
+        return None
+    base = (baseline or {}).get("cases", {})
+    fig, ax = plt.subplots(figsize=(8, 0.4 * len(rows) * max(1, len(chips) / 4) + 1.2))
+    height = 0.8 / len(chips)
+    for j, chip in enumerate(chips):
+        ys = [i + j * height for i in range(len(rows))]
+        ax.barh(ys, [c["modeled"][chip]["seconds"] * 1e6 for c in rows], height=height,
+                label=chip)
+        bx = [(base[c["name"]]["modeled_seconds"].get(chip, float("nan")) * 1e6)
+              if c["name"] in base else float("nan") for c in rows]
+        ax.plot(bx, ys, "k|", markersize=9)
+    ax.set_yticks([i + 0.4 - height / 2 for i in range(len(rows))],
+                  [c["name"] for c in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("modeled time, us, log scale (bars: this run; |: baseline)", fontsize=8)
+    ax.legend(fontsize=7)
+    ax.tick_params(labelsize=7)
+    return _svg(fig, plt)
+
+
+def _compile_plot(plt, cases: list, against: dict | None) -> str | None:
+    """Compile time rounds per case; with --against, both sides' A/B rounds beside them."""
+    rows = [c for c in cases if c.get("compile")]
+    if not rows:
+        return None
+    ab = {r["name"]: r for r in (against or {}).get("cases", []) if r.get("ref_data")}
+    fig, ax = plt.subplots(figsize=(8, 0.6 * len(rows) + 1.2))
+
+    def boxes(series, offset, width, color):
+        at = [(i + offset, [x * 1e3 for x in d]) for i, d in enumerate(series) if d]
+        if at:
+            ax.boxplot([d for _, d in at], positions=[p for p, _ in at],
+                       orientation="horizontal", widths=width,
+                       boxprops={"color": color}, medianprops={"color": color})
+
+    boxes([c["compile"]["data"] for c in rows], 0.0, 0.3, "black")
+    if ab:
+        boxes([ab.get(c["name"], {}).get("ref_data") for c in rows], 0.3, 0.2, "#2980b9")
+        boxes([ab.get(c["name"], {}).get("this_data") for c in rows], -0.3, 0.2, "#c0392b")
+        ax.set_title(f"A/B rounds: blue {against['ref']}, red this tree; black: in-process "
+                     "rounds", fontsize=8)
+    ax.set_yticks(range(len(rows)), [c["name"] for c in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("compile time DSL -> MSL, ms (this machine)", fontsize=8)
+    ax.tick_params(labelsize=7)
+    return _svg(fig, plt)
+
+
+HTML_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 13px; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; }
+th { background: #f0f0f0; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.failure, .regression { color: #b00; font-weight: bold; }
+.improvement { color: #070; } .new, .note, .missing { color: #a60; }
+.verdict-FAIL { color: #b00; } .verdict-PASS { color: #070; }
+figure { margin: 1em 0; } p.note { color: #555; max-width: 70em; }
+"""
+
+
+def html_report(results: dict, changes: list, baseline: dict | None,
+                baseline_path: str | None = None) -> str:
+    e = html.escape
+    head = _header(results, changes)
+    verdict = head[0].split(":")[0]
+    parts = ["<!doctype html><html><head><meta charset='utf-8'>",
+             "<title>metaltile bench report</title>", f"<style>{HTML_STYLE}</style>",
+             "</head><body>", "<h1>metaltile bench report</h1>",
+             f"<p class='verdict-{verdict}'><b>{e(head[0])}</b></p>", f"<p>{e(head[1])}</p>"]
+    plt = _pyplot()
+    cases = [c for c in results["cases"] if c["status"] != "skip"]
+    plots = []
+    if plt is None:
+        parts.append("<p class='note'>Plots need matplotlib: <code>pip install "
+                     "'metaltile[bench]'</code>.</p>")
+    else:
+        plots = [("Counters against the baseline", _counter_plot(plt, cases, baseline)),
+                 ("Modeled time per chip", _modeled_plot(plt, cases, baseline,
+                                                         list(results["chips"]))),
+                 ("Compile time", _compile_plot(plt, cases, results.get("against")))]
+    for title, header, rows, note in _sections(results, changes, baseline_path):
+        parts.append(f"<h2>{e(title)}</h2>")
+        if note:
+            parts.append(f"<p class='note'>{e(note)}</p>")
+        if rows:
+            parts.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header)
+                         + "</tr>")
+            for row in rows:
+                cells = []
+                for cell in row:
+                    cls = cell if cell in KIND_STYLE else (
+                        "num" if str(cell)[:1].isdigit() or str(cell)[:1] in "+-" else "")
+                    cells.append(f"<td class='{cls}'>{e(str(cell))}</td>")
+                parts.append("<tr>" + "".join(cells) + "</tr>")
+            parts.append("</table>")
+        if title == "Changes against the baseline":
+            parts += [f"<h2>{e(t)}</h2><figure>{svg}</figure>" for t, svg in plots if svg]
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_reports(results: dict, changes: list, baseline: dict | None, out_dir: Path,
+                  baseline_path: str | None = None) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md = out_dir / "bench.md"
+    md.write_text(markdown(results, changes, baseline_path))
+    page = out_dir / "bench.html"
+    page.write_text(html_report(results, changes, baseline, baseline_path))
+    return {"markdown": md, "html": page}
+

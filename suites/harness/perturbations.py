@@ -1,0 +1,49 @@
+"""Broken versions of compiler passes, for showing that the gate catches a bad pass change.
+
+Each is a drop-in replacement for one pass of core/transform/pipeline.py (PrimFunc ->
+PrimFunc), used as `replace={"thread_sync": drop_one_barrier}` or from the command line
+with this folder on PYTHONPATH:
+
+    PYTHONPATH=suites/harness harness bench --cases copy/k-transpose-f16 \\
+        --replace thread_sync=perturbations:drop_one_barrier
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+
+from core.ir import ops
+from core.ir.stmt import rewrite
+from core.transform import lower_reduce
+from core.transform.lower_tile_ops import lower_tile_ops
+from core.transform.thread_sync import thread_sync
+
+
+def drop_one_barrier(func):
+    """`thread_sync`, then the first barrier it placed (in statement order) removed."""
+    func = thread_sync(func)
+    dropped = []
+
+    def drop(stmt):
+        if ops.is_barrier(stmt) and not dropped:
+            dropped.append(stmt)
+            return tirx.Evaluate(tirx.const(0, "int32"))
+        return stmt
+
+    return func.with_body(rewrite(func.body, drop))
+
+
+def reduce_butterfly_one_short(func):
+    """`lower_tile_ops` with every T.reduce butterfly one XOR step short: a reduction over
+    2^b lanes combines only 2^(b-1) of them (the reduction width off by one bit)."""
+    original = lower_reduce._Plan.simd_bits
+
+    def short(plan):
+        lo, bits = original.fget(plan)
+        return lo, max(bits - 1, 0)
+
+    lower_reduce._Plan.simd_bits = property(short)
+    try:
+        return lower_tile_ops(func)
+    finally:
+        lower_reduce._Plan.simd_bits = original

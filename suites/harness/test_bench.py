@@ -1,0 +1,279 @@
+"""The bench machinery on its own: roofline figures, counter aggregation, the comparison
+rules of the gate, baselines, the A/B statistics, report rendering and `harness report`,
+on synthetic results (no emulator), plus one real A/B run against HEAD."""
+
+import copy
+import json
+import subprocess
+
+import pytest
+
+from harness import against, bench, report, roofline
+from harness.cli import main
+
+
+# -- roofline ------------------------------------------------------------------------------
+
+def test_peak_flops_are_cores_times_alus_times_clock_times_two():
+    assert roofline.CHIPS["M1"].fp32_flops == pytest.approx(2.617e12, rel=1e-3)  # Apple: 2.6
+    assert roofline.CHIPS["M1 Max"].fp32_flops == pytest.approx(10.6e12, rel=1e-2)
+    assert roofline.CHIPS["M2"].fp32_flops == pytest.approx(3.58e12, rel=1e-3)
+    for chip in roofline.CHIPS.values():
+        assert chip.fp16_flops == chip.fp32_flops        # Apple7+: half at the float rate
+        assert chip.source
+
+
+def test_model_takes_the_binding_roof_plus_launch_overhead():
+    m2 = roofline.CHIPS["M2"]
+    mem = roofline.model(m2, device_bytes=100_000_000, flops=1000, launches=2,
+                         minimum_bytes=50_000_000)
+    assert mem.bound == "memory"
+    assert mem.memory_seconds == pytest.approx(1e-3)                       # 100 MB at 100 GB/s
+    assert mem.seconds == pytest.approx(1e-3 + 2 * roofline.LAUNCH_OVERHEAD_S)
+    assert mem.ideal_seconds == pytest.approx(0.5e-3 + roofline.LAUNCH_OVERHEAD_S)
+    alu = roofline.model(m2, device_bytes=1000, flops=int(3.579e12), launches=1,
+                         minimum_bytes=1000)
+    assert alu.bound == "compute" and alu.compute_seconds == pytest.approx(1.0, rel=1e-3)
+    assert alu.efficiency == pytest.approx(1.0)
+
+
+# -- counters and selection ----------------------------------------------------------------
+
+def test_aggregate_sums_launches_and_buffers():
+    launch = {"groups": 2, "threads": 64, "barriers": 3, "simd_ops": 1,
+              "device_load_ops": 10, "device_bytes_read": {0: 100, 1: 28},
+              "device_bytes_written": {2: 64}, "threadgroup_memory_bytes": 512}
+    total = bench.aggregate([launch, {**launch, "threadgroup_memory_bytes": 1024}])
+    assert total["launches"] == 2 and total["barriers"] == 6 and total["groups"] == 4
+    assert total["device_bytes_read"] == 256 and total["device_bytes_written"] == 128
+    assert total["device_load_ops"] == 20
+    assert total["threadgroup_memory_bytes"] == 1024                      # the largest launch
+
+
+def test_select_by_name_family_or_pattern():
+    assert [c.name for c in bench.select("copy/k-transpose-f16")] == ["copy/k-transpose-f16"]
+    assert {c.family for c in bench.select("copy")} == {"copy"}
+    assert all(c.name.startswith("elementwise/") for c in bench.select("elementwise/*"))
+    assert len(bench.select(None)) == len(bench.CASES)
+    with pytest.raises(KeyError, match="no bench case"):
+        bench.select("nonesuch")
+
+
+def test_case_names_are_unique_and_scaling_is_stated():
+    names = [c.name for c in bench.CASES]
+    assert len(names) == len(set(names))
+    for c in bench.CASES:
+        assert c.name.startswith(c.family + "/") and c.shape and c.scaling and c.full_scale >= 1
+
+
+# -- the gate's rules ----------------------------------------------------------------------
+
+def _case(name="fam/a", status="pass", **counters):
+    base = {k: 0 for k in bench.GATED + bench.INFORMATIONAL}
+    base.update(launches=1, device_bytes_read=1 << 22, device_bytes_written=1 << 22,
+                device_load_ops=1 << 18, device_store_ops=1 << 18)
+    base.update(counters)
+    minimum = {"read": 1 << 22, "written": 1 << 22}
+    return {"name": name, "family": "fam", "params": {"n": 1}, "shape": "s", "scaling": "x",
+            "full_scale": 2.0, "status": status, "message": "" if status == "pass" else
+            "race in kernel 'k' at MSL line 3", "findings": [], "counters": base,
+            "minimum": minimum, "flops": 100, "msl": "",
+            "modeled": bench.modeled(base, minimum, 100, ("M1", "M2")),
+            "compile": bench.timing_summary(_stats(0.010, 0.012, 0.014)), "gpu": None}
+
+
+def _stats(*rounds):
+    from pytest_benchmark.stats import Stats
+
+    stats = Stats()
+    for r in rounds:
+        stats.update(r)
+    return stats
+
+
+def _results(*cases, **options):
+    return {"schema": bench.SCHEMA, "created": "2026-01-01T00:00:00+00:00",
+            "revision": {"commit": "0" * 40, "dirty": False},
+            "machine": {"node": "test", "cpus": 2}, "toolchain": "clang 19.1.7: clang++-19",
+            "options": {"rounds": 3, "disable": [], "replace": [], "gpu": False, "seed": 0,
+                        "cases": None, **options},
+            "chips": {n: roofline.CHIPS[n].describe() for n in ("M1", "M2")},
+            "launch_overhead_s": roofline.LAUNCH_OVERHEAD_S, "cases": list(cases),
+            "against": None, "seconds": 1.0}
+
+
+@pytest.fixture
+def baseline(tmp_path):
+    path = tmp_path / "baseline.json"
+    bench.update_baseline(_results(_case("fam/a"), _case("fam/b")), path)
+    return bench.load_baseline(path)
+
+
+def test_same_counters_pass(baseline):
+    changes = bench.compare(_results(_case("fam/a"), _case("fam/b")), baseline)
+    assert changes == [] and not bench.gate_failed(changes)
+
+
+def test_any_counter_increase_is_a_regression_and_a_decrease_an_improvement(baseline):
+    changes = bench.compare(_results(_case("fam/a", barriers=1),
+                                     _case("fam/b", device_load_ops=1 << 16)), baseline)
+    kinds = {(c.case, c.metric): c.kind for c in changes}
+    assert kinds == {("fam/a", "barriers"): "regression",
+                     ("fam/b", "device_load_ops"): "improvement"}
+    assert bench.gate_failed(changes)
+
+
+def test_more_traffic_regresses_the_counter_and_the_modeled_time(baseline):
+    changes = bench.compare(_results(_case("fam/a", device_bytes_read=1 << 23), _case("fam/b")),
+                            baseline)
+    metrics = {c.metric for c in changes if c.kind == "regression"}
+    assert metrics == {"device_bytes_read", "modeled M1", "modeled M2"}
+
+
+def test_a_failing_case_fails_the_gate_even_with_equal_counters(baseline):
+    changes = bench.compare(_results(_case("fam/a", status="finding"), _case("fam/b")),
+                            baseline)
+    assert [(c.kind, c.current) for c in changes] == [("failure", "finding")]
+    assert bench.gate_failed(changes)
+
+
+def test_new_changed_and_missing_cases_are_noted_not_gated(baseline):
+    changed = _case("fam/b")
+    changed["params"] = {"n": 2}
+    changes = bench.compare(_results(_case("fam/new"), changed), baseline)
+    kinds = {(c.case, c.kind) for c in changes}
+    assert kinds == {("fam/new", "new"), ("fam/b", "note"), ("fam/a", "missing")}
+    assert not bench.gate_failed(changes)
+
+
+def test_another_clang_is_a_note(baseline):
+    res = _results(_case("fam/a"), _case("fam/b"))
+    res["toolchain"] = "clang 17.0.6: /usr/bin/clang++-17"
+    (change,) = bench.compare(res, baseline)
+    assert (change.metric, change.kind, change.current) == ("toolchain", "note", "clang 17")
+    res["toolchain"] = "clang 19.1.2: /opt/clang/bin/clang++"
+    assert bench.compare(res, baseline) == []
+
+
+def test_mps_backend_off_macos_is_a_clean_usage_error(capsys):
+    import platform
+
+    if platform.system() == "Darwin":
+        pytest.skip("macOS: MPS may be available")
+    assert bench.mps_available()[0] is False
+    assert main(["bench", "--cases", "copy/k-transpose-f16", "--backend", "mps"]) == 2
+    assert "GPU time is measured on macOS only" in capsys.readouterr().err
+
+
+def test_no_baseline_is_a_note():
+    changes = bench.compare(_results(_case("fam/a")), None)
+    assert [c.kind for c in changes] == ["note"] and not bench.gate_failed(changes)
+
+
+def test_baseline_update_merges_skips_failures_and_refuses_perturbed_runs(tmp_path, baseline):
+    path = tmp_path / "baseline.json"
+    new, left_out = bench.update_baseline(
+        _results(_case("fam/b", barriers=2), _case("fam/c", status="mismatch")), path)
+    assert set(new["cases"]) == {"fam/a", "fam/b"} and left_out == ["fam/c"]
+    assert new["cases"]["fam/b"]["counters"]["barriers"] == 2
+    text = path.read_text()
+    bench.update_baseline(_results(_case("fam/b", barriers=2)), path)
+    assert path.read_text() == text                          # deterministic: no timestamps
+    assert "compile" not in text and "median" not in text     # no wall-clock figures
+    with pytest.raises(ValueError, match="cannot become the baseline"):
+        bench.update_baseline(_results(_case("fam/a"), disable=["vectorize"]), path)
+
+
+# -- A/B statistics ------------------------------------------------------------------------
+
+def test_ab_verdict_uses_the_measured_noise():
+    ref = [0.100, 0.101, 0.099, 0.100, 0.102, 0.098, 0.100, 0.101, 0.099, 0.100]
+    same = against.verdict([r * 1.001 for r in ref], ref)
+    assert same["verdict"] == "same" and same["threshold"] == against.FLOOR
+    slower = against.verdict([r * 1.2 for r in ref], ref)
+    assert slower["verdict"] == "regression" and slower["change"] == pytest.approx(0.2)
+    faster = against.verdict([r * 0.8 for r in ref], ref)
+    assert faster["verdict"] == "improvement"
+    noisy = [r * f for r, f in zip(ref, (1.0, 1.6, 0.7, 1.5, 0.8, 1.4, 0.9, 1.3, 0.6, 1.2))]
+    wide = against.verdict(noisy, ref)
+    assert wide["threshold"] > 0.1 and wide["verdict"] == "same"
+
+
+def test_ab_against_head_times_both_trees(tmp_path):
+    root = bench.ROOT
+    if subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
+                      capture_output=True).returncode:
+        pytest.skip("not a git checkout")
+    case = bench.select("elementwise/residual-add-f16")
+    result = against.run("HEAD", case, root=root, out_dir=tmp_path, rounds=2)
+    try:
+        assert "error" not in result, result.get("error")
+        row = result["cases"][0]
+        assert "error" not in row, row.get("error")
+        assert len(row["this_data"]) == len(row["ref_data"]) == 2
+        assert row["verdict"] in ("same", "regression", "improvement")
+        assert (tmp_path / "against" / "HEAD" / "core").is_dir()
+    finally:
+        subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force",
+                        str(tmp_path / "against" / "HEAD")], capture_output=True)
+
+
+def test_ab_with_an_unknown_ref_is_an_error_that_fails_the_gate(tmp_path):
+    result = against.run("no-such-ref-xyz", [], root=bench.ROOT, out_dir=tmp_path)
+    assert "no-such-ref-xyz" in result["error"]
+    res = _results(_case())
+    res["against"] = result
+    assert bench.gate_failed(bench.compare(res, None))
+
+
+# -- reports -------------------------------------------------------------------------------
+
+def test_reports_render_tables_and_plots(tmp_path, baseline):
+    res = _results(_case("fam/a", barriers=1), _case("fam/b"),
+                   {**_case("fam/s"), "status": "skip", "message": "core lacks T.gemm",
+                    "counters": None, "modeled": None, "compile": None})
+    res["against"] = {"ref": "main", "commit": "1" * 40, "rounds": 3, "method": "m",
+                      "cases": [{"name": "fam/a", "this_median": 0.02, "ref_median": 0.01,
+                                 "this_data": [0.02] * 3, "ref_data": [0.01] * 3,
+                                 **against.verdict([0.02] * 3, [0.01] * 3)}]}
+    changes = bench.compare(res, baseline)
+    paths = report.write_reports(res, changes, baseline, tmp_path, "baseline.json")
+    md = paths["markdown"].read_text()
+    assert md.startswith("# metaltile bench report") and "**FAIL" in md
+    assert "| fam/a | barriers | 0 | 1 |" in md and "core lacks T.gemm" in md
+    assert "Compile time A/B against main" in md
+    page = paths["html"].read_text()
+    assert "regression" in page
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "Plots need matplotlib" in page
+    else:
+        assert page.count("<svg") == 3
+
+
+def test_pytest_benchmark_json_has_its_fields(tmp_path):
+    path = bench.write_pytest_benchmark_json(_results(_case("fam/a")), tmp_path)
+    doc = json.loads(path.read_text())
+    (entry,) = doc["benchmarks"]
+    assert entry["name"] == "compile[fam/a]" and entry["group"].startswith("compile")
+    for key in ("min", "max", "mean", "stddev", "median", "rounds", "iterations", "data"):
+        assert key in entry["stats"]
+    assert {"machine_info", "commit_info", "datetime", "version"} <= set(doc)
+
+
+def test_harness_report_rerenders_saved_results(tmp_path, baseline, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    result = tmp_path / "saved" / "bench.json"
+    result.parent.mkdir()
+    result.write_text(json.dumps(_results(_case("fam/a", simd_ops=4), _case("fam/b"))))
+    base = tmp_path / "baseline.json"
+    assert main(["report", str(result), "--baseline", str(base)]) == 1
+    out = capsys.readouterr().out
+    assert "simd_ops" in out and "regression" in out
+    assert out.strip().splitlines()[-1] == f"report: {result.parent / 'bench.html'}"
+    clean = copy.deepcopy(json.loads(result.read_text()))
+    clean["cases"][0] = _case("fam/a")
+    result.write_text(json.dumps(clean))
+    assert main(["report", str(result), "--baseline", str(base)]) == 0
+    assert main(["report", str(tmp_path / "missing.json")]) == 2
