@@ -57,6 +57,7 @@ constexpr uint32_t kScheduleForward = 0, kScheduleReverse = 1, kScheduleRandom =
 constexpr uint32_t kSimdWidth = 32;
 constexpr uint32_t kMaxThreadgroupMemory = 32 * 1024;
 constexpr uint32_t kRedZone = 64;  // bytes between threadgroup variables
+constexpr uint32_t kMaxSlots = 4096;  // threadgroup variables per kernel
 
 struct JobBuffer {
   uint64_t offset, size;
@@ -109,9 +110,13 @@ struct Launch {
   // Unique-byte maps for the stats: bit 0 read, bit 1 written.
   std::atomic<uint8_t>* touched[kMaxBuffers] = {};
   std::atomic<uint64_t> next_group{0};
-  // Threadgroup variable layout, shared by all workers (decided on first request).
+  // Threadgroup variable layout, shared by all workers (decided on first request, under
+  // slot_mutex). Fixed arrays, never reallocated: other workers read them without the lock
+  // while a new variable is added (a growing vector here once gave false bounds findings).
   std::mutex slot_mutex;
-  std::vector<uint32_t> slot_offset, slot_size;
+  std::atomic<uint32_t> slot_offset[kMaxSlots];
+  std::atomic<uint32_t> slot_size[kMaxSlots];
+  std::atomic<uint32_t> slot_count{0};
   std::atomic<uint32_t> arena_bytes{0};
   std::string result_path;
 };
@@ -347,16 +352,19 @@ void tg_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc) {
     if (checks & kCheckBounds) {
       // Name the variable just below the address: its red zone was hit.
       int near = -1;
-      for (size_t s = 0; s < g_launch.slot_offset.size(); ++s)
-        if (g_launch.slot_offset[s] <= base && (near < 0 || g_launch.slot_offset[s] > g_launch.slot_offset[near]))
+      const uint32_t count = g_launch.slot_count.load();
+      for (uint32_t s = 0; s < count; ++s) {
+        const uint32_t o = g_launch.slot_offset[s];
+        if (o != UINT32_MAX && o <= base && (near < 0 || o > g_launch.slot_offset[near]))
           near = int(s);
+      }
       if (near < 0) near = 0;
-      int64_t off = int64_t(base) - int64_t(g_launch.slot_offset.empty() ? 0 : g_launch.slot_offset[near]);
+      int64_t off = int64_t(base) - int64_t(count == 0 ? 0 : g_launch.slot_offset[near].load());
       add_finding(w, make_finding(w, kBounds, false, near, uint64_t(off), pc,
                                   format("%u-byte %s at byte offset %" PRId64
                                          " of threadgroup variable #%d, which holds %u bytes",
                                          n, write ? "write" : "read", off, near,
-                                         g_launch.slot_size.empty() ? 0 : g_launch.slot_size[near])));
+                                         count == 0 ? 0u : g_launch.slot_size[near].load())));
     }
     return;
   }
@@ -875,13 +883,11 @@ void* __mt_tg_slot(unsigned slot, unsigned size, unsigned align) {
   uint32_t offset;
   {
     std::lock_guard<std::mutex> lock(g_launch.slot_mutex);
-    if (slot >= g_launch.slot_offset.size()) {
-      g_launch.slot_offset.resize(slot + 1, UINT32_MAX);
-      g_launch.slot_size.resize(slot + 1, 0);
-    }
+    if (slot >= kMaxSlots)
+      fail_launch("the kernel declares more than %u threadgroup variables", kMaxSlots);
     if (g_launch.slot_offset[slot] == UINT32_MAX) {
       uint32_t end = g_launch.arena_bytes.load(), total = 0;
-      for (uint32_t s : g_launch.slot_size) total += s;
+      for (uint32_t s = 0; s < g_launch.slot_count.load(); ++s) total += g_launch.slot_size[s];
       if (total + size > kMaxThreadgroupMemory)
         fail_launch("threadgroup variables need %u bytes; Apple GPUs provide at most %u bytes of "
                     "threadgroup memory", total + size, kMaxThreadgroupMemory);
@@ -889,6 +895,7 @@ void* __mt_tg_slot(unsigned slot, unsigned size, unsigned align) {
       uint32_t off = (end + kRedZone + a - 1) / a * a;
       g_launch.slot_offset[slot] = off;
       g_launch.slot_size[slot] = size;
+      if (slot >= g_launch.slot_count.load()) g_launch.slot_count.store(slot + 1);
       g_launch.arena_bytes.store(off + size + kRedZone);
     }
     offset = g_launch.slot_offset[slot];
@@ -1053,6 +1060,7 @@ int main(int argc, char** argv) {
     }
   }
 
+  for (auto& o : g_launch.slot_offset) o.store(UINT32_MAX);
   g_launch.threads = job->threadgroup[0] * job->threadgroup[1] * job->threadgroup[2];
   g_launch.simdgroups = (g_launch.threads + kSimdWidth - 1) / kSimdWidth;
   g_launch.groups = uint64_t(job->grid[0]) * job->grid[1] * job->grid[2];
