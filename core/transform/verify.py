@@ -23,6 +23,7 @@ from __future__ import annotations
 from math import prod
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 from tvm.tirx import is_buffer_var
 
@@ -135,9 +136,23 @@ class _Verifier:
     # ---- accesses ---------------------------------------------------------------------
     def exprs(self, exprs, parallel, what):
         for e in exprs:
+            self.no_bool_arithmetic(e, what)
             for ld in loads(e):
                 if is_buffer_var(ld.source):
                     self.access(ld.source, ld.indices, parallel, write=False)
+
+    def no_bool_arithmetic(self, expr, what):
+        bad = []   # collected, raised outside the walk (an exception inside it turns into
+                   # a RuntimeError on the way through the FFI)
+
+        def visit(node):
+            if type(node).__name__ in _ARITHMETIC and str(node.ty.dtype).startswith("bool"):
+                bad.append(node)
+        tvm_ffi.structural_walk(expr, (tvm.ir.Expr, visit))
+        if bad:
+            self.fail(what, f"arithmetic ({type(bad[0]).__name__}) on bool values in "
+                            f"'{_short(bad[0])}'; cast to an integer type first "
+                            "(T.cast(x, \"int32\")) or use logical and/or/not")
 
     def access(self, buf, indices, parallel, write):
         for idx in indices:
@@ -256,6 +271,9 @@ class _Verifier:
             if r.extents is None and other is not None and len(other) > len(r.mins):
                 self.fail("T.copy", f"tile {_fmt(other)} has more dimensions than "
                                     f"'{r.name}' (rank {len(r.mins)})")
+
+
+_ARITHMETIC = ("Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod")
 
 
 def _tile_extents(r):

@@ -30,6 +30,17 @@ def outside_kernel():
     return bad
 
 
+@case("kernel 'bad', store", "arithmetic (Mul) on bool values",
+      "cast to an integer type first")
+def bool_arithmetic():
+    @T.prim_func
+    def bad(A: T.Tensor((64,), "bool"), C: T.Tensor((64,), "bool")):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(64):
+                C[i] = A[i] * T.cast(2, "bool")
+    return bad
+
+
 @case("is not inside a `with T.Kernel(...)` block")
 def no_kernel():
     @T.prim_func
