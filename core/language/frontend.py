@@ -8,7 +8,10 @@ as `KernelDefinitionError` naming the kernel and the source line.
 
 from __future__ import annotations
 
+import ast
+import inspect
 import sys
+import textwrap
 from types import SimpleNamespace
 
 from tvm.script.parser._core import parse, utils
@@ -55,6 +58,25 @@ def _caller_frames() -> list:
     return frames
 
 
+def _annotation_error(fn) -> KernelDefinitionError | None:
+    """A clear error for a parameter annotated with a string (`t: "float32"`), which
+    TVMScript rejects with an FFI type mismatch. Read from the source (under
+    `from __future__ import annotations` every __annotations__ value is a string)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    node = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)), None)
+    for arg in node.args.args if node else ():
+        ann = arg.annotation
+        if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+            return KernelDefinitionError(
+                f"is annotated with the string {ann.value!r}; write a T type: T.float32, "
+                "T.int32, ... for scalars, T.Tensor(shape, dtype) for buffers",
+                kernel=fn.__name__, construct=f"parameter '{arg.arg}'")
+    return None
+
+
 def prim_func(func=None, **_options):
     """Decorator: parse `func` into a `tvm.tirx.PrimFunc` (TileLang's `@T.prim_func`)."""
     outer_stack = _caller_frames()
@@ -70,6 +92,9 @@ def prim_func(func=None, **_options):
             project = _project_error_in_chain(exc)
             if project is not None:
                 raise _located(project, fn.__name__, str(exc)) from None
+            annotation = _annotation_error(fn)
+            if annotation is not None:
+                raise annotation from None
             raise KernelDefinitionError(
                 f"cannot parse the kernel: {exc}", kernel=fn.__name__) from None
         parsed = parsed.with_attr("global_symbol", fn.__name__)

@@ -41,6 +41,16 @@ def bool_arithmetic():
     return bad
 
 
+@case("kernel 'bad', parameter 't'", "annotated with the string 'float32'", "T.float32")
+def string_annotation():
+    @T.prim_func
+    def bad(A: T.Tensor((64,), "float32"), t: "float32"):  # noqa: F821 - the error under test
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(64):
+                A[i] = A[i] + t
+    return bad
+
+
 @case("is not inside a `with T.Kernel(...)` block")
 def no_kernel():
     @T.prim_func
