@@ -8,6 +8,11 @@ conversions (`float4(h4)`, `half(x)`), vector memory access through typed pointe
 device memory only (threadgroup and thread arrays are accessed element-wise, so no
 alignment beyond the element's is assumed there).
 
+bf16 vectors (SPEC.md section 4): `bfloat2` is the widest register vector. A bf16 vector
+of 4 or 8 lanes (core/transform/vectorize.py admits one only in a bit-preserving copy or
+broadcast) is a packed integer carrier, `uint2` / `uint4`: it is loaded, stored and
+broadcast as bits (`as_type`) and never takes part in arithmetic; anything else raises.
+
 The Metal vocabulary lives in the tables below (types, address spaces, operators,
 intrinsics, builtin attributes); `_KernelPrinter` is the one visitor that uses them.
 
@@ -86,6 +91,8 @@ template <typename I> inline I tl_floormod(I a, I b) {
 }
 """
 SLOT_BYTES = 8
+BF16_REGISTER_LANES = 2
+CARRIERS = {4: "uint32x2", 8: "uint32x4"}  # bf16 lanes -> packed integer carrier dtype
 
 
 def _scalar(dtype) -> str:
@@ -113,6 +120,12 @@ def scalar_dtype(dtype) -> str:
 
 def lanes_of(dtype) -> int:
     return int(getattr(dtype, "lanes", 1) or 1)
+
+
+def carrier_of(dtype) -> str | None:
+    """The packed integer carrier dtype of a wide bf16 vector dtype, else None."""
+    base, _, lanes = str(dtype).partition("x")
+    return CARRIERS.get(int(lanes)) if base == "bfloat16" and lanes else None
 
 
 # ---- kernel spec ----------------------------------------------------------------------------
@@ -346,6 +359,10 @@ class _KernelPrinter:
         if vdt != want:
             value = tirx.Cast(want, value)
         name = self.ident(buf)
+        carrier = carrier_of(want)
+        if carrier is not None:
+            self.carrier_store(buf, index, value, carrier)
+            return
         if type(index).__name__ == "Ramp":
             base, lanes = self.ramp_base(index)
             if self.scope.get(buf) == "global":
@@ -375,6 +392,46 @@ class _KernelPrinter:
             return f"{msl_type(dt)}({elems})"
         return f"{name}[{self.expr(index)}]"
 
+    # bf16 carriers: 4 or 8 bf16 lanes moved as the bits of a uint2 / uint4
+    def carrier_store(self, buf, index, value, carrier):
+        if type(index).__name__ != "Ramp":
+            raise LoweringError("a bf16 carrier is stored only at a contiguous run",
+                                kernel=self.name, construct="MSL printer")
+        base, lanes = self.ramp_base(index)
+        name = self.ident(buf)
+        bits = self.carrier(value, carrier)
+        if self.scope.get(buf) == "global":
+            self.note_align(buf, lanes)
+            self.emit(f"*{self.pointer(buf, carrier, True)}({name} + {base}) = {bits};")
+            return
+        self.emit("{")
+        self.emit(f"  const {msl_type(carrier)} _v = {bits};")
+        for w in range(lanes // BF16_REGISTER_LANES):
+            self.emit(f"  const bfloat2 _p{w} = as_type<bfloat2>(_v[{w}]);")
+            for k in range(BF16_REGISTER_LANES):
+                self.emit(f"  {name}[{base} + {BF16_REGISTER_LANES * w + k}] = _p{w}[{k}];")
+        self.emit("}")
+
+    def carrier(self, e, carrier) -> str:
+        """MSL of type `carrier` holding the bits of the wide bf16 vector `e`: a load or a
+        broadcast, the only wide bf16 vectors vectorize.py produces."""
+        words = lanes_of(e.ty.dtype) // BF16_REGISTER_LANES
+        if isinstance(e, tvm.ir.TensorLoad) and type(e.indices[0]).__name__ == "Ramp":
+            buf = e.source
+            base, lanes = self.ramp_base(e.indices[0])
+            name = self.ident(buf)
+            if self.scope.get(buf) == "global":
+                self.note_align(buf, lanes)
+                return f"(*{self.pointer(buf, carrier, False)}({name} + {base}))"
+            pairs = ", ".join(f"as_type<uint>(bfloat2({name}[{base} + {2 * w}], "
+                              f"{name}[{base} + {2 * w + 1}]))" for w in range(words))
+            return f"{msl_type(carrier)}({pairs})"
+        if type(e).__name__ == "Broadcast":
+            return f"{msl_type(carrier)}(as_type<uint>(bfloat2({self.expr(e.value)})))"
+        raise LoweringError(f"a {e.ty.dtype} value ({type(e).__name__}) is wider than "
+                            "bfloat2 and is not a copy or broadcast (SPEC.md section 4)",
+                            kernel=self.name, construct="MSL printer")
+
     def ramp_base(self, ramp):
         if as_int(ramp.stride) != 1:
             raise LoweringError("strided vector access has no MSL form", kernel=self.name,
@@ -391,6 +448,11 @@ class _KernelPrinter:
         if isinstance(e, int):
             return str(e)
         name = type(e).__name__
+        dtype = getattr(getattr(e, "ty", None), "dtype", None)
+        if dtype is not None and carrier_of(dtype) is not None:
+            raise LoweringError(f"{name} of {dtype}: a bf16 vector wider than bfloat2 exists "
+                                "only as a copy's carrier (SPEC.md section 4)",
+                                kernel=self.name, construct="MSL printer")
         if isinstance(e, tirx.IntImm):
             return self.int_literal(e)
         if isinstance(e, tirx.FloatImm):

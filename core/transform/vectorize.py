@@ -9,8 +9,14 @@ rewrites it into Ramp/Broadcast vector expressions, only when all of these are p
     of l, `base` a multiple of v (analyzer's modular set) and the buffer's last extent a
     multiple of v (so the flat address is aligned to the vector size);
   - l appears nowhere else, selects (`if_then_else`) do not depend on l;
-  - every dtype involved is float32/float16/int32/int8/uint8, and v x bits <= 128
-    (bfloat16, bool and int64 stay scalar for now).
+  - every dtype involved is float32/float16/bfloat16/int32/int8/uint8, and v x bits <= 128
+    (bool and int64 stay scalar).
+bfloat16 follows SPEC.md section 4: a register bf16 vector has at most 2 lanes. A bf16
+candidate of 4 or 8 lanes that only moves bits (the stored value is a bf16 load, or a value
+independent of l, i.e. a broadcast) is vectorized whole; the printer moves it as a packed
+integer carrier (`uint2` / `uint4`, core/codegen/msl.py), never computing on it. Any other
+bf16 candidate of an even width is split into `for lo in range(v // 2)` (serial) over a
+2-lane vector loop, with l = 2 * lo + li; the alignment proof is then made for 2 lanes.
 Other candidates become plain serial loops. The loop bodies are simplified with the
 analyzer under the enclosing loop ranges either way.
 """
@@ -23,12 +29,14 @@ from tvm import tirx
 from tvm.sym import Analyzer
 
 from core.ir.kernel import map_kernels
-from core.ir.stmt import as_int, children, free_vars, loads, rebuild
+from core.ir.stmt import as_int, children, free_vars, loads, rebuild, substitute
 from core.language.dtypes import bits
 from core.transform.lower_tile_ops import VECTOR_LANES
 
-VECTOR_DTYPES = ("float32", "float16", "int32", "int8", "uint8")
+VECTOR_DTYPES = ("float32", "float16", "bfloat16", "int32", "int8", "uint8")
 MAX_VECTOR_BITS = 128
+BF16_REGISTER_LANES = 2     # bfloat2 at most in registers (SPEC.md section 4)
+BF16_CARRIER_LANES = (4, 8)  # bf16 copies moved as uint2 / uint4
 
 
 def _simplify(stmt, analyzer):
@@ -54,8 +62,12 @@ def _depends(e, var) -> bool:
 
 
 class _Check:
-    def __init__(self, lane, lanes, analyzer):
+    """Proves a candidate body vectorizable at `lanes`; `carrier`: a bf16 copy whose
+    bf16 vectors are packed integer carriers (wider than the register cap)."""
+
+    def __init__(self, lane, lanes, analyzer, carrier=False):
         self.lane, self.lanes, self.analyzer = lane, lanes, analyzer
+        self.carrier = carrier
 
     def access_ok(self, buf, indices) -> bool:
         *outer, last = indices
@@ -73,6 +85,8 @@ class _Check:
 
     def dtype_ok(self, dtype) -> bool:
         dtype = str(dtype)
+        if dtype == "bfloat16" and self.lanes > BF16_REGISTER_LANES and not self.carrier:
+            return False
         return dtype in VECTOR_DTYPES and bits(dtype) * self.lanes <= MAX_VECTOR_BITS
 
     def expr_ok(self, e) -> bool:
@@ -122,6 +136,46 @@ def _plan(stmt, ranges):
     return rebuild(stmt, [_plan(k, ranges) for k in kids])
 
 
+def _store_of(body):
+    """The one store of a candidate body (under at most one condition), or None."""
+    if isinstance(body, tirx.IfThenElse) and body.else_case is None:
+        body = body.then_case
+    return body if isinstance(body, tirx.BufferStore) else None
+
+
+def _has_bf16(store) -> bool:
+    found = [str(store.buffer.ty.dtype)]
+    found += [str(ld.source.ty.dtype) for ld in loads(store.value)]
+    tvm_ffi.structural_walk(store.value, (tvm.ir.Expr, lambda n: found.append(
+        str(getattr(getattr(n, "ty", None), "dtype", "")))))
+    return "bfloat16" in found
+
+
+def _is_bf16_copy(store, lane) -> bool:
+    """The stored bf16 value moves bits only: a bf16 load, or a value independent of the
+    lane (a broadcast of one value)."""
+    if str(store.buffer.ty.dtype) != "bfloat16" or str(store.value.ty.dtype) != "bfloat16":
+        return False
+    value = store.value
+    if isinstance(value, tvm.ir.TensorLoad):
+        return str(value.source.ty.dtype) == "bfloat16"
+    return not _depends(value, lane)
+
+
+def _split_bf16(loop, body):
+    """`for l in range(v)` -> `for lo in range(v // 2): for li in vectorized(2)`."""
+    lane = loop.loop_var
+    lanes = as_int(loop.extent)
+    inner = tirx.Var(f"{lane.name}_v", "int32")
+    outer = tirx.Var(f"{lane.name}_o", "int32")
+    body = substitute(body, {lane: outer * BF16_REGISTER_LANES + inner})
+    vector = tirx.For(inner, tirx.const(0, "int32"), tirx.const(BF16_REGISTER_LANES, "int32"),
+                      tirx.ForKind.VECTORIZED, body, None, {})
+    return tirx.For(outer, tirx.const(0, "int32"),
+                    tirx.const(lanes // BF16_REGISTER_LANES, "int32"), tirx.ForKind.SERIAL,
+                    vector, None, {})
+
+
 def _plan_candidate(loop, ranges):
     lanes = int(loop.annotations[VECTOR_LANES])
     analyzer = Analyzer()
@@ -131,9 +185,18 @@ def _plan_candidate(loop, ranges):
         except Exception:  # noqa: BLE001 - an unbindable range only proves less
             pass
     body = _simplify(loop.body, analyzer)
-    ok = _Check(loop.loop_var, lanes, analyzer).body_ok(body)
+    lane = loop.loop_var
+    store = _store_of(body)
+    ok = _Check(lane, lanes, analyzer).body_ok(body)
+    if not ok and store is not None and _has_bf16(store):
+        if lanes in BF16_CARRIER_LANES and _is_bf16_copy(store, lane):
+            ok = _Check(lane, lanes, analyzer, carrier=True).body_ok(body)
+        if not ok and lanes > BF16_REGISTER_LANES and lanes % BF16_REGISTER_LANES == 0 \
+                and as_int(loop.min) == 0 \
+                and _Check(lane, BF16_REGISTER_LANES, analyzer).body_ok(body):
+            return _split_bf16(loop, body)
     kind = tirx.ForKind.VECTORIZED if ok else tirx.ForKind.SERIAL
-    return tirx.For(loop.loop_var, loop.min, loop.extent, kind, body, None, {}, loop.step)
+    return tirx.For(lane, loop.min, loop.extent, kind, body, None, {}, loop.step)
 
 
 def vectorize(func: tirx.PrimFunc) -> tirx.PrimFunc:
