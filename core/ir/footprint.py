@@ -14,6 +14,7 @@ point, as one unit per simdgroup.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from math import prod
 
@@ -30,6 +31,7 @@ MAX_POINTS = 1 << 22
 class LoopRange:
     var: object
     extent: int
+    start: int = 0      # the variable runs over start .. start + extent - 1
 
 
 @dataclass
@@ -39,6 +41,13 @@ class Footprint:
     elements: np.ndarray | None = None     # flat element index per point
     threads: np.ndarray | None = None      # linear thread id per point
     size: int = 0
+    # Per point, the value of each enumerated enclosing loop variable (var -> array), and
+    # the variables two accesses may be matched on (None: all of them). Two accesses in
+    # one iteration of a loop only meet at equal values of its variable; an access
+    # carried over from the previous iteration is not matched on it (nor on the loops
+    # inside it), see `carried_over`.
+    loops: dict = field(default_factory=dict)
+    match: frozenset | None = None
     _summary: tuple | None = field(default=None, repr=False)
 
     @property
@@ -55,6 +64,13 @@ class Footprint:
         if points is not None:
             fp._set(*points)
         return fp
+
+    def carried_over(self, enclosing) -> "Footprint":
+        """This access as seen from the next iteration of a loop: matched only on the
+        loop variables in `enclosing` (the loops around that loop)."""
+        keep = frozenset(v for v in self.loops if v in enclosing)
+        match = keep if self.match is None else frozenset(v for v in self.match if v in keep)
+        return dataclasses.replace(self, match=match)
 
     @classmethod
     def of_tile(cls, access, thread_axes, loops, guards=(), *, first_unit: int,
@@ -77,15 +93,16 @@ class Footprint:
                    + np.arange(access.cols, dtype=np.int64)[None, :]).ravel()
         points = _points(access.base, thread_axes, loops, guards, sample, offsets.size)
         if points is not None:
-            elements, tid = points
+            elements, tid, values = points
             fp._set((elements[:, None] + offsets[None, :]).ravel(),
-                    np.repeat(first_unit + tid // simd_width, offsets.size))
+                    np.repeat(first_unit + tid // simd_width, offsets.size),
+                    {v: np.repeat(a, offsets.size) for v, a in values.items()})
         return fp
 
-    def _set(self, elements, threads):
+    def _set(self, elements, threads, loops):
         if elements.size and (elements.min() < 0 or elements.max() >= self.size):
             return  # outside the buffer: leave the footprint unknown
-        self.elements, self.threads = elements, threads
+        self.elements, self.threads, self.loops = elements, threads, loops
 
     def summary(self):
         """(lowest thread, highest thread) per element; sentinel for untouched elements."""
@@ -103,8 +120,40 @@ def may_race(a: Footprint, b: Footprint) -> bool:
         return False
     if a.unknown or b.unknown:
         return True
+    common = [v for v in a.loops if v in b.loops and (a.match is None or v in a.match)
+              and (b.match is None or v in b.match)]
+    if common:
+        return _may_race_matched(a, b, common)
     lo_a, hi_a = a.summary()
     lo_b, hi_b = b.summary()
+    both = (hi_a >= 0) & (hi_b >= 0)
+    same_single = (lo_a == hi_a) & (lo_b == hi_b) & (lo_a == lo_b)
+    return bool(np.any(both & ~same_single))
+
+
+def _may_race_matched(a, b, common) -> bool:
+    """may_race for two accesses in one iteration of the loops `common`: points meet
+    only where the element and every common loop variable agree."""
+    key_a, key_b = a.elements.copy(), b.elements.copy()
+    radix = max(a.size, 1)
+    for v in common:
+        span = int(max(a.loops[v].max(initial=0), b.loops[v].max(initial=0))) + 1
+        key_a = key_a + radix * a.loops[v]
+        key_b = key_b + radix * b.loops[v]
+        radix *= span
+    keys, inverse = np.unique(np.concatenate([key_a, key_b]), return_inverse=True)
+    n = keys.size
+    inv_a, inv_b = inverse[:key_a.size], inverse[key_a.size:]
+
+    def bounds(inv, threads):
+        lo = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+        hi = np.full(n, -1, dtype=np.int64)
+        np.minimum.at(lo, inv, threads)
+        np.maximum.at(hi, inv, threads)
+        return lo, hi
+
+    lo_a, hi_a = bounds(inv_a, a.threads)
+    lo_b, hi_b = bounds(inv_b, b.threads)
     both = (hi_a >= 0) & (hi_b >= 0)
     same_single = (lo_a == hi_a) & (lo_b == hi_b) & (lo_a == lo_b)
     return bool(np.any(both & ~same_single))
@@ -117,16 +166,16 @@ def _flat_size(buffer) -> int:
 def _points(index, thread_axes, loops, guards, sample=1, per_point=1):
     """(element, linear thread id) of every enumerated point where all guards hold, or None
     when `index` cannot be enumerated. The first thread axis steps by `sample`."""
-    axes = [(v, e, sample if k == 0 else 1) for k, (v, e, _) in enumerate(thread_axes)]
-    axes += [(lp.var, lp.extent, 1) for lp in loops]
-    if prod(-(-e // step) for _, e, step in axes) * per_point > MAX_POINTS:
+    axes = [(v, e, sample if k == 0 else 1, 0) for k, (v, e, _) in enumerate(thread_axes)]
+    axes += [(lp.var, lp.extent, 1, lp.start) for lp in loops]
+    if prod(-(-e // step) for _, e, step, _ in axes) * per_point > MAX_POINTS:
         return None
     env = {}
     ndim = len(axes)
-    for k, (v, e, step) in enumerate(axes):
+    for k, (v, e, step, start) in enumerate(axes):
         shape = [1] * (ndim + 1)
         shape[k] = -(-e // step)
-        env[v] = np.arange(0, e, step, dtype=np.int64).reshape(shape)
+        env[v] = start + np.arange(0, e, step, dtype=np.int64).reshape(shape)
     elements = _eval(index, env, ndim)
     if elements is None:
         return None
@@ -138,8 +187,10 @@ def _points(index, thread_axes, loops, guards, sample=1, per_point=1):
         mask = _eval(g, env, ndim)
         if mask is not None:
             keep = keep & np.asarray(mask, dtype=bool)
-    elements, tid, keep = np.broadcast_arrays(elements, tid, keep)
-    return elements[keep], tid[keep]
+    loop_vars = [lp.var for lp in loops]
+    arrays = np.broadcast_arrays(elements, tid, keep, *(env[v] for v in loop_vars))
+    elements, tid, keep = arrays[:3]
+    return elements[keep], tid[keep], {v: a[keep] for v, a in zip(loop_vars, arrays[3:])}
 
 
 _BINARY = {

@@ -67,8 +67,9 @@ class _Planner:
 
             if isinstance(s, tirx.For):
                 ext = as_int(s.extent)
-                bounded = ext is not None and as_int(s.min) == 0
-                inner = loops + [LoopRange(s.loop_var, ext)] if bounded else loops
+                start = as_int(s.min)
+                bounded = ext is not None and start is not None
+                inner = loops + [LoopRange(s.loop_var, ext, start)] if bounded else loops
                 self.exprs(s.min, s.extent, add=add)
                 visit(s.body, inner, guards)
                 return
@@ -117,15 +118,20 @@ class _Planner:
             ext = as_int(s.extent)
             if ext is not None and ext <= 0:  # never runs: a barrier there is never reached
                 return s, pending
-            pushed = ext is not None and as_int(s.min) == 0
+            start = as_int(s.min)
+            pushed = ext is not None and start is not None
+            enclosing = {lp.var for lp in self.loops}
             if pushed:
-                self.loops.append(LoopRange(s.loop_var, ext))
-            # The loop's own barriers (its body and what one iteration leaves the next) ...
+                self.loops.append(LoopRange(s.loop_var, ext, start))
+            # The loop's own barriers (its body and what one iteration leaves the next;
+            # those accesses are matched with the next iteration's on the enclosing loops
+            # only) ...
             if ext == 1:  # one iteration: nothing is carried over from a previous one
                 body, after = self.plan(s.body, [])
             else:
                 _, after_first = self.plan(s.body, [])
-                body, after = self.plan(s.body, after_first)
+                carried = [fp.carried_over(enclosing) for fp in after_first]
+                body, after = self.plan(s.body, carried)
             # ... then what came before: a conflict that none of them orders is settled
             # once, before the loop; otherwise it flows through the first iteration.
             prefix = None

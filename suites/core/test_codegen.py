@@ -214,3 +214,26 @@ def test_compile_cache_is_structural_not_by_name(tmp_path, monkeypatch):
     fresh = jit._Cache()
     key = jit.cache_key(make(3.0), ((),))
     assert fresh.get(key).msl == k3.msl  # from disk
+
+
+@pytest.mark.parametrize("start", [0, 1])
+def test_same_iteration_accesses_are_matched_per_iteration(start, run):
+    # Each thread reads back only what it wrote in the same iteration, at an element that
+    # moves with ko: no barrier between the write and the read; one at the top of the loop
+    # (the next iteration's write hits what another thread read). Loops starting at 1 are
+    # enumerated too.
+    @T.prim_func
+    def k(A: T.Tensor((4, 128), "float32"), B: T.Tensor((4, 128), "float32")):
+        with T.Kernel(1, threads=128):
+            S = T.alloc_shared((128,), "float32")
+            for ko in T.serial(start, 4):
+                for i in T.Parallel(128):
+                    S[(i + ko * 32) % 128] = A[ko, i] * 2.0
+                for i in T.Parallel(128):
+                    B[ko, i] = S[(i + ko * 32) % 128] + 1.0
+    kernel = core.compile(k, out_idx=[1])
+    a = torch.randn(4, 128)
+    out = run(kernel, a)
+    assert_close(out[start:], a[start:] * 2 + 1)
+    report = barriers.check_barriers(kernel, [a])
+    assert report.ok and len(report.barriers) == 1, report.summary()
