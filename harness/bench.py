@@ -367,8 +367,10 @@ def measure_case(case: BenchCase, *, rounds: int = DEFAULT_ROUNDS, disable=(),
         out.update(status="internal_error",
                    message=f"cannot load the kernel families: {type(err).__name__}: {err}")
         return out
-    if fam is None:
-        out["message"] = f"family '{case.family}' is not registered yet"
+    if fam is None:  # a registry entry naming no family is a bug of the registry
+        out.update(status="internal_error",
+                   message=f"bench case '{case.name}' names the unknown family "
+                           f"'{case.family}'")
         return out
     if fam.skip_reason:
         out["message"] = fam.skip_reason

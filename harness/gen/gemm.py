@@ -42,9 +42,6 @@ A_OPERANDS = ("shared", "fragment")
 EPILOGUES = ("none", "relu_scale", "shared")
 
 
-def _skip_reason():
-    return None if hasattr(T, "gemm") else "T.gemm is not implemented by the core yet"
-
 
 def build(p: dict) -> Built:
     M, N, K = p["M"], p["N"], p["K"]
@@ -148,4 +145,4 @@ def params():
 
 
 FAMILY = register(Family("gemm", __doc__.splitlines()[0], params, build,
-                         skip_reason=_skip_reason(), tags=("gemm",)))
+                         tags=("gemm",)))

@@ -31,9 +31,6 @@ EPS = (1e-6, 1e-5)
 WEIGHT = ("global", "shared")
 
 
-def _skip_reason():
-    return None if hasattr(T, "reduce_sum") else "T.reduce_sum is not implemented by the core yet"
-
 
 def build(p: dict) -> Built:
     M, N, bM, threads, dtype, eps = p["M"], p["N"], p["bM"], p["threads"], p["dtype"], \
@@ -101,4 +98,4 @@ def params(draw):
 
 
 FAMILY = register(Family("rmsnorm", __doc__.splitlines()[0], params, build,
-                         skip_reason=_skip_reason(), tags=("reduce",)))
+                         tags=("reduce",)))

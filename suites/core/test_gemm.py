@@ -508,9 +508,6 @@ def test_staging_beyond_threadgroup_memory_is_a_clear_error():
 
 
 def test_other_tile_ops_on_an_accumulator_are_rejected():
-    if not hasattr(T, "reduce_sum"):
-        pytest.skip("T.reduce_sum is not available")
-
     @T.prim_func
     def rowsum(A: T.Tensor((16, 16), "float16"), C: T.Tensor((16,), "float32")):
         with T.Kernel(1, threads=32):

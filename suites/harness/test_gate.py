@@ -17,21 +17,7 @@ from harness import bench
 from harness.cli import main
 
 TRANSPOSE = "copy/k-transpose-f16"       # threadgroup tile, one barrier per group, float4 I/O
-REDUCE_FAMILIES = ("reduce", "softmax", "rmsnorm")
-
-
-def _reduce_case():
-    """A registered bench case whose kernel uses T.reduce, or None while none can run."""
-    from harness.gen import family as families
-
-    for case in bench.CASES:
-        if case.family in REDUCE_FAMILIES:
-            try:
-                if not families.get(case.family).skip_reason:
-                    return case.name
-            except KeyError:
-                continue
-    return None
+REDUCE = "reduce/row-sum-f16"             # T.reduce_sum across simdgroups (simd_shuffle_xor)
 
 
 @pytest.fixture(autouse=True)
@@ -43,7 +29,7 @@ def wide_console(monkeypatch):
 def folder(tmp_path_factory):
     """A baseline of the cases used here, from the unperturbed pipeline."""
     path = tmp_path_factory.mktemp("gate")
-    cases = ",".join(c for c in (TRANSPOSE, _reduce_case()) if c)
+    cases = f"{TRANSPOSE},{REDUCE}"
     assert main(["bench", "--cases", cases, "--rounds", "1", "--update-baseline",
                  "--baseline", str(path / "baseline.json"), "--out", str(path / "out")]) == 0
     return path
@@ -87,13 +73,11 @@ def test_one_dropped_barrier_fails_with_a_race(folder, capsys):
 
 
 def test_reduction_width_off_by_one_fails_the_oracle(folder, capsys):
-    case = _reduce_case()
-    if case is None:
-        pytest.skip("no T.reduce bench case can run yet (reduce/softmax/rmsnorm families)")
-    assert bench_cli(folder, "--cases", case,
+    assert REDUCE in {c.name for c in bench.CASES}
+    assert bench_cli(folder, "--cases", REDUCE,
                      "--replace", "lower_tile_ops=perturbations:reduce_butterfly_one_short") == 1
     out = capsys.readouterr().out
-    failure = [line for line in out.splitlines() if "failure" in line and case in line]
+    failure = [line for line in out.splitlines() if "failure" in line and REDUCE in line]
     assert failure and "mismatch" in failure[0], out
 
 
