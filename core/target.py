@@ -1,0 +1,93 @@
+"""The Metal target: every Apple-GPU fact the compiler, the harness and the emulator rely on.
+
+One home for the numbers (docs/architecture.md, "The target"): passes, the MSL printer, the
+harness generators and the emulator launcher read them from here; the emulator's C++ gets
+them through a generated header (`core/runtime/emu/include/mt_target.h`, checked against
+this module by a test), never by writing them again.
+
+    from core.target import METAL, DTYPES
+    METAL.simd_width                 32 lanes per simdgroup
+    METAL.max_threads_per_group      1024
+    METAL.threadgroup_memory_bytes   32 KiB
+    DTYPES["bfloat16"].msl           "bfloat"
+
+Facts (Apple's Metal feature-set tables, GPU families Apple7-Apple9, M1-M4): simdgroups are
+32 lanes; a threadgroup has at most 1024 threads (a compiled pipeline may allow fewer: 896
+or 768 are seen); 32 KiB of threadgroup memory; native `bfloat` needs MSL 3.1 (macOS 14).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DType:
+    """One element type as each layer names it."""
+    name: str            # the DSL's canonical name ("float16")
+    bits: int            # storage size (bool is one byte, as in torch and MSL)
+    msl: str             # MSL scalar type
+    kind: str            # "float" | "int" | "uint" | "bool"
+
+    @property
+    def bytes(self) -> int:
+        return self.bits // 8
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "float"
+
+    @property
+    def is_integer(self) -> bool:
+        return self.kind in ("int", "uint")
+
+
+DTYPES: dict[str, DType] = {d.name: d for d in (
+    DType("float32", 32, "float", "float"),
+    DType("float16", 16, "half", "float"),
+    DType("bfloat16", 16, "bfloat", "float"),
+    DType("int64", 64, "long", "int"),
+    DType("int32", 32, "int", "int"),
+    DType("int16", 16, "short", "int"),
+    DType("int8", 8, "char", "int"),
+    DType("uint64", 64, "ulong", "uint"),
+    DType("uint32", 32, "uint", "uint"),
+    DType("uint16", 16, "ushort", "uint"),
+    DType("uint8", 8, "uchar", "uint"),
+    DType("bool", 8, "bool", "bool"),
+)}
+
+
+@dataclass(frozen=True)
+class MetalTarget:
+    """Limits and rules of the Apple GPUs metaltile compiles for."""
+    simd_width: int = 32
+    max_threads_per_group: int = 1024
+    threadgroup_memory_bytes: int = 32 * 1024
+    msl_version: tuple = (3, 1)          # native bfloat (MSL 3.1, macOS 14)
+    bf16_register_lanes: int = 2         # widest bf16 register vector in plans (bfloat2)
+    bf16_carrier_lanes: tuple = (4, 8)   # packed carriers (uint2, uint4) for pure copies
+    matrix_tile: int = 8                 # simdgroup_matrix is 8x8
+    math_mode: str = "fast"              # Metal's default; exp(-inf) is not relied upon
+    matrix_dtypes: tuple = ("float32", "float16", "bfloat16")
+    simd_shuffle_dtypes: tuple = ("float32", "float16", "int32", "uint32", "int16",
+                                  "uint16", "int8", "uint8", "bool")  # not bfloat
+
+    @property
+    def msl_version_text(self) -> str:
+        return f"{self.msl_version[0]}.{self.msl_version[1]}"
+
+
+METAL = MetalTarget()
+
+
+def c_header() -> str:
+    """The emulator's view of the target: `mt_target.h`, generated from this module."""
+    lines = ["// Generated from core/target.py by core.target.c_header(); do not edit.",
+             "// A test compares this file with the generator (suites/unit/test_target.py).",
+             "#pragma once",
+             f"#define MT_SIMD_WIDTH {METAL.simd_width}",
+             f"#define MT_MAX_THREADS_PER_GROUP {METAL.max_threads_per_group}",
+             f"#define MT_THREADGROUP_MEMORY_BYTES {METAL.threadgroup_memory_bytes}",
+             f"#define MT_MATRIX_TILE {METAL.matrix_tile}"]
+    return "\n".join(lines) + "\n"
