@@ -2,7 +2,8 @@
 
 An access `S[index]` inside a kernel is a function of the thread indices and the
 enclosing loop variables. When all of them have constant ranges, `Footprint.of`
-enumerates the index over every combination with numpy (vector accesses contribute their
+enumerates the index over every combination of the thread indices and of the loops the
+index (or a guard) reads, with numpy (vector accesses contribute their
 `lanes` consecutive elements) and records which thread touches which element. When the
 index depends on anything else (block indices, parameters, loaded values, loops with
 symbolic bounds) the footprint is `unknown`, which callers treat as "may touch anything".
@@ -22,7 +23,7 @@ import numpy as np
 import tvm
 from tvm import tirx
 
-from core.ir.stmt import as_int
+from core.ir.stmt import as_int, free_vars
 
 MAX_POINTS = 1 << 22
 
@@ -107,11 +108,7 @@ class Footprint:
     def summary(self):
         """(lowest thread, highest thread) per element; sentinel for untouched elements."""
         if self._summary is None:
-            lo = np.full(self.size, np.iinfo(np.int64).max, dtype=np.int64)
-            hi = np.full(self.size, -1, dtype=np.int64)
-            np.minimum.at(lo, self.elements, self.threads)
-            np.maximum.at(hi, self.elements, self.threads)
-            self._summary = (lo, hi)
+            self._summary = _thread_bounds(self.elements, self.threads, self.size)
         return self._summary
 
 
@@ -134,29 +131,37 @@ def may_race(a: Footprint, b: Footprint) -> bool:
 def _may_race_matched(a, b, common) -> bool:
     """may_race for two accesses in one iteration of the loops `common`: points meet
     only where the element and every common loop variable agree."""
-    key_a, key_b = a.elements.copy(), b.elements.copy()
+    key_a, key_b = a.elements, b.elements
     radix = max(a.size, 1)
     for v in common:
-        span = int(max(a.loops[v].max(initial=0), b.loops[v].max(initial=0))) + 1
-        key_a = key_a + radix * a.loops[v]
-        key_b = key_b + radix * b.loops[v]
+        low = int(min(a.loops[v].min(initial=0), b.loops[v].min(initial=0)))
+        span = int(max(a.loops[v].max(initial=0), b.loops[v].max(initial=0))) + 1 - low
+        key_a = key_a + radix * (a.loops[v] - low)
+        key_b = key_b + radix * (b.loops[v] - low)
         radix *= span
-    keys, inverse = np.unique(np.concatenate([key_a, key_b]), return_inverse=True)
-    n = keys.size
-    inv_a, inv_b = inverse[:key_a.size], inverse[key_a.size:]
-
-    def bounds(inv, threads):
-        lo = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
-        hi = np.full(n, -1, dtype=np.int64)
-        np.minimum.at(lo, inv, threads)
-        np.maximum.at(hi, inv, threads)
-        return lo, hi
-
-    lo_a, hi_a = bounds(inv_a, a.threads)
-    lo_b, hi_b = bounds(inv_b, b.threads)
+    if radix <= DENSE_KEYS_PER_POINT * (key_a.size + key_b.size) + 4096:
+        # Dense per-key arrays: linear in the points, no sort.
+        n, inv_a, inv_b = radix, key_a, key_b
+    else:
+        keys, inverse = np.unique(np.concatenate([key_a, key_b]), return_inverse=True)
+        n, inv_a, inv_b = keys.size, inverse[:key_a.size], inverse[key_a.size:]
+    lo_a, hi_a = _thread_bounds(inv_a, a.threads, n)
+    lo_b, hi_b = _thread_bounds(inv_b, b.threads, n)
     both = (hi_a >= 0) & (hi_b >= 0)
     same_single = (lo_a == hi_a) & (lo_b == hi_b) & (lo_a == lo_b)
     return bool(np.any(both & ~same_single))
+
+
+DENSE_KEYS_PER_POINT = 8
+
+
+def _thread_bounds(keys, threads, n):
+    """(lowest thread, highest thread) per key in 0..n-1; sentinels for absent keys."""
+    lo = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.full(n, -1, dtype=np.int64)
+    np.minimum.at(lo, keys, threads)
+    np.maximum.at(hi, keys, threads)
+    return lo, hi
 
 
 def _flat_size(buffer) -> int:
@@ -166,6 +171,14 @@ def _flat_size(buffer) -> int:
 def _points(index, thread_axes, loops, guards, sample=1, per_point=1):
     """(element, linear thread id) of every enumerated point where all guards hold, or None
     when `index` cannot be enumerated. The first thread axis steps by `sample`."""
+    # Only the loops the index or a guard reads are enumerated: an access that does not
+    # depend on a loop touches the same (element, thread) pairs in every iteration, so
+    # matching it on that loop's variable (may_race) decides nothing the element alone
+    # does not, and enumerating it would multiply the points by the loop's extent.
+    used = set(free_vars(index))
+    for g in guards:
+        used.update(free_vars(g))
+    loops = [lp for lp in loops if lp.var in used]
     axes = [(v, e, sample if k == 0 else 1, 0) for k, (v, e, _) in enumerate(thread_axes)]
     axes += [(lp.var, lp.extent, 1, lp.start) for lp in loops]
     if prod(-(-e // step) for _, e, step, _ in axes) * per_point > MAX_POINTS:
