@@ -35,16 +35,15 @@ from core.ir import ops
 from core.ir.matrix import MATRIX_SCOPE
 from core.ir.stmt import as_int
 from core.language.errors import LoweringError
+from core.target import DTYPES
 
 # ---- Metal vocabulary ---------------------------------------------------------------------
 
-TYPES = {
-    "float32": "float", "float16": "half", "bfloat16": "bfloat", "int32": "int",
-    "int64": "long", "int8": "char", "uint8": "uchar", "bool": "bool", "uint32": "uint",
-    "int16": "short", "uint16": "ushort", "uint64": "ulong",
-}
-TYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "int8": 1,
-              "uint8": 1, "bool": 1, "uint32": 4}
+TYPES = {name: d.msl for name, d in DTYPES.items()}          # core/target.py
+TYPE_BYTES = {name: d.bytes for name, d in DTYPES.items()}
+# Names a kernel variable cannot take: the printer's own and MSL words, the type names.
+RESERVED_NAMES = {"args", "tgid", "tpos", "kernel", "device", "thread", "threadgroup",
+                  "constant"} | set(TYPES.values())
 ADDRESS_SPACES = {"global": "device", "shared": "threadgroup", "local": "thread"}
 BUILTINS = {  # launch tag prefix -> (parameter declaration, variable)
     "blockIdx": ("uint3 tgid [[threadgroup_position_in_grid]]", "tgid"),
@@ -206,8 +205,7 @@ class _KernelPrinter:
         if var in self.names:
             return self.names[var]
         base = "".join(c if c.isalnum() or c == "_" else "_" for c in var.name) or "v"
-        if base[0].isdigit() or base in ("args", "tgid", "tpos", "kernel", "half", "float",
-                                         "int", "device", "thread", "threadgroup", "constant"):
+        if base[0].isdigit() or base in RESERVED_NAMES:
             base = "v_" + base
         name, k = base, 1
         while name in self.taken:

@@ -32,11 +32,12 @@ from core.ir.kernel import map_kernels
 from core.ir.stmt import as_int, children, free_vars, loads, rebuild, substitute
 from core.language.dtypes import bits
 from core.transform.lower_tile_ops import VECTOR_LANES
+from core.target import METAL
 
 VECTOR_DTYPES = ("float32", "float16", "bfloat16", "int32", "int8", "uint8")
 MAX_VECTOR_BITS = 128
-BF16_REGISTER_LANES = 2     # bfloat2 at most in registers (SPEC.md section 4)
-BF16_CARRIER_LANES = (4, 8)  # bf16 copies moved as uint2 / uint4
+BF16_REGISTER_LANES = METAL.bf16_register_lanes   # bfloat2 at most in registers
+BF16_CARRIER_LANES = METAL.bf16_carrier_lanes     # bf16 copies moved as uint2 / uint4
 
 
 def _simplify(stmt, analyzer):
