@@ -169,8 +169,9 @@ class GemmLowering:
             self.fail("T.gemm", f"the float32 staging buffers of accumulators {staged}, "
                                 f"the threadgroup copies of fragment operands ({operand_bytes}"
                                 f" bytes) and the kernel's threadgroup buffers "
-                                f"({uses.shared_bytes} bytes) exceed the {METAL.threadgroup_memory_bytes} "
-                                "bytes of threadgroup memory; use smaller tiles")
+                                f"({uses.shared_bytes} bytes) exceed the "
+                                f"{METAL.threadgroup_memory_bytes} bytes of threadgroup memory; "
+                                "use smaller tiles")
         chunked = [a for a in accs if a not in need_full]
         share = (METAL.threadgroup_memory_bytes - fixed) // max(len(chunked), 1)
         for a in accs:
@@ -195,8 +196,8 @@ class GemmLowering:
             self.fail(f"gemm accumulator '{acc.name}'",
                       f"copying it out needs a float32 staging buffer of at least 8 rows "
                       f"({8 * N * 4} bytes) in threadgroup memory, but only {budget} of "
-                      f"{METAL.threadgroup_memory_bytes} bytes are left beside the kernel's threadgroup "
-                      "buffers; use smaller tiles")
+                      f"{METAL.threadgroup_memory_bytes} bytes are left beside the kernel's "
+                      "threadgroup buffers; use smaller tiles")
         return max(fits)
 
     @staticmethod

@@ -202,8 +202,8 @@ class ReduceLowering:
             self.fail(self.plans[0].construct if self.plans else "T.reduce",
                       f"combining across simdgroups needs {total - shared_bytes} bytes of "
                       f"threadgroup memory beside the kernel's {shared_bytes}; Apple GPUs "
-                      f"allow {METAL.threadgroup_memory_bytes} in all; use fewer rows per threadgroup or "
-                      "fewer threads per row")
+                      f"allow {METAL.threadgroup_memory_bytes} in all; use fewer rows per "
+                      "threadgroup or fewer threads per row")
 
     def _plan_one(self, call, layouts) -> _Plan:
         src, dst = (ops.decode_region(a).buffer for a in call.args[:2])
@@ -258,8 +258,9 @@ class ReduceLowering:
         if ours and self.shared_bytes + gemm + ours > METAL.threadgroup_memory_bytes:
             self.fail("T.reduce", f"the reductions' stage ({ours} bytes), T.gemm's staging "
                                   f"buffers ({gemm}) and the kernel's threadgroup buffers "
-                                  f"({self.shared_bytes}) exceed the {METAL.threadgroup_memory_bytes} bytes "
-                                  "of threadgroup memory; use smaller tiles")
+                                  f"({self.shared_bytes}) exceed the "
+                                  f"{METAL.threadgroup_memory_bytes} bytes of threadgroup "
+                                  "memory; use smaller tiles")
         return [tirx.AllocBuffer(b) for b in self.stages.values()]
 
     # ---- lowering -----------------------------------------------------------------------

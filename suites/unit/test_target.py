@@ -34,7 +34,8 @@ def test_printer_and_frontend_read_the_dtype_table():
 def test_emulator_simdgroups_have_the_target_width():
     src = MSL_HEADER + r"""
 kernel void lanes(device uint* out [[buffer(0)]], uint tid [[thread_index_in_threadgroup]],
-                  uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]],
+                  uint lane [[thread_index_in_simdgroup]],
+                  uint sg [[simdgroup_index_in_threadgroup]],
                   uint width [[threads_per_simdgroup]]) {
   out[3 * tid] = lane;
   out[3 * tid + 1] = sg;
