@@ -8,7 +8,7 @@ programmatically, one *task* (a time slice of one family) at a time; the parent 
 tasks out so that every family is visited once early (a short first slice) and then gets
 a fair share of the time. A case runs through `regressions.run_checked`: `diff.run_case`,
 and for 1 in `barrier_every` cases with barriers the barrier-necessity check of
-harness/barriers.py. Workers come from a fork server that has imported torch and tvm once
+harness/barriers.py. Workers (harness/workers.py) come from a fork server that has imported torch and tvm once
 (spawn off Linux), so a restarted worker is ready at once.
 
 Where failures go: a failing case raises an exception class of its own per failure
@@ -38,11 +38,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import multiprocessing
 import os
 import re
 import signal
-import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -50,6 +48,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 
 from harness import regressions
+from harness.workers import kill_group, start_fork_server, worker_context
 from harness.regressions import CASE_TIMEOUT, WORKER_CRASH, RegressionCase
 
 DEFAULT_DB = regressions.REPO / "reports" / "out" / "fuzz" / "db"
@@ -210,7 +209,7 @@ class _Run:
         self.deadline = summary.started + options.budget
         self.stopping = False
         try:
-            _start_fork_server(self.context)   # its imports overlap ours
+            start_fork_server(self.context)   # its imports overlap ours
             self._select_families()
             if not self.active:
                 summary.errors.append("no family to fuzz (all selected families are skipped)")
@@ -279,15 +278,7 @@ class _Run:
         slot.task = slot.case = None
 
     def _kill(self, slot: _Slot, drain: bool = False) -> None:
-        pid = slot.process.pid
-        try:
-            if os.getpgid(pid) == pid:
-                os.killpg(pid, signal.SIGKILL)   # the worker and its emulator processes
-            else:
-                slot.process.kill()
-        except (ProcessLookupError, PermissionError):
-            pass
-        slot.process.join(10)
+        kill_group(slot.process)   # the worker and its emulator processes
         if drain:  # what it sent before dying (a failure record) is still in the pipe
             try:
                 while slot.conn.poll(0):
@@ -454,27 +445,6 @@ class _Run:
             previous.params, previous.path, previous.message = data["params"], path, \
                 data["message"]
             previous.shrunk = previous.shrunk or shrunk
-
-
-def worker_context():
-    """Where worker processes come from. On Linux a fork server that has imported torch
-    and tvm once, so a worker (and a restarted one) is ready at once instead of after
-    seconds of imports; elsewhere spawn (macOS frameworks are not fork-safe)."""
-    if sys.platform != "linux":
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
-    # Only modules that import cleanly or raise ImportError (which the server skips): a
-    # family module with a bug must fail in the worker, with its traceback, not here.
-    context.set_forkserver_preload(["harness.regressions", "harness.diff", "harness.barriers",
-                                    "hypothesis", "core.jit", "core.language"])
-    return context
-
-
-def _start_fork_server(context) -> None:
-    if context.get_start_method() == "forkserver":
-        from multiprocessing import forkserver
-
-        forkserver.ensure_running()
 
 
 def _open_cases(out) -> dict:

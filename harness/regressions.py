@@ -274,31 +274,18 @@ def expect(case: RegressionCase) -> None:
 def _replay_isolated(case: RegressionCase) -> Replay:
     """Replay in a child process: a dying or hanging child is the recorded failure. The
     case timeout counts from when the child has imported everything and starts the case."""
-    from harness.fuzz import worker_context
+    from harness import workers
 
-    ctx = worker_context()
-    receive, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_replay_child, args=(case.to_json(), send), daemon=True)
-    child.start()
-    send.close()
-    try:
-        for stage, seconds in (("start", STARTUP_SECONDS), ("finish", case.timeout_seconds)):
-            if not receive.poll(seconds):
-                return Replay("timeout", CASE_TIMEOUT,
-                              f"the replay did not {stage} within {seconds:g} s")
-            message = receive.recv()
-        status, signature, message = message
-        child.join()
-        return Replay(status, signature, message)
-    except EOFError:
-        child.join()
+    outcome = workers.run_in_child(_replay_child, case.to_json(),
+                                   startup_seconds=STARTUP_SECONDS,
+                                   timeout_seconds=case.timeout_seconds)
+    if outcome[0] == "timeout":
+        return Replay("timeout", CASE_TIMEOUT,
+                      f"the replay did not {outcome[1]} within {outcome[2]:g} s")
+    if outcome[0] == "died":
         return Replay("crash", WORKER_CRASH, f"the replay process died (exit code "
-                      f"{child.exitcode})")
-    finally:
-        if child.is_alive():
-            child.kill()
-            child.join(10)
-        receive.close()
+                      f"{outcome[1]})")
+    return Replay(*outcome[1])
 
 
 def _replay_child(text: str, send) -> None:
