@@ -6,13 +6,13 @@ Where cases come from: each family's Hypothesis strategy (`Family.params()`, plu
 input seed and a schedule), drawn inside a `@given` test that a worker process runs
 programmatically, one *task* (a time slice of one family) at a time; the parent hands
 tasks out so that every family is visited once early (a short first slice) and then gets
-a fair share of the time. A case runs through `regressions.run_checked`: `diff.run_case`,
+a fair share of the time. A case runs through `harness.case.run_case` with every check,
 and for 1 in `barrier_every` cases with barriers the barrier-necessity check of
-harness/barriers.py. Workers (harness/workers.py) come from a fork server that has imported torch and tvm once
-(spawn off Linux), so a restarted worker is ready at once.
+harness/barriers.py. Workers (harness/workers.py) come from a fork server that has
+imported torch and tvm once (spawn off Linux), so a restarted worker is ready at once.
 
 Where failures go: a failing case raises an exception class of its own per failure
-signature (regressions.failure_signature), so Hypothesis shrinks each kind of failure
+signature (harness.case.failure_signature), so Hypothesis shrinks each kind of failure
 separately and never towards a different bug. Each failing example -- the first one and
 every smaller one the shrinker finds -- is sent to the parent at once, which writes it as
 a regression case (`<family>-<status>-<hash>.json`, state "open") in `out`, replacing the
@@ -48,8 +48,10 @@ from multiprocessing.connection import wait
 from pathlib import Path
 
 from harness import regressions
+from harness.case import BARRIER_STATUSES, run_case
 from harness.workers import kill_group, start_fork_server, worker_context
-from harness.regressions import CASE_TIMEOUT, WORKER_CRASH, RegressionCase
+from harness.case import CASE_TIMEOUT, WORKER_CRASH
+from harness.regressions import RegressionCase
 
 DEFAULT_DB = regressions.REPO / "reports" / "out" / "fuzz" / "db"
 SCHEDULES = ("forward", "reverse", "random")
@@ -580,12 +582,12 @@ def _run_task(conn, config: dict, task: dict) -> None:
         conn.send(("start", {"family": name, "params": params, "seed": input_seed,
                              "schedule": schedule}))
         barriers = _barrier_due(params, input_seed, config["barrier_every"]) or \
-            any(s in found for s in regressions.BARRIER_STATUSES)
+            any(s in found for s in BARRIER_STATUSES)
         t0 = time.perf_counter()
-        result, signature = regressions.run_checked(name, params, seed=input_seed,
-                                                    schedule=schedule, disable=disable,
-                                                    barriers=barriers)
-        checked = barriers and result.status in ("pass", *regressions.BARRIER_STATUSES) \
+        result = run_case(name, params, seed=input_seed, schedule=schedule, disable=disable,
+                          barriers=barriers)
+        signature = result.signature
+        checked = barriers and result.status in ("pass", *BARRIER_STATUSES) \
             and "threadgroup_barrier" in result.msl
         conn.send(("case", {"family": name, "signature": signature,
                             "seconds": time.perf_counter() - t0, "barriers": int(checked)}))
