@@ -298,7 +298,7 @@ def _run_selfcheck(args: argparse.Namespace) -> int:
 # -- harness bench / report ------------------------------------------------------------------
 
 BENCH_DESCRIPTION = """\
-Benchmark the bench cases (harness/bench.py: kernel families at LLM shapes, scaled for the
+Benchmark the bench cases (harness/benchcases.py: kernel families at LLM shapes, scaled for the
 emulator). Per case: one checked emulator run (oracle + race/uninit/bounds checks), its
 deterministic counters (bytes, load/store operations, barriers, simd ops), a roofline model
 of Apple-GPU time per chip, DSL -> MSL compile time over --rounds rounds, and on macOS with

@@ -2,7 +2,7 @@
 
 The DSL accepts a dtype as a string ("float16"), a TVMScript dtype object (`T.float16`) or
 a torch dtype; `dtype_name` turns each into the canonical string. `SUPPORTED` is the set of
-SPEC.md section 1 (float32, float16, bfloat16, int32, int64, int8, uint8, bool).
+docs/architecture.md, "The DSL" (float32, float16, bfloat16, int32, int64, int8, uint8, bool).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`run_msl`: run an MSL compute kernel on the CPU and check it.
 
-The public entry point of the emulator (DESIGN.md, "Public interfaces"). One call:
+The public entry point of the emulator (docs/architecture.md, "Public interfaces"). One call:
 translate the MSL (translate.py), build or fetch the executable (build.py), write the
 launch and the buffers to a shared job file (job.py), run the executable in a child
 process under a watchdog, then copy the buffers back in place and return the findings

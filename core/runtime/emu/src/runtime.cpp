@@ -9,7 +9,7 @@
 //   RESULT  where a JSON document with stats and findings (or the error) is written.
 // Exit status: 0 ran (findings may exist), 3 launch error, 4 crash (JSON says where).
 //
-// Execution model (DESIGN.md, "The emulator"): threads of a threadgroup are fibers on one
+// Execution model (docs/emulator.md): threads of a threadgroup are fibers on one
 // OS thread; threadgroups are spread over worker OS threads. Between meeting points the
 // order of fibers follows the schedule (forward, reverse, seeded random).
 //
