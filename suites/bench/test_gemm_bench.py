@@ -15,7 +15,6 @@ is the emulator's, with every check on; compare it within one run only.
 import math
 
 import pytest
-import torch
 
 import core
 from harness.diff import assert_close
