@@ -198,7 +198,7 @@ def check_barriers(kernel, args, *, schedules=SCHEDULES, seed: int = 0,
 
 def check_case(family: str, params: dict, *, seed: int = 0, disable=(), replace=None,
                schedules=SCHEDULES, baseline: bool = True) -> BarrierReport:
-    """Barrier necessity for one family case (the kernel and inputs `diff.run_case`
+    """Barrier necessity for one family case (the kernel and inputs `case.run_case`
     runs for the same arguments). Before a barrier is called redundant, other inputs are
     tried too: two more seeds, and the seed's inputs pushed to both extremes (`extremes`),
     so that a data-dependent store (`if A[i] > t: S[...] = ...`) is taken at least once."""
