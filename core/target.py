@@ -82,12 +82,23 @@ METAL = MetalTarget()
 
 
 def c_header() -> str:
-    """The emulator's view of the target: `mt_target.h`, generated from this module."""
+    """The emulator's view of the target: `mt_target.h`, generated from this module.
+
+    Limits as macros; each MSL scalar type's size as `MT_SIZEOF_<msl name>`, which the
+    emulator's type header static_asserts against its C++ types."""
     lines = ["// Generated from core/target.py by core.target.c_header(); do not edit.",
-             "// A test compares this file with the generator (suites/unit/test_target.py).",
+             "// A test compares this file with the generator (suites/unit/test_target.py);",
+             "// regenerate with: python -m core.target > core/runtime/emu/include/mt_target.h",
              "#pragma once",
              f"#define MT_SIMD_WIDTH {METAL.simd_width}",
              f"#define MT_MAX_THREADS_PER_GROUP {METAL.max_threads_per_group}",
              f"#define MT_THREADGROUP_MEMORY_BYTES {METAL.threadgroup_memory_bytes}",
-             f"#define MT_MATRIX_TILE {METAL.matrix_tile}"]
+             f"#define MT_MATRIX_TILE {METAL.matrix_tile}",
+             f"#define MT_MSL_VERSION_MAJOR {METAL.msl_version[0]}",
+             f"#define MT_MSL_VERSION_MINOR {METAL.msl_version[1]}"]
+    lines += [f"#define MT_SIZEOF_{d.msl} {d.bytes}" for d in DTYPES.values()]
     return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(c_header(), end="")

@@ -1,7 +1,7 @@
 """Compile time A/B against another git revision, within one run (`harness bench --against REF`).
 
-Wall-clock compile times compare only on one machine at one moment (SPEC 8: 0.3% noise
-within a CI job, 26% between runners), never against a baseline recorded elsewhere. So the
+Wall-clock compile times compare only on one machine at one moment (docs/bench.md: 0.3%
+noise within a CI job, 26% between runners), never against a baseline recorded elsewhere. So the
 other revision is built beside this one, `git worktree add --detach` into
 reports/out/against/<ref>, and both trees are timed by identical worker processes (the
 `WORKER` program below, run as `python -c` with the tree as working directory and

@@ -1,9 +1,10 @@
 """Barrier necessity: is every `threadgroup_barrier` of a compiled kernel needed?
 
-SPEC section 8: with all barriers in place, no race (none is missing); remove each
+With all barriers in place, no race (none is missing); remove each
 barrier in turn and run the kernel on the emulator with the race check: a race appears
 -> the barrier is necessary; no race under the forward, reverse and random schedules ->
-it is redundant (the planner placed more barriers than needed, SPEC section 3).
+it is redundant (the planner placed more barriers than needed: thread_sync's contract,
+docs/architecture.md).
 
     report = check_barriers(kernel, args)           # a core.Kernel and its inputs
     report = check_case("copy", params, seed=0)     # a family case (harness/gen)
@@ -197,7 +198,7 @@ def check_barriers(kernel, args, *, schedules=SCHEDULES, seed: int = 0,
 
 def check_case(family: str, params: dict, *, seed: int = 0, disable=(), replace=None,
                schedules=SCHEDULES, baseline: bool = True) -> BarrierReport:
-    """Barrier necessity for one family case (the kernel and inputs `diff.run_case`
+    """Barrier necessity for one family case (the kernel and inputs `case.run_case`
     runs for the same arguments). Before a barrier is called redundant, other inputs are
     tried too: two more seeds, and the seed's inputs pushed to both extremes (`extremes`),
     so that a data-dependent store (`if A[i] > t: S[...] = ...`) is taken at least once."""

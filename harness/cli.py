@@ -9,8 +9,8 @@ Subcommands:
                    failure is shrunk and saved as a regression case
 
 Only parsing and printing live here: launches go through `core.runtime.emu.run_msl`, buffer
-specs through `harness.bufspec`, the self-check through `harness.selfcheck`, the benchmark
-through `harness.bench` (+ `harness.against`, `harness.report`).
+specs through `harness.bufspec`, the self-check through `harness.selfcheck`, the benchmark's
+workflow through `harness.bench` (prepare, execute, rerender), fuzzing through `harness.fuzz`.
 Exit status: 0 ran clean, 1 findings (or a failed self-check), 2 usage, compile or launch
 error (the error's message is printed, no traceback).
 """
@@ -298,7 +298,7 @@ def _run_selfcheck(args: argparse.Namespace) -> int:
 # -- harness bench / report ------------------------------------------------------------------
 
 BENCH_DESCRIPTION = """\
-Benchmark the bench cases (harness/bench.py: kernel families at LLM shapes, scaled for the
+Benchmark the bench cases (harness/benchcases.py: kernel families at LLM shapes, scaled for the
 emulator). Per case: one checked emulator run (oracle + race/uninit/bounds checks), its
 deterministic counters (bytes, load/store operations, barriers, simd ops), a roofline model
 of Apple-GPU time per chip, DSL -> MSL compile time over --rounds rounds, and on macOS with
@@ -403,28 +403,15 @@ def _replacements(items: list[str]) -> dict:
     return out
 
 
-def _check_passes(disable, replace) -> None:
-    from core.transform import pipeline
-
-    unknown = sorted((set(disable) | set(replace)) - set(pipeline.pass_names()))
-    if unknown:
-        raise ValueError(f"unknown pass(es) {', '.join(unknown)}; passes: "
-                         f"{', '.join(pipeline.pass_names())}")
-    required = sorted(set(disable) & set(pipeline.REQUIRED))
-    if required:
-        raise ValueError(f"pass(es) {', '.join(required)} cannot be disabled (replace "
-                         "them instead)")
-
-
 def _run_bench(args: argparse.Namespace) -> int:
-    from harness import against, bench, report
+    from harness import against, bench
 
     out, err = _wide_consoles()
-    try:
-        cases = bench.select(args.cases)
-    except KeyError as error:
-        return _error(err, error.args[0])
     if args.list:
+        try:
+            cases = bench.select(args.cases)
+        except KeyError as error:
+            return _error(err, error.args[0])
         table = Table(title="bench cases", title_justify="left")
         for col in ("case", "family", "LLM shape", "scaling"):
             table.add_column(col, overflow="fold")
@@ -432,104 +419,70 @@ def _run_bench(args: argparse.Namespace) -> int:
             table.add_row(c.name, c.family, c.shape, c.scaling)
         out.print(table)
         return EXIT_CLEAN
-    gpu, reason = bench.mps_available()
-    if args.backend == "mps" and not gpu:
-        return _error(err, f"--backend mps: {reason}")
-    gpu = gpu and args.backend != "emu"
     disable = tuple(n.strip() for item in args.disable for n in item.split(",") if n.strip())
-    if args.update_baseline and (disable or args.replace):
-        return _error(err, "--update-baseline with --disable/--replace: a perturbed "
-                      "pipeline never becomes the baseline")
     try:
-        replace = _replacements(args.replace)
-        _check_passes(disable, replace)
-    except ValueError as error:
+        options = bench.BenchOptions(
+            cases=args.cases, rounds=args.rounds, disable=disable,
+            replace=_replacements(args.replace), chips=args.chips, backend=args.backend,
+            baseline=args.baseline, out=args.out, update_baseline=args.update_baseline,
+            against=args.against, ab_rounds=args.ab_rounds)
+        plan = bench.prepare(options)
+    except ValueError as error:   # BenchUsageError, or a --replace that does not resolve
         return _error(err, error)
-    baseline = None
-    if not args.update_baseline and args.baseline.exists():
-        try:
-            baseline = bench.load_baseline(args.baseline)
-        except (ValueError, OSError) as error:
-            return _error(err, f"baseline {args.baseline}: {error}")
 
-    out.print(f"harness bench: {len(cases)} case(s), {args.rounds} compile round(s) each; "
-              f"emulator {bench.toolchain_info()}; GPU time: "
-              f"{'measured (MPS)' if gpu else 'not measured (' + (reason or 'emu') + ')'}",
+    out.print(f"harness bench: {len(plan.cases)} case(s), {args.rounds} compile round(s) "
+              f"each; emulator {bench.toolchain_info()}; GPU time: "
+              f"{'measured (MPS)' if plan.gpu else 'not measured (' + plan.gpu_reason + ')'}",
               soft_wrap=True)
-    if disable or replace:
+    if disable or options.replace:
         out.print(Text(f"pipeline perturbed: disable={list(disable)} "
-                       f"replace={sorted(replace)}", "yellow"))
-
-    def progress(case, i, total):
-        out.print(f"[{i + 1}/{total}] {case.name}", soft_wrap=True)
-
-    results = bench.run(cases, rounds=args.rounds, disable=disable, replace=replace,
-                        chip_names=args.chips, gpu=gpu, selection=args.cases,
-                        progress=progress)
+                       f"replace={sorted(options.replace)}", "yellow"))
     if args.against:
-        timed = [c for c, r in zip(cases, results["cases"]) if r["status"] != "skip"]
         out.print(f"compile time A/B against {args.against} "
-                  f"({args.ab_rounds or against.DEFAULT_ROUNDS} interleaved rounds)")
-        results["against"] = against.run(
-            args.against, timed, root=bench.ROOT, out_dir=args.out.resolve(),
-            rounds=args.ab_rounds or against.DEFAULT_ROUNDS,
-            progress=lambda r, n: out.print(f"  A/B round {r}/{n}" if r else "  warm-up"))
-
+                  f"({args.ab_rounds or against.DEFAULT_ROUNDS} interleaved rounds), "
+                  "after the cases")
+    outcome = bench.execute(
+        plan, progress=lambda case, i, n: out.print(f"[{i + 1}/{n}] {case.name}",
+                                                    soft_wrap=True),
+        ab_progress=lambda r, n: out.print(f"  A/B round {r}/{n}" if r else "  warm-up"))
     if args.update_baseline:
-        baseline, left_out = bench.update_baseline(results, args.baseline)
-        out.print(f"baseline written: {args.baseline} ({len(baseline['cases'])} cases)")
-        for name in left_out:
+        out.print(f"baseline written: {args.baseline} ({len(outcome.baseline['cases'])} cases)")
+        for name in outcome.left_out:
             out.print(Text(f"not in the baseline (did not pass): {name}", "red"))
-    changes = bench.compare(results, baseline)
-    return _finish_report(out, results, changes, baseline, args.baseline, args.out,
-                          result_path=bench.write_results(results, args.out),
-                          extra=[bench.write_pytest_benchmark_json(results, args.out)],
-                          report=report)
+    return _print_outcome(out, outcome, args.baseline)
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from harness import bench, report
+    from harness import bench
 
     out, err = _wide_consoles()
     try:
-        results = bench.load_results(args.result)
-    except (OSError, ValueError) as error:
-        return _error(err, f"cannot read the result {args.result}: {error}")
-    baseline = None
-    if args.baseline.exists():
-        try:
-            baseline = bench.load_baseline(args.baseline)
-        except (ValueError, OSError) as error:
-            return _error(err, f"baseline {args.baseline}: {error}")
-    changes = bench.compare(results, baseline)
-    return _finish_report(out, results, changes, baseline, args.baseline,
-                          args.out or args.result.parent, result_path=args.result, extra=[],
-                          report=report)
+        outcome = bench.rerender(args.result, args.baseline, args.out)
+    except bench.BenchUsageError as error:
+        return _error(err, error)
+    return _print_outcome(out, outcome, args.baseline)
 
 
-def _finish_report(out, results, changes, baseline, baseline_path, out_dir, *, result_path,
-                   extra, report) -> int:
-    from harness import bench
+def _print_outcome(out, outcome, baseline_path) -> int:
+    from harness import report
 
+    results = outcome.results
     out.print(report.summary_table(results))
-    if results.get("against"):
-        if results["against"].get("error"):
-            out.print(Text(f"A/B: {results['against']['error']}", "red"))
+    if results.against:
+        if results.against.get("error"):
+            out.print(Text(f"A/B: {results.against['error']}", "red"))
         else:
-            out.print(report.against_table(results["against"]))
-    if changes:
-        out.print(report.changes_table(changes))
+            out.print(report.against_table(results.against))
+    if outcome.changes:
+        out.print(report.changes_table(outcome.changes))
     else:
         out.print(f"no changes against the baseline ({baseline_path})")
-    paths = report.write_reports(results, changes, baseline, out_dir,
-                                 str(baseline_path) if baseline else None)
-    failed = bench.gate_failed(changes)
-    out.print(Text(report.verdict_line(results, changes), "bold red" if failed else "bold green"))
-    for path in (result_path, *extra, paths["markdown"]):
+    out.print(Text(report.verdict_line(results, outcome.changes),
+                   "bold red" if outcome.failed else "bold green"))
+    for path in (*outcome.written, outcome.reports["markdown"]):
         out.print(f"wrote {path}", soft_wrap=True)
-    out.print(f"report: {paths['html']}", soft_wrap=True)
-    return EXIT_FINDINGS if failed else EXIT_CLEAN
-
+    out.print(f"report: {outcome.reports['html']}", soft_wrap=True)
+    return EXIT_FINDINGS if outcome.failed else EXIT_CLEAN
 
 
 # -- harness fuzz ----------------------------------------------------------------------------

@@ -6,13 +6,14 @@ Where cases come from: each family's Hypothesis strategy (`Family.params()`, plu
 input seed and a schedule), drawn inside a `@given` test that a worker process runs
 programmatically, one *task* (a time slice of one family) at a time; the parent hands
 tasks out so that every family is visited once early (a short first slice) and then gets
-a fair share of the time. A case runs through `regressions.run_checked`: `diff.run_case`,
+a fair share of the time. A case runs through `harness.case.run_case` with every check,
 and for 1 in `barrier_every` cases with barriers the barrier-necessity check of
-harness/barriers.py. Workers come from a fork server that has imported torch and tvm once
-(spawn off Linux), so a restarted worker is ready at once.
+harness/barriers.py. The worker side (the Hypothesis run of one task) is
+harness/fuzzworker.py; workers (harness/workers.py) come from a fork server that has
+imported torch and tvm once (spawn off Linux), so a restarted worker is ready at once.
 
 Where failures go: a failing case raises an exception class of its own per failure
-signature (regressions.failure_signature), so Hypothesis shrinks each kind of failure
+signature (harness.case.failure_signature), so Hypothesis shrinks each kind of failure
 separately and never towards a different bug. Each failing example -- the first one and
 every smaller one the shrinker finds -- is sent to the parent at once, which writes it as
 a regression case (`<family>-<status>-<hash>.json`, state "open") in `out`, replacing the
@@ -36,25 +37,22 @@ which kills them (and their emulator processes), keeps what was saved and summar
 from __future__ import annotations
 
 import hashlib
-import json
 import math
-import multiprocessing
 import os
 import re
-import signal
-import sys
 import time
-import traceback
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
 
 from harness import regressions
-from harness.regressions import CASE_TIMEOUT, WORKER_CRASH, RegressionCase
+from harness.case import CASE_TIMEOUT, WORKER_CRASH
+from harness.fuzzworker import (INPUT_SEEDS, SCHEDULES, CaseFailure,  # noqa: F401
+                                canonical, worker_main)
+from harness.regressions import RegressionCase
+from harness.workers import kill_group, start_fork_server, worker_context
 
 DEFAULT_DB = regressions.REPO / "reports" / "out" / "fuzz" / "db"
-SCHEDULES = ("forward", "reverse", "random")
-INPUT_SEEDS = 1 << 16
 SLICE_SECONDS = (3.0, 60.0)     # bounds of one task's time slice
 FIRST_SLICE = 3.0               # a family's first task: every family is visited early
 STOP_GRACE = 30.0               # after the budget: how long a running case may finish
@@ -210,7 +208,7 @@ class _Run:
         self.deadline = summary.started + options.budget
         self.stopping = False
         try:
-            _start_fork_server(self.context)   # its imports overlap ours
+            start_fork_server(self.context)   # its imports overlap ours
             self._select_families()
             if not self.active:
                 summary.errors.append("no family to fuzz (all selected families are skipped)")
@@ -271,7 +269,7 @@ class _Run:
                   "disable": list(self.options.disable),
                   "barrier_every": self.options.barrier_every,
                   "timeout": self.options.case_timeout}
-        process = self.context.Process(target=_worker_main, args=(child, config), daemon=True,
+        process = self.context.Process(target=worker_main, args=(child, config), daemon=True,
                                        name=f"harness-fuzz-{slot.index}")
         process.start()
         child.close()
@@ -279,15 +277,7 @@ class _Run:
         slot.task = slot.case = None
 
     def _kill(self, slot: _Slot, drain: bool = False) -> None:
-        pid = slot.process.pid
-        try:
-            if os.getpgid(pid) == pid:
-                os.killpg(pid, signal.SIGKILL)   # the worker and its emulator processes
-            else:
-                slot.process.kill()
-        except (ProcessLookupError, PermissionError):
-            pass
-        slot.process.join(10)
+        kill_group(slot.process)   # the worker and its emulator processes
         if drain:  # what it sent before dying (a failure record) is still in the pipe
             try:
                 while slot.conn.poll(0):
@@ -418,7 +408,7 @@ class _Run:
 
     def _record_lost_case(self, slot: _Slot, status: str, signature: str, message: str):
         case = slot.case
-        self.avoid[case["family"]].append(_canonical(case["params"]))
+        self.avoid[case["family"]].append(canonical(case["params"]))
         self.summary.families[case["family"]].cases += 1
         self.summary.families[case["family"]].failing_cases += 1
         if (case["family"], signature) in self.open_cases:
@@ -456,27 +446,6 @@ class _Run:
             previous.shrunk = previous.shrunk or shrunk
 
 
-def worker_context():
-    """Where worker processes come from. On Linux a fork server that has imported torch
-    and tvm once, so a worker (and a restarted one) is ready at once instead of after
-    seconds of imports; elsewhere spawn (macOS frameworks are not fork-safe)."""
-    if sys.platform != "linux":
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
-    # Only modules that import cleanly or raise ImportError (which the server skips): a
-    # family module with a bug must fail in the worker, with its traceback, not here.
-    context.set_forkserver_preload(["harness.regressions", "harness.diff", "harness.barriers",
-                                    "hypothesis", "core.jit", "core.language"])
-    return context
-
-
-def _start_fork_server(context) -> None:
-    if context.get_start_method() == "forkserver":
-        from multiprocessing import forkserver
-
-        forkserver.ensure_running()
-
-
 def _open_cases(out) -> dict:
     """(family, signature) -> each open regression case, in suites/regressions and in
     `out`."""
@@ -508,10 +477,6 @@ def _derived_seed(seed: int, family: str, k: int) -> int:
     return int.from_bytes(digest[:8], "big")
 
 
-def _canonical(params: dict) -> str:
-    return json.dumps(params, sort_keys=True)
-
-
 def _send(conn, message) -> None:
     try:
         conn.send(message)
@@ -539,135 +504,3 @@ class QuietView:
 
     def stop(self, summary):
         pass
-
-
-# ---- the worker: one Hypothesis run per task ------------------------------------------------
-
-class _TaskOver(BaseException):
-    """Ends a task's Hypothesis run at once (not a test failure: nothing is shrunk)."""
-
-
-class CaseFailure(Exception):
-    """A failing case; one subclass per failure signature (what Hypothesis tells apart)."""
-
-    def __init__(self, record: dict):
-        super().__init__(f"{record['family']} {record['signature']}")
-        self.record = record
-
-
-_FAILURE_CLASSES: dict = {}
-
-
-def _failure_class(signature: str) -> type:
-    if signature not in _FAILURE_CLASSES:
-        name = "Failed_" + re.sub(r"\W+", "_", signature)[:60]
-        _FAILURE_CLASSES[signature] = type(name, (CaseFailure,), {})
-    return _FAILURE_CLASSES[signature]
-
-
-def _worker_main(conn, config: dict) -> None:
-    if hasattr(os, "setpgrp"):
-        os.setpgrp()   # Ctrl-C goes to the parent only; the parent kills the whole group
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    regressions.import_families(config["imports"])
-    from harness.gen import family as families
-
-    families.families()
-    conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            message = conn.recv()
-        except EOFError:
-            return
-        if message[0] == "task":
-            _run_task(conn, config, message[1])
-            conn.send(("done", message[1]["family"]))
-        elif message[0] == "stop":
-            return
-
-
-def _run_task(conn, config: dict, task: dict) -> None:
-    from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
-    from hypothesis import strategies as st
-    from hypothesis.database import DirectoryBasedExampleDatabase
-
-    from harness.gen import family as families
-
-    name = task["family"]
-    fam = families.get(name)
-    known, avoid = set(task["known"]), set(task["avoid"])
-    found = {}   # signature -> latest failing record of this task
-    disable = tuple(config["disable"])
-
-    def case(params, input_seed, schedule):
-        now = time.time()
-        if conn.poll(0) and conn.recv()[0] == "halt":
-            raise _TaskOver
-        if now >= task["deadline"] or (not found and now >= task["slice_end"]):
-            raise _TaskOver
-        if _canonical(params) in avoid:
-            return
-        conn.send(("start", {"family": name, "params": params, "seed": input_seed,
-                             "schedule": schedule}))
-        barriers = _barrier_due(params, input_seed, config["barrier_every"]) or \
-            any(s in found for s in regressions.BARRIER_STATUSES)
-        t0 = time.perf_counter()
-        result, signature = regressions.run_checked(name, params, seed=input_seed,
-                                                    schedule=schedule, disable=disable,
-                                                    barriers=barriers)
-        checked = barriers and result.status in ("pass", *regressions.BARRIER_STATUSES) \
-            and "threadgroup_barrier" in result.msl
-        conn.send(("case", {"family": name, "signature": signature,
-                            "seconds": time.perf_counter() - t0, "barriers": int(checked)}))
-        if signature is None or signature in known:
-            return
-        record = {"family": name, "params": params, "seed": input_seed, "schedule": schedule,
-                  "disable": list(disable), "status": result.status, "signature": signature,
-                  "message": result.message, "msl": result.msl,
-                  "dsl": regressions.dsl_text(name, params),
-                  "timeout_seconds": config["timeout"], "imports": config["imports"]}
-        found[signature] = record
-        conn.send(("failure", record))
-        raise _failure_class(signature)(record)
-
-    test = given(params=fam.params(), input_seed=st.integers(0, INPUT_SEEDS - 1),
-                 schedule=st.sampled_from(SCHEDULES))(case)
-    phases = [Phase.explicit, Phase.generate, Phase.shrink]
-    if task["reuse"]:
-        phases.insert(1, Phase.reuse)
-    # @seed alone would switch the database off; the settings applied after it keep it.
-    test = settings(database=DirectoryBasedExampleDatabase(config["db"]),
-                    max_examples=10 ** 9, deadline=None, phases=phases,
-                    suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
-                    report_multiple_bugs=True, print_blob=False)(seed(task["seed"])(test))
-    test._hypothesis_internal_database_key = \
-        f"metaltile-fuzz:{name}:{','.join(sorted(disable))}".encode()
-    try:
-        test()
-    except _TaskOver:
-        pass
-    except BaseException as err:  # noqa: BLE001 - minimal failures, or the generator broke
-        failures = _case_failures(err)
-        for failure in failures:
-            conn.send(("final", failure.record))
-        if not failures:
-            conn.send(("error", name, "".join(traceback.format_exception(err))))
-
-
-def _case_failures(err: BaseException) -> list:
-    """The CaseFailures in what a Hypothesis run raised (one, or a group of them)."""
-    if isinstance(err, CaseFailure):
-        return [err]
-    out = []
-    for inner in getattr(err, "exceptions", ()) or ():
-        out += _case_failures(inner)
-    return out
-
-
-def _barrier_due(params: dict, input_seed: int, every: int) -> bool:
-    """1 of `every` cases, chosen by the case itself, so a replayed case is checked the
-    same way as when it was found."""
-    if every <= 0:
-        return False
-    digest = hashlib.sha256(f"{_canonical(params)}:{input_seed}".encode()).digest()
-    return int.from_bytes(digest[:4], "big") % every == 0

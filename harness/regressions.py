@@ -12,13 +12,11 @@ case and to tell whether it still fails the same way:
     msl, dsl                           the generated MSL and the kernel's TVMScript
     revision, date, found_by           where and when it was found
 
-`failure_signature` defines "the same failure": the status plus what kind of failure
-within it (the finding kinds, the exception type, the normalized first line of a
-rejection), never the numbers that change when the case shrinks. Fuzzing shrinks only
-towards examples with the same signature, and a replay matches only that signature.
-`replay` runs a case the way fuzzing ran it: `diff.run_case`, then the barrier check for
-a redundant- or unreached-barrier case; a crash or hang of the harness process itself (a
-compiler that dies, a case past its timeout) is replayed in a child process.
+"The same failure" is `harness.case.failure_signature`. `replay` runs a case the way
+fuzzing ran it: `harness.case.run_case`, with the barrier check for a redundant- or
+unreached-barrier case; a crash or hang of the harness process itself (a compiler that
+dies, a case past its timeout) is replayed in a child process (harness/workers.py). This
+module does not import the fuzzer.
 """
 
 from __future__ import annotations
@@ -27,25 +25,20 @@ import datetime
 import hashlib
 import json
 import os
-import re
 import subprocess
-import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # harness.diff imports torch: only where a case runs
-    from harness.diff import CaseResult
+# The one way to run a case and its failure kinds (harness/case.py imports no torch at
+# module level); re-exported here for existing callers.
+from harness.case import (BARRIER_STATUSES, CASE_TIMEOUT, WORKER_CRASH,  # noqa: F401
+                          CaseResult, failure_signature, result_signature, run_case)
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = REPO / "suites" / "regressions"
 STATES = ("open", "fixed")
-# Failures of the harness process itself, seen by the fuzzing parent, not by run_case.
-WORKER_CRASH, CASE_TIMEOUT = "crash:worker", "timeout:case"
 ISOLATED_SIGNATURES = (WORKER_CRASH, CASE_TIMEOUT)
 DEFAULT_CASE_TIMEOUT = 150.0
-# Failures of the barrier check (harness/barriers.py), beyond diff.run_case's statuses.
-BARRIER_STATUSES = ("redundant_barrier", "unreached_barrier")
 STARTUP_SECONDS = 300.0   # a replay child's imports (tvm, torch), before its case starts
 
 
@@ -84,46 +77,6 @@ class RegressionCase:
         data = asdict(self)
         data.pop("path")
         return json.dumps(data, indent=2, sort_keys=False) + "\n"
-
-
-# ---- the kind of a failure -----------------------------------------------------------------
-
-_NUMBERS = re.compile(r"-?\d+(?:\.\d+)?(?:\s*[,x]\s*-?\d+(?:\.\d+)?)*")
-_FRAME = re.compile(r'File "([^"]+)", line \d+, in (\w+)')
-# MetaltileError's "kernel 'k', construct: reason": the reason is the kind, not the place.
-_WHERE = re.compile(r"^\s*kernel '[^']*'(?:, [^:]*)?:|^\s*[^:']*(?=: )[:]")
-_QUOTED = re.compile(r"'[^']*'")
-
-
-def failure_signature(status: str, message: str = "", findings=()) -> str | None:
-    """The kind of a failure (None for pass/skip): what must stay the same while a case
-    shrinks and when a regression is replayed."""
-    if status in ("pass", "skip"):
-        return None
-    kinds = ",".join(sorted({f.kind for f in findings}))
-    if status == "mismatch":  # wrong numbers, and what the checker saw with them
-        return f"mismatch+finding:{kinds}" if kinds else "mismatch"
-    if status == "finding":
-        return f"finding:{kinds or 'unknown'}"
-    if status in BARRIER_STATUSES:
-        return status
-    if ":" in status:  # already a signature (worker crash, case timeout)
-        return status
-    first = message.splitlines()[0] if message else ""
-    error = first.split(":", 1)[0].strip() or "error"
-    if status == "internal_error":
-        frames = _FRAME.findall(message)
-        where = f"@{Path(frames[-1][0]).name}:{frames[-1][1]}" if frames else ""
-        return f"{status}:{error}{where}"
-    if status in ("rejected", "compile_error"):
-        reason = _WHERE.sub("", first.split(":", 1)[1] if ":" in first else "")
-        reason = _NUMBERS.sub("#", _QUOTED.sub("'*'", reason)).strip()[:100]
-        return f"{status}:{error}: {reason}" if reason else f"{status}:{error}"
-    return f"{status}:{error}"
-
-
-def result_signature(result: CaseResult) -> str | None:
-    return failure_signature(result.status, result.message, result.findings)
 
 
 # ---- files -----------------------------------------------------------------------------------
@@ -210,28 +163,10 @@ class Replay:
 
 def run_checked(family: str, params: dict, *, seed=0, schedule="forward", disable=(),
                 barriers=False) -> tuple[CaseResult, str | None]:
-    """`diff.run_case`, then (with `barriers`, for a passing case that has barriers) the
-    barrier check: a barrier no race needs turns the result into "redundant_barrier", or
-    "unreached_barrier" when all such barriers sit in code no thread runs. Returns the
-    result and its failure signature."""
-    from harness import barriers as barrier_check
-    from harness.diff import run_case
-
-    result = run_case(family, params, seed=seed, schedule=schedule, disable=tuple(disable))
-    if barriers and result.status == "pass" and barrier_check.barrier_lines(result.msl):
-        try:
-            report = barrier_check.check_case(family, params, seed=seed,
-                                              disable=tuple(disable), baseline=False)
-        except Exception as err:  # noqa: BLE001 - a broken check is a finding, not a crash
-            result.status = "internal_error"
-            result.message = f"{type(err).__name__}: {err} (in the barrier check)\n" + \
-                "".join(traceback.format_exception(err)[-6:])
-        else:  # a barrier that runs for nothing, else one in code that never runs
-            if len(report.redundant) > len(report.unreached):
-                result.status, result.message = "redundant_barrier", report.summary()
-            elif report.unreached:
-                result.status, result.message = "unreached_barrier", report.summary()
-    return result, result_signature(result)
+    """`harness.case.run_case` with its signature, kept for existing callers."""
+    result = run_case(family, params, seed=seed, schedule=schedule, disable=tuple(disable),
+                      barriers=barriers)
+    return result, result.signature
 
 
 def replay(case: RegressionCase) -> Replay:
@@ -240,10 +175,9 @@ def replay(case: RegressionCase) -> Replay:
     if case.signature in ISOLATED_SIGNATURES:
         return _replay_isolated(case)
     import_families(case.imports)
-    result, signature = run_checked(case.family, case.params, seed=case.seed,
-                                    schedule=case.schedule, disable=case.disable,
-                                    barriers=case.status in BARRIER_STATUSES)
-    return Replay(result.status, signature, result.message)
+    result = run_case(case.family, case.params, seed=case.seed, schedule=case.schedule,
+                      disable=tuple(case.disable), barriers=case.status in BARRIER_STATUSES)
+    return Replay(result.status, result.signature, result.message)
 
 
 class StillFailing(Exception):
@@ -274,40 +208,27 @@ def expect(case: RegressionCase) -> None:
 def _replay_isolated(case: RegressionCase) -> Replay:
     """Replay in a child process: a dying or hanging child is the recorded failure. The
     case timeout counts from when the child has imported everything and starts the case."""
-    from harness.fuzz import worker_context
+    from harness import workers
 
-    ctx = worker_context()
-    receive, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_replay_child, args=(case.to_json(), send), daemon=True)
-    child.start()
-    send.close()
-    try:
-        for stage, seconds in (("start", STARTUP_SECONDS), ("finish", case.timeout_seconds)):
-            if not receive.poll(seconds):
-                return Replay("timeout", CASE_TIMEOUT,
-                              f"the replay did not {stage} within {seconds:g} s")
-            message = receive.recv()
-        status, signature, message = message
-        child.join()
-        return Replay(status, signature, message)
-    except EOFError:
-        child.join()
+    outcome = workers.run_in_child(_replay_child, case.to_json(),
+                                   startup_seconds=STARTUP_SECONDS,
+                                   timeout_seconds=case.timeout_seconds)
+    if outcome[0] == "timeout":
+        return Replay("timeout", CASE_TIMEOUT,
+                      f"the replay did not {outcome[1]} within {outcome[2]:g} s")
+    if outcome[0] == "died":
         return Replay("crash", WORKER_CRASH, f"the replay process died (exit code "
-                      f"{child.exitcode})")
-    finally:
-        if child.is_alive():
-            child.kill()
-            child.join(10)
-        receive.close()
+                      f"{outcome[1]})")
+    return Replay(*outcome[1])
 
 
 def _replay_child(text: str, send) -> None:
     data = json.loads(text)
     import_families(data["imports"])
-    from harness.diff import run_case  # noqa: F401 - imported before the clock starts
+    import harness.diff  # noqa: F401 - torch and the compiler, imported before the clock starts
 
     send.send("started")
-    result, signature = run_checked(data["family"], data["params"], seed=data["seed"],
-                                    schedule=data["schedule"], disable=data["disable"])
-    send.send((result.status, signature, result.message))
+    result = run_case(data["family"], data["params"], seed=data["seed"],
+                      schedule=data["schedule"], disable=tuple(data["disable"]))
+    send.send((result.status, result.signature, result.message))
     send.close()

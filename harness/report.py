@@ -1,8 +1,8 @@
 """Bench reports: the console tables, bench.md and bench.html (with plots) of one run.
 
-Input: a results document of `harness.bench` (fresh, or loaded from reports/out/bench.json
-by `harness report`), the baseline it is compared with, and the list of `bench.Change`s
-from `bench.compare`. Output: rich tables for the terminal (`summary_table`,
+Input: a run of `harness.measure` (a `BenchRun`, or its results document as saved in
+reports/out/bench.json), the baseline it is compared with, and the list of `gate.Change`s
+from `gate.compare`. Output: rich tables for the terminal (`summary_table`,
 `changes_table`) and the files `write_reports` puts in the output directory:
 
     bench.md     the verdict, the gate's changes, every case's counters, modeled times per
@@ -12,7 +12,7 @@ from `bench.compare`. Output: rich tables for the terminal (`summary_table`,
                  baseline and of compile times (matplotlib, inline SVG; without matplotlib
                  the page says how to get the plots)
 
-Nothing here measures or decides: the gate's verdict is `bench.gate_failed(changes)`.
+Nothing here measures or decides: the gate's verdict is `gate.gate_failed(changes)`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from pathlib import Path
 from rich.table import Table
 from rich.text import Text
 
-from harness import bench
+from harness import gate
+from harness.measure import BenchRun
 
 PLOTTED_COUNTERS = ("device_bytes_read", "device_bytes_written", "device_load_ops",
                     "device_store_ops", "threadgroup_bytes_read", "threadgroup_bytes_written",
@@ -34,6 +35,11 @@ KIND_STYLE = {"failure": "bold red", "regression": "red", "improvement": "green"
 
 
 # -- formatting helpers --------------------------------------------------------------------
+
+def _document(results) -> dict:
+    """The results document (what bench.json holds) of a BenchRun, or the document itself."""
+    return results.to_dict() if isinstance(results, BenchRun) else results
+
 
 def _num(v) -> str:
     if v is None:
@@ -51,14 +57,14 @@ def _ms(seconds) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:,.1f}"
 
 
-def _change_value(change: bench.Change, value) -> str:
+def _change_value(change: gate.Change, value) -> str:
     if change.metric.startswith(("modeled", "compile")) and isinstance(value, float):
         return f"{value * 1e6:,.2f} us" if change.metric.startswith("modeled") \
             else f"{value * 1e3:,.2f} ms"
     return _num(value) if not isinstance(value, str) else value
 
 
-def _relative(change: bench.Change) -> str:
+def _relative(change: gate.Change) -> str:
     rel = change.relative
     return "" if rel is None else f"{rel:+.2%}"
 
@@ -86,12 +92,13 @@ def _compile_cell(case: dict) -> str:
 
 
 def verdict_line(results: dict, changes: list) -> str:
+    results = _document(results)
     cases = results["cases"]
     n = {s: sum(c["status"] == s for c in cases) for s in ("pass", "skip")}
     failed = len(cases) - n["pass"] - n["skip"]
     regressions = sum(c.kind == "regression" for c in changes)
     improvements = sum(c.kind == "improvement" for c in changes)
-    verdict = "FAIL" if bench.gate_failed(changes) else "PASS"
+    verdict = "FAIL" if gate.gate_failed(changes) else "PASS"
     return (f"{verdict}: {len(cases)} cases ({n['pass']} pass, {failed} failed, "
             f"{n['skip']} skipped); {regressions} regression(s), {improvements} "
             f"improvement(s) against the baseline")
@@ -100,6 +107,7 @@ def verdict_line(results: dict, changes: list) -> str:
 # -- console -------------------------------------------------------------------------------
 
 def summary_table(results: dict) -> Table:
+    results = _document(results)
     chips = list(results["chips"])
     table = Table(title="bench cases (counters from one checked emulator run; modeled "
                   "times at the shape that ran)", title_justify="left")
@@ -182,7 +190,7 @@ def _sections(results: dict, changes: list, baseline_path: str | None) -> list[t
     out.append(("Changes against the baseline",
                 ["case", "metric", "baseline", "current", "change", "verdict", "detail"], rows,
                 f"Baseline: {baseline_path or 'none'}. Counters gate exactly (any increase "
-                f"fails); modeled times gate past {bench.MODELED_THRESHOLD:.0%}; a case "
+                f"fails); modeled times gate past {gate.MODELED_THRESHOLD:.0%}; a case "
                 "failing its oracle or with emulator findings fails."
                 if rows else f"No changes against the baseline ({baseline_path or 'none'})."))
     rows = []
@@ -280,6 +288,7 @@ def _header(results: dict, changes: list) -> list[str]:
 
 
 def markdown(results: dict, changes: list, baseline_path: str | None = None) -> str:
+    results = _document(results)
     head = _header(results, changes)
     parts = ["# metaltile bench report", "", f"**{head[0]}**", "", head[1], ""]
     for title, header, rows, note in _sections(results, changes, baseline_path):
@@ -412,6 +421,7 @@ figure { margin: 1em 0; } p.note { color: #555; max-width: 70em; }
 
 def html_report(results: dict, changes: list, baseline: dict | None,
                 baseline_path: str | None = None) -> str:
+    results = _document(results)
     e = html.escape
     head = _header(results, changes)
     verdict = head[0].split(":")[0]
@@ -453,6 +463,7 @@ def html_report(results: dict, changes: list, baseline: dict | None,
 
 def write_reports(results: dict, changes: list, baseline: dict | None, out_dir: Path,
                   baseline_path: str | None = None) -> dict[str, Path]:
+    results = _document(results)
     out_dir.mkdir(parents=True, exist_ok=True)
     md = out_dir / "bench.md"
     md.write_text(markdown(results, changes, baseline_path))

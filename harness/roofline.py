@@ -10,7 +10,7 @@ and its parts (which roof binds). `ideal` is the same formula over the minimum t
 of this computation can beat on that chip, so `modeled / ideal` is the cost of the
 compiler's choices as the model sees them.
 
-Where the figures come from (README.md, "harness bench", has the table):
+Where the figures come from (README.md, "harness bench", has the table; docs/bench.md the model):
   - bandwidth: Apple's published unified-memory bandwidth per chip (M2, M3, M4 and all
     Pro/Max chips); for M1, which Apple never stated, LPDDR4X-4266 on a 128-bit bus
     (4266 MT/s x 16 B = 68.25 GB/s), consistent with Apple's "M2: 100GB/s, 50 percent more

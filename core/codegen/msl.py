@@ -8,16 +8,17 @@ conversions (`float4(h4)`, `half(x)`), vector memory access through typed pointe
 device memory only (threadgroup and thread arrays are accessed element-wise, so no
 alignment beyond the element's is assumed there).
 
-bf16 vectors (SPEC.md section 4): `bfloat2` is the widest register vector. A bf16 vector
-of 4 or 8 lanes (core/transform/vectorize.py admits one only in a bit-preserving copy or
-broadcast) is a packed integer carrier, `uint2` / `uint4`: it is loaded, stored and
-broadcast as bits (`as_type`) and never takes part in arithmetic; anything else raises.
+bf16 vectors (docs/architecture.md, "Code generation"): `bfloat2` is the widest register
+vector. A bf16 vector of 4 or 8 lanes (core/transform/vectorize.py admits one only in a
+bit-preserving copy or broadcast) is a packed integer carrier, `uint2` / `uint4`: it is
+loaded, stored and broadcast as bits (`as_type`) and never takes part in arithmetic;
+anything else raises.
 
 The Metal vocabulary lives in the tables below (types, address spaces, operators,
 intrinsics, builtin attributes); `_KernelPrinter` is the one visitor that uses them.
 
-Scalar ABI (SPEC.md section 6): all scalars of a kernel are fields of one struct
-`<kernel>_args`, one 8-byte slot each in parameter order, passed as
+Scalar ABI (docs/architecture.md, "Code generation"): all scalars of a kernel are fields
+of one struct `<kernel>_args`, one 8-byte slot each in parameter order, passed as
 `constant <kernel>_args& args [[buffer(K)]]` with K = number of buffers.
 """
 
@@ -35,16 +36,15 @@ from core.ir import ops
 from core.ir.matrix import MATRIX_SCOPE
 from core.ir.stmt import as_int
 from core.language.errors import LoweringError
+from core.target import DTYPES
 
 # ---- Metal vocabulary ---------------------------------------------------------------------
 
-TYPES = {
-    "float32": "float", "float16": "half", "bfloat16": "bfloat", "int32": "int",
-    "int64": "long", "int8": "char", "uint8": "uchar", "bool": "bool", "uint32": "uint",
-    "int16": "short", "uint16": "ushort", "uint64": "ulong",
-}
-TYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "int8": 1,
-              "uint8": 1, "bool": 1, "uint32": 4}
+TYPES = {name: d.msl for name, d in DTYPES.items()}          # core/target.py
+TYPE_BYTES = {name: d.bytes for name, d in DTYPES.items()}
+# Names a kernel variable cannot take: the printer's own and MSL words, the type names.
+RESERVED_NAMES = {"args", "tgid", "tpos", "kernel", "device", "thread", "threadgroup",
+                  "constant"} | set(TYPES.values())
 ADDRESS_SPACES = {"global": "device", "shared": "threadgroup", "local": "thread"}
 BUILTINS = {  # launch tag prefix -> (parameter declaration, variable)
     "blockIdx": ("uint3 tgid [[threadgroup_position_in_grid]]", "tgid"),
@@ -206,8 +206,7 @@ class _KernelPrinter:
         if var in self.names:
             return self.names[var]
         base = "".join(c if c.isalnum() or c == "_" else "_" for c in var.name) or "v"
-        if base[0].isdigit() or base in ("args", "tgid", "tpos", "kernel", "half", "float",
-                                         "int", "device", "thread", "threadgroup", "constant"):
+        if base[0].isdigit() or base in RESERVED_NAMES:
             base = "v_" + base
         name, k = base, 1
         while name in self.taken:
@@ -429,7 +428,7 @@ class _KernelPrinter:
         if type(e).__name__ == "Broadcast":
             return f"{msl_type(carrier)}(as_type<uint>(bfloat2({self.expr(e.value)})))"
         raise LoweringError(f"a {e.ty.dtype} value ({type(e).__name__}) is wider than "
-                            "bfloat2 and is not a copy or broadcast (SPEC.md section 4)",
+                            "bfloat2 and is not a copy or broadcast (docs/architecture.md)",
                             kernel=self.name, construct="MSL printer")
 
     def ramp_base(self, ramp):
@@ -451,7 +450,7 @@ class _KernelPrinter:
         dtype = getattr(getattr(e, "ty", None), "dtype", None)
         if dtype is not None and carrier_of(dtype) is not None:
             raise LoweringError(f"{name} of {dtype}: a bf16 vector wider than bfloat2 exists "
-                                "only as a copy's carrier (SPEC.md section 4)",
+                                "only as a copy's carrier (docs/architecture.md)",
                                 kernel=self.name, construct="MSL printer")
         if isinstance(e, tirx.IntImm):
             return self.int_literal(e)

@@ -24,6 +24,7 @@ import tvm
 from tvm import tirx
 
 from core.ir.stmt import as_int, free_vars
+from core.target import METAL
 
 MAX_POINTS = 1 << 22
 
@@ -75,7 +76,7 @@ class Footprint:
 
     @classmethod
     def of_tile(cls, access, thread_axes, loops, guards=(), *, first_unit: int,
-                simd_width: int = 32) -> "Footprint":
+                simd_width: int = METAL.simd_width) -> "Footprint":
         """A matrix-tile access (`core.ir.matrix.TileAccess`, a simdgroup_load/store):
         every element {base + r * stride + c : r < rows, c < cols} of the tile at every
         point, done by the simdgroup as a unit. Unit ids `first_unit + tid // simd_width`

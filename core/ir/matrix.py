@@ -31,12 +31,12 @@ from tvm import tirx
 from core.ir import ops
 from core.ir.stmt import as_int, walk
 from core.language.errors import LoweringError
+from core.target import METAL
 
 MATRIX_SCOPE = "metal.simdgroup"
 ACCUMULATOR = "tl.simdgroup_accumulator"   # AllocBuffer annotation set by layout_inference
-SIMD_WIDTH = 32
-TILE = 8
-INPUT_DTYPES = ("float32", "float16", "bfloat16")
+TILE = METAL.matrix_tile
+INPUT_DTYPES = METAL.matrix_dtypes
 
 
 @dataclass(frozen=True)
@@ -55,11 +55,11 @@ class AccumulatorLayout:
             raise LoweringError(
                 f"shape ({M}, {N}) is not a multiple of 8 in both dimensions; simdgroup "
                 "matrices are 8x8", kernel=kernel, construct=construct)
-        if threads % SIMD_WIDTH:
+        if threads % METAL.simd_width:
             raise LoweringError(
                 f"the kernel has {threads} threads; T.gemm needs a multiple of "
-                f"{SIMD_WIDTH} (whole simdgroups)", kernel=kernel, construct=construct)
-        groups, tm, tn = threads // SIMD_WIDTH, M // TILE, N // TILE
+                f"{METAL.simd_width} (whole simdgroups)", kernel=kernel, construct=construct)
+        groups, tm, tn = threads // METAL.simd_width, M // TILE, N // TILE
         options = [(tm // wm + tn // (groups // wm), wm) for wm in range(1, groups + 1)
                    if groups % wm == 0 and tm % wm == 0 and tn % (groups // wm) == 0]
         if not options:
@@ -86,7 +86,7 @@ class AccumulatorLayout:
 
     def origin(self, tid, i, j):
         """(row, column) of the first element of matrix (i, j) of the simdgroup of `tid`."""
-        group = tirx.floordiv(tid, SIMD_WIDTH)
+        group = tirx.floordiv(tid, METAL.simd_width)
         row = (tirx.floordiv(group, self.wn) * self.sm + i) * TILE
         col = (tirx.floormod(group, self.wn) * self.sn + j) * TILE
         return row, col

@@ -1,4 +1,4 @@
-"""The T.* DSL: a TileLang-compatible subset (SPEC.md section 1).
+"""The T.* DSL: a TileLang-compatible subset (docs/architecture.md, "The DSL").
 
 Usage: `import core.language as T`, then write kernels as for TileLang's Metal backend.
 Parsing goes through TVMScript (frontend.py); tile ops are TIR ops (core/ir/ops.py).

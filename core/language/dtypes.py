@@ -2,12 +2,13 @@
 
 The DSL accepts a dtype as a string ("float16"), a TVMScript dtype object (`T.float16`) or
 a torch dtype; `dtype_name` turns each into the canonical string. `SUPPORTED` is the set of
-SPEC.md section 1 (float32, float16, bfloat16, int32, int64, int8, uint8, bool).
+docs/architecture.md, "The DSL" (float32, float16, bfloat16, int32, int64, int8, uint8, bool).
 """
 
 from __future__ import annotations
 
 from core.language.errors import KernelDefinitionError
+from core.target import DTYPES
 
 SUPPORTED = ("float32", "float16", "bfloat16", "int32", "int64", "int8", "uint8", "bool")
 SCALAR_PARAM_DTYPES = ("int32", "int64", "float32", "float16", "bool")
@@ -34,5 +35,4 @@ def dtype_name(dtype, *, construct: str = "dtype") -> str:
 
 def bits(dtype: str) -> int:
     """Storage size of one element in bits (bool is one byte, as in torch and MSL)."""
-    return {"float32": 32, "float16": 16, "bfloat16": 16, "int32": 32, "int64": 64,
-            "int8": 8, "uint8": 8, "bool": 8}[dtype]
+    return DTYPES[dtype].bits

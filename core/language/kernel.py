@@ -13,10 +13,10 @@ import contextlib
 from tvm.tirx.script.builder import ir as _ir
 
 from core.language.errors import KernelDefinitionError
+from core.target import METAL
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
-MAX_THREADS = 1024
 
 
 def _threads_tuple(threads) -> tuple[int, ...]:
@@ -28,10 +28,10 @@ def _threads_tuple(threads) -> tuple[int, ...]:
     total = 1
     for d in dims:
         total *= d
-    if total > MAX_THREADS:
+    if total > METAL.max_threads_per_group:
         raise KernelDefinitionError(
             f"threads={threads!r} asks for {total} threads per threadgroup; Apple GPUs allow "
-            f"at most {MAX_THREADS}", construct="T.Kernel")
+            f"at most {METAL.max_threads_per_group}", construct="T.Kernel")
     return dims
 
 

@@ -1,5 +1,5 @@
 """The T.reduce family: `T.reduce_sum / reduce_max / reduce_min / reduce_abssum /
-reduce_absmax(src, dst, dim=-1, clear=True)` (SPEC.md section 2).
+reduce_absmax(src, dst, dim=-1, clear=True)` (docs/architecture.md, "The DSL").
 
 Each call emits one `tl.reduce(src, dst, kind, dim, clear)` tile op (core/ir/ops.py) over
 whole buffers, after checking what the DSL can know:

@@ -17,20 +17,30 @@ BACKENDS = ("emu", "mps")
 DEVICES = {"emu": "cpu", "mps": "mps"}
 
 
+def mps_available() -> bool:
+    """Whether torch can run Metal work here: macOS with an MPS device."""
+    if platform.system() != "Darwin":
+        return False
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.backends.mps.is_available())
+
+
 def default_backend() -> str:
-    if platform.system() == "Darwin":
-        try:
-            import torch
-            if torch.backends.mps.is_available():
-                return "mps"
-        except ImportError:
-            pass
-    return "emu"
+    return "mps" if mps_available() else "emu"
 
 
 def check_backend(backend: str, kernel: str) -> str:
+    """`backend` if it exists and can run here; a LaunchError naming the reason otherwise."""
     if backend not in BACKENDS:
         raise LaunchError(f"unknown backend {backend!r}; choose from {BACKENDS}",
+                          kernel=kernel, construct="backend")
+    if backend == "mps" and not mps_available():
+        raise LaunchError(f"backend 'mps' is unavailable on this machine "
+                          f"({platform.system()}: torch.backends.mps.is_available() is false); "
+                          "the Apple GPU runs only on macOS with MPS; use backend='emu'",
                           kernel=kernel, construct="backend")
     return backend
 

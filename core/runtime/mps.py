@@ -1,7 +1,7 @@
 """macOS backend: run a launch on the Apple GPU through `torch.mps.compile_shader`.
 
 UNTESTED: written against PyTorch's documented API; this project's CI for it runs only
-on Macs. Rules it follows (DESIGN.md, Metal facts):
+on Macs. Rules it follows (docs/architecture.md, "The runtime"):
   - one compiled library per MSL text (cached by the text);
   - every argument is a tensor: the args struct is uploaded as a uint8 MPS tensor, so two
     scalars are never passed separately (compile_shader binds each positional argument

@@ -52,7 +52,7 @@ from core.ir.matrix import TILE, AccumulatorLayout
 from core.ir.stmt import as_int, loads, rewrite, seq, walk
 from core.language.dtypes import bits
 from core.language.errors import LoweringError
-from core.transform.verify import THREADGROUP_BYTES
+from core.target import METAL
 
 
 @dataclass
@@ -164,15 +164,16 @@ class GemmLowering:
                 need_full[dst.buffer] = None
         full = {a: _nbytes(a.ty.shape, "float32") for a in accs}
         fixed = uses.shared_bytes + operand_bytes + sum(full[a] for a in need_full)
-        if fixed > THREADGROUP_BYTES:
+        if fixed > METAL.threadgroup_memory_bytes:
             staged = ", ".join(f"'{a.name}' ({full[a]} bytes)" for a in need_full)
             self.fail("T.gemm", f"the float32 staging buffers of accumulators {staged}, "
                                 f"the threadgroup copies of fragment operands ({operand_bytes}"
                                 f" bytes) and the kernel's threadgroup buffers "
-                                f"({uses.shared_bytes} bytes) exceed the {THREADGROUP_BYTES} "
-                                "bytes of threadgroup memory; use smaller tiles")
+                                f"({uses.shared_bytes} bytes) exceed the "
+                                f"{METAL.threadgroup_memory_bytes} bytes of threadgroup memory; "
+                                "use smaller tiles")
         chunked = [a for a in accs if a not in need_full]
-        share = (THREADGROUP_BYTES - fixed) // max(len(chunked), 1)
+        share = (METAL.threadgroup_memory_bytes - fixed) // max(len(chunked), 1)
         for a in accs:
             layout = AccumulatorLayout.for_tile(a.ty.shape, self.k.threads,
                                                 kernel=self.k.name, name=a.name)
@@ -195,8 +196,8 @@ class GemmLowering:
             self.fail(f"gemm accumulator '{acc.name}'",
                       f"copying it out needs a float32 staging buffer of at least 8 rows "
                       f"({8 * N * 4} bytes) in threadgroup memory, but only {budget} of "
-                      f"{THREADGROUP_BYTES} bytes are left beside the kernel's threadgroup "
-                      "buffers; use smaller tiles")
+                      f"{METAL.threadgroup_memory_bytes} bytes are left beside the kernel's "
+                      "threadgroup buffers; use smaller tiles")
         return max(fits)
 
     @staticmethod

@@ -52,9 +52,9 @@ from core.language.buffers import FRAGMENT
 from core.language.dtypes import bits
 from core.language.errors import LoweringError
 from core.transform.layout_inference import fragment_layout
-from core.transform.verify import THREADGROUP_BYTES
+from core.target import METAL
 
-SIMD_BITS = 5                   # 32 lanes: thread-id bits 0..4 select the lane
+SIMD_BITS = METAL.simd_width.bit_length() - 1   # thread-id bits below it select the lane
 STAGE = "red_buf"
 
 
@@ -189,7 +189,7 @@ class ReduceLowering:
             if p.stage_elems:
                 need.setdefault(p.acc_dtype, []).append(p)
         packed = sum(p.stage_elems for ps in need.values() for p in ps) * 4
-        overlap = shared_bytes + packed > THREADGROUP_BYTES
+        overlap = shared_bytes + packed > METAL.threadgroup_memory_bytes
         for dtype, ps in need.items():
             offset = 0
             for p in ps:
@@ -198,12 +198,12 @@ class ReduceLowering:
             size = max(p.stage_elems for p in ps) if overlap else offset
             self.stages[dtype] = tirx.decl_buffer((size,), dtype, STAGE, scope="shared")
         total = shared_bytes + sum(int(b.ty.shape[0]) * 4 for b in self.stages.values())
-        if total > THREADGROUP_BYTES:
+        if total > METAL.threadgroup_memory_bytes:
             self.fail(self.plans[0].construct if self.plans else "T.reduce",
                       f"combining across simdgroups needs {total - shared_bytes} bytes of "
                       f"threadgroup memory beside the kernel's {shared_bytes}; Apple GPUs "
-                      f"allow {THREADGROUP_BYTES} in all; use fewer rows per threadgroup or "
-                      "fewer threads per row")
+                      f"allow {METAL.threadgroup_memory_bytes} in all; use fewer rows per "
+                      "threadgroup or fewer threads per row")
 
     def _plan_one(self, call, layouts) -> _Plan:
         src, dst = (ops.decode_region(a).buffer for a in call.args[:2])
@@ -255,11 +255,12 @@ class ReduceLowering:
         gemm = sum(prod(int(d) for d in a.buffer.ty.shape) * bits(ops.buffer_dtype(a.buffer))
                    // 8 for a in self.k.gemm.allocations
                    if ops.buffer_scope(a.buffer) == "shared")
-        if ours and self.shared_bytes + gemm + ours > THREADGROUP_BYTES:
+        if ours and self.shared_bytes + gemm + ours > METAL.threadgroup_memory_bytes:
             self.fail("T.reduce", f"the reductions' stage ({ours} bytes), T.gemm's staging "
                                   f"buffers ({gemm}) and the kernel's threadgroup buffers "
-                                  f"({self.shared_bytes}) exceed the {THREADGROUP_BYTES} bytes "
-                                  "of threadgroup memory; use smaller tiles")
+                                  f"({self.shared_bytes}) exceed the "
+                                  f"{METAL.threadgroup_memory_bytes} bytes of threadgroup "
+                                  "memory; use smaller tiles")
         return [tirx.AllocBuffer(b) for b in self.stages.values()]
 
     # ---- lowering -----------------------------------------------------------------------

@@ -20,6 +20,7 @@ from core.ir import matrix
 from core.ir import program as P
 from core.ir.kernel import top_level, unwrap
 from core.ir.stmt import free_vars, is_kernel_attr, seq, walk
+from core.target import DTYPES
 
 
 def _param_views(func):
@@ -37,7 +38,7 @@ def _param_views(func):
 
 # Names a device function cannot have in MSL (C++ reserves `main`; the rest are MSL words).
 RESERVED = {"main", "kernel", "vertex", "fragment", "device", "constant", "thread",
-            "threadgroup", "float", "half", "int", "bool", "void", "metal"}
+            "threadgroup", "void", "metal"} | {d.msl for d in DTYPES.values()}
 
 
 def split_host_device(func: tirx.PrimFunc) -> P.LoweredProgram:

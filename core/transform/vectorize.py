@@ -11,7 +11,8 @@ rewrites it into Ramp/Broadcast vector expressions, only when all of these are p
   - l appears nowhere else, selects (`if_then_else`) do not depend on l;
   - every dtype involved is float32/float16/bfloat16/int32/int8/uint8, and v x bits <= 128
     (bool and int64 stay scalar).
-bfloat16 follows SPEC.md section 4: a register bf16 vector has at most 2 lanes. A bf16
+bfloat16 follows the target's rules (core/target.py, docs/architecture.md): a register bf16
+vector has at most METAL.bf16_register_lanes (2) lanes. A bf16
 candidate of 4 or 8 lanes that only moves bits (the stored value is a bf16 load, or a value
 independent of l, i.e. a broadcast) is vectorized whole; the printer moves it as a packed
 integer carrier (`uint2` / `uint4`, core/codegen/msl.py), never computing on it. Any other
@@ -32,11 +33,12 @@ from core.ir.kernel import map_kernels
 from core.ir.stmt import as_int, children, free_vars, loads, rebuild, substitute
 from core.language.dtypes import bits
 from core.transform.lower_tile_ops import VECTOR_LANES
+from core.target import METAL
 
 VECTOR_DTYPES = ("float32", "float16", "bfloat16", "int32", "int8", "uint8")
 MAX_VECTOR_BITS = 128
-BF16_REGISTER_LANES = 2     # bfloat2 at most in registers (SPEC.md section 4)
-BF16_CARRIER_LANES = (4, 8)  # bf16 copies moved as uint2 / uint4
+BF16_REGISTER_LANES = METAL.bf16_register_lanes   # bfloat2 at most in registers
+BF16_CARRIER_LANES = METAL.bf16_carrier_lanes     # bf16 copies moved as uint2 / uint4
 
 
 def _simplify(stmt, analyzer):

@@ -34,8 +34,7 @@ from core.ir.stmt import as_int, children, is_kernel_attr, loads
 from core.language.buffers import FRAGMENT
 from core.language.dtypes import SCALAR_PARAM_DTYPES, SUPPORTED, bits
 from core.language.errors import KernelDefinitionError
-
-THREADGROUP_BYTES = 32 * 1024
+from core.target import METAL
 
 
 class _Verifier:
@@ -80,10 +79,10 @@ class _Verifier:
                                   "another to launch several kernels")
         self.shared_bytes = 0
         self.stmt(nest.body, parallel=None)
-        if self.shared_bytes > THREADGROUP_BYTES:
+        if self.shared_bytes > METAL.threadgroup_memory_bytes:
             self.fail("T.alloc_shared",
                       f"threadgroup memory of one kernel totals {self.shared_bytes} bytes; "
-                      f"Apple GPUs allow at most {THREADGROUP_BYTES}")
+                      f"Apple GPUs allow at most {METAL.threadgroup_memory_bytes}")
 
     def stmt(self, s, parallel):
         if is_kernel_attr(s):

@@ -29,6 +29,7 @@ import torch
 from hypothesis import strategies as st
 
 import core.language as T
+from core.target import METAL
 from harness.gen import strategies as S
 from harness.gen.family import Built, Family, register
 from harness.gen.inputs import random_tensor
@@ -113,8 +114,8 @@ def supported(p: dict) -> bool:
     """Whole simdgroups that split the accumulator's 8x8 tiles evenly (the core's rule,
     core/ir/matrix.py), and threadgroup tiles (A, B, the "shared" epilogue's C) that
     leave 8 KiB of the 32 KiB for the accumulator's float32 staging."""
-    groups = p["threads"] // 32
-    tm, tn = p["bM"] // 8, p["bN"] // 8
+    groups = p["threads"] // METAL.simd_width
+    tm, tn = p["bM"] // METAL.matrix_tile, p["bN"] // METAL.matrix_tile
     even = any(groups % wm == 0 and tm % wm == 0 and tn % (groups // wm) == 0
                for wm in range(1, groups + 1))
     tiles = [(p["bM"] * p["bK"], p["dtype"]), (p["bK"] * p["bN"], p["dtype"]),

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from core.target import DTYPES, METAL
+
 FLOATS = ("float32", "float16", "bfloat16")
 INTS = ("int32", "int8", "uint8")
 NUMERIC = FLOATS + INTS
@@ -28,9 +30,6 @@ THREADS = (32, 64, 128, 256)
 # kernels whose work distribution does not assume a power of two.
 THREADS_ANY = THREADS + (1, 48, 96, 512, [32, 4], [16, 8], [8, 2, 2])
 TILES = (4, 8, 16, 32, 64)
-THREADGROUP_BYTES = 32 * 1024
-BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "int8": 1,
-         "uint8": 1, "bool": 1}
 
 
 def is_float(dtype: str) -> bool:
@@ -61,4 +60,4 @@ def dtype(choices=NUMERIC):
 
 def fits_threadgroup(*tiles) -> bool:
     """`tiles` are (elements, dtype) pairs of one kernel's shared buffers."""
-    return sum(n * BYTES[d] for n, d in tiles) <= THREADGROUP_BYTES
+    return sum(n * DTYPES[d].bytes for n, d in tiles) <= METAL.threadgroup_memory_bytes

@@ -17,6 +17,7 @@ import pytest
 
 from core.runtime import emu
 from core.runtime.emu import build, translate
+from harness.diff import assert_close
 
 HEADER = "#include <metal_stdlib>\nusing namespace metal;\n"
 REDUCE = HEADER + r"""
@@ -114,4 +115,5 @@ def test_block_reduction(benchmark, mode, groups):
               checks=() if plain else emu.ALL_CHECKS, instrument=not plain)
     emu.run_msl(REDUCE, "block_sum", **kw)  # build outside the timing
     benchmark(lambda: emu.run_msl(REDUCE, "block_sum", **kw))
-    np.testing.assert_allclose(out, x.reshape(groups, 256).sum(1), rtol=1e-4, atol=1e-4)
+    assert_close(out, x.reshape(groups, 256).sum(1, dtype=np.float64), "float32",
+                 reduction_length=256, op_class="accumulation")

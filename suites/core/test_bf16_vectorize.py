@@ -1,4 +1,4 @@
-"""bf16 vectorization (SPEC.md section 4): arithmetic in `bfloat2` registers at most, bit
+"""bf16 vectorization (docs/architecture.md, "The target" and "Code generation"): arithmetic in `bfloat2` registers at most, bit
 copies and broadcasts of 4-lane runs through `uint2` carriers, scalar or 2-lane fallbacks
 for other widths. Checked in the MSL text, against torch, and in the emulator's counters."""
 

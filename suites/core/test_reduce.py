@@ -1,4 +1,4 @@
-"""The T.reduce family end to end on the emulator (SPEC.md section 2), against the oracles
+"""The T.reduce family end to end on the emulator (docs/architecture.md, "The DSL"), against the oracles
 of oracles/reduce.py and oracles/norm.py, every run race-checked (`run` fixture).
 
 Grids: every op (one kernel computes all five) x dtype; rows spread over 1..32 lanes of a

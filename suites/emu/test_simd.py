@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from emucase import clean, line_of, run
+from harness.diff import assert_close
 
 SHUFFLES = r"""
 kernel void shuffles(device const int* x [[buffer(0)]], device int* out [[buffer(1)]],
@@ -89,13 +90,16 @@ kernel void sums(device const float* x [[buffer(0)]], device float* f [[buffer(1
     x = rng.standard_normal(32).astype(np.float32)
     f, h, v = np.zeros(32, np.float32), np.zeros(32, np.float16), np.zeros((32, 4), np.float32)
     clean(src, "sums", 1, 32, x, f, h, v)
-    np.testing.assert_allclose(f, x.sum(), rtol=1e-5)
+    assert_close(f, np.full(32, x.sum(dtype=np.float64)), "float32", reduction_length=32,
+                 op_class="accumulation")
     hx = x.astype(np.float16)
     acc = hx[0]
     for value in hx[1:]:
         acc = np.float16(acc + value)  # half sums round at every step, in lane order
     np.testing.assert_array_equal(h, np.full(32, acc))
-    np.testing.assert_allclose(v[0], [x.sum(), 2 * x.sum(), 32, -x.sum()], rtol=1e-5, atol=1e-5)
+    total = x.sum(dtype=np.float64)
+    assert_close(v[0], np.array([total, 2 * total, 32, -total]), "float32", reduction_length=32,
+                 op_class="accumulation")
 
 
 def test_votes(rng):
@@ -143,7 +147,8 @@ def test_block_reduction_over_many_groups(schedule, rng):
     x = rng.standard_normal(64 * 256).astype(np.float32)
     out = np.zeros(64, np.float32)
     res = clean(REDUCE_256, "block_sum", 64, 256, x, out, schedule=schedule, seed=11)
-    np.testing.assert_allclose(out, x.reshape(64, 256).sum(1), rtol=1e-4, atol=1e-4)
+    assert_close(out, x.reshape(64, 256).sum(1, dtype=np.float64), "float32",
+                 reduction_length=256, op_class="accumulation")
     assert res.stats["barriers"] == 64
     assert res.stats["groups"] == 64 and res.stats["threads"] == 64 * 256
     assert res.stats["simd_ops"] == 64 * (8 + 1)

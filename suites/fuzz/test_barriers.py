@@ -1,4 +1,4 @@
-"""harness/barriers.py: barrier necessity (SPEC section 8) on real compiled kernels."""
+"""harness/barriers.py: barrier necessity (docs/architecture.md, "The harness") on real compiled kernels."""
 
 import dataclasses
 

@@ -36,6 +36,7 @@ def _describe(summary):
     return "\n".join(lines + summary.errors)
 
 
+@pytest.mark.slow
 def test_smoke_every_family_no_failures(tmp_path):
     before = sorted(regressions.DEFAULT_DIR.glob("*.json"))
     fuzzed = [f.name for f in family.families() if not f.skip_reason]
@@ -52,6 +53,7 @@ def test_smoke_every_family_no_failures(tmp_path):
     assert sorted(regressions.DEFAULT_DIR.glob("*.json")) == before
 
 
+@pytest.mark.slow
 def test_broken_pipeline_is_caught_shrunk_saved_and_resumed(tmp_path, test_families):
     # Every case fails without thread_sync; max_cases ends the run once it has shrunk.
     options = _options(tmp_path, budget=60, max_cases=30, workers=1,

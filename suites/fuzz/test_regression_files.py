@@ -10,18 +10,18 @@ from pathlib import Path
 import pytest
 
 from harness import regressions
-from harness.regressions import RegressionCase, failure_signature
+from harness.case import failure_signature, run_case
+from harness.regressions import RegressionCase
 
 SUITE = Path(__file__).resolve().parents[1] / "regressions" / "test_regressions.py"
 PARAMS = {"n": 8, "threads": 32, "dtype": "float32"}
 
 
 def _case(state, disable, module):
-    result, signature = regressions.run_checked("staged_transpose", PARAMS,
-                                                disable=("thread_sync",))
+    result = run_case("staged_transpose", PARAMS, disable=("thread_sync",))
     return RegressionCase("staged_transpose", dict(PARAMS), disable=list(disable),
                           imports=[module.__name__], status=result.status,
-                          signature=signature, state=state, message=result.message,
+                          signature=result.signature, state=state, message=result.message,
                           msl=result.msl)
 
 

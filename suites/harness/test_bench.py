@@ -199,6 +199,7 @@ def test_ab_verdict_uses_the_measured_noise():
     assert wide["threshold"] > 0.1 and wide["verdict"] == "same"
 
 
+@pytest.mark.slow
 def test_ab_against_head_times_both_trees(tmp_path):
     root = bench.ROOT
     if subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],

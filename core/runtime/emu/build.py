@@ -41,7 +41,7 @@ from .translate import SOURCE_NAME, Translation
 HERE = Path(__file__).resolve().parent
 INCLUDE_DIR = HERE / "include"
 RUNTIME_SOURCES = (HERE / "src" / "runtime.cpp", HERE / "src" / "fiber.h",
-                   INCLUDE_DIR / "mt_runtime.h")
+                   INCLUDE_DIR / "mt_runtime.h", INCLUDE_DIR / "mt_target.h")
 
 # MSL semantics the flags implement: no double (literals are rewritten to float), 32-bit
 # integer wraparound (-fwrapv), half and bfloat rounding after every operation (excess

@@ -1,6 +1,6 @@
 """`run_msl`: run an MSL compute kernel on the CPU and check it.
 
-The public entry point of the emulator (DESIGN.md, "Public interfaces"). One call:
+The public entry point of the emulator (docs/architecture.md, "Public interfaces"). One call:
 translate the MSL (translate.py), build or fetch the executable (build.py), write the
 launch and the buffers to a shared job file (job.py), run the executable in a child
 process under a watchdog, then copy the buffers back in place and return the findings
@@ -26,8 +26,8 @@ from core.errors import KernelCrashError, KernelTimeoutError, LaunchError, MSLCo
 from . import job as jobfile
 from .build import default_builder
 from .translate import SOURCE_NAME, Translation, translate
+from core.target import METAL
 
-MAX_THREADS_PER_THREADGROUP = 1024
 ALL_CHECKS = ("races", "uninit", "bounds")
 
 
@@ -193,9 +193,9 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
         raise MSLCompileError(f"no kernel function named '{kernel_name}' in the MSL source "
                               f"(kernels found: {found})", kernel=kernel_name)
     threads = tg3[0] * tg3[1] * tg3[2]
-    if threads > MAX_THREADS_PER_THREADGROUP:
+    if threads > METAL.max_threads_per_group:
         raise LaunchError(f"threadgroup {tg3} has {threads} threads; Apple GPUs allow at most "
-                          f"{MAX_THREADS_PER_THREADGROUP}", kernel=kernel_name,
+                          f"{METAL.max_threads_per_group}", kernel=kernel_name,
                           construct="threadgroup size")
     if sig.max_total_threads is not None and threads > sig.max_total_threads:
         raise LaunchError(f"threadgroup {tg3} has {threads} threads, more than the kernel's "

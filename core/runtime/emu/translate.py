@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass, field
 
 from core.errors import MSLCompileError
+from core.target import DTYPES
 
 SOURCE_NAME = "input.metal"
 
@@ -46,8 +47,7 @@ POSITION_ATTRIBUTES = {
     "thread_execution_width": "threads_per_simdgroup",
 }
 
-VECTOR_ELEMENTS = ("float", "half", "bfloat", "int", "uint", "short", "ushort", "char", "uchar",
-                   "long", "ulong", "bool")
+VECTOR_ELEMENTS = tuple(d.msl for d in DTYPES.values())   # MSL scalar names, core/target.py
 
 
 @dataclass(frozen=True)

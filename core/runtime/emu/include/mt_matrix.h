@@ -23,6 +23,7 @@ namespace metal {
 
 template <class T, int Cols, int Rows>
 struct simdgroup_matrix {
+  static_assert(MT_MATRIX_TILE == 8, "core/target.py: matrix_tile is not MSL's 8x8");
   static_assert(Cols == 8 && Rows == 8, "simdgroup_matrix: only 8x8 matrices exist in MSL");
   T e[Rows][Cols];
   simdgroup_matrix() = default;

@@ -12,6 +12,9 @@
 #pragma once
 #include "mt_runtime.h"
 #include "mt_sync.h"
+#include "mt_target.h"
+
+static_assert(MT_SIMD_WIDTH == 32, "active-lane masks are 32-bit words (core/target.py simd_width)");
 
 namespace metal {
 namespace __mt {
@@ -29,7 +32,7 @@ __MT_INLINE T simd_lane_value(const __mt_simd_table& t, unsigned lane) {
 }
 template <class T>
 __MT_INLINE T simd_read(const __mt_simd_table& t, unsigned src, const T& own, unsigned kind) {
-  if (src >= 32 || !((t.active >> src) & 1u)) {
+  if (src >= MT_SIMD_WIDTH || !((t.active >> src) & 1u)) {
     __mt_simd_inactive_lane(kind, src);
     return own;
   }
@@ -50,7 +53,7 @@ __MT_INLINE T simd_reduce(__mt_site at, T v) {
   __mt_simd_table t = simd_meet(at, v, __MT_SIMD_REDUCE);
   unsigned first = simd_first_lane(t);
   T acc = simd_lane_value<T>(t, first);
-  for (unsigned i = first + 1; i < 32; ++i)
+  for (unsigned i = first + 1; i < MT_SIMD_WIDTH; ++i)
     if ((t.active >> i) & 1u) acc = Op::apply(acc, simd_lane_value<T>(t, i));
   return acc;
 }
@@ -135,19 +138,19 @@ struct simd_vote {
 __MT_INLINE simd_vote simd_ballot(__mt_site at, bool pred) {
   __mt_simd_table t = __mt::simd_meet(at, pred, __MT_SIMD_VOTE);
   ulong bits = 0;
-  for (unsigned i = 0; i < 32; ++i)
+  for (unsigned i = 0; i < MT_SIMD_WIDTH; ++i)
     if (((t.active >> i) & 1u) && __mt::simd_lane_value<bool>(t, i)) bits |= ulong(1) << i;
   return simd_vote{bits};
 }
 __MT_INLINE bool simd_all(__mt_site at, bool pred) {
   __mt_simd_table t = __mt::simd_meet(at, pred, __MT_SIMD_VOTE);
-  for (unsigned i = 0; i < 32; ++i)
+  for (unsigned i = 0; i < MT_SIMD_WIDTH; ++i)
     if (((t.active >> i) & 1u) && !__mt::simd_lane_value<bool>(t, i)) return false;
   return true;
 }
 __MT_INLINE bool simd_any(__mt_site at, bool pred) {
   __mt_simd_table t = __mt::simd_meet(at, pred, __MT_SIMD_VOTE);
-  for (unsigned i = 0; i < 32; ++i)
+  for (unsigned i = 0; i < MT_SIMD_WIDTH; ++i)
     if (((t.active >> i) & 1u) && __mt::simd_lane_value<bool>(t, i)) return true;
   return false;
 }

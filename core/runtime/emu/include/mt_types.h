@@ -39,6 +39,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "mt_target.h"
+
 // ---- Scalar types. Global, like MSL's builtin types; also visible as metal::half etc.
 typedef _Float16 half;
 typedef __bf16 bfloat;
@@ -46,7 +48,16 @@ typedef unsigned char uchar;
 typedef unsigned short ushort;
 typedef unsigned int uint;
 typedef unsigned long ulong;
-static_assert(sizeof(long) == 8, "MSL long is 64-bit; this target's long is not");
+// Sizes from core/target.py (through the generated mt_target.h).
+static_assert(sizeof(float) == MT_SIZEOF_float && sizeof(half) == MT_SIZEOF_half &&
+              sizeof(bfloat) == MT_SIZEOF_bfloat && sizeof(bool) == MT_SIZEOF_bool,
+              "float/half/bfloat/bool sizes differ from core/target.py");
+static_assert(sizeof(long) == MT_SIZEOF_long && sizeof(ulong) == MT_SIZEOF_ulong,
+              "MSL long is 64-bit; this target's long is not");
+static_assert(sizeof(int) == MT_SIZEOF_int && sizeof(uint) == MT_SIZEOF_uint &&
+              sizeof(short) == MT_SIZEOF_short && sizeof(ushort) == MT_SIZEOF_ushort &&
+              sizeof(char) == MT_SIZEOF_char && sizeof(uchar) == MT_SIZEOF_uchar,
+              "integer sizes differ from core/target.py");
 
 namespace metal {
 

@@ -9,7 +9,7 @@
 //   RESULT  where a JSON document with stats and findings (or the error) is written.
 // Exit status: 0 ran (findings may exist), 3 launch error, 4 crash (JSON says where).
 //
-// Execution model (DESIGN.md, "The emulator"): threads of a threadgroup are fibers on one
+// Execution model (docs/emulator.md): threads of a threadgroup are fibers on one
 // OS thread; threadgroups are spread over worker OS threads. Between meeting points the
 // order of fibers follows the schedule (forward, reverse, seeded random).
 //
@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "../include/mt_runtime.h"
+#include "../include/mt_target.h"
 #include "fiber.h"
 
 namespace {
@@ -54,8 +55,9 @@ constexpr char kJobMagic[8] = {'M', 'T', 'J', 'O', 'B', '0', '1', 0};
 constexpr uint32_t kMaxBuffers = 31;
 constexpr uint32_t kCheckRaces = 1, kCheckUninit = 2, kCheckBounds = 4;
 constexpr uint32_t kScheduleForward = 0, kScheduleReverse = 1, kScheduleRandom = 2;
-constexpr uint32_t kSimdWidth = 32;
-constexpr uint32_t kMaxThreadgroupMemory = 32 * 1024;
+constexpr uint32_t kSimdWidth = MT_SIMD_WIDTH;                      // core/target.py
+constexpr uint32_t kMaxThreadgroupMemory = MT_THREADGROUP_MEMORY_BYTES;
+constexpr uint32_t kMaxThreadsPerGroup = MT_MAX_THREADS_PER_GROUP;
 constexpr uint32_t kRedZone = 64;  // bytes between threadgroup variables
 constexpr uint32_t kMaxSlots = 4096;  // threadgroup variables per kernel
 
@@ -1062,6 +1064,8 @@ int main(int argc, char** argv) {
 
   for (auto& o : g_launch.slot_offset) o.store(UINT32_MAX);
   g_launch.threads = job->threadgroup[0] * job->threadgroup[1] * job->threadgroup[2];
+  if (g_launch.threads == 0 || g_launch.threads > kMaxThreadsPerGroup)
+    fail_launch("threadgroup of %u threads; Metal allows 1 to %u", g_launch.threads, kMaxThreadsPerGroup);
   g_launch.simdgroups = (g_launch.threads + kSimdWidth - 1) / kSimdWidth;
   g_launch.groups = uint64_t(job->grid[0]) * job->grid[1] * job->grid[2];
   uint32_t nworkers = uint32_t(std::min<uint64_t>(std::max<uint32_t>(job->workers, 1), g_launch.groups));

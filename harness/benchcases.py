@@ -1,0 +1,169 @@
+"""The bench registry: which kernels `harness bench` measures, at which LLM shapes (data only).
+
+A new bench case goes into `CASES` below: one `BenchCase` = (kernel family of harness/gen,
+that family's params) at a shape taken from LLM inference (Qwen2.5-7B dense, Qwen3 MoE),
+with what it stands for and how it was scaled for the emulator. Measuring them is
+harness/measure.py; the baseline and the gate are harness/baseline.py and harness/gate.py;
+the workflow that ties them together is harness/bench.py.
+
+Shapes are scaled for the emulator, which runs ~10-50M simple thread operations per
+second on this project's 2-core machines: row counts (tokens) are cut, row lengths and
+reduction lengths stay real. Each case says what it represents and how it was scaled;
+`full_scale` is the factor of work between the real shape and the one that ran, which the
+report uses to extrapolate modeled time (linear in rows: exact for row-wise kernels).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    name: str             # "family/what", unique; the key in baselines and reports
+    family: str           # harness/gen family name
+    params: dict          # that family's params
+    shape: str            # the LLM shape it stands for
+    scaling: str          # what was scaled down for the emulator, honestly
+    full_scale: float = 1.0   # work at the real shape / work at this one
+
+
+# Qwen2.5-7B: hidden 3584, intermediate 18944, vocab 152064, 28 heads x 128.
+# Qwen3-30B-A3B (MoE): hidden 2048, expert intermediate 768. A 4096-token prefill is the
+# real row count of the row-wise cases below.
+PREFILL_TOKENS = 4096
+CASES = (
+    BenchCase("elementwise/residual-add-f16", "elementwise",
+              {"M": 64, "N": 3584, "dtype": "float16", "out_dtype": "float16", "op": "add",
+               "bM": 4, "bN": 256, "threads": 256},
+              "residual add, Qwen2.5-7B hidden 3584, f16",
+              f"rows 64 of {PREFILL_TOKENS} prefill tokens; row length real",
+              PREFILL_TOKENS / 64),
+    BenchCase("elementwise/gate-mul-bf16", "elementwise",
+              {"M": 16, "N": 18944, "dtype": "bfloat16", "out_dtype": "bfloat16",
+               "op": "mul", "bM": 2, "bN": 512, "threads": 256},
+              "SwiGLU gate * up, Qwen2.5-7B intermediate 18944, bf16",
+              f"rows 16 of {PREFILL_TOKENS}; row length real", PREFILL_TOKENS / 16),
+    BenchCase("elementwise/silu-f32", "elementwise",
+              {"M": 32, "N": 2048, "dtype": "float32", "out_dtype": "float32",
+               "op": "sigmoid", "bM": 4, "bN": 256, "threads": 256},
+              "activation (sigmoid), Qwen3-MoE hidden 2048, f32",
+              f"rows 32 of {PREFILL_TOKENS}; row length real", PREFILL_TOKENS / 32),
+    BenchCase("copy/k-transpose-f16", "copy",
+              {"M": 256, "N": 128, "dtype": "float16", "mode": "transpose", "bM": 32,
+               "bN": 32, "threads": 256},
+              "K -> K^T for attention scores, head_dim 128, one KV head, f16",
+              f"rows (tokens) 256 of {PREFILL_TOKENS}; head_dim real", PREFILL_TOKENS / 256),
+    BenchCase("copy/hidden-shared-bf16", "copy",
+              {"M": 32, "N": 3584, "dtype": "bfloat16", "mode": "shared", "bM": 4,
+               "bN": 256, "threads": 256},
+              "hidden-state tiles staged through threadgroup memory, Qwen2.5-7B 3584, bf16",
+              f"rows 32 of {PREFILL_TOKENS}; row length real", PREFILL_TOKENS / 32),
+    BenchCase("cast/f32-to-bf16", "cast",
+              {"M": 32, "N": 3584, "src": "float32", "dst": "bfloat16", "via": "cast",
+               "bM": 4, "bN": 256, "threads": 256},
+              "f32 activations -> bf16 before a bf16 GEMM, Qwen2.5-7B hidden 3584",
+              f"rows 32 of {PREFILL_TOKENS}; row length real", PREFILL_TOKENS / 32),
+    BenchCase("cast/f16-to-f32-shared", "cast",
+              {"M": 32, "N": 3584, "src": "float16", "dst": "float32", "via": "shared",
+               "bM": 4, "bN": 256, "threads": 256},
+              "f16 -> f32 widening through a threadgroup tile (T.copy converts), hidden 3584",
+              f"rows 32 of {PREFILL_TOKENS}; row length real", PREFILL_TOKENS / 32),
+    BenchCase("conditional/attn-mask-f32", "conditional",
+              {"M": 16, "N": 4096, "dtype": "float32", "mode": "mask", "threshold": "scalar",
+               "t": 0.0, "bM": 2, "bN": 512, "threads": 256},
+              "attention-score mask select (bool mask), key length 4096, f32",
+              f"rows (heads x queries) 16 of 28 x {PREFILL_TOKENS}; key length real",
+              28 * PREFILL_TOKENS / 16),
+    BenchCase("conditional/relu-f16", "conditional",
+              {"M": 32, "N": 3584, "dtype": "float16", "mode": "relu", "threshold": "literal",
+               "t": 0.0, "bM": 4, "bN": 256, "threads": 256},
+              "ReLU-style select in a fragment, hidden 3584, f16",
+              f"rows 32 of {PREFILL_TOKENS}; row length real", PREFILL_TOKENS / 32),
+    BenchCase("multikernel/chain3-f16", "multikernel",
+              {"N": 57344, "dtype": "float16", "kernels": 3, "read": "tile_reverse",
+               "shift": 0, "b1": 256, "b2": 256, "b3": 256, "t1": 256, "t2": 128,
+               "t3": 256},
+              "three dependent launches over 16 x 3584 f16 elements (launch overhead and "
+              "intermediate round trips through device memory)",
+              f"16 of {PREFILL_TOKENS} rows of 3584", PREFILL_TOKENS / 16),
+    BenchCase("scalars/dynamic-f16", "scalars",
+              {"M": 32, "N": 3584, "dtype": "float16",
+               "signature": ["int32", "A", "float32", "B", "bool"], "symbolic": "both",
+               "bM": 4, "bN": 256, "threads": 256},
+              "runtime scalars (args struct) and symbolic dims, as a decode step passes "
+              "positions and scales; hidden 3584, f16",
+              f"rows 32 of {PREFILL_TOKENS}; row length real", PREFILL_TOKENS / 32),
+    BenchCase("reduce/row-sum-f16", "reduce",
+              {"M": 64, "N": 3584, "dim": 1, "kind": "sum", "dtype": "float16",
+               "out_dtype": "float32", "clear": True, "keepdim": False, "block": 2,
+               "threads": 256},
+              "row sums (norm statistics), Qwen2.5-7B hidden 3584, f16 -> f32",
+              f"rows 64 of {PREFILL_TOKENS}; row length real", PREFILL_TOKENS / 64),
+    BenchCase("reduce/row-absmax-bf16", "reduce",
+              {"M": 64, "N": 3584, "dim": 1, "kind": "absmax", "dtype": "bfloat16",
+               "out_dtype": "float32", "clear": True, "keepdim": False, "block": 4,
+               "threads": 128},
+              "per-row absmax for fp8 (e4m3) activation scales, hidden 3584, bf16",
+              f"rows 64 of {PREFILL_TOKENS}; row length real", PREFILL_TOKENS / 64),
+    BenchCase("softmax/attn-scores-f16", "softmax",
+              {"M": 64, "N": 4096, "dtype": "float16", "scale": 0.125, "bM": 2,
+               "threads": 256},
+              "attention-score softmax, key length 4096, scale 1/8, f16",
+              f"rows (heads x queries) 64 of 28 x {PREFILL_TOKENS}; key length real",
+              28 * PREFILL_TOKENS / 64),
+    BenchCase("softmax/vocab-f32", "softmax",
+              {"M": 2, "N": 152064, "dtype": "float32", "scale": 1.0, "bM": 1,
+               "threads": 256},
+              "decode logits softmax over the Qwen2.5 vocabulary (152064), batch 2, f32",
+              "real shape", 1.0),
+    BenchCase("rmsnorm/qwen7b-bf16", "rmsnorm",
+              {"M": 64, "N": 3584, "dtype": "bfloat16", "eps": 1e-6, "weight": "shared",
+               "bM": 2, "threads": 256},
+              "RMSNorm, Qwen2.5-7B hidden 3584, weight staged in threadgroup memory, bf16",
+              f"rows 64 of {PREFILL_TOKENS}; row length real", PREFILL_TOKENS / 64),
+    BenchCase("rmsnorm/moe-f16", "rmsnorm",
+              {"M": 64, "N": 2048, "dtype": "float16", "eps": 1e-6, "weight": "global",
+               "bM": 2, "threads": 256},
+              "RMSNorm, Qwen3-MoE hidden 2048, weight read from device memory, f16",
+              f"rows 64 of {PREFILL_TOKENS}; row length real", PREFILL_TOKENS / 64),
+    BenchCase("gemm/decode-f16", "gemm",
+              {"M": 8, "N": 2048, "K": 3584, "bM": 16, "bN": 64, "bK": 32, "threads": 128,
+               "dtype": "float16", "out_dtype": "float16", "trans_A": False, "trans_B": True,
+               "num_stages": 2, "init": "clear"},
+              "decode GEMV-like up-projection (8 tokens), Qwen2.5-7B 3584 -> 18944, "
+              "weights N x K, f16",
+              "N 2048 of 18944; tokens and K real", 18944 / 2048),
+    BenchCase("gemm/moe-expert-bf16", "gemm",
+              {"M": 8, "N": 768, "K": 2048, "bM": 16, "bN": 64, "bK": 32, "threads": 128,
+               "dtype": "bfloat16", "out_dtype": "bfloat16", "trans_A": False,
+               "trans_B": True, "num_stages": 2, "init": "clear"},
+              "one MoE expert's gate projection for 8 routed tokens, Qwen3-MoE "
+              "2048 -> 768, bf16",
+              "real shape", 1.0),
+    BenchCase("gemm/prefill-bf16", "gemm",
+              {"M": 128, "N": 256, "K": 3584, "bM": 64, "bN": 64, "bK": 32, "threads": 256,
+               "dtype": "bfloat16", "out_dtype": "bfloat16", "trans_A": False,
+               "trans_B": True, "num_stages": 2, "init": "clear"},
+              "prefill projection, Qwen2.5-7B 3584 -> 3584, bf16",
+              f"M 128 of {PREFILL_TOKENS} tokens, N 256 of 3584; K real",
+              PREFILL_TOKENS / 128 * 3584 / 256),
+)
+
+
+# -- selection -----------------------------------------------------------------------------
+
+def select(patterns: str | None, cases=CASES) -> list[BenchCase]:
+    """Cases whose name or family matches any comma-separated pattern (fnmatch, or a plain
+    substring of the name); all cases when `patterns` is empty."""
+    if not patterns:
+        return list(cases)
+    pats = [p.strip() for p in patterns.split(",") if p.strip()]
+    chosen = [c for c in cases
+              if any(fnmatch.fnmatchcase(c.name, p) or fnmatch.fnmatchcase(c.family, p)
+                     or p in c.name for p in pats)]
+    if not chosen:
+        raise KeyError(f"no bench case matches {patterns!r}; cases: "
+                       f"{', '.join(c.name for c in cases)}")
+    return chosen

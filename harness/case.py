@@ -1,0 +1,226 @@
+"""One case, every check: the one way the harness runs a generated kernel.
+
+    result = run_case("softmax", params, seed=3)            # build, run, compare, check
+    result = run_case(..., barriers=True)                   # and every barrier is needed
+    result.status, result.signature, result.message
+
+Suites, fuzzing (harness/fuzz.py), the regression replay (harness/regressions.py) and the
+benchmark (harness/bench.py) all run cases through `run_case`: build the family's kernel,
+run it on a backend with every emulator check (races, uninitialized reads, bounds,
+divergent barriers), compare each output with the family's PyTorch oracle through the one
+comparison helper (`harness.diff.assert_close`, tolerance policy of oracles/tolerance.py),
+and, with `barriers`, the barrier-necessity check of harness/barriers.py.
+
+One status vocabulary (`STATUSES`), for every caller:
+
+    pass, skip                         nothing wrong (skip: the family cannot run here)
+    mismatch                           numbers outside the tolerance (findings may come too)
+    finding                            numbers right, but a race/uninit/bounds/divergence
+    redundant_barrier                  a barrier no schedule or input needs (barriers=True)
+    unreached_barrier                  a barrier only in code no thread runs (barriers=True)
+    rejected                           KernelDefinitionError/LoweringError for generated params
+    compile_error, launch_error        MSL compile or launch failures
+    crash, timeout                     the kernel crashed or hung (emulator process)
+    internal_error                     any other exception: a compiler or harness bug
+
+and one notion of "the same failure": `failure_signature` (the status plus the kind of
+failure within it: finding kinds, exception type, the normalized reason of a rejection;
+never the numbers that change when a case shrinks). Fuzzing shrinks only towards the
+same signature; a regression replay matches only that signature. Two more signatures
+belong to the process that runs a case, not to the case: a worker that died
+(`WORKER_CRASH`) and a case past its timeout (`CASE_TIMEOUT`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Failures of the barrier check (harness/barriers.py), beyond a plain run's statuses.
+BARRIER_STATUSES = ("redundant_barrier", "unreached_barrier")
+# Failures of the process running a case, seen by its parent (fuzzing, isolated replay).
+WORKER_CRASH, CASE_TIMEOUT = "crash:worker", "timeout:case"
+
+STATUSES = ("pass", "mismatch", "finding", *BARRIER_STATUSES, "rejected", "compile_error",
+            "launch_error", "crash", "timeout", "internal_error", "skip")
+
+
+@dataclass
+class CaseResult:
+    """What one `(family, params, seed)` case did. `ok` only for "pass" (and "skip")."""
+    family: str
+    params: dict
+    seed: int
+    status: str
+    message: str = ""
+    findings: list = field(default_factory=list)   # emulator Finding objects
+    stats: list = field(default_factory=list)      # per-launch emulator counters
+    compile_seconds: float = 0.0
+    run_seconds: float = 0.0
+    msl: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("pass", "skip")
+
+    @property
+    def signature(self) -> str | None:
+        """The kind of failure (None when ok): see `failure_signature`."""
+        return failure_signature(self.status, self.message, self.findings)
+
+
+def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
+             schedule: str = "forward", checks=None, disable=(), replace=None,
+             cache: bool = True, barriers: bool = False) -> CaseResult:
+    """Build `family` at `params`, run it on `backend` with every check, compare each
+    output with the oracle, and with `barriers` (for a passing case that has barriers)
+    check that each barrier is needed. Never raises for a failing kernel: every failure
+    is a status.
+
+    "rejected" is a clear compile-time error (KernelDefinitionError / LoweringError) for
+    params the family generated: a generator bug or a missing feature, reported as such.
+    "internal_error" is any other exception (a crash inside a pass is a compiler bug).
+    """
+    import core
+    from core.errors import (KernelCrashError, KernelTimeoutError, LaunchError,
+                             MetaltileError, MSLCompileError)
+    from core.language.errors import KernelDefinitionError, LoweringError
+    from harness.diff import assert_close
+    from harness.gen import family as families
+
+    if barriers:
+        result = run_case(family, params, seed=seed, backend=backend, schedule=schedule,
+                          checks=checks, disable=disable, replace=replace, cache=cache)
+        return _check_barriers(result, disable) if result.status == "pass" else result
+    fam = families.get(family)
+    result = CaseResult(family, dict(params), seed, "pass")
+    if fam.skip_reason:
+        result.status, result.message = "skip", fam.skip_reason
+        return result
+    t0 = time.perf_counter()
+    try:
+        built = fam.build(dict(params))
+        kernel = core.compile(built.func, out_idx=built.out_idx, disable=disable,
+                              replace=replace, cache=cache)
+        result.msl = kernel.msl
+    except (KernelDefinitionError, LoweringError) as err:
+        return _failed(result, "rejected", err, t0)
+    except MetaltileError as err:
+        return _failed(result, "compile_error", err, t0)
+    except Exception as err:  # noqa: BLE001 - a pass crashing is a finding, not our crash
+        return _failed(result, "internal_error", err, t0, trace=True)
+    result.compile_seconds = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    try:
+        inputs = built.inputs(seed)
+        outs = kernel(*inputs, backend=backend, checks=checks, schedule=schedule, seed=seed)
+    except MSLCompileError as err:
+        return _failed(result, "compile_error", err, t1, run=True)
+    except KernelTimeoutError as err:
+        return _failed(result, "timeout", err, t1, run=True)
+    except KernelCrashError as err:
+        return _failed(result, "crash", err, t1, run=True)
+    except LaunchError as err:
+        return _failed(result, "launch_error", err, t1, run=True)
+    except Exception as err:  # noqa: BLE001
+        return _failed(result, "internal_error", err, t1, run=True, trace=True)
+    result.run_seconds = time.perf_counter() - t1
+    record = kernel.last_run
+    result.findings = list(record.findings) if record else []
+    result.stats = list(record.stats) if record else []
+    outs = [outs] if not isinstance(outs, (list, tuple)) else list(outs)
+    expected = built.oracle(inputs)
+    try:
+        for i, (got, want) in enumerate(zip(outs, expected)):
+            dtype = built.tolerance_dtypes[i] if i < len(built.tolerance_dtypes) else None
+            assert_close(got, want, dtype or None, built.reduction_length,
+                         what=f"output {i}:", op_class=built.op_class)
+        if len(outs) != len(expected):
+            raise AssertionError(f"{len(outs)} outputs, oracle gives {len(expected)}")
+    except AssertionError as err:
+        result.status, result.message = "mismatch", str(err)
+    if result.findings:  # a race is a failure even when the numbers match
+        kinds = sorted({f.kind for f in result.findings})
+        note = f"{len(result.findings)} finding(s) ({', '.join(kinds)}); first: " \
+               f"{result.findings[0]}"
+        result.message = f"{note}\n{result.message}" if result.message else note
+        result.status = "finding" if result.status == "pass" else result.status
+    return result
+
+
+def _failed(result, status, err, t0, run=False, trace=False):
+    elapsed = time.perf_counter() - t0
+    if run:
+        result.run_seconds = elapsed
+    else:
+        result.compile_seconds = elapsed
+    result.status = status
+    result.message = f"{type(err).__name__}: {err}"
+    if trace:
+        result.message += "\n" + "".join(traceback.format_exception(err)[-6:])
+    return result
+
+
+def _check_barriers(result: CaseResult, disable) -> CaseResult:
+    """A barrier no race needs turns a passing result into "redundant_barrier", or
+    "unreached_barrier" when all such barriers sit in code no thread runs."""
+    from harness import barriers as barrier_check
+
+    if not barrier_check.barrier_lines(result.msl):
+        return result
+    try:
+        report = barrier_check.check_case(result.family, result.params, seed=result.seed,
+                                          disable=tuple(disable), baseline=False)
+    except Exception as err:  # noqa: BLE001 - a broken check is a finding, not a crash
+        result.status = "internal_error"
+        result.message = f"{type(err).__name__}: {err} (in the barrier check)\n" + \
+            "".join(traceback.format_exception(err)[-6:])
+    else:  # a barrier that runs for nothing, else one in code that never runs
+        if len(report.redundant) > len(report.unreached):
+            result.status, result.message = "redundant_barrier", report.summary()
+        elif report.unreached:
+            result.status, result.message = "unreached_barrier", report.summary()
+    return result
+
+
+# ---- the kind of a failure -----------------------------------------------------------------
+
+_NUMBERS = re.compile(r"-?\d+(?:\.\d+)?(?:\s*[,x]\s*-?\d+(?:\.\d+)?)*")
+_FRAME = re.compile(r'File "([^"]+)", line \d+, in (\w+)')
+# MetaltileError's "kernel 'k', construct: reason": the reason is the kind, not the place.
+_WHERE = re.compile(r"^\s*kernel '[^']*'(?:, [^:]*)?:|^\s*[^:']*(?=: )[:]")
+_QUOTED = re.compile(r"'[^']*'")
+
+
+def failure_signature(status: str, message: str = "", findings=()) -> str | None:
+    """The kind of a failure (None for pass/skip): what must stay the same while a case
+    shrinks and when a regression is replayed."""
+    if status in ("pass", "skip"):
+        return None
+    kinds = ",".join(sorted({f.kind for f in findings}))
+    if status == "mismatch":  # wrong numbers, and what the checker saw with them
+        return f"mismatch+finding:{kinds}" if kinds else "mismatch"
+    if status == "finding":
+        return f"finding:{kinds or 'unknown'}"
+    if status in BARRIER_STATUSES:
+        return status
+    if ":" in status:  # already a signature (worker crash, case timeout)
+        return status
+    first = message.splitlines()[0] if message else ""
+    error = first.split(":", 1)[0].strip() or "error"
+    if status == "internal_error":
+        frames = _FRAME.findall(message)
+        where = f"@{Path(frames[-1][0]).name}:{frames[-1][1]}" if frames else ""
+        return f"{status}:{error}{where}"
+    if status in ("rejected", "compile_error"):
+        reason = _WHERE.sub("", first.split(":", 1)[1] if ":" in first else "")
+        reason = _NUMBERS.sub("#", _QUOTED.sub("'*'", reason)).strip()[:100]
+        return f"{status}:{error}: {reason}" if reason else f"{status}:{error}"
+    return f"{status}:{error}"
+
+
+def result_signature(result: CaseResult) -> str | None:
+    return failure_signature(result.status, result.message, result.findings)

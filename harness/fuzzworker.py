@@ -1,0 +1,166 @@
+"""The fuzzing worker: one Hypothesis run per task, inside a worker process (harness/workers.py).
+
+The parent (harness/fuzz.py) sends tasks -- a time slice of one family, with a seed, the
+signatures already known and the params that killed a worker -- and receives events:
+
+    ("ready", pid)                     imports done, waiting for a task
+    ("start", case)                    a case begins (the parent times it out)
+    ("case", info)                     a case ended: family, signature, seconds, barriers
+    ("failure", record)                a failing example (first, and every smaller one)
+    ("final", record)                  the minimal example Hypothesis settled on
+    ("error", family, traceback)       the family's generator itself failed
+    ("done", family)                   the task is over
+
+A failing case raises an exception class of its own per failure signature, so Hypothesis
+shrinks each kind of failure separately and never towards a different bug.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import time
+import traceback
+
+from harness import regressions
+from harness.case import BARRIER_STATUSES, run_case
+
+SCHEDULES = ("forward", "reverse", "random")
+INPUT_SEEDS = 1 << 16
+
+
+def canonical(params: dict) -> str:
+    return json.dumps(params, sort_keys=True)
+
+
+class _TaskOver(BaseException):
+    """Ends a task's Hypothesis run at once (not a test failure: nothing is shrunk)."""
+
+
+class CaseFailure(Exception):
+    """A failing case; one subclass per failure signature (what Hypothesis tells apart)."""
+
+    def __init__(self, record: dict):
+        super().__init__(f"{record['family']} {record['signature']}")
+        self.record = record
+
+
+_FAILURE_CLASSES: dict = {}
+
+
+def _failure_class(signature: str) -> type:
+    if signature not in _FAILURE_CLASSES:
+        name = "Failed_" + re.sub(r"\W+", "_", signature)[:60]
+        _FAILURE_CLASSES[signature] = type(name, (CaseFailure,), {})
+    return _FAILURE_CLASSES[signature]
+
+
+def worker_main(conn, config: dict) -> None:
+    if hasattr(os, "setpgrp"):
+        os.setpgrp()   # Ctrl-C goes to the parent only; the parent kills the whole group
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    regressions.import_families(config["imports"])
+    from harness.gen import family as families
+
+    families.families()
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message[0] == "task":
+            _run_task(conn, config, message[1])
+            conn.send(("done", message[1]["family"]))
+        elif message[0] == "stop":
+            return
+
+
+def _run_task(conn, config: dict, task: dict) -> None:
+    from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
+    from hypothesis import strategies as st
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    from harness.gen import family as families
+
+    name = task["family"]
+    fam = families.get(name)
+    known, avoid = set(task["known"]), set(task["avoid"])
+    found = {}   # signature -> latest failing record of this task
+    disable = tuple(config["disable"])
+
+    def case(params, input_seed, schedule):
+        now = time.time()
+        if conn.poll(0) and conn.recv()[0] == "halt":
+            raise _TaskOver
+        if now >= task["deadline"] or (not found and now >= task["slice_end"]):
+            raise _TaskOver
+        if canonical(params) in avoid:
+            return
+        conn.send(("start", {"family": name, "params": params, "seed": input_seed,
+                             "schedule": schedule}))
+        barriers = _barrier_due(params, input_seed, config["barrier_every"]) or \
+            any(s in found for s in BARRIER_STATUSES)
+        t0 = time.perf_counter()
+        result = run_case(name, params, seed=input_seed, schedule=schedule, disable=disable,
+                          barriers=barriers)
+        signature = result.signature
+        checked = barriers and result.status in ("pass", *BARRIER_STATUSES) \
+            and "threadgroup_barrier" in result.msl
+        conn.send(("case", {"family": name, "signature": signature,
+                            "seconds": time.perf_counter() - t0, "barriers": int(checked)}))
+        if signature is None or signature in known:
+            return
+        record = {"family": name, "params": params, "seed": input_seed, "schedule": schedule,
+                  "disable": list(disable), "status": result.status, "signature": signature,
+                  "message": result.message, "msl": result.msl,
+                  "dsl": regressions.dsl_text(name, params),
+                  "timeout_seconds": config["timeout"], "imports": config["imports"]}
+        found[signature] = record
+        conn.send(("failure", record))
+        raise _failure_class(signature)(record)
+
+    test = given(params=fam.params(), input_seed=st.integers(0, INPUT_SEEDS - 1),
+                 schedule=st.sampled_from(SCHEDULES))(case)
+    phases = [Phase.explicit, Phase.generate, Phase.shrink]
+    if task["reuse"]:
+        phases.insert(1, Phase.reuse)
+    # @seed alone would switch the database off; the settings applied after it keep it.
+    test = settings(database=DirectoryBasedExampleDatabase(config["db"]),
+                    max_examples=10 ** 9, deadline=None, phases=phases,
+                    suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
+                    report_multiple_bugs=True, print_blob=False)(seed(task["seed"])(test))
+    test._hypothesis_internal_database_key = \
+        f"metaltile-fuzz:{name}:{','.join(sorted(disable))}".encode()
+    try:
+        test()
+    except _TaskOver:
+        pass
+    except BaseException as err:  # noqa: BLE001 - minimal failures, or the generator broke
+        failures = _case_failures(err)
+        for failure in failures:
+            conn.send(("final", failure.record))
+        if not failures:
+            conn.send(("error", name, "".join(traceback.format_exception(err))))
+
+
+def _case_failures(err: BaseException) -> list:
+    """The CaseFailures in what a Hypothesis run raised (one, or a group of them)."""
+    if isinstance(err, CaseFailure):
+        return [err]
+    out = []
+    for inner in getattr(err, "exceptions", ()) or ():
+        out += _case_failures(inner)
+    return out
+
+
+def _barrier_due(params: dict, input_seed: int, every: int) -> bool:
+    """1 of `every` cases, chosen by the case itself, so a replayed case is checked the
+    same way as when it was found."""
+    if every <= 0:
+        return False
+    digest = hashlib.sha256(f"{canonical(params)}:{input_seed}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") % every == 0

@@ -1,0 +1,344 @@
+"""Measuring bench cases: one checked run, its counters, the roofline model, compile times.
+
+    run = measure_all(select("copy"), rounds=5)     # -> BenchRun
+    run.cases[0].status, run.cases[0].counters["device_load_ops"]
+
+Per case (`measure_case` -> `CaseMeasurement`):
+  status     one checked run through `harness.case.run_case` (the one way to run a case):
+             oracle comparison and every emulator check; anything but "pass" fails the gate
+  counters   the emulator's deterministic counters of that run, summed over the program's
+             launches (`aggregate`): bytes and load/store operations on device and
+             threadgroup memory, barriers, simd operations, ... The forward schedule, seed
+             and inputs are fixed, so two runs of one compiler give identical counters.
+  minimum    the traffic no kernel can avoid: every input read once, every output written
+             once (the ratio counted/minimum shows re-reads and spills)
+  modeled    `harness.roofline` time per chip from those counters (docs/bench.md)
+  compile    DSL -> MSL wall time (build the family's kernel, which parses the DSL, then
+             `core.compile(..., cache=False)`), `rounds` rounds after one warm-up, summarized
+             by pytest-benchmark's own `Stats`
+  gpu        on macOS with MPS only: measured GPU time of the compiled kernel (UNTESTED:
+             no Mac has run it; elsewhere it is skipped with the reason)
+
+Nothing here reads or writes files or decides pass/fail: harness/baseline.py stores,
+harness/gate.py compares. A `BenchRun` turns into the results document (JSON, schema
+"metaltile-bench/1") with `to_dict()` and back with `BenchRun.from_dict`:
+{schema, created, revision, machine, toolchain, options, chips, launch_overhead_s,
+cases: [{name, family, params, shape, scaling, full_scale, status, message, findings,
+counters, minimum, flops, modeled: {chip: {...}}, compile: {Stats fields, data}, gpu, msl}],
+against: {...} | null, seconds}.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import platform
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import roofline
+from harness.benchcases import BenchCase
+
+SCHEMA = "metaltile-bench/1"
+ROOT = Path(__file__).resolve().parents[1]
+SEED = 0
+DEFAULT_ROUNDS = 5
+
+# Counters summed over launches; all but the informational ones gate (harness/gate.py).
+SUMMED = ("groups", "threads", "simdgroups", "barriers", "simd_ops", "atomic_ops",
+          "threadgroup_bytes_read", "threadgroup_bytes_written", "device_load_ops",
+          "device_store_ops", "threadgroup_load_ops", "threadgroup_store_ops")
+PER_BUFFER = ("device_bytes_read", "device_bytes_written", "device_unique_bytes_read",
+              "device_unique_bytes_written")
+
+
+@dataclass
+class CaseMeasurement:
+    """What `harness bench` records for one case. `counters` maps counter name -> count,
+    `modeled` chip name -> roofline figures, `compile`/`gpu` pytest-benchmark summaries."""
+    name: str
+    family: str
+    params: dict
+    shape: str
+    scaling: str
+    full_scale: float = 1.0
+    status: str = "skip"
+    message: str = ""
+    findings: list = field(default_factory=list)      # text of the first 20 findings
+    counters: dict | None = None
+    minimum: dict | None = None                       # {"read": bytes, "written": bytes}
+    flops: int = 0
+    modeled: dict | None = None
+    compile: dict | None = None
+    gpu: dict | None = None
+    msl: str = ""
+
+    @classmethod
+    def of(cls, case: BenchCase) -> "CaseMeasurement":
+        return cls(case.name, case.family, dict(case.params), case.shape, case.scaling,
+                   case.full_scale)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class BenchRun:
+    """One `harness bench` run: its metadata and a CaseMeasurement per case."""
+    created: str
+    revision: dict                     # {"commit": sha, "dirty": bool}
+    machine: dict
+    toolchain: str
+    options: dict                      # rounds, disable, replace, gpu, seed, cases
+    chips: dict                        # chip name -> description
+    launch_overhead_s: float
+    cases: list = field(default_factory=list)      # CaseMeasurement
+    against: dict | None = None        # harness/against.py's A/B result
+    seconds: float = 0.0
+    schema: str = SCHEMA
+
+    def to_dict(self) -> dict:
+        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
+                "cases": [c.to_dict() for c in self.cases]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "BenchRun":
+        if data.get("schema") != SCHEMA:
+            raise ValueError(f"not a bench result (schema {data.get('schema')!r}, expected "
+                             f"{SCHEMA!r})")
+        known = {f.name for f in dataclasses.fields(cls)}
+        case_fields = {f.name for f in dataclasses.fields(CaseMeasurement)}
+        run = cls(**{k: v for k, v in data.items() if k in known and k != "cases"})
+        run.cases = [CaseMeasurement(**{k: v for k, v in c.items() if k in case_fields})
+                     for c in data["cases"]]
+        return run
+
+
+def as_run(results) -> BenchRun:
+    """A BenchRun from itself or from its results document (a saved bench.json)."""
+    return results if isinstance(results, BenchRun) else BenchRun.from_dict(results)
+
+
+# -- counters ------------------------------------------------------------------------------
+
+def aggregate(stats: list[dict]) -> dict:
+    """One program's counters: per-launch emulator stats summed (per-buffer byte counts
+    summed over buffers too); threadgroup memory is the largest launch's."""
+    total = {"launches": len(stats)}
+    for key in SUMMED:
+        total[key] = sum(int(s.get(key, 0)) for s in stats)
+    for key in PER_BUFFER:
+        total[key] = sum(int(v) for s in stats for v in s.get(key, {}).values())
+    total["threadgroup_memory_bytes"] = max((int(s.get("threadgroup_memory_bytes", 0))
+                                             for s in stats), default=0)
+    return total
+
+
+def _nbytes(values) -> int:
+    import torch
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+
+def _minimum(built) -> dict:
+    """Every input read once, every output written once (oracle outputs carry the output
+    dtypes); Python scalars (the args struct) are left out."""
+    inputs = built.inputs(SEED)
+    outputs = built.oracle(inputs)
+    return {"read": _nbytes(inputs), "written": _nbytes(outputs)}
+
+
+def _half_only(built) -> bool:
+    dtypes = [d for d in built.tolerance_dtypes if d]
+    return bool(dtypes) and all(d in ("float16", "bfloat16") for d in dtypes)
+
+
+def modeled(counters: dict, minimum: dict, flops: int, chip_names, half=False) -> dict:
+    out = {}
+    for chip in roofline.chips(chip_names):
+        m = roofline.model(chip, device_bytes=counters["device_bytes_read"]
+                           + counters["device_bytes_written"], flops=flops,
+                           launches=counters["launches"],
+                           minimum_bytes=minimum["read"] + minimum["written"], half=half)
+        out[chip.name] = {"seconds": m.seconds, "memory_seconds": m.memory_seconds,
+                          "compute_seconds": m.compute_seconds,
+                          "launch_seconds": m.launch_seconds, "bound": m.bound,
+                          "ideal_seconds": m.ideal_seconds, "efficiency": m.efficiency}
+    return out
+
+
+# -- one case ------------------------------------------------------------------------------
+
+def _family(name):
+    from harness.gen import family as families
+    try:
+        return families.get(name)
+    except KeyError:
+        return None
+
+
+def timing_summary(stats) -> dict:
+    """pytest-benchmark's summary of the rounds (min, median, mean, stddev, rounds, iqr,
+    outliers, ...) and the rounds themselves."""
+    return {**stats.as_dict(), "data": list(stats.data)}
+
+
+def time_compile(fam, params: dict, rounds: int, disable=(), replace=None):
+    """DSL -> MSL wall time: the family's build (which parses the T.* kernel) and
+    core.compile without any cache; one warm-up round, then `rounds` rounds."""
+    import core
+    from pytest_benchmark.stats import Stats
+
+    def once():
+        t0 = time.perf_counter()
+        built = fam.build(dict(params))
+        msl = core.compile(built.func, out_idx=built.out_idx, disable=disable,
+                           replace=replace, cache=False).msl
+        assert msl
+        return time.perf_counter() - t0
+
+    once()
+    stats = Stats()
+    for _ in range(rounds):
+        stats.update(once())
+    return stats
+
+
+def mps_available() -> tuple[bool, str]:
+    if platform.system() != "Darwin":
+        return False, f"no Metal on {platform.system()}: GPU time is measured on macOS only"
+    try:
+        import torch
+        if torch.backends.mps.is_available():
+            return True, ""
+        return False, "torch reports MPS unavailable"
+    except ImportError:
+        return False, "torch is not installed"
+
+
+def time_gpu(fam, params: dict, rounds: int):
+    """Measured GPU time on the MPS backend, per call of the program (all its launches).
+
+    UNTESTED: written against PyTorch's documented API (torch.mps.Event); this project
+    has not run it on a Mac yet. Each call synchronizes (core/runtime/mps.py), so the
+    time includes one command-buffer round trip per launch."""
+    import torch
+    from pytest_benchmark.stats import Stats
+
+    import core
+    built = fam.build(dict(params))
+    kernel = core.compile(built.func, out_idx=built.out_idx)
+    args = [a.to("mps") if isinstance(a, torch.Tensor) else a for a in built.inputs(SEED)]
+    for _ in range(3):
+        kernel(*args, backend="mps")
+    torch.mps.synchronize()
+    stats = Stats()
+    for _ in range(rounds):
+        start, end = torch.mps.Event(enable_timing=True), torch.mps.Event(enable_timing=True)
+        start.record()
+        kernel(*args, backend="mps")
+        end.record()
+        end.synchronize()
+        stats.update(start.elapsed_time(end) / 1e3)
+    return stats
+
+
+def measure_case(case: BenchCase, *, rounds: int = DEFAULT_ROUNDS, disable=(),
+                 replace=None, chip_names=roofline.DEFAULT_CHIPS, gpu: bool = False,
+                 gpu_rounds: int = 20) -> CaseMeasurement:
+    """Everything `harness bench` records for one case. Never raises
+    for a failing kernel: the status says what happened."""
+    from harness.case import run_case
+
+    out = CaseMeasurement.of(case)
+    try:
+        fam = _family(case.family)
+    except Exception as err:  # noqa: BLE001 - a broken family module fails its cases
+        out.status = "internal_error"
+        out.message = f"cannot load the kernel families: {type(err).__name__}: {err}"
+        return out
+    if fam is None:  # a registry entry naming no family is a bug of the registry
+        out.status = "internal_error"
+        out.message = f"bench case '{case.name}' names the unknown family '{case.family}'"
+        return out
+    if fam.skip_reason:
+        out.message = fam.skip_reason
+        return out
+    result = run_case(case.family, case.params, seed=SEED, disable=disable, replace=replace,
+                      cache=False)
+    out.status, out.message, out.msl = result.status, result.message, result.msl
+    out.findings = [str(f) for f in result.findings[:20]]
+    try:
+        if result.stats:
+            out.counters = aggregate(result.stats)
+            built = fam.build(dict(case.params))
+            out.minimum = _minimum(built)
+            out.flops = int(built.flops)
+            out.modeled = modeled(out.counters, out.minimum, out.flops, chip_names,
+                                  half=_half_only(built))
+        if result.status in ("pass", "mismatch", "finding", "timeout", "crash",
+                             "launch_error"):
+            out.compile = timing_summary(time_compile(fam, case.params, rounds, disable,
+                                                      replace))
+    except Exception as err:  # noqa: BLE001 - a case that breaks here fails, the run goes on
+        out.status = "internal_error" if out.status == "pass" else out.status
+        note = f"while measuring: {type(err).__name__}: {str(err).splitlines()[0]}"
+        out.message = f"{out.message}\n{note}" if out.message else note
+    if gpu and out.status == "pass":
+        try:
+            out.gpu = {"backend": "mps", **timing_summary(time_gpu(fam, case.params,
+                                                                 gpu_rounds))}
+        except Exception as err:  # noqa: BLE001 - untested path: report, do not crash
+            out.gpu = {"backend": "mps", "error": f"{type(err).__name__}: {err}"}
+    return out
+
+
+# -- the whole run -------------------------------------------------------------------------
+
+def git_revision(root: Path = ROOT) -> dict:
+    def git(*args):
+        try:
+            return subprocess.run(["git", "-C", str(root), *args], capture_output=True,
+                                  text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain",
+                                                                     "--untracked-files=no"))}
+
+
+def machine_info() -> dict:
+    import os
+    return {"node": platform.node(), "system": platform.system(), "release": platform.release(),
+            "machine": platform.machine(), "processor": platform.processor(),
+            "cpus": os.cpu_count(), "python": platform.python_version()}
+
+
+def toolchain_info() -> str:
+    try:
+        from core.runtime.emu.toolchain import find_toolchain
+        return find_toolchain().describe().splitlines()[0]
+    except Exception as err:  # noqa: BLE001 - reported, the checked runs will fail anyway
+        return f"unavailable: {err}"
+
+
+def measure_all(cases, *, rounds: int = DEFAULT_ROUNDS, disable=(), replace=None,
+                chip_names=roofline.DEFAULT_CHIPS, gpu: bool = False,
+                selection: str | None = None, progress=None) -> BenchRun:
+    """Measure `cases` in order; `progress(case, index, total)` is called before each.
+    `selection` is the --cases filter they came from (None: the whole registry)."""
+    results = BenchRun(
+        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        revision=git_revision(), machine=machine_info(), toolchain=toolchain_info(),
+        options={"rounds": rounds, "disable": list(disable), "replace": sorted(replace or {}),
+                 "gpu": gpu, "seed": SEED, "cases": selection},
+        chips={n: roofline.CHIPS[n].describe() for n in chip_names},
+        launch_overhead_s=roofline.LAUNCH_OVERHEAD_S)
+    t0 = time.perf_counter()
+    for i, case in enumerate(cases):
+        if progress:
+            progress(case, i, len(cases))
+        results.cases.append(measure_case(case, rounds=rounds, disable=disable,
+                                          replace=replace, chip_names=chip_names, gpu=gpu))
+    results.seconds = time.perf_counter() - t0
+    return results

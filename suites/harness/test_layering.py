@@ -1,0 +1,30 @@
+"""The harness's layering, checked in a fresh interpreter: the regression store does not
+depend on the fuzzer, and the modules that only describe cases (the case runner's
+vocabulary, the bench registry) import neither torch nor the compiler."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _loaded_after(module: str) -> set:
+    code = f"import sys, {module}; print(' '.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True, env={"PYTHONPATH": str(ROOT), "PATH": ""})
+    return set(out.stdout.split())
+
+
+def test_regressions_do_not_import_the_fuzzer():
+    loaded = _loaded_after("harness.regressions")
+    assert "harness.fuzz" not in loaded and "harness.fuzzworker" not in loaded
+
+
+@pytest.mark.parametrize("module", ["harness.case", "harness.regressions", "harness.benchcases",
+                                    "harness.workers"])
+def test_descriptions_import_no_torch_or_compiler(module):
+    heavy = {"torch", "tvm", "core.jit"} & _loaded_after(module)
+    assert not heavy, sorted(heavy)
