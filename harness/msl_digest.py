@@ -19,9 +19,10 @@ import json
 import sys
 from pathlib import Path
 
-from harness import bench
+from harness.benchcases import CASES
+from harness.gen import family as families
 
-DEFAULT_PATH = bench.ROOT / "reports" / "baselines" / "msl.json"
+DEFAULT_PATH = Path(__file__).resolve().parents[1] / "reports" / "baselines" / "msl.json"
 SCHEMA = "metaltile-msl-digests/1"
 
 
@@ -32,12 +33,12 @@ def digest(msl: str) -> str:
 def case_msl(case) -> str:
     """The MSL of one bench case, compiled without any cache."""
     import core
-    fam = bench._family(case.family)
+    fam = families.get(case.family)
     built = fam.build(dict(case.params))
     return core.compile(built.func, out_idx=built.out_idx, cache=False).msl
 
 
-def current(cases=bench.CASES) -> dict[str, str]:
+def current(cases=CASES) -> dict[str, str]:
     return {case.name: digest(case_msl(case)) for case in cases}
 
 

@@ -2,7 +2,8 @@
 refactoring that is meant to keep the generated code is checked byte for byte. A deliberate
 change records the new digests with `python -m harness.msl_digest --update`."""
 
-from harness import bench, msl_digest
+from harness import msl_digest
+from harness.benchcases import CASES
 
 
 def test_every_bench_case_prints_the_recorded_msl():
@@ -14,7 +15,7 @@ def test_every_bench_case_prints_the_recorded_msl():
 
 def test_a_changed_kernel_is_named():
     recorded = msl_digest.load()
-    case = bench.CASES[0]
+    case = CASES[0]
     now = dict(recorded, **{case.name: msl_digest.digest("// another kernel\n")})
     assert msl_digest.differences(recorded, now) == [
         f"{case.name}: MSL changed ({recorded[case.name][:12]} -> {now[case.name][:12]})"]
