@@ -35,6 +35,7 @@ from core.ir import ops
 from core.ir.matrix import MATRIX_SCOPE
 from core.ir.stmt import as_int
 from core.language.errors import LoweringError
+from core.target import DTYPES
 
 # ---- Metal vocabulary ---------------------------------------------------------------------
 
@@ -44,7 +45,7 @@ TYPES = {
     "int16": "short", "uint16": "ushort", "uint64": "ulong",
 }
 TYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "int8": 1,
-              "uint8": 1, "bool": 1, "uint32": 4}
+              "uint8": 1, "bool": 1, "uint32": 4, "int16": 2, "uint16": 2, "uint64": 8}
 ADDRESS_SPACES = {"global": "device", "shared": "threadgroup", "local": "thread"}
 BUILTINS = {  # launch tag prefix -> (parameter declaration, variable)
     "blockIdx": ("uint3 tgid [[threadgroup_position_in_grid]]", "tgid"),
@@ -55,6 +56,14 @@ BINARY = {
     "EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">=",
     "And": "&&", "Or": "||",
 }
+# Integer bit operations. MSL (C++14 rules) promotes char and short scalars to int before
+# operating, so a narrow result is converted back to its type; a shift count is taken
+# modulo the width of the (promoted) left operand, as MSL defines it, and the printer
+# writes that masking where the count is not provably in range so the same text is also
+# well-defined C++ (the emulator).
+BITWISE = {"BitwiseAnd": "&", "BitwiseOr": "|", "BitwiseXor": "^", "LShift": "<<",
+           "RShift": ">>"}
+SHIFTS = ("LShift", "RShift")
 INTRINSICS = {  # TIR op -> MSL function
     "tirx.exp": "exp", "tirx.exp2": "exp2", "tirx.log": "log", "tirx.log2": "log2",
     "tirx.sqrt": "sqrt", "tirx.rsqrt": "rsqrt", "tirx.fabs": "fabs", "tirx.tanh": "tanh",
@@ -469,6 +478,12 @@ class _KernelPrinter:
             return f"{name.lower()}({self.expr(e.a)}, {self.expr(e.b)})"
         if name == "Not":
             return f"(!{self.expr(e.a)})"
+        if name in SHIFTS:
+            return self.shift(e, BITWISE[name])
+        if name in BITWISE:
+            return self.narrow(e, f"({self.expr(e.a)} {BITWISE[name]} {self.expr(e.b)})")
+        if name == "BitwiseNot":
+            return self.narrow(e, f"(~{self.expr(e.a)})")
         if name == "Cast":
             value = self.expr(e.value)
             src, dst = _scalar(e.value.ty.dtype), _scalar(e.ty.dtype)
@@ -489,6 +504,39 @@ class _KernelPrinter:
             return self.call(e)
         raise LoweringError(f"expression {type(e).__name__} ({e}) has no MSL form",
                             kernel=self.name, construct="MSL printer")
+
+    def narrow(self, e, text):
+        """`text` converted back to `e`'s integer type when MSL's integer promotion widened
+        it (scalar char/short operands are computed as int)."""
+        dt = DTYPES.get(scalar_dtype(e.ty.dtype))
+        if dt is None or not dt.is_integer:
+            raise LoweringError(f"{type(e).__name__} on {e.ty.dtype}: bit operations need "
+                                "integer operands", kernel=self.name,
+                                construct="MSL printer")
+        return f"{msl_type(e.ty.dtype)}{text}" if dt.bits < 32 and lanes_of(e.ty.dtype) == 1 \
+            else text
+
+    def shift(self, e, op) -> str:
+        """A shift with MSL's scalar rule whatever the lanes: the count is read modulo the
+        promoted width N (32 bits, 64 for 64-bit types) and written masked unless provably
+        in range. A vector of narrow elements shifts modulo its element width in MSL, so
+        one whose count may reach that width is shifted as int lanes and converted back:
+        vectorizing a loop never changes what it computes."""
+        dt = DTYPES.get(scalar_dtype(e.ty.dtype))
+        if dt is None or not dt.is_integer:
+            raise LoweringError(f"{type(e).__name__} on {e.ty.dtype}: shifts need integer "
+                                "operands", kernel=self.name, construct="MSL printer")
+        width = max(dt.bits, 32)
+        lanes = lanes_of(e.ty.dtype)
+        count = e.b.value if type(e.b).__name__ == "Broadcast" else e.b
+        bound = self.analyzer.const_int_bound(count)
+        a, b = self.expr(e.a), self.expr(e.b)
+        if bound.min_value >= 0 and bound.max_value < (dt.bits if lanes > 1 else width):
+            return self.narrow(e, f"({a} {op} {b})")
+        if lanes > 1 and dt.bits < 32:
+            wide = msl_type(_with_base(e.ty.dtype, "int32"))
+            return f"{msl_type(e.ty.dtype)}({wide}({a}) {op} ({wide}({b}) & {wide}(31)))"
+        return self.narrow(e, f"({a} {op} ({b} & {msl_type(e.b.ty.dtype)}({width - 1})))")
 
     def int_literal(self, e):
         dt = str(e.ty.dtype)

@@ -2,14 +2,17 @@
 
 The DSL accepts a dtype as a string ("float16"), a TVMScript dtype object (`T.float16`) or
 a torch dtype; `dtype_name` turns each into the canonical string. `SUPPORTED` is the set of
-SPEC.md section 1 (float32, float16, bfloat16, int32, int64, int8, uint8, bool).
+DSL's element types: float32, float16, bfloat16, bool and every integer width, signed and
+unsigned (the narrow and unsigned ones carry packed data: fp8/fp4 weights, bit fields).
 """
 
 from __future__ import annotations
 
 from core.language.errors import KernelDefinitionError
+from core.target import DTYPES
 
-SUPPORTED = ("float32", "float16", "bfloat16", "int32", "int64", "int8", "uint8", "bool")
+SUPPORTED = ("float32", "float16", "bfloat16", "int32", "int64", "int8", "uint8", "bool",
+             "int16", "uint16", "uint32", "uint64")
 SCALAR_PARAM_DTYPES = ("int32", "int64", "float32", "float16", "bool")
 
 _ALIASES = {"float": "float32", "half": "float16", "bf16": "bfloat16", "int": "int32",
@@ -34,5 +37,4 @@ def dtype_name(dtype, *, construct: str = "dtype") -> str:
 
 def bits(dtype: str) -> int:
     """Storage size of one element in bits (bool is one byte, as in torch and MSL)."""
-    return {"float32": 32, "float16": 16, "bfloat16": 16, "int32": 32, "int64": 64,
-            "int8": 8, "uint8": 8, "bool": 8}[dtype]
+    return DTYPES[dtype].bits
