@@ -592,6 +592,8 @@ class _KernelPrinter:
         if op in MATRIX_CALLS:
             t = msl_type(args[0].source.ty.dtype)
             return MATRIX_CALLS[op].format(*(self.expr(a) for a in args), t=t)
+        if op == "tirx.reinterpret":
+            return f"as_type<{msl_type(e.ty.dtype)}>({self.expr(args[0])})"
         if op == "tirx.address_of":
             return f"&{self.expr(args[0])}"
         if op == "tirx.likely":

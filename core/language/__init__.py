@@ -16,8 +16,9 @@ from core.language.loops import Parallel, Pipelined, Serial, Unroll, serial, unr
 from core.language.math import (abs, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, cast,
                                 ceil, ceildiv, cos, exp, exp2, floor, floordiv, floormod,
                                 if_then_else, infinity, log, log2, max, max_value, min,
-                                min_value, rsqrt, shift_left, shift_right, sigmoid, sin, sqrt,
-                                tanh)
+                                min_value, reinterpret, rsqrt, shift_left, shift_right,
+                                sigmoid, sin, sqrt, tanh)
+from core.language.quant import decode_e2m1, decode_e4m3
 from core.language.reduce import (reduce_absmax, reduce_abssum, reduce_max, reduce_min,
                                   reduce_sum)
 from core.language.tileops import clear, copy, fill

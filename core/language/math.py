@@ -13,6 +13,7 @@ from tvm.script import tirx as _T
 
 from core.language.dtypes import dtype_name
 from core.language.errors import KernelDefinitionError
+from core.target import DTYPES
 
 
 def _expr(x, dtype="float32"):
@@ -79,6 +80,19 @@ bitwise_xor = _integer_op(tvm.tirx.bitwise_xor, "bitwise_xor", 2)
 bitwise_not = _integer_op(tvm.tirx.bitwise_not, "bitwise_not", 1)
 shift_left = _integer_op(tvm.tirx.shift_left, "shift_left", 2)
 shift_right = _integer_op(tvm.tirx.shift_right, "shift_right", 2)
+
+
+def reinterpret(value, dtype):
+    """The bits of `value` read as `dtype` of the same size (MSL `as_type`); TileLang's
+    argument order."""
+    value = _expr(value)
+    dt = dtype_name(dtype, construct="T.reinterpret")
+    src = str(value.ty.dtype)
+    if DTYPES[dt].bits != DTYPES[src].bits:
+        raise KernelDefinitionError(f"T.reinterpret from {src} ({DTYPES[src].bits} bits) to "
+                                    f"{dt} ({DTYPES[dt].bits} bits): the sizes must match",
+                                    construct="T.reinterpret")
+    return tvm.tirx.reinterpret(dt, value)
 
 
 def abs(x):  # noqa: A001 - TileLang's name
