@@ -253,6 +253,13 @@ CASES = (
               "prefill projection, Qwen2.5-7B 3584 -> 3584, bf16",
               f"M 128 of {PREFILL_TOKENS} tokens, N 256 of 3584; K real",
               PREFILL_TOKENS / 128 * 3584 / 256),
+    # The decode GEMM above, written as a GEMV (harness/gen/gemv.py): the same shape.
+    BenchCase("gemv/decode-f16", "gemv",
+              {"M": 8, "N": 2048, "K": 3584, "bM": 8, "bN": 16, "bK": 128, "threads": 32,
+               "dtype": "float16", "out_dtype": "float16"},
+              "decode up-projection (8 tokens) as a GEMV: threads split K, simd_shuffle "
+              "butterflies, no simdgroup matrices; Qwen2.5-7B 3584 -> 18944, weights N x K, "
+              "f16", "N 2048 of 18944; tokens and K real", 18944 / 2048),
 )
 
 
