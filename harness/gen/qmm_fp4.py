@@ -1,0 +1,105 @@
+"""Family `qmm_fp4`: per-expert Y[e] = X[e] W[e]^T for MoE expert weights in fp4 e2m1, two
+codes per byte (element 2j in the low nibble, 2j+1 in the high one) with one float16
+scale per group of 32 weights along K (MXFP4-style groups), decoded in the kernel
+(T.decode_e2m1: bit operations, no table) and accumulated in float32.
+
+Params:
+    E           experts; grid z runs one expert per slice (the gathered tokens of each
+                expert in X[e], as a MoE block hands them over, padded to T rows)
+    T           token rows per expert (any >= 1; rows past it are masked)
+    N, K        expert weight W[e] is N x K (stored N x K/2 bytes); K a multiple of the
+                group (32); N any >= 1 (ragged tiles are masked)
+    bM, bN      token rows and weight rows per threadgroup
+    threads     32, 64, 128, 256
+    dtype       X: float16 or bfloat16
+    out_dtype   Y: float32 or `dtype`
+
+Signature: (X (E, T, K/2, 2), W (E, N, K/2) uint8, S (E, N, K/32) float16, Y (E, T, N)).
+X is viewed with its K axis split into (byte, nibble) pairs, the same memory as (E, T, K),
+so the loop over one group reads X[m, j, p] against nibble p of byte W[n, j].
+"""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+
+import core.language as T
+from harness.gen import strategies as S
+from harness.gen.family import Built, Family, register
+from harness.gen.inputs import random_tensor
+from oracles import qmm as oracle
+
+GROUP = 32
+DTYPES = ("float16", "bfloat16")
+
+
+def kernel(p: dict):
+    E, Tk, N, K, bM, bN = p["E"], p["T"], p["N"], p["K"], p["bM"], p["bN"]
+    dtype, out_dtype = p["dtype"], p["out_dtype"]
+    half_group = GROUP // 2
+
+    @T.prim_func
+    def qmm_fp4(X: T.Tensor((E, Tk, K // 2, 2), dtype), W: T.Tensor((E, N, K // 2), "uint8"),
+                Sc: T.Tensor((E, N, K // GROUP), "float16"),
+                Y: T.Tensor((E, Tk, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(Tk, bM), E, threads=p["threads"]) as \
+                (bx, by, e):
+            x = T.alloc_fragment((bM, half_group, 2), dtype)
+            w = T.alloc_fragment((bN, half_group), "uint8")
+            s = T.alloc_fragment((bN,), "float32")
+            acc = T.alloc_fragment((bM, bN, half_group, 2), "float32")
+            pairs = T.alloc_fragment((bM, bN, half_group), "float32")
+            y = T.alloc_fragment((bM, bN), "float32")
+            T.clear(acc)
+            for g in T.serial(K // GROUP):
+                T.copy(X[e, by * bM, g * half_group, 0], x)
+                T.copy(W[e, bx * bN, g * half_group], w)
+                for n in T.Parallel(bN):
+                    s[n] = T.if_then_else(bx * bN + n < N,
+                                          T.cast(Sc[e, bx * bN + n, g], "float32"), 0.0)
+                for m, n, j, q in T.Parallel(bM, bN, half_group, 2):
+                    acc[m, n, j, q] += T.cast(x[m, j, q], "float32") * s[n] * T.decode_e2m1(
+                        T.shift_right(T.cast(w[n, j], "uint32"), T.cast(q, "uint32") * 4))
+            T.reduce_sum(acc, pairs, dim=3)
+            T.reduce_sum(pairs, y, dim=2)
+            T.copy(y, Y[e, by * bM, bx * bN])
+    return qmm_fp4
+
+
+def inputs_for(p: dict, seed: int) -> list:
+    E, Tk, N, K = p["E"], p["T"], p["N"], p["K"]
+    w = random_tensor((E, N, K), "float32", seed + 1)
+    packed, scales = oracle.quantize_e2m1(w, GROUP)
+    x = random_tensor((E, Tk, K), p["dtype"], seed).reshape(E, Tk, K // 2, 2)
+    return [x, packed, scales]
+
+
+def build(p: dict) -> Built:
+    E, Tk, N, K = p["E"], p["T"], p["N"], p["K"]
+
+    def expected(args):
+        x, packed, scales = args
+        w = oracle.dequant_e2m1(packed, scales, GROUP)
+        return [oracle.qmm(x.reshape(E, Tk, K), w).to(getattr(torch, p["out_dtype"]))]
+
+    return Built(kernel(p), [3], lambda seed: inputs_for(p, seed), expected,
+                 reduction_length=K, tolerance_dtypes=(p["out_dtype"],),
+                 flops=2 * E * Tk * N * K, op_class="accumulation")
+
+
+@st.composite
+def _drawn(draw):
+    dtype = draw(S.dtype(DTYPES))
+    return {"E": draw(st.integers(1, 3)), "T": draw(S.extent(1, 9)),
+            "N": draw(S.extent(1, 40)), "K": draw(S.multiple_of(GROUP, GROUP, 256)),
+            "bM": draw(S.tile((1, 2, 4, 8))), "bN": draw(S.tile((1, 2, 4, 8, 16))),
+            "threads": draw(S.threads((32, 64, 128, 256))), "dtype": dtype,
+            "out_dtype": draw(st.sampled_from(("float32", dtype)))}
+
+
+def params():
+    return _drawn()
+
+
+FAMILY = register(Family("qmm_fp4", __doc__.splitlines()[0], params, build, tags=("gemm",)))

@@ -1,0 +1,126 @@
+"""Family `qmm_fp8`: Y = X W^T with W stored as fp8 e4m3 codes (one byte each) and float32
+scales per weight row or per G x G block, decoded in the kernel (T.decode_e4m3: bit
+operations, no table) and accumulated in float32; the GEMV structure of family `gemv`.
+
+Params:
+    M, N, K     X is M x K (1: decode; 64: prefill), W codes N x K (uint8), Y is M x N;
+                any sizes >= 1 (ragged tiles are masked: padding codes load as 0 = +0.0)
+    scale       "row": S is (N,), applied to the reduced dot products;
+                "block": S is (ceil(N/G), ceil(K/G)) as DeepSeek-V3's 128 x 128 blocks,
+                applied per k step (G a multiple of bK, so a step lies in one block)
+    G           block edge for "block" (bK or 2 bK); unused for "row"
+    bM, bN, bK  tile: rows of X, weight rows, K elements per step (32..256)
+    threads     32, 64, 128, 256
+    dtype       X: float16 or bfloat16
+    out_dtype   Y: float32 or `dtype`
+
+Signature: (X, W, S, Y).
+"""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+
+import core.language as T
+from harness.gen import strategies as S
+from harness.gen.family import Built, Family, register
+from harness.gen.inputs import random_tensor
+from oracles import qmm as oracle
+
+DTYPES = ("float16", "bfloat16")
+SCALES = ("row", "block")
+
+
+def scale_shape(p: dict) -> tuple:
+    if p["scale"] == "row":
+        return (p["N"],)
+    return (-(-p["N"] // p["G"]), -(-p["K"] // p["G"]))
+
+
+def kernel(p: dict):
+    M, N, K, bM, bN, bK = p["M"], p["N"], p["K"], p["bM"], p["bN"], p["bK"]
+    dtype, out_dtype, G = p["dtype"], p["out_dtype"], p.get("G", bK)
+    per_block = p["scale"] == "block"
+    s_shape = scale_shape(p)
+
+    @T.prim_func
+    def qmm_fp8(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), "uint8"),
+                Sc: T.Tensor(s_shape, "float32"), Y: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=p["threads"]) as (bx, by):
+            x = T.alloc_fragment((bM, bK), dtype)
+            w = T.alloc_fragment((bN, bK), "uint8")
+            s = T.alloc_fragment((bN,), "float32")
+            acc = T.alloc_fragment((bM, bN, bK), "float32")
+            y = T.alloc_fragment((bM, bN), "float32")
+            T.clear(acc)
+            for ko in T.serial(T.ceildiv(K, bK)):
+                T.copy(X[by * bM, ko * bK], x)
+                T.copy(W[bx * bN, ko * bK], w)
+                if per_block:
+                    for n in T.Parallel(bN):
+                        s[n] = T.if_then_else(bx * bN + n < N,
+                                              Sc[(bx * bN + n) // G, ko * bK // G], 0.0)
+                    for m, n, k in T.Parallel(bM, bN, bK):
+                        acc[m, n, k] += T.cast(x[m, k], "float32") * \
+                            T.decode_e4m3(w[n, k]) * s[n]
+                else:
+                    for m, n, k in T.Parallel(bM, bN, bK):
+                        acc[m, n, k] += T.cast(x[m, k], "float32") * T.decode_e4m3(w[n, k])
+            T.reduce_sum(acc, y, dim=2)
+            if not per_block:
+                for m, n in T.Parallel(bM, bN):
+                    y[m, n] = y[m, n] * T.if_then_else(bx * bN + n < N, Sc[bx * bN + n], 0.0)
+            T.copy(y, Y[by * bM, bx * bN])
+    return qmm_fp8
+
+
+def inputs_for(p: dict, seed: int) -> list:
+    """X, and W quantized from normal weights with absmax scales (per row or block)."""
+    N, K = p["N"], p["K"]
+    w = random_tensor((N, K), "float32", seed + 1)
+    if p["scale"] == "row":
+        scales = (w.abs().amax(1) / oracle.E4M3_MAX).clamp_min(1e-8)
+        codes = oracle.quantize_e4m3(w, scales[:, None])
+    else:
+        G = p["G"]
+        nb, kb = scale_shape(p)
+        padded = torch.zeros(nb * G, kb * G)
+        padded[:N, :K] = w
+        scales = (padded.abs().reshape(nb, G, kb, G).amax((1, 3)) / oracle.E4M3_MAX) \
+            .clamp_min(1e-8)
+        codes = oracle.quantize_e4m3(w, oracle.expand_blocks(scales, G, N, K))
+    return [random_tensor((p["M"], K), p["dtype"], seed), codes, scales.float()]
+
+
+def build(p: dict) -> Built:
+    def expected(args):
+        x, codes, scales = args
+        w = oracle.dequant_e4m3(codes, scales, p.get("G", 0))
+        return [oracle.qmm(x, w).to(getattr(torch, p["out_dtype"]))]
+
+    M, N, K = p["M"], p["N"], p["K"]
+    return Built(kernel(p), [3], lambda seed: inputs_for(p, seed), expected,
+                 reduction_length=K, tolerance_dtypes=(p["out_dtype"],), flops=2 * M * N * K,
+                 op_class="accumulation")
+
+
+@st.composite
+def _drawn(draw):
+    dtype = draw(S.dtype(DTYPES))
+    bK = draw(S.tile((32, 64, 128, 256)))
+    scale = draw(st.sampled_from(SCALES))
+    p = {"M": draw(S.extent(1, 10)), "N": draw(S.extent(1, 40)), "K": draw(S.extent(1, 300)),
+         "scale": scale, "bM": draw(S.tile((1, 2, 4, 8))), "bN": draw(S.tile((1, 2, 4, 8, 16))),
+         "bK": bK, "threads": draw(S.threads((32, 64, 128, 256))), "dtype": dtype,
+         "out_dtype": draw(st.sampled_from(("float32", dtype)))}
+    if scale == "block":
+        p["G"] = bK * draw(st.sampled_from((1, 2)))
+    return p
+
+
+def params():
+    return _drawn()
+
+
+FAMILY = register(Family("qmm_fp8", __doc__.splitlines()[0], params, build, tags=("gemm",)))
