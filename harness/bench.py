@@ -133,6 +133,15 @@ class BenchCase:
     reference: Reference | None = None   # a measured figure to set beside the model
 
 
+_QMM_OMITS = ("the seed's shape (not recorded with its figure; modeled at the real shape "
+              "named by the case), caches (activation re-reads per weight tile are charged "
+              "as DRAM traffic), register pressure of the per-thread partial sums, and the "
+              "integer decode work (not counted as flops)")
+FP8_REFERENCE = Reference(695, "us", "seed: fp8 (e4m3) dense QMM measured on an M2 (issue 9)",
+                          omits=_QMM_OMITS)
+FP4_REFERENCE = Reference(702, "us", "seed: fp4 (e2m1) expert QMM measured on an M2 (issue 9); "
+                          "870/870 numerical checks across its QMM paths", omits=_QMM_OMITS)
+
 # Qwen2.5-7B: hidden 3584, intermediate 18944, vocab 152064, 28 heads x 128.
 # Qwen3-30B-A3B (MoE): hidden 2048, expert intermediate 768. A 4096-token prefill is the
 # real row count of the row-wise cases below.
@@ -260,6 +269,27 @@ CASES = (
               "decode up-projection (8 tokens) as a GEMV: threads split K, simd_shuffle "
               "butterflies, no simdgroup matrices; Qwen2.5-7B 3584 -> 18944, weights N x K, "
               "f16", "N 2048 of 18944; tokens and K real", 18944 / 2048),
+    # Quantized matmuls at the seed's execution patterns (issue 9). The seed's M2 figures
+    # come without their shapes; the real shapes below are Qwen3's, stated as such.
+    BenchCase("qmm_fp8/decode-m1", "qmm_fp8",
+              {"M": 1, "N": 1024, "K": 4096, "scale": "block", "G": 128, "bM": 1, "bN": 16,
+               "bK": 128, "threads": 128, "dtype": "bfloat16", "out_dtype": "bfloat16"},
+              "fp8 e4m3 dense QMM, decode (1 token), Qwen3-8B MLP 4096 -> 12288, 128 x 128 "
+              "block scales, bf16 activations", "N 1024 of 12288; token and K real",
+              12288 / 1024, FP8_REFERENCE),
+    BenchCase("qmm_fp8/prefill-m64", "qmm_fp8",
+              {"M": 64, "N": 128, "K": 4096, "scale": "row", "bM": 8, "bN": 16, "bK": 128,
+               "threads": 32, "dtype": "bfloat16", "out_dtype": "bfloat16"},
+              "fp8 e4m3 dense QMM, prefill (64 tokens), Qwen3-8B MLP 4096 -> 12288, per-row "
+              "scales, bf16 activations", "N 128 of 12288; tokens and K real",
+              12288 / 128, FP8_REFERENCE),
+    BenchCase("qmm_fp4/experts-bf16", "qmm_fp4",
+              {"E": 4, "T": 4, "N": 768, "K": 2048, "bM": 4, "bN": 8, "threads": 128,
+               "dtype": "bfloat16", "out_dtype": "bfloat16"},
+              "fp4 e2m1 expert QMM (group-32 float16 scales), per expert: Qwen3-30B-A3B gate "
+              "projection 2048 -> 768 for 128 experts x 4 routed tokens (a 64-token prefill, "
+              "top-8), bf16 activations", "experts 4 of 128; tokens, N and K real",
+              128 / 4, FP4_REFERENCE),
 )
 
 
