@@ -278,11 +278,13 @@ CASES = (
               "block scales, bf16 activations", "N 1024 of 12288; token and K real",
               12288 / 1024, FP8_REFERENCE),
     BenchCase("qmm_fp8/prefill-m64", "qmm_fp8",
-              {"M": 64, "N": 128, "K": 4096, "scale": "row", "bM": 8, "bN": 16, "bK": 128,
-               "threads": 32, "dtype": "bfloat16", "out_dtype": "bfloat16"},
-              "fp8 e4m3 dense QMM, prefill (64 tokens), Qwen3-8B MLP 4096 -> 12288, per-row "
-              "scales, bf16 activations", "N 128 of 12288; tokens and K real",
-              12288 / 128, FP8_REFERENCE),
+              {"M": 64, "N": 256, "K": 4096, "scale": "row", "path": "gemm", "bM": 64,
+               "bN": 64, "bK": 32, "threads": 128, "dtype": "bfloat16",
+               "out_dtype": "bfloat16"},
+              "fp8 e4m3 dense QMM, prefill (64 tokens): weight tiles decoded into threadgroup "
+              "memory, simdgroup-matrix GEMM; Qwen3-8B MLP 4096 -> 12288, per-row scales, "
+              "bf16 activations", "N 256 of 12288; tokens and K real", 12288 / 256,
+              FP8_REFERENCE),
     BenchCase("qmm_fp4/experts-bf16", "qmm_fp4",
               {"E": 4, "T": 4, "N": 768, "K": 2048, "bM": 4, "bN": 8, "threads": 128,
                "dtype": "bfloat16", "out_dtype": "bfloat16"},

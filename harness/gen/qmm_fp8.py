@@ -5,6 +5,9 @@ operations, no table) and accumulated in float32; the GEMV structure of family `
 Params:
     M, N, K     X is M x K (1: decode; 64: prefill), W codes N x K (uint8), Y is M x N;
                 any sizes >= 1 (ragged tiles are masked: padding codes load as 0 = +0.0)
+    path        "gemv" (default): the GEMV form below, for decode; "gemm": the prefill
+                form (`gemm_kernel`: weight tiles decoded into threadgroup memory, T.gemm;
+                M, N, K multiples of 8, T.gemm's tiles and threads)
     scale       "row": S is (N,), applied to the reduced dot products;
                 "block": S is (ceil(N/G), ceil(K/G)) as DeepSeek-V3's 128 x 128 blocks,
                 applied per k step (G a multiple of bK, so a step lies in one block)
@@ -23,6 +26,7 @@ import torch
 from hypothesis import strategies as st
 
 import core.language as T
+from harness.gen import gemm as gemm_family
 from harness.gen import strategies as S
 from harness.gen.family import Built, Family, register
 from harness.gen.inputs import random_tensor
@@ -39,6 +43,8 @@ def scale_shape(p: dict) -> tuple:
 
 
 def kernel(p: dict):
+    if p.get("path", "gemv") == "gemm":
+        return gemm_kernel(p)
     M, N, K, bM, bN, bK = p["M"], p["N"], p["K"], p["bM"], p["bN"], p["bK"]
     dtype, out_dtype, G = p["dtype"], p["out_dtype"], p.get("G", bK)
     per_block = p["scale"] == "block"
@@ -75,6 +81,45 @@ def kernel(p: dict):
     return qmm_fp8
 
 
+def gemm_kernel(p: dict):
+    """The prefill form: each k step decodes the weight tile into threadgroup memory in
+    the activation dtype (e4m3 values are exact in float16 and bfloat16; a block scale is
+    applied before that rounding, a row scale after the GEMM) and T.gemm multiplies it with
+    simdgroup matrices, so a weight byte is read once per bM rows of X."""
+    M, N, K, bM, bN, bK = p["M"], p["N"], p["K"], p["bM"], p["bN"], p["bK"]
+    dtype, out_dtype, G = p["dtype"], p["out_dtype"], p.get("G", bK)
+    per_block = p["scale"] == "block"
+    s_shape = scale_shape(p)
+
+    @T.prim_func
+    def qmm_fp8_gemm(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), "uint8"),
+                     Sc: T.Tensor(s_shape, "float32"), Y: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=p["threads"]) as (bx, by):
+            x = T.alloc_shared((bM, bK), dtype)
+            w = T.alloc_shared((bN, bK), dtype)
+            codes = T.alloc_fragment((bN, bK), "uint8")
+            acc = T.alloc_fragment((bM, bN), "float32")
+            T.clear(acc)
+            for ko in T.Pipelined(T.ceildiv(K, bK), num_stages=2):
+                T.copy(X[by * bM, ko * bK], x)
+                T.copy(W[bx * bN, ko * bK], codes)
+                if per_block:
+                    for n, k in T.Parallel(bN, bK):
+                        w[n, k] = T.cast(T.decode_e4m3(codes[n, k]) * T.if_then_else(
+                            bx * bN + n < N, Sc[(bx * bN + n) // G, ko * bK // G], 0.0),
+                            dtype)
+                else:
+                    for n, k in T.Parallel(bN, bK):
+                        w[n, k] = T.cast(T.decode_e4m3(codes[n, k]), dtype)
+                T.gemm(x, w, acc, transpose_B=True)
+            if not per_block:
+                for m, n in T.Parallel(bM, bN):
+                    acc[m, n] = acc[m, n] * T.if_then_else(bx * bN + n < N, Sc[bx * bN + n],
+                                                           0.0)
+            T.copy(acc, Y[by * bM, bx * bN])
+    return qmm_fp8_gemm
+
+
 def inputs_for(p: dict, seed: int) -> list:
     """X, and W quantized from normal weights with absmax scales (per row or block)."""
     N, K = p["N"], p["K"]
@@ -100,9 +145,27 @@ def build(p: dict) -> Built:
         return [oracle.qmm(x, w).to(getattr(torch, p["out_dtype"]))]
 
     M, N, K = p["M"], p["N"], p["K"]
+    # the gemm path rounds block-scaled weights to the activation dtype: its tolerance
+    rounded = p.get("path") == "gemm" and p["scale"] == "block"
     return Built(kernel(p), [3], lambda seed: inputs_for(p, seed), expected,
-                 reduction_length=K, tolerance_dtypes=(p["out_dtype"],), flops=2 * M * N * K,
-                 op_class="accumulation")
+                 reduction_length=K, flops=2 * M * N * K, op_class="accumulation",
+                 tolerance_dtypes=(p["dtype"] if rounded else p["out_dtype"],))
+
+
+@st.composite
+def _drawn_gemm(draw):
+    """The gemm path: T.gemm's rules (multiples of 8, tiles the simdgroups split)."""
+    dtype = draw(S.dtype(DTYPES))
+    bK = draw(S.tile((16, 32)))
+    scale = draw(st.sampled_from(SCALES))
+    p = {"M": draw(S.multiple_of(8, 8, 80)), "N": draw(S.multiple_of(8, 8, 80)),
+         "K": draw(S.multiple_of(8, 8, 160)), "scale": scale, "path": "gemm",
+         "bM": draw(S.tile((16, 32))), "bN": draw(S.tile((16, 32))), "bK": bK,
+         "threads": draw(S.threads((32, 64, 128))), "dtype": dtype,
+         "out_dtype": draw(st.sampled_from(("float32", dtype)))}
+    if scale == "block":
+        p["G"] = bK * draw(st.sampled_from((1, 2)))
+    return p
 
 
 @st.composite
@@ -120,7 +183,7 @@ def _drawn(draw):
 
 
 def params():
-    return _drawn()
+    return st.one_of(_drawn(), _drawn_gemm().filter(gemm_family.supported))
 
 
 FAMILY = register(Family("qmm_fp8", __doc__.splitlines()[0], params, build, tags=("gemm",)))
