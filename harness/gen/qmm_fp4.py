@@ -11,6 +11,12 @@ Params:
                 group (32); N any >= 1 (ragged tiles are masked)
     bM, bN      token rows and weight rows per threadgroup
     threads     32, 64, 128, 256
+    x           "fragment" (default): each group's activations are loaded into a fragment
+                per k step, by every thread that needs them (a simdgroup per weight row);
+                "shared": the threadgroup's bM x K activations and bN x K/32 scales are
+                staged in threadgroup memory once (one barrier), read from there by all
+                rows (bM * K * 2 + bN * K / 16 bytes within 32 KiB), so device memory sees
+                them once per threadgroup
     dtype       X: float16 or bfloat16
     out_dtype   Y: float32 or `dtype`
 
@@ -38,6 +44,7 @@ def kernel(p: dict):
     E, Tk, N, K, bM, bN = p["E"], p["T"], p["N"], p["K"], p["bM"], p["bN"]
     dtype, out_dtype = p["dtype"], p["out_dtype"]
     half_group = GROUP // 2
+    staged = p.get("x", "fragment") == "shared"
 
     @T.prim_func
     def qmm_fp4(X: T.Tensor((E, Tk, K // 2, 2), dtype), W: T.Tensor((E, N, K // 2), "uint8"),
@@ -45,7 +52,13 @@ def kernel(p: dict):
                 Y: T.Tensor((E, Tk, N), out_dtype)):
         with T.Kernel(T.ceildiv(N, bN), T.ceildiv(Tk, bM), E, threads=p["threads"]) as \
                 (bx, by, e):
-            x = T.alloc_fragment((bM, half_group, 2), dtype)
+            if staged:
+                xs = T.alloc_shared((bM, K // 2, 2), dtype)
+                ss = T.alloc_shared((bN, K // GROUP), "float16")
+                T.copy(X[e, by * bM, 0, 0], xs)
+                T.copy(Sc[e, bx * bN, 0], ss)
+            else:
+                x = T.alloc_fragment((bM, half_group, 2), dtype)
             w = T.alloc_fragment((bN, half_group), "uint8")
             s = T.alloc_fragment((bN,), "float32")
             acc = T.alloc_fragment((bM, bN, half_group, 2), "float32")
@@ -53,14 +66,22 @@ def kernel(p: dict):
             y = T.alloc_fragment((bM, bN), "float32")
             T.clear(acc)
             for g in T.serial(K // GROUP):
-                T.copy(X[e, by * bM, g * half_group, 0], x)
                 T.copy(W[e, bx * bN, g * half_group], w)
-                for n in T.Parallel(bN):
-                    s[n] = T.if_then_else(bx * bN + n < N,
-                                          T.cast(Sc[e, bx * bN + n, g], "float32"), 0.0)
-                for m, n, j, q in T.Parallel(bM, bN, half_group, 2):
-                    acc[m, n, j, q] += T.cast(x[m, j, q], "float32") * s[n] * T.decode_e2m1(
-                        T.shift_right(T.cast(w[n, j], "uint32"), T.cast(q, "uint32") * 4))
+                if staged:
+                    for m, n, j, q in T.Parallel(bM, bN, half_group, 2):
+                        acc[m, n, j, q] += T.cast(xs[m, g * half_group + j, q], "float32") * \
+                            T.cast(ss[n, g], "float32") * T.decode_e2m1(
+                                T.shift_right(T.cast(w[n, j], "uint32"),
+                                              T.cast(q, "uint32") * 4))
+                else:
+                    for n in T.Parallel(bN):
+                        s[n] = T.if_then_else(bx * bN + n < N,
+                                              T.cast(Sc[e, bx * bN + n, g], "float32"), 0.0)
+                    T.copy(X[e, by * bM, g * half_group, 0], x)
+                    for m, n, j, q in T.Parallel(bM, bN, half_group, 2):
+                        acc[m, n, j, q] += T.cast(x[m, j, q], "float32") * s[n] * \
+                            T.decode_e2m1(T.shift_right(T.cast(w[n, j], "uint32"),
+                                                        T.cast(q, "uint32") * 4))
             T.reduce_sum(acc, pairs, dim=3)
             T.reduce_sum(pairs, y, dim=2)
             T.copy(y, Y[e, by * bM, bx * bN])
@@ -95,11 +116,17 @@ def _drawn(draw):
             "N": draw(S.extent(1, 40)), "K": draw(S.multiple_of(GROUP, GROUP, 256)),
             "bM": draw(S.tile((1, 2, 4, 8))), "bN": draw(S.tile((1, 2, 4, 8, 16))),
             "threads": draw(S.threads((32, 64, 128, 256))), "dtype": dtype,
-            "out_dtype": draw(st.sampled_from(("float32", dtype)))}
+            "out_dtype": draw(st.sampled_from(("float32", dtype))),
+            "x": draw(st.sampled_from(("fragment", "shared")))}
+
+
+def supported(p: dict) -> bool:
+    return p["x"] != "shared" or S.fits_threadgroup((p["bM"] * p["K"], "float16"),
+                                                    (p["bN"] * p["K"] // GROUP, "float16"))
 
 
 def params():
-    return _drawn()
+    return _drawn().filter(supported)
 
 
 FAMILY = register(Family("qmm_fp4", __doc__.splitlines()[0], params, build, tags=("gemm",)))
