@@ -8,7 +8,8 @@ from `bench.compare`. Output: rich tables for the terminal (`summary_table`,
     bench.md     the verdict, the gate's changes, every case's counters, modeled times per
                  chip (at the shape that ran and extrapolated to the real shape), the
                  modeled time beside each case's measured reference (`bench.Reference`,
-                 with the ratio and what the model leaves out), compile times (and the A/B comparison with --against), skipped cases, the model
+                 with the ratio and what the model leaves out), compile times (and the
+                 A/B comparison with --against), skipped cases, the model
     bench.html   the same tables and plots of counters and modeled times against the
                  baseline and of compile times (matplotlib, inline SVG; without matplotlib
                  the page says how to get the plots)

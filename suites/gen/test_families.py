@@ -20,8 +20,8 @@ from harness.gen import family as families
 
 NAMES = [f.name for f in families.families()]
 EXAMPLES = {"elementwise": 20, "cast": 20, "copy": 20, "conditional": 20, "multikernel": 15,
-            "scalars": 15, "reduce": 20, "softmax": 12, "rmsnorm": 12, "gemm": 15, "gemv": 15, "qmm_fp8": 15,
-            "qmm_fp4": 12}
+            "scalars": 15, "reduce": 20, "softmax": 12, "rmsnorm": 12, "gemm": 15, "gemv": 15,
+            "qmm_fp8": 15, "qmm_fp4": 12}
 
 # LLM-sized params (Qwen-like rows of 4096): every family must build and compile at these
 # sizes, which harness/bench.py relies on; compiling runs no clang, so this is cheap.
