@@ -273,7 +273,7 @@ CASES = (
     # come without their shapes; the real shapes below are Qwen3's, stated as such.
     BenchCase("qmm_fp8/decode-m1", "qmm_fp8",
               {"M": 1, "N": 1024, "K": 4096, "scale": "block", "G": 128, "bM": 1, "bN": 16,
-               "bK": 128, "threads": 128, "dtype": "bfloat16", "out_dtype": "bfloat16"},
+               "bK": 128, "threads": 32, "dtype": "bfloat16", "out_dtype": "bfloat16"},
               "fp8 e4m3 dense QMM, decode (1 token), Qwen3-8B MLP 4096 -> 12288, 128 x 128 "
               "block scales, bf16 activations", "N 1024 of 12288; token and K real",
               12288 / 1024, FP8_REFERENCE),

@@ -10,7 +10,10 @@ Params:
                 M, N, K multiples of 8, T.gemm's tiles and threads)
     scale       "row": S is (N,), applied to the reduced dot products;
                 "block": S is (ceil(N/G), ceil(K/G)) as DeepSeek-V3's 128 x 128 blocks,
-                applied per k step (G a multiple of bK, so a step lies in one block)
+                applied per k step (G a multiple of bK, so a step lies in one block); the
+                gemv path stages the scales of its bN rows in threadgroup memory once
+                (one barrier) when they fit in 16 KiB, else every thread holding a row
+                loads its scale per step
     G           block edge for "block" (bK or 2 bK); unused for "row"
     bM, bN, bK  tile: rows of X, weight rows, K elements per step (32..256)
     threads     32, 64, 128, 256
@@ -34,6 +37,7 @@ from oracles import qmm as oracle
 
 DTYPES = ("float16", "bfloat16")
 SCALES = ("row", "block")
+SCALE_STAGE_BYTES = 16 * 1024   # block scales of a tile's rows staged up to this size
 
 
 def scale_shape(p: dict) -> tuple:
@@ -49,6 +53,7 @@ def kernel(p: dict):
     dtype, out_dtype, G = p["dtype"], p["out_dtype"], p.get("G", bK)
     per_block = p["scale"] == "block"
     s_shape = scale_shape(p)
+    staged = per_block and bN * s_shape[1] * 4 <= SCALE_STAGE_BYTES
 
     @T.prim_func
     def qmm_fp8(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), "uint8"),
@@ -59,11 +64,19 @@ def kernel(p: dict):
             s = T.alloc_fragment((bN,), "float32")
             acc = T.alloc_fragment((bM, bN, bK), "float32")
             y = T.alloc_fragment((bM, bN), "float32")
+            if staged:
+                ss = T.alloc_shared((bN, s_shape[1]), "float32")
+                for n, j in T.Parallel(bN, s_shape[1]):
+                    ss[n, j] = T.if_then_else(bx * bN + n < N, Sc[(bx * bN + n) // G, j], 0.0)
             T.clear(acc)
             for ko in T.serial(T.ceildiv(K, bK)):
                 T.copy(X[by * bM, ko * bK], x)
                 T.copy(W[bx * bN, ko * bK], w)
-                if per_block:
+                if staged:
+                    for m, n, k in T.Parallel(bM, bN, bK):
+                        acc[m, n, k] += T.cast(x[m, k], "float32") * \
+                            T.decode_e4m3(w[n, k]) * ss[n, ko * bK // G]
+                elif per_block:
                     for n in T.Parallel(bN):
                         s[n] = T.if_then_else(bx * bN + n < N,
                                               Sc[(bx * bN + n) // G, ko * bK // G], 0.0)

@@ -29,6 +29,9 @@ def test_gemv_splits_k_over_lanes_without_barriers_or_matrices():
 
 BARRIERED = [
     ("gemv", {**GEMV, "bK": 256, "threads": 128}),           # a row spans simdgroups
+    # block scales staged in threadgroup memory (the gemv path):
+    ("qmm_fp8", {"M": 3, "N": 20, "K": 200, "scale": "block", "G": 64, "bM": 2, "bN": 4,
+                 "bK": 64, "threads": 32, "dtype": "float16", "out_dtype": "float32"}),
     ("qmm_fp8", {"M": 16, "N": 24, "K": 72, "scale": "block", "G": 32, "path": "gemm",
                  "bM": 16, "bN": 16, "bK": 32, "threads": 64, "dtype": "bfloat16",
                  "out_dtype": "float32"}),
@@ -37,7 +40,8 @@ BARRIERED = [
 ]
 
 
-@pytest.mark.parametrize("name, params", BARRIERED, ids=[n for n, _ in BARRIERED])
+@pytest.mark.parametrize("name, params", BARRIERED,
+                         ids=["gemv", "qmm_fp8-staged-scales", "qmm_fp8-gemm", "qmm_fp4"])
 def test_every_barrier_is_necessary(name, params):
     assert run_case(name, params, seed=0).status == "pass"
     report = barriers.check_case(name, params)
