@@ -275,6 +275,14 @@ def test_a_reference_rejects_unknown_units_and_chips():
         bench.Reference(1, "ms", "x", chip="M9")
 
 
+def test_the_quantized_matmul_cases_carry_the_seed_figures():
+    refs = {c.name: c.reference for c in bench.CASES if c.family.startswith("qmm_")}
+    assert {n: (r.value, r.unit, r.chip) for n, r in refs.items()} == {
+        "qmm_fp8/decode-m1": (695, "us", "M2"), "qmm_fp8/prefill-m64": (695, "us", "M2"),
+        "qmm_fp4/experts-bf16": (702, "us", "M2")}
+    assert all(r.source and r.omits for r in refs.values())
+
+
 def test_pytest_benchmark_json_has_its_fields(tmp_path):
     path = bench.write_pytest_benchmark_json(_results(_case("fam/a")), tmp_path)
     doc = json.loads(path.read_text())
