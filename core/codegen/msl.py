@@ -483,6 +483,8 @@ class _KernelPrinter:
         if name in BITWISE:
             return self.narrow(e, f"({self.expr(e.a)} {BITWISE[name]} {self.expr(e.b)})")
         if name == "BitwiseNot":
+            if scalar_dtype(e.ty.dtype) == "bool":      # ~ of a bool would give an int
+                return f"(!{self.expr(e.a)})"
             return self.narrow(e, f"(~{self.expr(e.a)})")
         if name == "Cast":
             value = self.expr(e.value)
@@ -509,9 +511,9 @@ class _KernelPrinter:
         """`text` converted back to `e`'s integer type when MSL's integer promotion widened
         it (scalar char/short operands are computed as int)."""
         dt = DTYPES.get(scalar_dtype(e.ty.dtype))
-        if dt is None or not dt.is_integer:
+        if dt is None or not (dt.is_integer or dt.kind == "bool"):
             raise LoweringError(f"{type(e).__name__} on {e.ty.dtype}: bit operations need "
-                                "integer operands", kernel=self.name,
+                                "integer (or, for & | ^, bool) operands", kernel=self.name,
                                 construct="MSL printer")
         return f"{msl_type(e.ty.dtype)}{text}" if dt.bits < 32 and lanes_of(e.ty.dtype) == 1 \
             else text

@@ -99,6 +99,27 @@ def test_not_and_a_packed_nibble_expression(dtype, run):
     assert_close(c, bitwise("or", nib, high, dtype))
 
 
+def test_bool_masks_combine_with_and_or_xor_not(run):
+    """`(i < M) & (j < N)`, TileLang's way of writing a 2-D edge mask, on bool operands."""
+    M, N = 5, 7
+
+    @T.prim_func
+    def k(A: T.Tensor((8, 8), "float32"), B: T.Tensor((8, 8), "float32"),
+          C: T.Tensor((8, 8), "bool")):
+        with T.Kernel(1, threads=64):
+            for i, j in T.Parallel(8, 8):
+                if (i < M) & (j < N):
+                    B[i, j] = A[i, j]
+                else:
+                    B[i, j] = 0.0
+                C[i, j] = ((A[i, j] > 0) ^ (i < 3)) | ~(j < 2)
+    a = torch.randn(8, 8)
+    b, c = run(core.compile(k, out_idx=[1, 2]), a)
+    i, j = torch.arange(8)[:, None], torch.arange(8)[None, :]
+    assert_close(b, torch.where((i < M) & (j < N), a, 0.0))
+    assert_close(c, ((a > 0) ^ (i < 3)) | ~(j < 2))
+
+
 def test_bit_operations_on_floats_are_rejected_by_name():
     with pytest.raises(KernelDefinitionError, match="T.shift_right needs integer operands"):
         @T.prim_func
