@@ -5,7 +5,8 @@ scale per group of 32 weights along K (MXFP4-style groups), decoded in the kerne
 
 Params:
     E           experts; grid z runs one expert per slice (the gathered tokens of each
-                expert in X[e], as a MoE block hands them over, padded to T rows)
+                expert in X[e], as a MoE block hands them over, padded to T rows, C[e] of
+                them real)
     T           token rows per expert (any >= 1; rows past it are masked)
     N, K        expert weight W[e] is N x K (stored N x K/2 bytes); K a multiple of the
                 group (32); N any >= 1 (ragged tiles are masked)
@@ -20,7 +21,11 @@ Params:
     dtype       X: float16 or bfloat16
     out_dtype   Y: float32 or `dtype`
 
-Signature: (X (E, T, K/2, 2), W (E, N, K/2) uint8, S (E, N, K/32) float16, Y (E, T, N)).
+    counts      "full" (default): every expert has T tokens; "ragged": C[e] drawn in [0, T]
+
+Signature: (X (E, T, K/2, 2), W (E, N, K/2) uint8, S (E, N, K/32) float16, C (E,) int32,
+Y (E, T, N)). C[e] is how many of expert e's T padded rows hold routed tokens (the counts a
+MoE router produces); Y's rows past it are zeros.
 X is viewed with its K axis split into (byte, nibble) pairs, the same memory as (E, T, K),
 so the loop over one group reads X[m, j, p] against nibble p of byte W[n, j].
 """
@@ -48,7 +53,7 @@ def kernel(p: dict):
 
     @T.prim_func
     def qmm_fp4(X: T.Tensor((E, Tk, K // 2, 2), dtype), W: T.Tensor((E, N, K // 2), "uint8"),
-                Sc: T.Tensor((E, N, K // GROUP), "float16"),
+                Sc: T.Tensor((E, N, K // GROUP), "float16"), C: T.Tensor((E,), "int32"),
                 Y: T.Tensor((E, Tk, N), out_dtype)):
         with T.Kernel(T.ceildiv(N, bN), T.ceildiv(Tk, bM), E, threads=p["threads"]) as \
                 (bx, by, e):
@@ -84,7 +89,10 @@ def kernel(p: dict):
                                                         T.cast(q, "uint32") * 4))
             T.reduce_sum(acc, pairs, dim=3)
             T.reduce_sum(pairs, y, dim=2)
-            T.copy(y, Y[e, by * bM, bx * bN])
+            for m, n in T.Parallel(bM, bN):     # rows past the expert's count are zeros
+                if by * bM + m < Tk and bx * bN + n < N:
+                    Y[e, by * bM + m, bx * bN + n] = T.cast(
+                        T.if_then_else(by * bM + m < C[e], y[m, n], 0.0), out_dtype)
     return qmm_fp4
 
 
@@ -93,18 +101,23 @@ def inputs_for(p: dict, seed: int) -> list:
     w = random_tensor((E, N, K), "float32", seed + 1)
     packed, scales = oracle.quantize_e2m1(w, GROUP)
     x = random_tensor((E, Tk, K), p["dtype"], seed).reshape(E, Tk, K // 2, 2)
-    return [x, packed, scales]
+    g = torch.Generator().manual_seed(seed + 2)
+    counts = torch.full((E,), Tk, dtype=torch.int32) if p.get("counts", "full") == "full" \
+        else torch.randint(0, Tk + 1, (E,), generator=g, dtype=torch.int32)
+    return [x, packed, scales, counts]
 
 
 def build(p: dict) -> Built:
     E, Tk, N, K = p["E"], p["T"], p["N"], p["K"]
 
     def expected(args):
-        x, packed, scales = args
+        x, packed, scales, counts = args
         w = oracle.dequant_e2m1(packed, scales, GROUP)
-        return [oracle.qmm(x.reshape(E, Tk, K), w).to(getattr(torch, p["out_dtype"]))]
+        y = oracle.qmm(x.reshape(E, Tk, K), w)
+        y[torch.arange(Tk)[None, :] >= counts[:, None]] = 0.0
+        return [y.to(getattr(torch, p["out_dtype"]))]
 
-    return Built(kernel(p), [3], lambda seed: inputs_for(p, seed), expected,
+    return Built(kernel(p), [4], lambda seed: inputs_for(p, seed), expected,
                  reduction_length=K, tolerance_dtypes=(p["out_dtype"],),
                  flops=2 * E * Tk * N * K, op_class="accumulation")
 
@@ -117,7 +130,8 @@ def _drawn(draw):
             "bM": draw(S.tile((1, 2, 4, 8))), "bN": draw(S.tile((1, 2, 4, 8, 16))),
             "threads": draw(S.threads((32, 64, 128, 256))), "dtype": dtype,
             "out_dtype": draw(st.sampled_from(("float32", dtype))),
-            "x": draw(st.sampled_from(("fragment", "shared")))}
+            "x": draw(st.sampled_from(("fragment", "shared"))),
+            "counts": draw(st.sampled_from(("full", "ragged")))}
 
 
 def supported(p: dict) -> bool:
