@@ -36,7 +36,7 @@ def _wrap(t: torch.Tensor, dtype: str) -> torch.Tensor:
 
 def shift_width(dtype: str) -> int:
     """N of MSL's shift rule for a scalar of `dtype`: the width after integer promotion."""
-    return max(DTYPES[dtype].bits, 32)
+    return max(DTYPES[dtype].bits, DTYPES["int32"].bits)
 
 
 def bitwise(op: str, a: torch.Tensor, b: torch.Tensor | None, dtype: str) -> torch.Tensor:

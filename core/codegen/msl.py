@@ -64,6 +64,7 @@ BINARY = {
 BITWISE = {"BitwiseAnd": "&", "BitwiseOr": "|", "BitwiseXor": "^", "LShift": "<<",
            "RShift": ">>"}
 SHIFTS = ("LShift", "RShift")
+INT_BITS = DTYPES["int32"].bits     # what char and short scalars are promoted to
 INTRINSICS = {  # TIR op -> MSL function
     "tirx.exp": "exp", "tirx.exp2": "exp2", "tirx.log": "log", "tirx.log2": "log2",
     "tirx.sqrt": "sqrt", "tirx.rsqrt": "rsqrt", "tirx.fabs": "fabs", "tirx.tanh": "tanh",
@@ -515,8 +516,8 @@ class _KernelPrinter:
             raise LoweringError(f"{type(e).__name__} on {e.ty.dtype}: bit operations need "
                                 "integer (or, for & | ^, bool) operands", kernel=self.name,
                                 construct="MSL printer")
-        return f"{msl_type(e.ty.dtype)}{text}" if dt.bits < 32 and lanes_of(e.ty.dtype) == 1 \
-            else text
+        promoted = dt.bits < INT_BITS and lanes_of(e.ty.dtype) == 1
+        return f"{msl_type(e.ty.dtype)}{text}" if promoted else text
 
     def shift(self, e, op) -> str:
         """A shift with MSL's scalar rule whatever the lanes: the count is read modulo the
@@ -528,16 +529,17 @@ class _KernelPrinter:
         if dt is None or not dt.is_integer:
             raise LoweringError(f"{type(e).__name__} on {e.ty.dtype}: shifts need integer "
                                 "operands", kernel=self.name, construct="MSL printer")
-        width = max(dt.bits, 32)
+        width = max(dt.bits, INT_BITS)
         lanes = lanes_of(e.ty.dtype)
         count = e.b.value if type(e.b).__name__ == "Broadcast" else e.b
         bound = self.analyzer.const_int_bound(count)
         a, b = self.expr(e.a), self.expr(e.b)
         if bound.min_value >= 0 and bound.max_value < (dt.bits if lanes > 1 else width):
             return self.narrow(e, f"({a} {op} {b})")
-        if lanes > 1 and dt.bits < 32:
+        if lanes > 1 and dt.bits < INT_BITS:
             wide = msl_type(_with_base(e.ty.dtype, "int32"))
-            return f"{msl_type(e.ty.dtype)}({wide}({a}) {op} ({wide}({b}) & {wide}(31)))"
+            return (f"{msl_type(e.ty.dtype)}({wide}({a}) {op} ({wide}({b}) & "
+                    f"{wide}({INT_BITS - 1})))")
         return self.narrow(e, f"({a} {op} ({b} & {msl_type(e.b.ty.dtype)}({width - 1})))")
 
     def int_literal(self, e):
