@@ -292,7 +292,7 @@ CASES = (
               "bf16 activations", "N 256 of 12288; tokens and K real", 12288 / 256,
               FP8_PREFILL_REFERENCE),
     BenchCase("qmm_fp4/experts-bf16", "qmm_fp4",
-              {"E": 4, "T": 4, "N": 768, "K": 2048, "bM": 4, "bN": 32, "threads": 128,
+              {"E": 4, "T": 4, "N": 768, "K": 2048, "bM": 4, "bN": 64, "threads": 256,
                "dtype": "bfloat16", "out_dtype": "bfloat16", "x": "shared"},
               "fp4 e2m1 expert QMM (group-32 float16 scales), one grid slice per expert, "
               "its tokens and scales staged in threadgroup memory: Qwen3-30B-A3B gate "

@@ -17,7 +17,8 @@ Params:
                 "shared": the threadgroup's bM x K activations and bN x K/32 scales are
                 staged in threadgroup memory once (one barrier), read from there by all
                 rows (bM * K * 2 + bN * K / 16 bytes within 32 KiB), so device memory sees
-                them once per threadgroup
+                them once per threadgroup; a lane then takes a run of 4 weight bytes
+                (one uchar4 load, 8 weights) and both nibbles of each byte
     dtype       X: float16 or bfloat16
     out_dtype   Y: float32 or `dtype`
 
@@ -57,28 +58,34 @@ def kernel(p: dict):
                 Y: T.Tensor((E, Tk, N), out_dtype)):
         with T.Kernel(T.ceildiv(N, bN), T.ceildiv(Tk, bM), E, threads=p["threads"]) as \
                 (bx, by, e):
+            w = T.alloc_fragment((bN, half_group), "uint8")
+            y = T.alloc_fragment((bM, bN), "float32")
             if staged:
+                # one lane per run of 4 bytes (8 weights): both nibbles of a byte in one
+                # iteration, their activations read from threadgroup memory
                 xs = T.alloc_shared((bM, K // 2, 2), dtype)
                 ss = T.alloc_shared((bN, K // GROUP), "float16")
+                acc = T.alloc_fragment((bM, bN, half_group), "float32")
                 T.copy(X[e, by * bM, 0, 0], xs)
                 T.copy(Sc[e, bx * bN, 0], ss)
+                T.clear(acc)
+                for g in T.serial(K // GROUP):
+                    T.copy(W[e, bx * bN, g * half_group], w)
+                    for m, n, j in T.Parallel(bM, bN, half_group):
+                        acc[m, n, j] += T.cast(ss[n, g], "float32") * (
+                            T.cast(xs[m, g * half_group + j, 0], "float32")
+                            * T.decode_e2m1(w[n, j])
+                            + T.cast(xs[m, g * half_group + j, 1], "float32")
+                            * T.decode_e2m1(T.shift_right(w[n, j], 4)))
+                T.reduce_sum(acc, y, dim=2)
             else:
                 x = T.alloc_fragment((bM, half_group, 2), dtype)
-            w = T.alloc_fragment((bN, half_group), "uint8")
-            s = T.alloc_fragment((bN,), "float32")
-            acc = T.alloc_fragment((bM, bN, half_group, 2), "float32")
-            pairs = T.alloc_fragment((bM, bN, half_group), "float32")
-            y = T.alloc_fragment((bM, bN), "float32")
-            T.clear(acc)
-            for g in T.serial(K // GROUP):
-                T.copy(W[e, bx * bN, g * half_group], w)
-                if staged:
-                    for m, n, j, q in T.Parallel(bM, bN, half_group, 2):
-                        acc[m, n, j, q] += T.cast(xs[m, g * half_group + j, q], "float32") * \
-                            T.cast(ss[n, g], "float32") * T.decode_e2m1(
-                                T.shift_right(T.cast(w[n, j], "uint32"),
-                                              T.cast(q, "uint32") * 4))
-                else:
+                s = T.alloc_fragment((bN,), "float32")
+                acc = T.alloc_fragment((bM, bN, half_group, 2), "float32")
+                pairs = T.alloc_fragment((bM, bN, half_group), "float32")
+                T.clear(acc)
+                for g in T.serial(K // GROUP):
+                    T.copy(W[e, bx * bN, g * half_group], w)
                     for n in T.Parallel(bN):
                         s[n] = T.if_then_else(bx * bN + n < N,
                                               T.cast(Sc[e, bx * bN + n, g], "float32"), 0.0)
@@ -87,8 +94,8 @@ def kernel(p: dict):
                         acc[m, n, j, q] += T.cast(x[m, j, q], "float32") * s[n] * \
                             T.decode_e2m1(T.shift_right(T.cast(w[n, j], "uint32"),
                                                         T.cast(q, "uint32") * 4))
-            T.reduce_sum(acc, pairs, dim=3)
-            T.reduce_sum(pairs, y, dim=2)
+                T.reduce_sum(acc, pairs, dim=3)
+                T.reduce_sum(pairs, y, dim=2)
             for m, n in T.Parallel(bM, bN):     # rows past the expert's count are zeros
                 if by * bM + m < Tk and bx * bN + n < N:
                     Y[e, by * bM + m, bx * bN + n] = T.cast(
