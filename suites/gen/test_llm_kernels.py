@@ -58,3 +58,9 @@ def test_weights_are_decoded_in_the_kernel_from_bytes(name, params):
     msl = _msl(name, params)
     assert "const device uchar* W" in msl and "as_type<float>" in msl
     assert run_case(name, params, seed=3).status == "pass"
+
+
+def test_staged_fp4_loads_four_weight_bytes_per_lane():
+    msl = _msl("qmm_fp4", {"E": 2, "T": 3, "N": 20, "K": 64, "bM": 4, "bN": 8, "threads": 32,
+                           "dtype": "float16", "out_dtype": "float16", "x": "shared"})
+    assert "(const device uchar4*)(W" in msl
