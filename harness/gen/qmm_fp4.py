@@ -21,14 +21,13 @@ Params:
                 (one uchar4 load, 8 weights) and both nibbles of each byte
     dtype       X: float16 or bfloat16
     out_dtype   Y: float32 or `dtype`
-
     counts      "full" (default): every expert has T tokens; "ragged": C[e] drawn in [0, T]
 
 Signature: (X (E, T, K/2, 2), W (E, N, K/2) uint8, S (E, N, K/32) float16, C (E,) int32,
 Y (E, T, N)). C[e] is how many of expert e's T padded rows hold routed tokens (the counts a
 MoE router produces); Y's rows past it are zeros.
 X is viewed with its K axis split into (byte, nibble) pairs, the same memory as (E, T, K),
-so the loop over one group reads X[m, j, p] against nibble p of byte W[n, j].
+so activation X[m, j, p] meets nibble p of weight byte W[n, j].
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Family `qmm_fp8`: Y = X W^T with W stored as fp8 e4m3 codes (one byte each) and float32
 scales per weight row or per G x G block, decoded in the kernel (T.decode_e4m3: bit
-operations, no table) and accumulated in float32; the GEMV structure of family `gemv`.
+operations, no table) and accumulated in float32; for decode the GEMV structure of family
+`gemv`, for prefill a T.gemm over weight tiles decoded into threadgroup memory.
 
 Params:
     M, N, K     X is M x K (1: decode; 64: prefill), W codes N x K (uint8), Y is M x N;
@@ -15,7 +16,8 @@ Params:
                 (one barrier) when they fit in 16 KiB, else every thread holding a row
                 loads its scale per step
     G           block edge for "block" (bK or 2 bK); unused for "row"
-    bM, bN, bK  tile: rows of X, weight rows, K elements per step (32..256)
+    bM, bN, bK  tile: rows of X, weight rows, K elements per step (gemv: 32..256;
+                gemm: 16, 32)
     threads     32, 64, 128, 256
     dtype       X: float16 or bfloat16
     out_dtype   Y: float32 or `dtype`
