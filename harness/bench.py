@@ -31,7 +31,8 @@ from harness import roofline
 from harness.baseline import (BASELINE_SCHEMA, DEFAULT_BASELINE, DEFAULT_OUT,  # noqa: F401
                               baseline_entry, load_baseline, load_results, update_baseline,
                               write_pytest_benchmark_json, write_results)
-from harness.benchcases import CASES, PREFILL_TOKENS, BenchCase, select  # noqa: F401
+from harness.benchcases import (CASES, PREFILL_TOKENS, UNIT_SECONDS, BenchCase,  # noqa: F401
+                               Reference, select)
 from harness.gate import (GATED, INFORMATIONAL, MODELED_THRESHOLD, Change,  # noqa: F401
                           compare, gate_failed)
 from harness.measure import (DEFAULT_ROUNDS, PER_BUFFER, ROOT, SCHEMA, SEED,  # noqa: F401

@@ -18,6 +18,51 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 
+from harness import roofline
+
+
+UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A time measured outside this project for the workload a case stands for (the seed
+    implementation's figure on a real Mac), which the report sets beside the case's modeled
+    time at the real shape, with the ratio. Never gated: it calibrates the model.
+
+    value, unit  the figure as measured; unit "s", "ms", "us" or "ns", optionally per
+                 something ("us/token"), and then `per` is how many of those one real-shape
+                 run of the case does (the modeled time is divided by it)
+    source       where the figure comes from, in words
+    chip         the roofline chip it was measured on
+    omits        what the model leaves out that the measurement includes (or the reverse)
+    """
+    value: float
+    unit: str
+    source: str
+    chip: str = "M2"
+    per: float = 1.0
+    omits: str = ""
+
+    def __post_init__(self):
+        if self.unit.split("/")[0] not in UNIT_SECONDS:
+            raise ValueError(f"reference unit {self.unit!r}: expected one of "
+                             f"{sorted(UNIT_SECONDS)}, optionally '/<what>'")
+        if self.chip not in roofline.CHIPS:
+            raise ValueError(f"reference chip {self.chip!r} is not a roofline chip")
+        if not (self.value > 0 and self.per > 0):
+            raise ValueError("a reference needs a positive value and per")
+
+    @property
+    def seconds(self) -> float:
+        """The figure in seconds (per `unit`'s something, if it has one)."""
+        return self.value * UNIT_SECONDS[self.unit.split("/")[0]]
+
+    def as_dict(self) -> dict:
+        return {"value": self.value, "unit": self.unit, "source": self.source,
+                "chip": self.chip, "per": self.per, "omits": self.omits,
+                "seconds": self.seconds}
+
 
 @dataclass(frozen=True)
 class BenchCase:
@@ -27,7 +72,23 @@ class BenchCase:
     shape: str            # the LLM shape it stands for
     scaling: str          # what was scaled down for the emulator, honestly
     full_scale: float = 1.0   # work at the real shape / work at this one
+    reference: Reference | None = None   # a measured figure to set beside the model
 
+
+# The seed implementation's measured M2 figures (issue 9), set beside the QMM cases' models.
+_SEED_SHAPE = ("the seed's shape (not recorded with its figure; the model runs at the real "
+               "shape the case names)")
+_GEMV_OMITS = (f"{_SEED_SHAPE}, caches (activation re-reads per weight tile are charged as "
+               "DRAM traffic), register pressure of the per-lane partial sums, and the "
+               "integer decode work (not counted as flops)")
+_GEMM_OMITS = (f"{_SEED_SHAPE}; compute-bound here, at the FP32 FMA peak: the simdgroup-matrix "
+               "rate, the decode into threadgroup memory and its barriers are not modeled")
+FP8_SOURCE = "seed: fp8 (e4m3) dense QMM measured on an M2 (issue 9)"
+FP8_DECODE_REFERENCE = Reference(695, "us", FP8_SOURCE, omits=_GEMV_OMITS)
+FP8_PREFILL_REFERENCE = Reference(695, "us", FP8_SOURCE, omits=_GEMM_OMITS)
+FP4_REFERENCE = Reference(702, "us", "seed: fp4 (e2m1) expert QMM measured on an M2 (issue 9); "
+                          "870/870 numerical checks across its QMM paths",
+                          omits=_GEMV_OMITS)
 
 # Qwen2.5-7B: hidden 3584, intermediate 18944, vocab 152064, 28 heads x 128.
 # Qwen3-30B-A3B (MoE): hidden 2048, expert intermediate 768. A 4096-token prefill is the
@@ -149,6 +210,37 @@ CASES = (
               "prefill projection, Qwen2.5-7B 3584 -> 3584, bf16",
               f"M 128 of {PREFILL_TOKENS} tokens, N 256 of 3584; K real",
               PREFILL_TOKENS / 128 * 3584 / 256),
+    # The decode GEMM above, written as a GEMV (harness/gen/gemv.py): the same shape.
+    BenchCase("gemv/decode-f16", "gemv",
+              {"M": 8, "N": 2048, "K": 3584, "bM": 8, "bN": 16, "bK": 128, "threads": 32,
+               "dtype": "float16", "out_dtype": "float16"},
+              "decode up-projection (8 tokens) as a GEMV: threads split K, simd_shuffle "
+              "butterflies, no simdgroup matrices; Qwen2.5-7B 3584 -> 18944, weights N x K, "
+              "f16", "N 2048 of 18944; tokens and K real", 18944 / 2048),
+    # Quantized matmuls at the seed's execution patterns (issue 9). The seed's M2 figures
+    # come without their shapes; the real shapes below are Qwen3's, stated as such.
+    BenchCase("qmm_fp8/decode-m1", "qmm_fp8",
+              {"M": 1, "N": 1024, "K": 4096, "scale": "block", "G": 128, "bM": 1, "bN": 16,
+               "bK": 128, "threads": 32, "dtype": "bfloat16", "out_dtype": "bfloat16"},
+              "fp8 e4m3 dense QMM, decode (1 token), Qwen3-8B MLP 4096 -> 12288, 128 x 128 "
+              "block scales, bf16 activations", "N 1024 of 12288; token and K real",
+              12288 / 1024, FP8_DECODE_REFERENCE),
+    BenchCase("qmm_fp8/prefill-m64", "qmm_fp8",
+              {"M": 64, "N": 256, "K": 4096, "scale": "row", "path": "gemm", "bM": 64,
+               "bN": 64, "bK": 32, "threads": 128, "dtype": "bfloat16",
+               "out_dtype": "bfloat16"},
+              "fp8 e4m3 dense QMM, prefill (64 tokens): weight tiles decoded into threadgroup "
+              "memory, simdgroup-matrix GEMM; Qwen3-8B MLP 4096 -> 12288, per-row scales, "
+              "bf16 activations", "N 256 of 12288; tokens and K real", 12288 / 256,
+              FP8_PREFILL_REFERENCE),
+    BenchCase("qmm_fp4/experts-bf16", "qmm_fp4",
+              {"E": 4, "T": 4, "N": 768, "K": 2048, "bM": 4, "bN": 64, "threads": 256,
+               "dtype": "bfloat16", "out_dtype": "bfloat16", "x": "shared"},
+              "fp4 e2m1 expert QMM (group-32 float16 scales), one grid slice per expert, "
+              "its tokens and scales staged in threadgroup memory: Qwen3-30B-A3B gate "
+              "projection 2048 -> 768 for 128 experts x 4 routed tokens (a 64-token prefill, "
+              "top-8), bf16 activations", "experts 4 of 128; tokens, N and K real",
+              128 / 4, FP4_REFERENCE),
 )
 
 

@@ -468,6 +468,9 @@ def _print_outcome(out, outcome, baseline_path) -> int:
 
     results = outcome.results
     out.print(report.summary_table(results))
+    references = report.reference_table(results)
+    if references is not None:
+        out.print(references)
     if results.against:
         if results.against.get("error"):
             out.print(Text(f"A/B: {results.against['error']}", "red"))

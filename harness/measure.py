@@ -74,11 +74,13 @@ class CaseMeasurement:
     compile: dict | None = None
     gpu: dict | None = None
     msl: str = ""
+    reference: dict | None = None     # benchcases.Reference.as_dict(): informational
 
     @classmethod
     def of(cls, case: BenchCase) -> "CaseMeasurement":
         return cls(case.name, case.family, dict(case.params), case.shape, case.scaling,
-                   case.full_scale)
+                   case.full_scale,
+                   reference=case.reference.as_dict() if case.reference else None)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -252,6 +254,8 @@ def measure_case(case: BenchCase, *, rounds: int = DEFAULT_ROUNDS, disable=(),
     from harness.case import run_case
 
     out = CaseMeasurement.of(case)
+    if case.reference and case.reference.chip not in chip_names:
+        chip_names = (*chip_names, case.reference.chip)   # model the chip it was measured on
     try:
         fam = _family(case.family)
     except Exception as err:  # noqa: BLE001 - a broken family module fails its cases

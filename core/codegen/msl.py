@@ -55,6 +55,15 @@ BINARY = {
     "EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">=",
     "And": "&&", "Or": "||",
 }
+# Integer bit operations. MSL (C++14 rules) promotes char and short scalars to int before
+# operating, so a narrow result is converted back to its type; a shift count is taken
+# modulo the width of the (promoted) left operand, as MSL defines it, and the printer
+# writes that masking where the count is not provably in range so the same text is also
+# well-defined C++ (the emulator).
+BITWISE = {"BitwiseAnd": "&", "BitwiseOr": "|", "BitwiseXor": "^", "LShift": "<<",
+           "RShift": ">>"}
+SHIFTS = ("LShift", "RShift")
+INT_BITS = DTYPES["int32"].bits     # what char and short scalars are promoted to
 INTRINSICS = {  # TIR op -> MSL function
     "tirx.exp": "exp", "tirx.exp2": "exp2", "tirx.log": "log", "tirx.log2": "log2",
     "tirx.sqrt": "sqrt", "tirx.rsqrt": "rsqrt", "tirx.fabs": "fabs", "tirx.tanh": "tanh",
@@ -468,6 +477,14 @@ class _KernelPrinter:
             return f"{name.lower()}({self.expr(e.a)}, {self.expr(e.b)})"
         if name == "Not":
             return f"(!{self.expr(e.a)})"
+        if name in SHIFTS:
+            return self.shift(e, BITWISE[name])
+        if name in BITWISE:
+            return self.narrow(e, f"({self.expr(e.a)} {BITWISE[name]} {self.expr(e.b)})")
+        if name == "BitwiseNot":
+            if scalar_dtype(e.ty.dtype) == "bool":      # ~ of a bool would give an int
+                return f"(!{self.expr(e.a)})"
+            return self.narrow(e, f"(~{self.expr(e.a)})")
         if name == "Cast":
             value = self.expr(e.value)
             src, dst = _scalar(e.value.ty.dtype), _scalar(e.ty.dtype)
@@ -488,6 +505,40 @@ class _KernelPrinter:
             return self.call(e)
         raise LoweringError(f"expression {type(e).__name__} ({e}) has no MSL form",
                             kernel=self.name, construct="MSL printer")
+
+    def narrow(self, e, text):
+        """`text` converted back to `e`'s integer type when MSL's integer promotion widened
+        it (scalar char/short operands are computed as int)."""
+        dt = DTYPES.get(scalar_dtype(e.ty.dtype))
+        if dt is None or not (dt.is_integer or dt.kind == "bool"):
+            raise LoweringError(f"{type(e).__name__} on {e.ty.dtype}: bit operations need "
+                                "integer (or, for & | ^, bool) operands", kernel=self.name,
+                                construct="MSL printer")
+        promoted = dt.bits < INT_BITS and lanes_of(e.ty.dtype) == 1
+        return f"{msl_type(e.ty.dtype)}{text}" if promoted else text
+
+    def shift(self, e, op) -> str:
+        """A shift with MSL's scalar rule whatever the lanes: the count is read modulo the
+        promoted width N (32 bits, 64 for 64-bit types) and written masked unless provably
+        in range. A vector of narrow elements shifts modulo its element width in MSL, so
+        one whose count may reach that width is shifted as int lanes and converted back:
+        vectorizing a loop never changes what it computes."""
+        dt = DTYPES.get(scalar_dtype(e.ty.dtype))
+        if dt is None or not dt.is_integer:
+            raise LoweringError(f"{type(e).__name__} on {e.ty.dtype}: shifts need integer "
+                                "operands", kernel=self.name, construct="MSL printer")
+        width = max(dt.bits, INT_BITS)
+        lanes = lanes_of(e.ty.dtype)
+        count = e.b.value if type(e.b).__name__ == "Broadcast" else e.b
+        bound = self.analyzer.const_int_bound(count)
+        a, b = self.expr(e.a), self.expr(e.b)
+        if bound.min_value >= 0 and bound.max_value < (dt.bits if lanes > 1 else width):
+            return self.narrow(e, f"({a} {op} {b})")
+        if lanes > 1 and dt.bits < INT_BITS:
+            wide = msl_type(_with_base(e.ty.dtype, "int32"))
+            return (f"{msl_type(e.ty.dtype)}({wide}({a}) {op} ({wide}({b}) & "
+                    f"{wide}({INT_BITS - 1})))")
+        return self.narrow(e, f"({a} {op} ({b} & {msl_type(e.b.ty.dtype)}({width - 1})))")
 
     def int_literal(self, e):
         dt = str(e.ty.dtype)
@@ -543,6 +594,8 @@ class _KernelPrinter:
         if op in MATRIX_CALLS:
             t = msl_type(args[0].source.ty.dtype)
             return MATRIX_CALLS[op].format(*(self.expr(a) for a in args), t=t)
+        if op == "tirx.reinterpret":
+            return f"as_type<{msl_type(e.ty.dtype)}>({self.expr(args[0])})"
         if op == "tirx.address_of":
             return f"&{self.expr(args[0])}"
         if op == "tirx.likely":

@@ -2,7 +2,9 @@
 
 The DSL accepts a dtype as a string ("float16"), a TVMScript dtype object (`T.float16`) or
 a torch dtype; `dtype_name` turns each into the canonical string. `SUPPORTED` is the set of
-docs/architecture.md, "The DSL" (float32, float16, bfloat16, int32, int64, int8, uint8, bool).
+the DSL's element types (docs/architecture.md, "The DSL"): float32, float16, bfloat16, bool
+and every integer width, signed and unsigned (the narrow and unsigned ones carry packed
+data: fp8/fp4 weights, bit fields).
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 from core.language.errors import KernelDefinitionError
 from core.target import DTYPES
 
-SUPPORTED = ("float32", "float16", "bfloat16", "int32", "int64", "int8", "uint8", "bool")
+SUPPORTED = ("float32", "float16", "bfloat16", "int32", "int64", "int8", "uint8", "bool",
+             "int16", "uint16", "uint32", "uint64")
 SCALAR_PARAM_DTYPES = ("int32", "int64", "float32", "float16", "bool")
 
 _ALIASES = {"float": "float32", "half": "float16", "bf16": "bfloat16", "int": "int32",

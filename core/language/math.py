@@ -13,6 +13,7 @@ from tvm.script import tirx as _T
 
 from core.language.dtypes import dtype_name
 from core.language.errors import KernelDefinitionError
+from core.target import DTYPES
 
 
 def _expr(x, dtype="float32"):
@@ -48,6 +49,50 @@ cos = _float_math(tvm.tirx.cos, "cos")
 floor = _float_math(tvm.tirx.floor, "floor")
 ceil = _float_math(tvm.tirx.ceil, "ceil")
 sigmoid = _float_math(tvm.tirx.sigmoid, "sigmoid")
+
+
+def _integer_op(fn, name, arity):
+    """TileLang's named bit operations (`T.bitwise_and`, `T.shift_right`, ...): the same
+    TIR nodes as the operators `& | ^ ~ << >>`, with integer operands checked here."""
+    def wrapped(*args):
+        if len(args) != arity:
+            raise KernelDefinitionError(f"T.{name} takes {arity} argument(s), got "
+                                        f"{len(args)}", construct=f"T.{name}")
+        exprs = [_expr(a) for a in args]
+        dtype = next((str(x.ty.dtype) for x in exprs if not isinstance(x, tvm.tirx.IntImm)),
+                     str(exprs[0].ty.dtype))
+        exprs = [tvm.tirx.IntImm(dtype, int(x.value)) if isinstance(x, tvm.tirx.IntImm)
+                 and str(x.ty.dtype) != dtype and not dtype.startswith(("float", "bfloat"))
+                 else x for x in exprs]
+        for x in exprs:
+            if not str(x.ty.dtype).partition("x")[0].startswith(("int", "uint")):
+                raise KernelDefinitionError(
+                    f"T.{name} needs integer operands, got {x.ty.dtype}; bit operations "
+                    "are defined on int8..int64 and uint8..uint64", construct=f"T.{name}")
+        return fn(*exprs)
+    wrapped.__name__ = name
+    return wrapped
+
+
+bitwise_and = _integer_op(tvm.tirx.bitwise_and, "bitwise_and", 2)
+bitwise_or = _integer_op(tvm.tirx.bitwise_or, "bitwise_or", 2)
+bitwise_xor = _integer_op(tvm.tirx.bitwise_xor, "bitwise_xor", 2)
+bitwise_not = _integer_op(tvm.tirx.bitwise_not, "bitwise_not", 1)
+shift_left = _integer_op(tvm.tirx.shift_left, "shift_left", 2)
+shift_right = _integer_op(tvm.tirx.shift_right, "shift_right", 2)
+
+
+def reinterpret(value, dtype):
+    """The bits of `value` read as `dtype` of the same size (MSL `as_type`); TileLang's
+    argument order."""
+    value = _expr(value)
+    dt = dtype_name(dtype, construct="T.reinterpret")
+    src = str(value.ty.dtype)
+    if DTYPES[dt].bits != DTYPES[src].bits:
+        raise KernelDefinitionError(f"T.reinterpret from {src} ({DTYPES[src].bits} bits) to "
+                                    f"{dt} ({DTYPES[dt].bits} bits): the sizes must match",
+                                    construct="T.reinterpret")
+    return tvm.tirx.reinterpret(dt, value)
 
 
 def abs(x):  # noqa: A001 - TileLang's name

@@ -1,8 +1,9 @@
 """MSL types and math in the emulator (mt_types.h, mt_math.h), run through `emu.run_msl` and
 compared with numpy / ml_dtypes oracles: half and bfloat rounding after every operation,
 vector constructors and swizzles, as_type, bool vectors with select/all/any, the math
-functions on float and half, 32-bit integer wraparound and the integer functions, INFINITY,
-NAN and numeric_limits."""
+functions on float and half, 32-bit integer wraparound and the integer functions, bit
+operations on narrow types (promotion, arithmetic right shifts), INFINITY, NAN and
+numeric_limits."""
 
 import math
 
@@ -360,3 +361,35 @@ def test_infinity_nan_and_numeric_limits():
             np.float32(math.pi), np.float16(math.pi), 0.0, 0.0, np.inf, np.nan]
     np.testing.assert_array_equal(f, np.array(want, np.float32))
     np.testing.assert_array_equal(n, [2**31 - 1, -2**31, 65535, 15])
+
+
+BIT_OPERATIONS = """
+kernel void k(device const char* a [[buffer(0)]], device const uchar* s [[buffer(1)]],
+              device int* out [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+  char c = a[i];
+  uchar u = uchar(c);
+  int n = int(s[i]);
+  device int* o = out + 6 * i;
+  o[0] = c >> n;                 // promoted to int, arithmetic: the sign fills in
+  o[1] = u >> n;                 // zero-extended: a logical shift
+  o[2] = char(c << n);           // wraps back to char
+  o[3] = ~u;                     // promoted: ~ of an int
+  o[4] = int(uchar(~u));
+  char4 v = char4(c) >> char4(n & 7);   // vectors: element-wise, no promotion
+  o[5] = v.w;
+}
+"""
+
+
+def test_bit_operations_follow_msl_promotion_and_sign(rng):
+    """MSL's integer operators as C++ (the printer's narrow-type and shift rules rely on
+    them): char/uchar promote to int, signed right shifts are arithmetic."""
+    n = 64
+    a = rng.integers(-128, 128, n).astype(np.int8)
+    s = rng.integers(0, 8, n).astype(np.uint8)
+    out = np.zeros(6 * n, np.int32)
+    run(BIT_OPERATIONS, n, a, s, out)
+    c, k, u = a.astype(np.int32), s.astype(np.int32), a.view(np.uint8).astype(np.int32)
+    want = np.stack([c >> k, u >> k, (c << k).astype(np.int8).astype(np.int32), ~u,
+                     (~u) & 0xFF, c >> (k & 7)], axis=1).reshape(-1)
+    np.testing.assert_array_equal(out, want)

@@ -20,7 +20,8 @@ from harness.gen import family as families
 
 NAMES = [f.name for f in families.families()]
 EXAMPLES = {"elementwise": 20, "cast": 20, "copy": 20, "conditional": 20, "multikernel": 15,
-            "scalars": 15, "reduce": 20, "softmax": 12, "rmsnorm": 12, "gemm": 15}
+            "scalars": 15, "reduce": 20, "softmax": 12, "rmsnorm": 12, "gemm": 15, "gemv": 15,
+            "qmm_fp8": 15, "qmm_fp4": 12}
 
 # LLM-sized params (Qwen-like rows of 4096): every family must build and compile at these
 # sizes, which harness/bench.py relies on; compiling runs no clang, so this is cheap.
@@ -49,6 +50,13 @@ LARGE = {
     "gemm": {"M": 4096, "N": 4096, "K": 4096, "bM": 64, "bN": 64, "bK": 32,
              "threads": 256, "dtype": "float16", "out_dtype": "float16", "trans_A": False,
              "trans_B": True, "num_stages": 2, "init": "clear"},
+    "gemv": {"M": 8, "N": 18944, "K": 3584, "bM": 8, "bN": 4, "bK": 128, "threads": 128,
+             "dtype": "bfloat16", "out_dtype": "bfloat16"},
+    "qmm_fp8": {"M": 64, "N": 12288, "K": 4096, "scale": "block", "G": 128, "bM": 8,
+                "bN": 16, "bK": 128, "threads": 32, "dtype": "bfloat16",
+                "out_dtype": "bfloat16"},
+    "qmm_fp4": {"E": 128, "T": 4, "N": 768, "K": 2048, "bM": 4, "bN": 8, "threads": 128,
+                "dtype": "bfloat16", "out_dtype": "bfloat16"},
 }
 
 

@@ -21,6 +21,14 @@
 // with members .x .y .z .w and operator[], built from any comparison mask (nonzero = true)
 // or from bools. Not supported on boolN: swizzles (m.xy) and the .rgba names.
 //
+// Integer operators (Operators): & | ^ ~ << >> are C++'s: char and short scalars are
+// promoted to int, and a signed right shift fills with the sign (arithmetic), an unsigned
+// one with zeros, as MSL specifies. MSL reads a shift count modulo the promoted width
+// (32 bits; 64 for long/ulong; the element width for vectors), where C++ leaves a count
+// outside [0, width) undefined: metaltile's printer writes the masking `(n & 31)` for
+// every count not provably in range (core/codegen/msl.py), so its kernels mean the same
+// in both; hand-written MSL relying on the wrap gets what the host CPU does.
+//
 // Differences from MSL a reader should know:
 //   - Converting a raw vector comparison numerically, float4(a < b), gives -1 per true lane
 //     (clang's mask), where MSL gives 1; go through bool4 first: float4(bool4(a < b)).

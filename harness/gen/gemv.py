@@ -1,0 +1,94 @@
+"""Family `gemv`: Y = X W^T for decode shapes (a few rows of X), written as a GEMV: the
+threads of a row split K, the weight rows come straight from device memory in vector
+loads into fragments, and T.reduce_sum combines the partial dot products (simd_shuffle_xor
+butterflies; through `red_buf` only when a row spans simdgroups). No simdgroup matrices,
+no threadgroup staging of the operands.
+
+Params:
+    M, N, K     X is M x K, W is N x K (rows of the weight matrix, as stored by LLM
+                checkpoints), Y is M x N; any sizes >= 1 (ragged tiles are masked)
+    bM          rows of X per threadgroup (1, 2, 4, 8): each weight element loaded is used
+                for bM rows
+    bN          weight rows per threadgroup (1, 2, 4, 8, 16)
+    bK          K elements per step of the serial k loop (32..256); the threads holding
+                one row's bK elements (bK / 4 of them) combine its dot product: within a
+                simdgroup when bK <= 128, across simdgroups (red_buf, barriers) above
+    threads     32, 64, 128, 256
+    dtype       X and W: float32, float16, bfloat16 (float32 accumulation)
+    out_dtype   Y: float32 or `dtype`
+
+Signature: (X, W, Y).
+
+The kernel: acc[bM, bN, bK] (float32 fragment) += X tile[m, k] * W tile[n, k] for each k
+step (per-thread partial sums), then one T.reduce_sum over k and a masked T.copy to Y.
+"""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+
+import core.language as T
+from harness.gen import strategies as S
+from harness.gen.family import Built, Family, register
+from harness.gen.inputs import random_tensor
+from oracles import gemm as oracle
+
+DTYPES = S.FLOATS
+ROWS = (1, 2, 4, 8)
+COLS = (1, 2, 4, 8, 16)
+STEPS = (32, 64, 128, 256)
+THREADS = (32, 64, 128, 256)
+
+
+def kernel(M, N, K, bM, bN, bK, threads, dtype, out_dtype):
+    @T.prim_func
+    def gemv(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), dtype),
+             Y: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=threads) as (bx, by):
+            x = T.alloc_fragment((bM, bK), dtype)
+            w = T.alloc_fragment((bN, bK), dtype)
+            acc = T.alloc_fragment((bM, bN, bK), "float32")
+            y = T.alloc_fragment((bM, bN), "float32")
+            T.clear(acc)
+            for ko in T.serial(T.ceildiv(K, bK)):
+                T.copy(X[by * bM, ko * bK], x)
+                T.copy(W[bx * bN, ko * bK], w)
+                for m, n, k in T.Parallel(bM, bN, bK):
+                    acc[m, n, k] += T.cast(x[m, k], "float32") * T.cast(w[n, k], "float32")
+            T.reduce_sum(acc, y, dim=2)
+            T.copy(y, Y[by * bM, bx * bN])
+    return gemv
+
+
+def build(p: dict) -> Built:
+    M, N, K, dtype, out_dtype = p["M"], p["N"], p["K"], p["dtype"], p["out_dtype"]
+    func = kernel(M, N, K, p["bM"], p["bN"], p["bK"], p["threads"], dtype, out_dtype)
+
+    def inputs(seed):
+        return [random_tensor((M, K), dtype, seed), random_tensor((N, K), dtype, seed + 1)]
+
+    def expected(args):
+        return [oracle.gemm(args[0], args[1], transpose_b=True).to(getattr(torch, out_dtype))]
+
+    return Built(func, [2], inputs, expected, reduction_length=K,
+                 tolerance_dtypes=(out_dtype,), flops=2 * M * N * K,
+                 op_class="accumulation")
+
+
+@st.composite
+def _drawn(draw):
+    dtype = draw(S.dtype(DTYPES))
+    return {
+        "M": draw(S.extent(1, 12)), "N": draw(S.extent(1, 40)), "K": draw(S.extent(1, 300)),
+        "bM": draw(S.tile(ROWS)), "bN": draw(S.tile(COLS)), "bK": draw(S.tile(STEPS)),
+        "threads": draw(S.threads(THREADS)), "dtype": dtype,
+        "out_dtype": draw(st.sampled_from(("float32", dtype))),
+    }
+
+
+def params():
+    return _drawn()
+
+
+FAMILY = register(Family("gemv", __doc__.splitlines()[0], params, build, tags=("gemm",)))
