@@ -20,15 +20,12 @@ from core.language.reduce import (reduce_absmax, reduce_abssum, reduce_max, redu
                                   reduce_sum)
 from core.language.tileops import clear, copy, fill
 
-# dtypes: annotations for scalar parameters (`n: T.int32`) and literal constructors
-float32 = _tvm_script.float32
-float16 = _tvm_script.float16
-bfloat16 = _tvm_script.bfloat16
-int32 = _tvm_script.int32
-int64 = _tvm_script.int64
-int8 = _tvm_script.int8
-uint8 = _tvm_script.uint8
-bool = _tvm_script.bool  # noqa: A001 - TileLang's name
+# dtypes: TileLang's dtype objects (core/language/dtypes.py): annotations for scalar
+# parameters (`n: T.int32`), literal constructors (`T.float32(0)`), strings everywhere else
+from core.language.dtypes import dtype  # noqa: E402
+from core.language.dtypes import NAMES as _DTYPE_NAMES  # noqa: E402
+
+globals().update({_n: dtype(_v) for _n, _v in _DTYPE_NAMES.items()})
 Cast = _tvm_script.Cast
 Select = _tvm_script.Select
 grid = _tvm_script.grid
