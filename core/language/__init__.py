@@ -11,14 +11,17 @@ from core.language.buffers import (Buffer, Tensor, alloc_fragment, alloc_local, 
 from core.language.errors import KernelDefinitionError, LoweringError
 from core.language.frontend import prim_func
 from core.language.gemm import GemmWarpPolicy, gemm
-from core.language.kernel import Kernel
+from core.language.kernel import (Kernel, get_block_binding, get_block_bindings,
+                                  get_block_extent, get_block_extents, get_thread_binding,
+                                  get_thread_bindings, get_thread_extent, get_thread_extents)
 from core.language.loops import Parallel, Pipelined, Serial, Unroll, serial, unroll
 from core.language.math import (abs, cast, ceil, ceildiv, cos, exp, exp2, floor, floordiv,
                                 floormod, if_then_else, infinity, log, log2, max, max_value,
                                 min, min_value, rsqrt, sigmoid, sin, sqrt, tanh)
 from core.language.reduce import (reduce_absmax, reduce_abssum, reduce_max, reduce_min,
                                   reduce_sum)
-from core.language.tileops import clear, copy, fill
+from core.language.swizzle import use_swizzle
+from core.language.tileops import clear, copy, fill, transpose
 
 # dtypes: TileLang's dtype objects (core/language/dtypes.py): annotations for scalar
 # parameters (`n: T.int32`), literal constructors (`T.float32(0)`), strings everywhere else
