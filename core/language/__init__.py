@@ -34,3 +34,6 @@ Select = _tvm_script.Select
 grid = _tvm_script.grid
 
 __all__ = [n for n in dir() if not n.startswith("_")]
+
+# Any other name TileLang exports: a KernelDefinitionError naming it (core/language/unsupported.py)
+from core.language.unsupported import module_getattr as __getattr__  # noqa: E402
