@@ -15,9 +15,10 @@ from core.language.kernel import (Kernel, get_block_binding, get_block_bindings,
                                   get_block_extent, get_block_extents, get_thread_binding,
                                   get_thread_bindings, get_thread_extent, get_thread_extents)
 from core.language.loops import Parallel, Pipelined, Serial, Unroll, serial, unroll
-from core.language.math import (abs, cast, ceil, ceildiv, cos, exp, exp2, floor, floordiv,
-                                floormod, if_then_else, infinity, log, log2, max, max_value,
-                                min, min_value, rsqrt, sigmoid, sin, sqrt, tanh)
+from core.language.math import (abs, cast, cdiv, ceil, ceildiv, clamp, cos, exp, exp2, floor,
+                                floordiv, floormod, fmod, if_then_else, infinity, isinf, isnan,
+                                likely, log, log2, log10, max, max_value, min, min_value, pow,
+                                round, rsqrt, sigmoid, sin, sqrt, tanh, trunc)
 from core.language.reduce import (reduce_absmax, reduce_abssum, reduce_max, reduce_min,
                                   reduce_sum)
 from core.language.swizzle import use_swizzle

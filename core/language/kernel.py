@@ -50,6 +50,10 @@ class Kernel:
             if isinstance(g, int) and g <= 0:
                 raise KernelDefinitionError(
                     f"grid extent {g} is not positive", construct="T.Kernel")
+        if prelude is not None or is_cpu:
+            raise KernelDefinitionError(
+                "prelude= (CUDA source) and is_cpu=True are not supported: every T.Kernel is "
+                "a Metal compute kernel", construct="T.Kernel")
         self.grid = grid
         self.threads = _threads_tuple(threads)
         self._stack = contextlib.ExitStack()

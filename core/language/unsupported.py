@@ -45,13 +45,21 @@ _BY_NAME = (
                                    "vectorizes proven-safe accesses itself"),
     (("macro", "inline"), "macros are not supported; call a Python helper that emits "
                           "T.* statements instead"),
+    (("AnyDType", "get_tvm_dtype", "is_float4", "is_f8f6f4_family",
+      "validate_gemm_ab_dtypes"), "a TileLang dtype helper; use T.dtype(x) (.bits, "
+                                  ".as_torch()) instead"),
+    (("float8", "float6", "float4", "int4", "tfloat32"),
+     "Metal has no 8-, 6- or 4-bit float, 4-bit integer or tf32 type"),
 )
+_MATH = ("acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "cosh", "sinh", "tan",
+         "erf", "exp10", "expm1", "hypot", "ldexp", "log1p", "nextafter", "copysign",
+         "isfinite", "nearbyint", "popcount", "clz", "bitwise_", "shift_", "truncdiv",
+         "truncmod", "q_multiply_shift", "fast_")
 _BY_GROUP = {
     "cuda": "a CUDA-only construct of TileLang's default dialect; Metal has no equivalent",
     "metal": "low-level simdgroup/cooperative-tensor intrinsics are not exposed; T.gemm "
              "emits simdgroup matrices",
-    "dtype": "this dtype is not available: vector and sub-byte dtypes are not supported "
-             "(the compiler vectorizes loops itself)",
+    "dtype": "vector dtypes are not supported (the compiler vectorizes loops itself)",
     "math": "CUDA fast-math/IEEE intrinsics are not exposed; Metal compiles in fast-math "
             "mode (T.exp, T.log, ... )",
     "tir": "this low-level TIR construct is not part of the DSL",
@@ -83,13 +91,16 @@ def reason(name: str) -> str | None:
     for prefixes, why in _BY_NAME:
         if name.startswith(prefixes):
             return why
+    if group in ("tir", "tvmscript") and name.startswith(_MATH):
+        return "this math or bit operation has no MSL mapping in metaltile yet"
     return _BY_GROUP.get(group, _DEFAULT)
 
 
 def module_getattr(name: str):
     """`core.language.__getattr__`: names defined there never reach it."""
-    why = None if name.startswith("__") else reason(name)
+    dunder = name.startswith("__") and name.endswith("__")
+    why = None if dunder else reason(name)
     if why is None:
         raise AttributeError(f"module 'core.language' has no attribute {name!r}")
-    raise UnsupportedConstruct(f"TileLang's T.{name} is not supported on Metal by "
-                               f"metaltile: {why}", construct=f"T.{name}")
+    raise UnsupportedConstruct(f"TileLang's construct is not supported by metaltile: {why}",
+                               construct=f"T.{name}")
