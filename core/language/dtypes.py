@@ -19,7 +19,7 @@ from __future__ import annotations
 import builtins
 
 import tvm_ffi
-from tvm.tirx.script.builder import ir as _ir
+from tvm.script import tirx as _script
 
 from core.language.errors import KernelDefinitionError
 from core.target import DTYPES
@@ -85,7 +85,7 @@ class dtype(tvm_ffi.dtype):  # noqa: N801 - TileLang's name
         return found
 
     def _constructor(self):
-        ctor = getattr(_ir, str(self), None)
+        ctor = getattr(_script, str(self), None)
         if ctor is None:
             raise KernelDefinitionError(
                 f"TVMScript has no scalar constructor for '{self}'; allowed: "
