@@ -17,7 +17,10 @@ from types import SimpleNamespace
 from tvm.script.parser._core import parse, utils
 
 from core.errors import MetaltileError
+from core.language import compare
 from core.language.errors import KernelDefinitionError
+
+compare.install()  # int32 < int64 promotes inside kernels too (core/language/compare.py)
 
 
 def _project_error_in_chain(exc: BaseException) -> MetaltileError | None:
