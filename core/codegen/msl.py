@@ -35,6 +35,7 @@ from core.ir import ops
 from core.ir.matrix import MATRIX_SCOPE
 from core.ir.stmt import as_int
 from core.language.errors import LoweringError
+from core.target import DTYPES
 
 # ---- Metal vocabulary ---------------------------------------------------------------------
 
@@ -43,8 +44,7 @@ TYPES = {
     "int64": "long", "int8": "char", "uint8": "uchar", "bool": "bool", "uint32": "uint",
     "int16": "short", "uint16": "ushort", "uint64": "ulong",
 }
-TYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "int8": 1,
-              "uint8": 1, "bool": 1, "uint32": 4}
+TYPE_BYTES = {name: d.bytes for name, d in DTYPES.items()}
 ADDRESS_SPACES = {"global": "device", "shared": "threadgroup", "local": "thread"}
 BUILTINS = {  # launch tag prefix -> (parameter declaration, variable)
     "blockIdx": ("uint3 tgid [[threadgroup_position_in_grid]]", "tgid"),

@@ -24,7 +24,8 @@ from tvm.script import tirx as _script
 from core.language.errors import KernelDefinitionError
 from core.target import DTYPES
 
-SUPPORTED = ("float32", "float16", "bfloat16", "int32", "int64", "int8", "uint8", "bool")
+SUPPORTED = ("float32", "float16", "bfloat16", "int32", "int64", "int16", "int8", "uint32",
+             "uint16", "uint8", "bool")
 SCALAR_PARAM_DTYPES = ("int32", "int64", "float32", "float16", "bool")
 
 # C-style and short spellings (TileLang's T.float, T.half, ... and common abbreviations)

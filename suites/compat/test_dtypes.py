@@ -106,3 +106,30 @@ def test_float_scalar_in_range_and_inf_pass(run):
     a = torch.ones(32, dtype=torch.float16)
     assert_close(run(kernel, a, 6e4), torch.full((32,), 6e4).half(), "float16")
     assert bool(torch.isinf(run(kernel, a, float("inf"))).all())
+
+
+@pytest.mark.parametrize("src,dst", [("uint32", "float32"), ("int16", "int32"),
+                                     ("uint16", "float16"), ("float32", "uint32"),
+                                     ("uint32", "uint32")])
+def test_uint32_int16_uint16_tensors_through_shared_memory(run, src, dst):
+    M = 100   # ragged over 64-element tiles
+    sdt, ddt = getattr(T, src), getattr(T, dst)
+
+    @T.prim_func
+    def k(A: T.Tensor((M,), sdt), B: T.Tensor((M,), ddt)):
+        with T.Kernel(T.ceildiv(M, 64), threads=64) as bx:
+            S = T.alloc_shared((64,), sdt)
+            T.copy(A[bx * 64], S)
+            for i in T.Parallel(64):
+                if bx * 64 + i < M:
+                    B[bx * 64 + i] = T.cast(S[i] * 3, ddt)
+
+    a = torch.randint(0, 1000, (M,)).to(sdt.as_torch())
+    out = run(core.compile(k, out_idx=[1]), a)
+    # torch has no arithmetic on uint16/uint32: compare in int64 / float64
+    expected = a.to(torch.int64) * 3 if not sdt.as_torch().is_floating_point \
+        else (a.double() * 3).trunc()
+    if ddt.as_torch().is_floating_point:
+        assert_close(out.double(), expected.double().to(ddt.as_torch()).double(), dst)
+    else:
+        assert torch.equal(out.to(torch.int64), expected.to(torch.int64))
