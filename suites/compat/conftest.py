@@ -1,7 +1,7 @@
 """Shared setup of the TileLang-compatibility suites (as suites/core): kernels written in
 TileLang's style, run on the emulator with every check, compared with torch.
 
-    def test_x(run):
+    def test_x(run):                         # assert_close: harness.diff
         out = run(core.compile(func, out_idx=[-1]), a)   # emulator, all checks, no findings
         assert_close(out, oracle(a))
 """
@@ -11,8 +11,6 @@ from __future__ import annotations
 import importlib
 
 import pytest
-
-from harness.diff import assert_close  # noqa: F401 - re-exported for the tests
 
 
 def run_checked(kernel, *args, **kwargs):

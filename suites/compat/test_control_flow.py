@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import assert_close
 
 import core
 import core.language as T
 from core.language.errors import KernelDefinitionError
+from harness.diff import assert_close
 
 
 @pytest.mark.parametrize("double", [True, False])

@@ -6,13 +6,13 @@ import re
 
 import pytest
 import torch
-from conftest import assert_close
 
 import core
 import core.language as T
 from core.errors import LaunchError
 from core.language.errors import KernelDefinitionError
 from core.target import DTYPES
+from harness.diff import assert_close
 
 
 @pytest.mark.parametrize("name", sorted(DTYPES))

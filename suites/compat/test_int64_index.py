@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import assert_close
 
 import core
 import core.language as T
+from harness.diff import assert_close
 
 
 @pytest.mark.parametrize("L", [100, 64])

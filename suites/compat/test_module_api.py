@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import assert_close
 
 import core
 import core.language as T
 from core.errors import MetaltileError
 from core.options import METAL_MEANING, PassConfigKey
+from harness.diff import assert_close
 
 
 def test_cdiv_and_next_power_of_2():

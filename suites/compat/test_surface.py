@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import assert_close
 
 import core
 import core.language as T
@@ -13,6 +12,7 @@ from core.language.errors import KernelDefinitionError
 from core.language.tilelang_names import GROUPS
 from core.language.unsupported import UnsupportedConstruct, tvmscript_names
 from harness import language_table
+from harness.diff import assert_close
 
 TILELANG = sorted({n for names in GROUPS.values() for n in names} | set(tvmscript_names()))
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import assert_close
 
 import core
 import core.language as T
 from core.language.errors import KernelDefinitionError
 from core.language.swizzle import block_order
-from harness.diff import run_case
+from harness.diff import assert_close, run_case
 
 
 @pytest.mark.parametrize("order", ["row", "column"])

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import assert_close
 
 import core
 import core.language as T
 from core.language.errors import KernelDefinitionError
+from harness.diff import assert_close
 
 
 def test_thread_and_block_bindings(run):
