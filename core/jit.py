@@ -24,7 +24,7 @@ from pathlib import Path
 
 import tvm_ffi
 
-from core import options
+from core import options as compile_options
 from core.cache import cache_root
 from core.codegen.msl import print_program
 from core.errors import LaunchError, MetaltileError
@@ -202,8 +202,8 @@ def compile(func, target="metal", out_idx=None, *, disable=(), replace=None, cac
     if str(target).split()[0] not in ("metal", "auto"):
         raise MetaltileError(f"target {target!r} is not supported; use 'metal'",
                              construct="target")
-    options.check_keywords(tilelang_options)
-    disable, checks = options.resolve(pass_configs, disable, checks)
+    compile_options.check_keywords(tilelang_options)
+    disable, checks = compile_options.resolve(pass_configs, disable, checks)
     use_cache = cache and not replace
     key = cache_key(func, (tuple(disable),)) if use_cache else None
     compiled = CACHE.get(key) if use_cache else None
