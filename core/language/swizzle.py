@@ -56,11 +56,21 @@ def _expr_ops():
     return (tirx.floordiv, tirx.floormod, tirx.Select)
 
 
+def dtype_of(expr) -> str:
+    return str(expr.ty.dtype)
+
+
 def block_order(order: str, panel: int, gx, gy, bx, by):
     """(bx', by'): the tile that the threadgroup at launch position (bx, by) of a gx x gy
     grid computes. Python ints in, ints out; TIR expressions in, expressions out."""
     is_int = all(isinstance(v, int) for v in (gx, gy, bx, by))
     div, mod, select = _int_ops() if is_int else _expr_ops()
+    if not is_int:  # one integer dtype for every term (an int64 grid, int32 indices)
+        dt = "int64" if any(not isinstance(v, int) and dtype_of(v) == "int64"
+                            for v in (gx, gy, bx, by)) else "int32"
+        gx, gy, bx, by = (tirx.const(v, dt) if isinstance(v, int) else tirx.Cast(dt, v)
+                          if dtype_of(v) != dt else v for v in (gx, gy, bx, by))
+        panel = tirx.const(panel, dt)
     # Along `across` the panel is `panel` wide; `along` is the direction it is walked.
     along_extent = gx if order == "row" else gy
     linear = bx + by * gx

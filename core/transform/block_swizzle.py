@@ -15,7 +15,7 @@ from tvm import tirx
 from core.ir.kernel import map_kernels
 from core.ir.stmt import rewrite, substitute, walk
 from core.language.errors import KernelDefinitionError
-from core.language.swizzle import attr_params, block_order, is_swizzle_attr
+from core.language.swizzle import attr_params, block_order, dtype_of, is_swizzle_attr
 
 
 def _count(stmt) -> int:
@@ -39,7 +39,8 @@ def _apply(name):
             zero = tirx.const(0, "int32")
             bx, by = bvars.get("x", zero), bvars.get("y", zero)
             new_x, new_y = block_order(order, panel, gx, gy, bx, by)
-            vmap = {v: e for v, e in ((bvars.get("x"), new_x), (bvars.get("y"), new_y))
+            vmap = {v: e if dtype_of(e) == dtype_of(v) else tirx.Cast(dtype_of(v), e)
+                    for v, e in ((bvars.get("x"), new_x), (bvars.get("y"), new_y))
                     if v is not None}
             return substitute(stmt.body, vmap)
 

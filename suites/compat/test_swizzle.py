@@ -121,3 +121,28 @@ def test_disabled_swizzle_is_the_identity(run):
 
     assert torch.equal(run(core.compile(k, out_idx=[0])),
                        torch.arange(15, dtype=torch.int32).reshape(3, 5))
+
+
+@pytest.mark.parametrize("dim_dtype", ["int32", "int64"])
+def test_swizzle_on_a_symbolic_grid(run, dim_dtype):
+    m, n = T.dynamic("m", dim_dtype), T.dynamic("n", dim_dtype)
+
+    @T.prim_func
+    def owner(A: T.Tensor((m, n), "float32"), O: T.Tensor((m, n), "int32")):
+        with T.Kernel(T.ceildiv(n, 8), T.ceildiv(m, 8), threads=64) as (bx, by):
+            launched = T.alloc_var("int32")
+            launched = bx + by * T.ceildiv(n, 8)
+            T.use_swizzle(3, order="column")
+            for i, j in T.Parallel(8, 8):
+                if by * 8 + i < m and bx * 8 + j < n:
+                    O[by * 8 + i, bx * 8 + j] = launched
+
+    M, N = 37, 61   # ragged: 8 x 5 tiles, the last row and column partial
+    out = run(core.compile(owner, out_idx=[1]), torch.zeros(M, N))
+    gx, gy = -(-N // 8), -(-M // 8)
+    expected = torch.zeros(M, N, dtype=torch.int32)
+    for y in range(gy):
+        for x in range(gx):
+            tx, ty = block_order("column", 3, gx, gy, x, y)
+            expected[ty * 8:(ty + 1) * 8, tx * 8:(tx + 1) * 8] = x + y * gx
+    assert torch.equal(out, expected)
