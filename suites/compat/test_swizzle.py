@@ -146,3 +146,24 @@ def test_swizzle_on_a_symbolic_grid(run, dim_dtype):
             tx, ty = block_order("column", 3, gx, gy, x, y)
             expected[ty * 8:(ty + 1) * 8, tx * 8:(tx + 1) * 8] = x + y * gx
     assert torch.equal(out, expected)
+
+
+def test_swizzle_outside_a_kernel_or_twice_is_an_error():
+    @T.prim_func
+    def outside(O: T.Tensor((4, 4), "int32")):
+        T.use_swizzle(2)
+        with T.Kernel(4, 4, threads=32) as (bx, by):
+            O[by, bx] = 0
+
+    with pytest.raises(KernelDefinitionError, match="T.use_swizzle: is only allowed inside"):
+        core.compile(outside)
+
+    @T.prim_func
+    def twice(O: T.Tensor((4, 4), "int32")):
+        with T.Kernel(4, 4, threads=32) as (bx, by):
+            T.use_swizzle(2)
+            T.use_swizzle(2, order="column")
+            O[by, bx] = 0
+
+    with pytest.raises(KernelDefinitionError, match="T.use_swizzle: is called twice"):
+        core.compile(twice)
