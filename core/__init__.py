@@ -3,7 +3,10 @@
     import core
     import core.language as T
     kernel = core.compile(func, target="metal", out_idx=[-1])
+    core.cdiv, core.next_power_of_2, core.PassConfigKey   TileLang's module helpers
 """
+
+from core.options import PassConfigKey, cdiv, next_power_of_2  # noqa: E402,F401 - no tvm
 
 __all__ = ["Kernel", "KernelFindingsError", "compile", "jit"]
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import tvm_ffi
 
+from core import options as compile_options
 from core.cache import cache_root
 from core.codegen.msl import print_program
 from core.errors import LaunchError, MetaltileError
@@ -82,6 +83,8 @@ class Kernel:
 
     def get_kernel_source(self) -> str:  # TileLang's name
         return self.msl
+
+    kernel_source = property(get_kernel_source)  # TileLang's name
 
     def __call__(self, *args, backend=None, checks=None, schedule="forward", seed=0):
         backend = check_backend(backend or default_backend(), self.name)
@@ -192,11 +195,15 @@ def lower(func, *, disable=(), replace=None) -> CompiledProgram:
 
 
 def compile(func, target="metal", out_idx=None, *, disable=(), replace=None, cache=True,
-            checks=ALL_CHECKS, raise_on_findings=False, **_tilelang_options):  # noqa: A001
-    """Compile a T.prim_func into a `Kernel`."""
+            checks=ALL_CHECKS, raise_on_findings=False, pass_configs=None,
+            **tilelang_options):  # noqa: A001
+    """Compile a T.prim_func into a `Kernel`. `pass_configs` and TileLang's other
+    keywords are checked by core/options.py: unknown or unsupported ones are errors."""
     if str(target).split()[0] not in ("metal", "auto"):
         raise MetaltileError(f"target {target!r} is not supported; use 'metal'",
                              construct="target")
+    compile_options.check_keywords(tilelang_options)
+    disable, checks = compile_options.resolve(pass_configs, disable, checks)
     use_cache = cache and not replace
     key = cache_key(func, (tuple(disable),)) if use_cache else None
     compiled = CACHE.get(key) if use_cache else None

@@ -344,7 +344,9 @@ class _KernelPrinter:
             self.analyzer.bind(s.loop_var, tvm.ir.Range.from_min_extent(s.min, ext))
         except Exception:  # noqa: BLE001 - rebinding only loses precision
             pass
-        self.emit(f"for (int {v} = {lo}; {v} < {end}; ++{v}) {{")
+        step = getattr(s, "step", None)
+        inc = f"++{v}" if step is None or as_int(step) == 1 else f"{v} += {self.expr(step)}"
+        self.emit(f"for (int {v} = {lo}; {v} < {end}; {inc}) {{")
         self.block(s.body)
         self.emit("}")
 

@@ -11,33 +11,33 @@ from core.language.buffers import (Buffer, Tensor, alloc_fragment, alloc_local, 
 from core.language.errors import KernelDefinitionError, LoweringError
 from core.language.frontend import prim_func
 from core.language.gemm import GemmWarpPolicy, gemm
-from core.language.kernel import Kernel
+from core.language.kernel import (Kernel, get_block_binding, get_block_bindings,
+                                  get_block_extent, get_block_extents, get_thread_binding,
+                                  get_thread_bindings, get_thread_extent, get_thread_extents)
 from core.language.loops import Parallel, Pipelined, Serial, Unroll, serial, unroll
 from core.language.math import (abs, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, cast,
-                                ceil, ceildiv, cos, exp, exp2, floor, floordiv, floormod,
-                                if_then_else, infinity, log, log2, max, max_value, min,
-                                min_value, reinterpret, rsqrt, shift_left, shift_right,
-                                sigmoid, sin, sqrt, tanh)
+                                cdiv, ceil, ceildiv, clamp, cos, exp, exp2, floor, floordiv,
+                                floormod, fmod, if_then_else, infinity, isinf, isnan, likely,
+                                log, log2, log10, max, max_value, min, min_value, pow,
+                                reinterpret, round, rsqrt, shift_left, shift_right, sigmoid,
+                                sin, sqrt, tanh, trunc)
 from core.language.quant import decode_e2m1, decode_e4m3
 from core.language.reduce import (reduce_absmax, reduce_abssum, reduce_max, reduce_min,
                                   reduce_sum)
-from core.language.tileops import clear, copy, fill
+from core.language.swizzle import use_swizzle
+from core.language.tileops import clear, copy, fill, transpose
 
-# dtypes: annotations for scalar parameters (`n: T.int32`) and literal constructors
-float32 = _tvm_script.float32
-float16 = _tvm_script.float16
-bfloat16 = _tvm_script.bfloat16
-int32 = _tvm_script.int32
-int64 = _tvm_script.int64
-int8 = _tvm_script.int8
-int16 = _tvm_script.int16
-uint8 = _tvm_script.uint8
-uint16 = _tvm_script.uint16
-uint32 = _tvm_script.uint32
-uint64 = _tvm_script.uint64
-bool = _tvm_script.bool  # noqa: A001 - TileLang's name
+# dtypes: TileLang's dtype objects (core/language/dtypes.py): annotations for scalar
+# parameters (`n: T.int32`), literal constructors (`T.float32(0)`), strings everywhere else
+from core.language.dtypes import dtype  # noqa: E402
+from core.language.dtypes import NAMES as _DTYPE_NAMES  # noqa: E402
+
+globals().update({_n: dtype(_v) for _n, _v in _DTYPE_NAMES.items()})
 Cast = _tvm_script.Cast
 Select = _tvm_script.Select
 grid = _tvm_script.grid
 
 __all__ = [n for n in dir() if not n.startswith("_")]
+
+# Any other name TileLang exports: a KernelDefinitionError naming it (core/language/unsupported.py)
+from core.language.unsupported import module_getattr as __getattr__  # noqa: E402

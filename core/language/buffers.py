@@ -32,13 +32,33 @@ def _shape(shape, construct):
     return dims
 
 
-def Tensor(shape, dtype="float32", **kwargs):  # noqa: N802 - TileLang's name
-    """Parameter annotation: a device tensor of `shape` (ints or symbolic dims)."""
-    return _T.Buffer(_shape(shape, "T.Tensor"), dtype_name(dtype, construct="T.Tensor"),
-                     **kwargs)
+class _TensorAnnotation:
+    """`T.Tensor(shape, dtype)` and TileLang's subscript form `T.Tensor[(M, N), dtype]`
+    (also `T.Tensor[M, N]` for float32): a parameter annotation for a device tensor of
+    `shape` (ints or symbolic dims)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, shape, dtype="float32", **kwargs):
+        return _T.Buffer(_shape(shape, self.name), dtype_name(dtype, construct=self.name),
+                         **kwargs)
+
+    def __getitem__(self, key):
+        if isinstance(key, tuple) and len(key) == 2 and not _is_extent(key[1]):
+            return self(key[0], key[1])
+        return self(key)
+
+    def __repr__(self):
+        return self.name
 
 
-Buffer = Tensor
+def _is_extent(x) -> bool:
+    return isinstance(x, Integral) or tvm.ir.is_prim_expr(x)
+
+
+Tensor = _TensorAnnotation("T.Tensor")
+Buffer = _TensorAnnotation("T.Buffer")
 
 
 def _alloc(shape, dtype, scope, construct):

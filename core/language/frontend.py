@@ -17,7 +17,11 @@ from types import SimpleNamespace
 from tvm.script.parser._core import parse, utils
 
 from core.errors import MetaltileError
+from core.language import compare, conditions
 from core.language.errors import KernelDefinitionError
+
+compare.install()     # int32 < int64 promotes inside kernels too (core/language/compare.py)
+conditions.install()  # Python values decide `if` and ternaries at trace time (conditions.py)
 
 
 def _project_error_in_chain(exc: BaseException) -> MetaltileError | None:

@@ -30,9 +30,17 @@ def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None
     return _ir.grid(*extents)
 
 
+def _check_step(step, construct):
+    if isinstance(step, int) and step <= 0:
+        raise KernelDefinitionError(f"loop step {step} is not positive; allowed: a positive "
+                                    "int (count down with an index expression)",
+                                    construct=construct)
+
+
 def Serial(start, stop=None, step=None, *, annotations=None, unroll=None):  # noqa: N802
-    """A serial loop executed by every thread."""
+    """A serial loop executed by every thread; `T.serial(start, stop, step)` steps."""
     _check_extent(start if stop is None else None, "T.Serial")
+    _check_step(step, "T.serial")
     return _ir.serial(start, stop, step=step, annotations=annotations, unroll=unroll)
 
 
@@ -46,8 +54,12 @@ def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None,
     return _ir.serial(start, stop, annotations={"num_stages": num_stages})
 
 
-def Unroll(start, stop=None):  # noqa: N802
-    return _ir.serial(start, stop, unroll=True)
+def Unroll(start, stop=None, step=None, *, explicit=False, unroll_factor=None,  # noqa: N802
+           annotations=None):
+    """A serial loop the MSL compiler is asked to unroll (`#pragma unroll`)."""
+    _check_extent(start if stop is None else None, "T.unroll")
+    _check_step(step, "T.unroll")
+    return _ir.serial(start, stop, step=step, annotations=annotations, unroll=True)
 
 
 serial = Serial

@@ -49,6 +49,33 @@ cos = _float_math(tvm.tirx.cos, "cos")
 floor = _float_math(tvm.tirx.floor, "floor")
 ceil = _float_math(tvm.tirx.ceil, "ceil")
 sigmoid = _float_math(tvm.tirx.sigmoid, "sigmoid")
+log10 = _float_math(tvm.tirx.log10, "log10")
+round = _float_math(tvm.tirx.round, "round")  # noqa: A001 - TileLang's name (to nearest even)
+trunc = _float_math(tvm.tirx.trunc, "trunc")
+isnan = _float_math(tvm.tirx.isnan, "isnan")
+isinf = _float_math(tvm.tirx.isinf, "isinf")
+
+
+def pow(x, y):  # noqa: A001 - TileLang's name
+    x = _float_math(lambda v: v, "pow")(x)
+    return tvm.tirx.pow(x, _expr(y, str(x.ty.dtype)))
+
+
+def fmod(x, y):
+    x = _float_math(lambda v: v, "fmod")(x)
+    return tvm.tirx.fmod(x, _expr(y, str(x.ty.dtype)))
+
+
+def clamp(x, lo, hi):
+    """min(max(x, lo), hi) (TileLang's T.clamp)."""
+    x = _expr(x)
+    dt = str(x.ty.dtype)
+    return _T.min(_T.max(x, _expr(lo, dt)), _expr(hi, dt))
+
+
+def likely(cond):
+    """A branch hint; the condition itself."""
+    return _expr(cond, "bool")
 
 
 def _integer_op(fn, name, arity):
@@ -145,6 +172,9 @@ def ceildiv(a, b):
     if isinstance(a, int) and isinstance(b, int):
         return -(-a // b)
     return tvm.tirx.floordiv(_expr(a) + _expr(b) - 1, _expr(b))
+
+
+cdiv = ceildiv  # TileLang's T.cdiv
 
 
 def floordiv(a, b):

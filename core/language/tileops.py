@@ -1,4 +1,4 @@
-"""Tile operations of the DSL: `T.copy`, `T.fill`, `T.clear`.
+"""Tile operations of the DSL: `T.copy`, `T.fill`, `T.clear`, `T.transpose`.
 
 Each call emits one tile-op call (core/ir/ops.py) whose operands are regions; the
 lowering turns it into per-thread loops. Accepted operand forms, as in TileLang:
@@ -54,3 +54,50 @@ def fill(buffer, value):
 def clear(buffer):
     """Every element of `buffer` := 0."""
     fill(buffer, 0)
+
+
+def transpose(src, dst, annotations=None):
+    """dst[j, i] := src[i, j] over the last two dimensions of two threadgroup tiles
+    (src [M, N], dst [N, M]), as a T.Parallel over src's tile."""
+    construct = "T.transpose"
+    regions = [ops.decode_region(_region(x, f"{construct} {role}"))
+               for x, role in ((src, "source"), (dst, "destination"))]
+    for r, role in zip(regions, ("source", "destination")):
+        scope = r.buffer.ty.storage_scope
+        if scope != "shared":
+            raise KernelDefinitionError(
+                f"the {role} '{r.buffer.name}' is in '{scope}' memory; allowed: threadgroup "
+                "tiles (T.alloc_shared); copy a fragment to shared memory first",
+                construct=construct)
+    (s, d) = regions
+    s_ext, d_ext = _extents(s, d), _extents(d, s)
+    if len(s_ext) != 2 or len(d_ext) != 2:
+        raise KernelDefinitionError(
+            f"needs 2-D tiles, got source {list(s_ext)} and destination {list(d_ext)}",
+            construct=construct)
+    if [_const(e) for e in s_ext] != [_const(e) for e in reversed(d_ext)] or \
+            None in map(_const, s_ext):
+        raise KernelDefinitionError(
+            f"source extents {list(s_ext)} and destination extents {list(d_ext)} must be "
+            "constants and transposed ([M, N] -> [N, M])", construct=construct)
+    m, n = (_const(e) for e in s_ext)
+    _ir.evaluate(ops.call("tl.parallel_scope", m, n))
+    with _ir.grid(m, n) as (i, j):
+        value = s.buffer[s.mins[0] + i, s.mins[1] + j]
+        _ir.buffer_store(d.buffer, value, [d.mins[0] + j, d.mins[1] + i])
+
+
+def _extents(region, other):
+    """A region's extents; an origin form (`A[i, j]`) takes the other operand's, swapped."""
+    if region.extents is not None:
+        return list(region.extents)
+    if all(_const(m) == 0 for m in region.mins) or \
+            (other.extents is None and any(_const(m) != 0 for m in other.mins)):
+        return list(ops.buffer_shape(region.buffer))
+    return list(reversed(_extents(other, region)))
+
+
+def _const(e):
+    if isinstance(e, int):
+        return e
+    return int(e.value) if isinstance(e, tvm.tirx.IntImm) else None

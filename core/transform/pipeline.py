@@ -9,6 +9,7 @@ change to one pass is caught. `stop_after` returns the intermediate result.
 
 from __future__ import annotations
 
+from core.transform.block_swizzle import block_swizzle
 from core.transform.flatten_simplify import flatten_simplify
 from core.transform.layout_inference import layout_inference
 from core.transform.legalize import legalize
@@ -20,6 +21,7 @@ from core.transform.verify import verify
 
 PASSES = (
     ("legalize", legalize),                    # parse markers -> PARALLEL loops
+    ("block_swizzle", block_swizzle),          # T.use_swizzle -> remapped block indices
     ("verify", verify),                        # clear errors for ill-formed kernels
     ("layout_inference", layout_inference),    # fragments -> (thread, slot)
     ("lower_tile_ops", lower_tile_ops),        # tile ops, T.Parallel -> per-thread loops
@@ -29,7 +31,8 @@ PASSES = (
     ("split_host_device", split_host_device),  # device kernels + launch plan
 )
 
-REQUIRED = ("legalize", "lower_tile_ops", "flatten_simplify", "split_host_device")
+REQUIRED = ("legalize", "block_swizzle", "lower_tile_ops", "flatten_simplify",
+            "split_host_device")
 
 
 def pass_names() -> tuple:

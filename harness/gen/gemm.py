@@ -19,6 +19,9 @@ Params:
                 of the A tile into a fragment, T.gemm(A_local, B_shared, C_local)
     epilogue    "none" (default): T.copy(C_local -> C); "relu_scale": a T.Parallel over
                 C_local (C = max(0.5 C, 0)) first; "shared": C_local -> C_shared -> C
+    swizzle     0 (default): none; a panel size: T.use_swizzle(swizzle, order=swizzle_order)
+                after the allocations (block rasterization: which tiles run together)
+    swizzle_order  "row" or "column"
 
 Signature: (A, B, C).
 """
@@ -41,6 +44,7 @@ THREADS = (32, 64, 128, 256)
 INITS = ("clear", "clear_accum")
 A_OPERANDS = ("shared", "fragment")
 EPILOGUES = ("none", "relu_scale", "shared")
+SWIZZLE_ORDERS = ("row", "column")
 
 
 
@@ -61,6 +65,8 @@ def build(p: dict) -> Built:
     clear_accum = p["init"] == "clear_accum"
     a_fragment = p.get("a_operand", "shared") == "fragment"
     epilogue = p.get("epilogue", "none")
+    swizzle, swizzle_order = p.get("swizzle", 0), p.get("swizzle_order", "row")
+    swizzled = swizzle > 0  # a Python bool: TVMScript decides `if` on bools only
     first_k = 1 if clear_accum else 0
 
     # Python conditions (`if clear_accum:`) are decided while TVMScript parses the kernel:
@@ -75,6 +81,8 @@ def build(p: dict) -> Built:
                 A_tile = T.alloc_shared(a_tile, dtype)
             B_shared = T.alloc_shared(b_tile, dtype)
             C_local = T.alloc_fragment((bM, bN), "float32")
+            if swizzled:
+                T.use_swizzle(swizzle, order=swizzle_order)
             if clear_accum:
                 T.copy(a_origin(A, by, 0), A_tile)
                 T.copy(b_origin(B, bx, 0), B_shared)
@@ -138,6 +146,8 @@ def _drawn(draw):
         "num_stages": draw(st.integers(0, 3)), "init": draw(st.sampled_from(INITS)),
         "a_operand": draw(st.sampled_from(A_OPERANDS)),
         "epilogue": draw(st.sampled_from(EPILOGUES)),
+        "swizzle": draw(st.sampled_from((0, 0, 1, 2, 3, 8))),
+        "swizzle_order": draw(st.sampled_from(SWIZZLE_ORDERS)),
     }
 
 

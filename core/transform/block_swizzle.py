@@ -1,0 +1,58 @@
+"""Pass `block_swizzle`: apply `T.use_swizzle` by remapping the block indices.
+
+Expects: a legalized PrimFunc whose kernels may contain `threadblock_swizzle_pattern`
+AttrStmts (core/language/swizzle.py: node = order, value = panel size).
+Guarantees: each such AttrStmt is replaced by its body with blockIdx.x / blockIdx.y
+substituted by the remapped indices of `block_order` (expressions of the launch
+variables and the grid extents, so symbolic grids work); no swizzle AttrStmt remains.
+Rejects (KernelDefinitionError) a swizzle outside a kernel or two swizzles in one kernel.
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+
+from core.ir.kernel import map_kernels
+from core.ir.stmt import rewrite, substitute, walk
+from core.language.errors import KernelDefinitionError
+from core.language.swizzle import attr_params, block_order, dtype_of, is_swizzle_attr
+
+
+def _count(stmt) -> int:
+    found = []
+    walk(stmt, lambda s: found.append(s) if is_swizzle_attr(s) else None)
+    return len(found)
+
+
+def _apply(name):
+    def per_kernel(nest):
+        if _count(nest.body) > 1:
+            raise KernelDefinitionError("is called twice in one kernel; allowed: once",
+                                        kernel=name, construct="T.use_swizzle")
+        bvars = dict(zip(("x", "y"), nest.block_vars))
+        gx, gy, _ = nest.grid
+
+        def remap(stmt):
+            if not is_swizzle_attr(stmt):
+                return stmt
+            order, panel = attr_params(stmt)
+            zero = tirx.const(0, "int32")
+            bx, by = bvars.get("x", zero), bvars.get("y", zero)
+            new_x, new_y = block_order(order, panel, gx, gy, bx, by)
+            vmap = {v: e if dtype_of(e) == dtype_of(v) else tirx.Cast(dtype_of(v), e)
+                    for v, e in ((bvars.get("x"), new_x), (bvars.get("y"), new_y))
+                    if v is not None}
+            return substitute(stmt.body, vmap)
+
+        return nest.wrap(rewrite(nest.body, remap))
+    return per_kernel
+
+
+def block_swizzle(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs \
+        else "kernel"
+    out = map_kernels(func, _apply(name))
+    if _count(out.body):
+        raise KernelDefinitionError("is only allowed inside a `with T.Kernel(...)` block",
+                                    kernel=name, construct="T.use_swizzle")
+    return out

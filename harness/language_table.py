@@ -1,0 +1,175 @@
+"""The table of TileLang's language surface in docs/language.md, generated from the DSL.
+
+For every name `import tilelang.language as T` exports (core/language/tilelang_names.py and
+TVMScript's parser names), the status is found by asking `core.language` itself: a name it
+defines is supported (with the limit written in `LIMITS`, if any); any other name is
+rejected, and the row quotes the error `T.<name>` raises. So the table cannot claim more
+than the code does; suites/compat/test_surface.py checks that the committed file is this
+module's output.
+
+    python -m harness.language_table            # rewrite docs/language.md
+    python -m harness.language_table --check    # exit 1 if it is out of date
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import core.language as T
+from core.language.dtypes import SUPPORTED, dtype_name
+from core.language.errors import KernelDefinitionError
+from core.language.tilelang_names import GROUPS
+from core.language.unsupported import tvmscript_names
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "language.md"
+
+_HINTS = "TileLang's tuning keywords ({}) are accepted and have no effect on Metal"
+# Supported constructs with a limit: what is rejected (with a clear error) or not honoured.
+LIMITS = {
+    "Kernel": "1-3 grid dimensions; threads: an int or a tuple of 1-3 ints, at most 1024 "
+              "in all; `prelude` and `is_cpu=True` are rejected",
+    "Parallel": "extents are compile-time constants; not nested; "
+                + _HINTS.format("coalesced_width, loop_layout, prefer_async"),
+    "Pipelined": "a serial loop: Metal has no async copies, `num_stages` is a hint and the "
+                 "barriers are planned by the compiler; order/stage/sync/group are ignored",
+    "copy": "edge tiles masked; a gemm accumulator is staged through threadgroup memory; "
+            + _HINTS.format("coalesced_width, disable_tma, eviction_policy"),
+    "gemm": "A and B in shared memory or fragments of one float dtype, C a float32 "
+            "fragment; tiles multiples of 8; threads a multiple of 32 that splits the "
+            "tiles evenly; staging within 32 KiB; " + _HINTS.format("policy, k_pack, wg_wait"),
+    "GemmWarpPolicy": "accepted; the lowering picks the simdgroup partition",
+    "reduce_sum": "fragment or local source and destination; float32/float16/bfloat16/"
+                  "int32; combining groups must divide the thread count",
+    "transpose": "2-D threadgroup (T.alloc_shared) tiles only; a fragment is rejected",
+    "use_swizzle": "orders 'row' and 'column' on 2-D grids (the real remapping of block "
+                   "indices); order='mlx' is rejected",
+    "Tensor": "dtypes: " + ", ".join(SUPPORTED),
+    "dynamic": "int32 or int64",
+    "alloc_shared": "compile-time shapes; all threadgroup memory within 32 KiB",
+    "alloc_fragment": "compile-time shapes; indexed by T.Parallel loop variables",
+    "prim_func": "TVMScript's parser; a string annotation is rejected with the T type to "
+                 "write",
+    "serial": "positive constant steps",
+    "unroll": "positive constant steps; `explicit`/`unroll_factor` are hints",
+    "get_thread_binding": "dims the kernel does not launch read as 0",
+    "dtype": "the dtype object works everywhere; kernels accept " + ", ".join(SUPPORTED),
+}
+for _alias, _of in (("reduce_max", "reduce_sum"), ("reduce_min", "reduce_sum"),
+                    ("reduce_abssum", "reduce_sum"), ("reduce_absmax", "reduce_sum"),
+                    ("Serial", "serial"), ("Unroll", "unroll"), ("symbolic", "dynamic"),
+                    ("Buffer", "Tensor"), ("alloc_local", "alloc_fragment")):
+    LIMITS.setdefault(_alias, LIMITS[_of])
+
+GROUP_TITLES = {
+    "tile": "Tile-level constructs (tilelang/language/common.py)",
+    "eager": "Frontend entry points",
+    "dtype": "dtypes",
+    "tir": "TIR-level operations (tilelang/language/tir/ir.py)",
+    "math": "Math intrinsics",
+    "cuda": "CUDA extensions of the default dialect",
+    "metal": "Metal extensions (tilelang.metal.language)",
+    "tvmscript": "TVMScript parser names TileLang re-exports",
+}
+
+
+def _error_text(name: str) -> str:
+    try:
+        getattr(T, name)
+    except KernelDefinitionError as exc:
+        return str(exc)
+    raise AssertionError(f"T.{name} is neither defined nor rejected")
+
+
+def status(name: str) -> tuple:
+    """(status, detail) of `T.<name>` as the DSL behaves today."""
+    if name not in T.__dict__:
+        return "rejected", _error_text(name)
+    value = T.__dict__[name]
+    if isinstance(value, T.dtype):
+        try:
+            dtype_name(value)
+        except KernelDefinitionError as exc:
+            return "supported with a limit", (f"the dtype object exists (comparison, .bits, "
+                                              f".as_torch()); kernels reject it: {exc}")
+    if name in LIMITS:
+        return "supported with a limit", LIMITS[name]
+    return "supported", ""
+
+
+def _vector_dtype(name: str) -> bool:
+    return re.fullmatch(r"[a-z0-9_]+x\d+", name) is not None
+
+
+def rows() -> list:
+    """(group, names, status, detail) rows; vector dtypes and TVMScript names that share
+    one status and detail are merged into one row."""
+    listed, out = set(), []
+    groups = dict(GROUPS)
+    groups["tvmscript"] = tuple(n for n in tvmscript_names()
+                                if not any(n in v for v in GROUPS.values()))
+    for group, names in groups.items():
+        merged = {}
+        for name in names:
+            if name in listed:
+                continue
+            listed.add(name)
+            st, detail = status(name)
+            if group == "tvmscript" or (group == "dtype" and _vector_dtype(name)):
+                key = (st, re.sub(r"T\.\w+", "T.<name>", detail))
+                merged.setdefault(key, []).append(name)
+            else:
+                out.append((group, [name], st, detail))
+        out.extend((group, names, st, detail) for (st, detail), names in merged.items())
+    return out
+
+
+def render() -> str:
+    all_rows = rows()
+    counts = {}
+    for _, names, st, _ in all_rows:
+        counts[st] = counts.get(st, 0) + len(names)
+    lines = [
+        "# TileLang's language surface on metaltile",
+        "",
+        "Every name `import tilelang.language as T` exports, and what `import core.language "
+        "as T` does with it: **supported**, **supported with a limit** (which), or "
+        "**rejected** with the error `T.<name>` raises (a `KernelDefinitionError` naming the "
+        "construct; never an AttributeError or a silent no-op). Generated from the DSL by "
+        "`python -m harness.language_table`; a test checks that this file is up to date.",
+        "",
+        "Totals: " + ", ".join(f"{n} {st}" for st, n in sorted(counts.items())) + ".",
+        "",
+    ]
+    for group, title in GROUP_TITLES.items():
+        group_rows = [r for r in all_rows if r[0] == group]
+        if not group_rows:
+            continue
+        lines += [f"## {title}", "", "| construct | status | limit or error |",
+                  "|---|---|---|"]
+        for _, names, st, detail in group_rows:
+            shown = ", ".join(f"`T.{n}`" for n in names)
+            detail = detail.replace("|", "\\|")
+            lines.append(f"| {shown} | {st} | {detail} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    text = render()
+    if "--check" in argv:
+        current = DOC.read_text() if DOC.exists() else ""
+        if current != text:
+            print(f"{DOC} is out of date; run python -m harness.language_table")
+            return 1
+        return 0
+    DOC.parent.mkdir(parents=True, exist_ok=True)
+    DOC.write_text(text)
+    print(f"wrote {DOC}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

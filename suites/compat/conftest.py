@@ -1,0 +1,33 @@
+"""Shared setup of the TileLang-compatibility suites (as suites/core): kernels written in
+TileLang's style, run on the emulator with every check, compared with torch.
+
+    def test_x(run):                         # assert_close: harness.diff
+        out = run(core.compile(func, out_idx=[-1]), a)   # emulator, all checks, no findings
+        assert_close(out, oracle(a))
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+
+def run_checked(kernel, *args, **kwargs):
+    """Call `kernel` on the emulator with every check on; fail on any finding."""
+    out = kernel(*args, backend="emu", **kwargs)
+    findings = kernel.last_run.findings
+    assert findings == [], f"emulator findings: {findings[:3]}"
+    return out
+
+
+@pytest.fixture
+def run():
+    return run_checked
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    kcache = tmp_path_factory.getbasetemp() / "kcache"
+    jit_module = importlib.import_module("core.jit")  # `core.jit` is the decorator
+    monkeypatch.setattr(jit_module._Cache, "directory", staticmethod(lambda: kcache))
