@@ -27,13 +27,14 @@ import tvm_ffi
 from core.cache import cache_root
 from core.codegen.msl import print_program
 from core.errors import LaunchError, MetaltileError
-from core.ir.program import evaluate
+from core.ir.program import evaluate, launch_sequence
 from core.runtime import args as args_struct
-from core.runtime.backends import DEVICES, RunRecord, check_backend, default_backend, launch
+from core.runtime.backends import (DEVICES, RunRecord, check_backend, default_backend, finish,
+                                   launch)
 from core.runtime.binding import bind, output_indices
 from core.transform import pipeline
 
-CACHE_VERSION = "1"
+CACHE_VERSION = "2"
 ALL_CHECKS = ("races", "uninit", "bounds")
 
 
@@ -49,7 +50,10 @@ class CompiledProgram:
     specs: dict               # kernel name -> KernelSpec
     params: tuple
     symbols: tuple
-    launches: tuple
+    launches: tuple           # every call site once, in program order
+    host: tuple = ()          # the host steps that launch them (core.ir.program)
+    workspaces: tuple = ()    # tensor params the runtime allocates and does not return
+    capacity: tuple = ()      # (tensor name, capacity per dim) for data-dependent sizes
 
 
 class Kernel:
@@ -89,9 +93,9 @@ class Kernel:
         b = bind(self.compiled, args, self.out_idx, DEVICES[backend])
         record = RunRecord(backend)
         plans = []
-        for site in self.compiled.launches:
+        for site, env in launch_sequence(self.compiled.host, dict(b.env)):
             spec = self.compiled.specs[site.kernel]
-            grid = tuple(int(evaluate(g, b.env)) for g in site.grid)
+            grid = tuple(int(evaluate(g, env)) for g in site.grid)
             if min(grid) <= 0:
                 continue  # an empty grid launches nothing (e.g. a zero-sized dim)
             buffers = [b.tensors[n] for n in site.buffers]
@@ -101,13 +105,16 @@ class Kernel:
                                       "the kernel's vector accesses need", kernel=site.kernel,
                                       construct=f"buffer '{bs.name}'")
             if spec.args is not None:
-                values = {s.name: evaluate(s.value, b.env) for s in site.scalars}
+                values = {s.name: evaluate(s.value, env) for s in site.scalars}
                 buffers.append(args_struct.pack(spec.args, _by_field(spec, values),
                                                 kernel=site.kernel))
             plans.append((site, grid, buffers))
+        # Every launch of the call is planned (and checked) before the first one runs; the
+        # workspaces and packed scalars in `plans` stay referenced until all have completed.
         for site, grid, buffers in plans:
             launch(backend, self.msl, site, grid, buffers, checks=checks, schedule=schedule,
                    seed=seed, record=record)
+        finish(backend, plans)
         self.last_run = record
         if self.raise_on_findings and record.findings:
             kinds = sorted({f.kind for f in record.findings})
@@ -188,7 +195,8 @@ def lower(func, *, disable=(), replace=None) -> CompiledProgram:
     for site in program.launches:
         specs[site.kernel] = replace_fields(specs[site.kernel], grid=site.grid)
     return CompiledProgram(program.name, msl, specs, program.params, program.symbols,
-                           program.launches)
+                           program.launches, program.host, program.workspaces,
+                           program.capacity)
 
 
 def compile(func, target="metal", out_idx=None, *, disable=(), replace=None, cache=True,

@@ -1,7 +1,12 @@
 """The lowered-program model: what the compiler hands to codegen and the runtime.
 
-`LoweredProgram` = device PrimFuncs (one per T.Kernel) + the host program, a list of
-`LaunchSite`s in launch order. Everything the runtime needs is plain Python data
+`LoweredProgram` = device PrimFuncs (one per T.Kernel) + the host program: `launches`,
+every call site (`LaunchSite`) in program order, and `host`, the steps that run them:
+a `LaunchSite`, a `HostLoop` (a serial host loop whose body is steps, so one site is
+launched once per iteration with that iteration's scalars) or a `HostLet` (a host scalar
+computed between launches). `launch_sequence(host, env)` unrolls the steps into the
+concrete launches of one call, each with its own variable values (bindings are captured
+per launch). Everything the runtime needs is plain Python data
 (picklable, no TVM objects): host-side expressions (grid sizes, scalar values, output
 shapes) are `HostExpr` trees over the host variables (scalar parameters and symbolic
 dims), evaluated with Python integers at launch time.
@@ -22,19 +27,20 @@ _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "FloorDiv": "floordiv",
            "FloorMod": "floormod", "Div": "div", "Mod": "mod", "Min": "min", "Max": "max"}
 
 
-def host_expr(e) -> tuple:
-    """Serialize a TIR integer/float expression over host variables."""
+def host_expr(e, names: dict | None = None) -> tuple:
+    """Serialize a TIR integer/float expression over host variables (`names` gives a
+    variable's host name where it differs from its own, e.g. two loops named `i`)."""
     if isinstance(e, int):
         return ("const", e)
     if isinstance(e, (tirx.IntImm, tirx.FloatImm)):
         return ("const", e.value)
     name = type(e).__name__
     if name == "Var":
-        return ("var", e.name)
+        return ("var", names.get(e, e.name) if names else e.name)
     if name in _BINARY:
-        return (_BINARY[name], host_expr(e.a), host_expr(e.b))
+        return (_BINARY[name], host_expr(e.a, names), host_expr(e.b, names))
     if name == "Cast":
-        return ("cast", str(e.ty.dtype), host_expr(e.value))
+        return ("cast", str(e.ty.dtype), host_expr(e.value, names))
     raise LoweringError(f"expression {e} cannot be evaluated on the host",
                         construct="launch plan")
 
@@ -106,9 +112,45 @@ class LaunchSite:
 
 
 @dataclass(frozen=True)
+class HostLoop:
+    """`for var in range(start, start + extent)` on the host around launch steps."""
+    var: str
+    start: tuple               # HostExpr
+    extent: tuple              # HostExpr
+    body: tuple                # steps
+
+
+@dataclass(frozen=True)
+class HostLet:
+    """A host scalar assigned between launches (`s = i * step`)."""
+    var: str
+    dtype: str
+    value: tuple               # HostExpr
+
+
+@dataclass(frozen=True)
 class LoweredProgram:
     name: str
     params: tuple              # ParamSpecs
     symbols: tuple             # (name, dtype) of symbolic dims
     device: dict               # kernel name -> device PrimFunc
-    launches: tuple            # LaunchSites, in launch order
+    launches: tuple            # LaunchSites, in program order (each call site once)
+    host: tuple = ()           # steps (LaunchSite | HostLoop | HostLet), see launch_sequence
+    workspaces: tuple = ()     # names of tensor params the runtime allocates and never returns
+    capacity: tuple = ()       # (tensor name, (capacity int or None per dim)), allocation sizes
+
+
+def launch_sequence(host: tuple, env: dict):
+    """Yield (LaunchSite, env) for every launch of one call, in order. Each yielded env is
+    that launch's own copy (a host loop's variable has the iteration's value)."""
+    for step in host:
+        if isinstance(step, LaunchSite):
+            yield step, dict(env)
+        elif isinstance(step, HostLet):
+            v = evaluate(step.value, env)
+            env[step.var] = float(v) if step.dtype.startswith(("float", "bfloat")) else int(v)
+        else:
+            start = int(evaluate(step.start, env))
+            for i in range(start, start + int(evaluate(step.extent, env))):
+                env[step.var] = i
+                yield from launch_sequence(step.body, env)

@@ -1,9 +1,12 @@
 """Binding a call's arguments to the program's parameters, with launch-time checks.
 
 `bind(program, args, out_idx, device)` takes the user's positional arguments (inputs
-only, in the user's order, outputs omitted) and returns a `Binding`: the tensor for
-every buffer parameter (outputs freshly allocated), the value of every scalar parameter
-and every symbolic dim. Everything is checked before anything runs: argument count,
+only, in the user's order, outputs and workspaces omitted) and returns a `Binding`: the
+tensor for every buffer parameter (outputs and workspaces freshly allocated), the value
+of every scalar parameter and every symbolic dim. A dim of an output or workspace that no
+input determines takes its capacity (`T.annotate_capacity_dims`): the tensor is
+allocated at the capacity, a symbolic dim standing alone there is bound to it, and the
+whole capacity is returned. Everything is checked before anything runs: argument count,
 tensor type, dtype, rank, shape (constant dims and symbolic dims consistent across
 tensors), contiguity, device, scalar types. Errors are `LaunchError`s naming the kernel
 and the parameter.
@@ -53,7 +56,8 @@ def bind(program, args, out_idx, device) -> Binding:
     torch = _torch()
     name = program.name
     outs = output_indices(program, out_idx)
-    inputs = [p for i, p in enumerate(program.params) if i not in outs]
+    workspaces = [i for i, p in enumerate(program.params) if p.name in program.workspaces]
+    inputs = [p for i, p in enumerate(program.params) if i not in outs and i not in workspaces]
     if len(args) != len(inputs):
         expected = ", ".join(p.name for p in inputs)
         raise LaunchError(f"expected {len(inputs)} arguments ({expected}), got {len(args)}",
@@ -84,19 +88,33 @@ def bind(program, args, out_idx, device) -> Binding:
             _match_dim(dim, int(actual), env, symbol_dtypes, name, construct, d)
         tensors[p.name] = a
     outputs = []
-    for i in outs:
+    capacity = dict(program.capacity)
+    for i in [*outs, *workspaces]:
         p = program.params[i]
-        missing = set().union(*(free_host_vars(d) for d in p.shape)) - set(env) \
-            if p.shape else set()
-        if missing:
-            raise LaunchError(f"output shape depends on {sorted(missing)}, which no input "
-                              "tensor or scalar determines", kernel=name,
-                              construct=f"output '{p.name}'")
-        shape = [evaluate(d, env) for d in p.shape]
+        role = "output" if i in outs else "workspace"
+        shape = [_allocated_dim(d, k, p, role, capacity.get(p.name), env, name)
+                 for k, d in enumerate(p.shape)]
         t = torch.empty(shape, dtype=getattr(torch, TORCH_DTYPES[p.dtype]), device=device)
         tensors[p.name] = t
-        outputs.append(t)
+        if i in outs:
+            outputs.append(t)
     return Binding(tensors, env, outputs)
+
+
+def _allocated_dim(dim, k, p, role, capacity, env, kernel):
+    """Size of dim `k` of an output or workspace: from the inputs, else its capacity."""
+    missing = free_host_vars(dim) - set(env)
+    if not missing:
+        return evaluate(dim, env)
+    cap = capacity[k] if capacity else None
+    if cap is None:
+        raise LaunchError(f"output shape dim {k} depends on {sorted(missing)}, which no "
+                          "input tensor or scalar determines; declare its allocation size "
+                          "with T.annotate_capacity_dims", kernel=kernel,
+                          construct=f"{role} '{p.name}'")
+    if dim[0] == "var":
+        env[dim[1]] = cap
+    return cap
 
 
 def _match_dim(dim, actual, env, symbol_dtypes, kernel, construct, d):

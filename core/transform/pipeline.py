@@ -10,6 +10,7 @@ change to one pass is caught. `stop_after` returns the intermediate result.
 from __future__ import annotations
 
 from core.transform.flatten_simplify import flatten_simplify
+from core.transform.host_program import host_program
 from core.transform.layout_inference import layout_inference
 from core.transform.legalize import legalize
 from core.transform.lower_tile_ops import lower_tile_ops
@@ -20,6 +21,7 @@ from core.transform.verify import verify
 
 PASSES = (
     ("legalize", legalize),                    # parse markers -> PARALLEL loops
+    ("host_program", host_program),            # host scalars -> Binds around the kernels
     ("verify", verify),                        # clear errors for ill-formed kernels
     ("layout_inference", layout_inference),    # fragments -> (thread, slot)
     ("lower_tile_ops", lower_tile_ops),        # tile ops, T.Parallel -> per-thread loops
@@ -29,7 +31,7 @@ PASSES = (
     ("split_host_device", split_host_device),  # device kernels + launch plan
 )
 
-REQUIRED = ("legalize", "lower_tile_ops", "flatten_simplify", "split_host_device")
+REQUIRED = ("legalize", "host_program", "lower_tile_ops", "flatten_simplify", "split_host_device")
 
 
 def pass_names() -> tuple:
