@@ -5,7 +5,7 @@
     kernel = core.compile(func, target="metal", out_idx=[-1])
 """
 
-__all__ = ["Kernel", "KernelFindingsError", "compile", "jit"]
+__all__ = ["Kernel", "KernelFindingsError", "compile", "jit", "par_compile"]
 
 
 def __getattr__(name):

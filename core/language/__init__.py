@@ -8,6 +8,8 @@ from tvm.script import tirx as _tvm_script
 
 from core.language.buffers import (Buffer, Tensor, alloc_fragment, alloc_local, alloc_shared,
                                    alloc_var, dynamic, symbolic)
+from core.language.eager import TensorType as _TensorType
+from core.language.eager import annotate_capacity_dims, const, empty, macro
 from core.language.errors import KernelDefinitionError, LoweringError
 from core.language.frontend import prim_func
 from core.language.gemm import GemmWarpPolicy, gemm
@@ -32,5 +34,10 @@ bool = _tvm_script.bool  # noqa: A001 - TileLang's name
 Cast = _tvm_script.Cast
 Select = _tvm_script.Select
 grid = _tvm_script.grid
+
+# eager style (core/language/eager.py): T.Tensor[[M, N], dtype], T.StridedTensor[...]
+Tensor = _TensorType(Tensor)
+StridedTensor = _TensorType(_tvm_script.Buffer, strided=True)
+float = float32  # noqa: A001 - TileLang's alias (T.float)
 
 __all__ = [n for n in dir() if not n.startswith("_")]
