@@ -384,7 +384,7 @@ class EagerFunction:
         if t is not None:
             return t
         traced = self._trace(py, None)
-        params = {p.name: p for p in traced.func.params}
+        params = traced.tensors
         matcher, dims, dtypes, decls = {}, {}, {}, {}
         for name in self.tensor_params:
             buf = params[name]
@@ -427,6 +427,7 @@ class EagerFunction:
                 self._fail(f"T.const '{c}'", "is not bound by any argument: use it directly "
                            "as a dim of a tensor parameter's declaration, or give it as a "
                            f"keyword ({self.__name__}.compile({c}=...))", KernelDefinitionError)
+        consts.update({c: v for c, v in extra.items() if c not in consts})
         for name in self.tensor_params:
             shape = values[name].shape
             for d, dim in enumerate(t.dims[name]):
@@ -470,10 +471,6 @@ class EagerFunction:
         extra = {k: kwargs.pop(k) for k in list(kwargs) if k not in self.signature.parameters}
         values, py, key = self._bind(args, kwargs)
         t = self._template(key, py)
-        unknown = set(extra) - set(t.consts)
-        if unknown:
-            self._fail("arguments", f"unexpected keyword(s) {sorted(unknown)}: neither a "
-                       f"parameter nor a T.const of the function")
         consts = self._consts_from_args(t, values, extra)
         dtypes = tuple(str(values[n].dtype) for n in self.tensor_params)
         kernel = self._specialize(key, py, consts, dtypes)
@@ -495,11 +492,6 @@ class EagerFunction:
                        KernelDefinitionError)
         _, py, key = self._bind((), kwargs, partial=True)
         t = self._template(key, py)
-        unknown = set(extra) - set(t.consts)
-        if unknown:
-            self._fail("compile", f"unexpected keyword(s) {sorted(unknown)}: neither a "
-                       f"compile-time parameter nor a T.const (T.const names: "
-                       f"{', '.join(t.consts) or 'none'})", KernelDefinitionError)
         missing = [c for c in t.consts if c not in extra]
         if missing:
             self._fail(f"T.const '{missing[0]}'", f"has no value: pass {missing[0]}=... "

@@ -22,8 +22,10 @@ Python, so control flow on compile-time parameters is evaluated at trace time),
 
 Parameters: those declared as tensors in the body, those annotated with a T scalar type
 (`n: T.int32`, a runtime scalar), and every other one a compile-time Python value.
-`T.const` dims are Vars in the *template* trace (to learn which argument dim binds each)
-and Python ints in a *specialization* trace. The function's PrimFunc parameters are the
+`T.const` dims are Vars in the *template* trace, which only learns which argument dim binds
+each (it stops once every tensor parameter is declared, or at the first `with` block, so
+code that needs the values, like a fragment of N columns, never sees a Var), and Python
+ints in a *specialization* trace. The function's PrimFunc parameters are the
 tensors and scalars in signature order, then the returned outputs, then the workspaces
 (attribute `tl.workspaces`); `T.annotate_capacity_dims` sets `tl.capacity_dims`.
 core/jit.py keys, caches and runs the specializations.
@@ -60,6 +62,7 @@ class Trace:
     tensors: dict = field(default_factory=dict)      # parameter name -> declared buffer
     empties: list = field(default_factory=list)      # T.empty buffers, in creation order
     capacity: dict = field(default_factory=dict)     # tensor name -> [cap or -1 per dim]
+    expected: set = field(default_factory=set)       # tensor parameter names
     next_name: str | None = None
 
     def fail(self, construct, reason):
@@ -94,7 +97,9 @@ def const(names: str, dtype="int32"):
     for p in parts:
         if tr.consts is not None:
             if p not in tr.consts:
-                tr.fail(f"T.const '{p}'", "has no value in this specialization")
+                tr.fail(f"T.const '{p}'", "is not bound by any argument: use it directly as "
+                        "a dim of a tensor parameter's declaration (declared before the first "
+                        f"kernel), or give it as a keyword ({tr.name}.compile({p}=...))")
             values.append(tr.consts[p])
         else:
             var = tr.const_vars.get(p)
@@ -224,6 +229,10 @@ class _Unset:
 UNSET = _Unset()
 
 
+class _TemplateDone(Exception):
+    """Ends a template trace: every tensor parameter is declared."""
+
+
 class TensorParam:
     """What a tensor parameter holds until its `A: T.Tensor(...)` declaration."""
 
@@ -275,6 +284,8 @@ class Helpers:
     @staticmethod
     def name_vars(names, values):
         """Give the user's names to the vars a `with ... as names` bound."""
+        if _STACK and _STACK[-1].consts is None:
+            raise _TemplateDone  # a kernel begins: the declarations are behind us
         vs = values if isinstance(values, (list, tuple)) else [values]
         for n, v in zip(names, vs):
             if n and isinstance(v, tvm.ir.Var) and _DEFAULT_NAME.fullmatch(v.name):
@@ -352,6 +363,8 @@ class Helpers:
             tr.fail(f"parameter '{name}'", f"is annotated with {ann!r}; a tensor parameter "
                     "is declared with T.Tensor(shape, dtype) or T.Tensor[[shape], dtype]")
         tr.tensors[name] = ann
+        if tr.consts is None and set(tr.tensors) >= tr.expected:
+            raise _TemplateDone
         return ann
 
     @staticmethod
@@ -618,7 +631,8 @@ def is_eager_function(fn) -> bool:
 
 @dataclass
 class Traced:
-    func: object                 # tvm PrimFunc
+    func: object                 # tvm PrimFunc (None for a template trace)
+    tensors: dict                # tensor parameter name -> declared buffer
     inputs: tuple                # names of the input parameters (tensors, scalars), in order
     outputs: tuple               # names of the returned tensors, in return order
     single_output: bool          # `return C` (not a tuple)
@@ -629,7 +643,7 @@ def trace(rewritten, name: str, signature: inspect.Signature, tensor_params, sca
           python_values: dict, consts: dict | None) -> Traced:
     """Run the rewritten function under the IR builder; returns the PrimFunc and its
     parameter roles. `consts` None is the template trace."""
-    tr = Trace(name, consts)
+    tr = Trace(name, consts, expected=set(tensor_params))
     args = dict(python_values)
     scalars = {}
     for p in tensor_params:
@@ -642,7 +656,12 @@ def trace(rewritten, name: str, signature: inspect.Signature, tensor_params, sca
         with IRBuilder() as ib:
             with _ir.prim_func():
                 _ir.func_name(name)
-                ret = rewritten(**args)
+                try:
+                    ret = rewritten(**args)
+                except _TemplateDone:
+                    if consts is not None:
+                        raise
+                    return Traced(None, dict(tr.tensors), (), (), False, dict(tr.const_vars))
                 outputs, single = _outputs(tr, ret)
                 missing = [p for p in tensor_params if p not in tr.tensors]
                 if missing:
@@ -672,8 +691,10 @@ def trace(rewritten, name: str, signature: inspect.Signature, tensor_params, sca
         raise
     finally:
         _STACK.pop()
-    return Traced(func, tuple(inputs), tuple(b.name for b in outputs), single,
-                  dict(tr.const_vars))
+    if consts is None:
+        return Traced(None, dict(tr.tensors), (), (), False, dict(tr.const_vars))
+    return Traced(func, dict(tr.tensors), tuple(inputs), tuple(b.name for b in outputs),
+                  single, dict(tr.const_vars))
 
 
 def _outputs(tr: Trace, ret):
