@@ -472,7 +472,7 @@ class EagerFunction:
         values, py, key = self._bind(args, kwargs)
         t = self._template(key, py)
         consts = self._consts_from_args(t, values, extra)
-        dtypes = tuple(str(values[n].dtype) for n in self.tensor_params)
+        dtypes = tuple(str(values[n].dtype).replace("torch.", "") for n in self.tensor_params)
         kernel = self._specialize(key, py, consts, dtypes)
         return kernel, [values[n] for n in kernel.inputs]
 
@@ -523,57 +523,73 @@ class EagerFunction:
     def par_compile(self, configs, num_workers=None):
         return par_compile(self, configs, num_workers=num_workers)
 
+    def __reduce__(self):  # workers of par_compile find the function by module and name
+        return (_load_eager, (self.fn.__module__, self.fn.__qualname__))
 
-def _lower_json(text: str, disable: tuple):
-    """Worker side of par_compile: lower one traced PrimFunc given as TVM JSON."""
-    import tvm
-    import core.language  # noqa: F401 - registers the tile ops before the JSON is read
-    func = tvm.ir.load_json(text)
-    return lower(func, disable=disable)
+
+def _load_eager(module: str, qualname: str):
+    import importlib
+    import sys
+
+    import core
+    # Unpickling imported this module as `core.jit`, which hides the decorator of that
+    # name that the function's module is about to use: bind the public names again.
+    this = sys.modules[__name__]
+    for name in core.__all__:
+        setattr(core, name, getattr(this, name))
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _compile_in_worker(fn, config: dict):
+    """Worker side of par_compile: trace and lower one specialization."""
+    return fn.compile(**config).compiled
+
+
+def _importable(fn) -> bool:
+    """Can a worker process find `fn` by module and name (a module-level function)?"""
+    try:
+        return _load_eager(fn.fn.__module__, fn.fn.__qualname__) is fn
+    except (ImportError, AttributeError):
+        return False
 
 
 def par_compile(fn, configs, num_workers=None) -> list:
     """Compile several specializations of an eager function at once: `configs` are the
-    keyword dicts `fn.compile` takes. Tracing runs here (the IR builder is not
-    thread-safe); the lowering of every specialization not already cached runs in worker
-    processes (default: one per core, at most one per config). Returns the kernels in
-    the configs' order; later calls with those keys hit the memory cache."""
+    keyword dicts `fn.compile` takes. Specializations not in the memory or disk cache are
+    traced and lowered in worker processes (default: one per core, at most one per
+    config): processes, because TVMScript's IR builder and the passes hold the GIL and
+    the builder's state is per thread. A worker finds the function by module and name, so
+    a function defined inside another one is compiled here, one after the other. Returns
+    the kernels in the configs' order; later calls with those keys hit the memory cache."""
     import concurrent.futures
     import multiprocessing
 
-    import tvm
     if not isinstance(fn, EagerFunction):
         raise MetaltileError("par_compile takes a @core.jit eager kernel function",
                              construct="par_compile")
     configs = [dict(c) for c in configs]
-    jobs = []   # (full key, traced, out_idx, cache key)
-    kernels = [None] * len(configs)
+    kernels, todo = [None] * len(configs), []
     for i, cfg in enumerate(configs):
         key, py, consts, dtypes = fn._compile_args(cfg)
         full = (key, tuple(sorted(consts.items())), dtypes)
         if full in fn._kernels:
             kernels[i] = fn._kernels[full]
-            continue
-        traced = fn._trace(py, consts)
-        n_in = len(traced.inputs)
-        out_idx = list(range(n_in, n_in + len(traced.outputs))) or None
-        disable = tuple(fn.options.get("disable", ()))
-        ckey = cache_key(traced.func, (disable,))
-        jobs.append((i, full, traced, out_idx, ckey, disable))
-    todo = [j for j in jobs if CACHE.get(j[4]) is None]
-    if todo:
-        workers = min(num_workers or os.cpu_count() or 1, len(todo))
+        else:
+            todo.append(i)
+    workers = min(num_workers or os.cpu_count() or 1, len(todo))
+    if workers > 1 and _importable(fn):
         ctx = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-            futures = [pool.submit(_lower_json, tvm.ir.save_json(j[2].func), j[5])
-                       for j in todo]
-            for j, fut in zip(todo, futures):
-                CACHE.put(j[4], fut.result())
-    for i, full, traced, out_idx, ckey, _ in jobs:
-        opts = {k: v for k, v in fn.options.items() if k != "disable"}
-        kernel = Kernel(CACHE.get(ckey), out_idx, **{k: v for k, v in opts.items()
-                                                    if k in ("checks", "raise_on_findings")})
-        kernel.inputs = traced.inputs
-        fn._kernels[full] = kernel
-        kernels[i] = kernel
+            futures = {i: pool.submit(_compile_in_worker, fn, configs[i]) for i in todo}
+            compiled = {i: f.result() for i, f in futures.items()}
+        for i in todo:  # the traces here are cheap; the lowering came from the workers
+            key, py, consts, dtypes = fn._compile_args(configs[i])
+            traced = fn._trace(py, consts)
+            CACHE.put(cache_key(traced.func, (tuple(fn.options.get("disable", ())),)),
+                      compiled[i])
+    for i in todo:
+        kernels[i] = fn.compile(**configs[i])
     return kernels

@@ -70,6 +70,7 @@ class Trace:
 
 
 _STACK: list = []
+_LOOPS: list = []   # kinds of the loops being traced, innermost last: "tir" | "python"
 
 
 def current(construct: str) -> Trace:
@@ -244,12 +245,12 @@ class TensorParam:
 
 
 def _is_tir(v) -> bool:
-    return isinstance(v, tvm.ir.PrimExpr) or hasattr(v, "scalar") and \
-        isinstance(getattr(v, "scalar"), tvm.ir.PrimExpr)
+    return isinstance(v, tvm.ir.Expr) or hasattr(v, "scalar") and \
+        isinstance(getattr(v, "scalar"), tvm.ir.Expr)
 
 
 def _expr(v):
-    return v.scalar if hasattr(v, "scalar") and isinstance(v.scalar, tvm.ir.PrimExpr) else v
+    return v.scalar if hasattr(v, "scalar") and isinstance(v.scalar, tvm.ir.Expr) else v
 
 
 class Helpers:
@@ -263,23 +264,33 @@ class Helpers:
         body); any other iterable runs as Python."""
         from tvm.script.ir_builder.base import IRBuilderFrame
         if not isinstance(it, IRBuilderFrame):
-            yield from it
+            _LOOPS.append("python")
+            try:
+                yield from it
+            finally:
+                _LOOPS.pop()
             return
         v = it.__enter__()
         vs = v if isinstance(v, (list, tuple)) else [v]
         for n, var in zip(names, vs):
             if n and isinstance(var, tvm.ir.Var):
                 IRBuilder.name(n, var)
+        _LOOPS.append("tir")
         try:
             yield v
-        except GeneratorExit:
-            if _STACK:  # the body left the loop early while tracing
-                raise KernelDefinitionError(
-                    "`break` or `return` inside a TIR loop is not supported; guard the "
-                    "body with `if` instead", kernel=_STACK[-1].name,
-                    construct="for loop") from None
-            return  # collected after a failed trace: nothing to close
-        it.__exit__(None, None, None)
+        finally:
+            _LOOPS.pop()
+        it.__exit__(None, None, None)  # not reached when the body raised
+
+    @staticmethod
+    def jump(kind):
+        """Before a `break`/`continue`: allowed in a Python loop, not in a TIR loop."""
+        if _LOOPS and _LOOPS[-1] == "tir":
+            tr = _STACK[-1] if _STACK else None
+            raise KernelDefinitionError(
+                f"`{kind}` inside a TIR loop (T.serial, T.Parallel, range, ...) is not "
+                "supported; guard the body with `if` instead", kernel=tr.name if tr else None,
+                construct="for loop")
 
     @staticmethod
     def name_vars(names, values):
@@ -325,7 +336,7 @@ class Helpers:
     def assign(name, prev, value):
         if _STACK:
             _STACK[-1].next_name = None
-        if hasattr(prev, "scalar") and isinstance(getattr(prev, "scalar"), tvm.ir.PrimExpr) \
+        if hasattr(prev, "scalar") and isinstance(getattr(prev, "scalar"), tvm.ir.Expr) \
                 and value is not prev:  # `x = ...` on a T.alloc_var stores
             _ir.buffer_store(prev.scalar.source, _expr(value), [0])
             return prev
@@ -443,6 +454,12 @@ class _Rewriter(ast.NodeTransformer):
         names = ast.Tuple([ast.Constant(n) for n in _target_names(node.target)], ast.Load())
         node.iter = _call("loop", it, names)
         return node
+
+    def visit_Break(self, node):
+        return [ast.Expr(_call("jump", ast.Constant("break"))), node]
+
+    def visit_Continue(self, node):
+        return [ast.Expr(_call("jump", ast.Constant("continue"))), node]
 
     def visit_With(self, node):
         self.generic_visit(node)

@@ -42,7 +42,11 @@ def _param_views(func):
 
 
 # Names a device function cannot have in MSL (C++ reserves `main`; the rest are MSL words).
-RESERVED = {"main", "kernel", "vertex", "fragment", "device", "constant", "thread",
+RESERVED = {"main", "kernel", "vertex", "fragment", "device", "constant", "thread", "double",
+            "char", "short", "long", "unsigned", "signed", "auto", "return", "struct", "class",
+            "union", "enum", "template", "static", "const", "inline", "new", "delete", "this",
+            "operator", "sizeof", "true", "false", "if", "else", "for", "while", "do", "switch",
+            "case", "default", "break", "continue", "goto", "using", "namespace", "typedef",
             "threadgroup", "float", "half", "int", "bool", "void", "metal"}
 
 
