@@ -723,8 +723,8 @@ def _outputs(tr: Trace, ret):
     out = []
     for i, v in enumerate(values):
         if id(v) not in made:
-            what = f"parameter '{v.name}'" if isinstance(v, tvm.ir.Var) and \
-                v.name in tr.tensors else f"{type(v).__name__} {v!r}"[:80]
+            param = next((n for n, b in tr.tensors.items() if b is v), None)
+            what = f"parameter '{param}'" if param else f"{type(v).__name__} {v!r}"[:80]
             tr.fail("return", f"returns {what} at position {i}; an eager function returns "
                     "tensors made with T.empty(shape, dtype) (one or a tuple)")
         if any(v is o for o in out):

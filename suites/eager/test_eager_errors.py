@@ -1,0 +1,173 @@
+"""Bad input to eager kernel functions: each a clear project error naming the function,
+the parameter or construct, and the expected/actual values."""
+
+import pytest
+import torch
+
+import core
+import core.language as T
+from core.errors import LaunchError, MetaltileError
+from core.language.errors import KernelDefinitionError
+
+
+@core.jit
+def add(A, B, block: int):
+    M, N = T.const("M, N")
+    A: T.Tensor((M, N), T.float32)
+    B: T.Tensor((M, N), T.float32)
+    C = T.empty((M, N), T.float32)
+    with T.Kernel(T.ceildiv(N, block), M, threads=block) as (bx, by):
+        for i in T.Parallel(block):
+            if bx * block + i < N:
+                C[by, bx * block + i] = A[by, bx * block + i] + B[by, bx * block + i]
+    return C
+
+
+@core.jit
+def unbound(A):
+    M, K = T.const("M K")
+    A: T.Tensor((M, 4), T.float32)
+    C = T.empty((M, 4), T.float32)
+    with T.Kernel(M, threads=32) as m:
+        for i in T.Parallel(4):
+            C[m, i] = A[m, i] * K
+    return C
+
+
+@core.jit
+def returns_param(A):
+    N = T.const("N")
+    A: T.Tensor((N,), T.float32)
+    with T.Kernel(1, threads=32):
+        for i in T.Parallel(32):
+            if i < N:
+                A[i] = A[i] + 1.0
+    return A
+
+
+@core.jit
+def returns_number(A):
+    N = T.const("N")
+    A: T.Tensor((N,), T.float32)
+    with T.Kernel(1, threads=32):
+        for i in T.Parallel(32):
+            if i < N:
+                A[i] = A[i] + 1.0
+    return 3
+
+
+def _capacity(spec):
+    @core.jit
+    def cap(A):
+        N, K = T.const("N"), T.dynamic("K")
+        A: T.Tensor((N,), T.float32)
+        Out = T.empty((K,), T.float32)
+        T.annotate_capacity_dims(spec)
+        with T.Kernel(K, threads=32) as r:
+            for i in T.Parallel(1):
+                Out[r + i] = A[0]
+        return Out
+    return cap
+
+
+@core.jit
+def tir_break(A):
+    N = T.const("N")
+    A: T.Tensor((N,), T.float32)
+    B = T.empty((N,), T.float32)
+    with T.Kernel(1, threads=1):
+        for i in T.serial(N):
+            if i > 3:
+                break
+            B[i] = A[i]
+    return B
+
+
+X = torch.zeros(8, 64)
+
+CASES = {
+    "shape_disagrees": (lambda: add(X, torch.zeros(8, 32), 32), LaunchError,
+                        ["kernel 'add'", "parameter 'B'", "dim 1 is 32",
+                         "T.const 'N' is 64 from parameter 'A' dim 1"]),
+    "rank_disagrees": (lambda: add(X, torch.zeros(8), 32), LaunchError,
+                       ["parameter 'B'", "rank 1", "T.Tensor((M, N), float32)"]),
+    "missing_tensor": (lambda: add(X, block=32), LaunchError,
+                       ["kernel 'add'", "parameter 'B'", "is missing", "tensor"]),
+    "not_a_tensor": (lambda: add(X, [1, 2], 32), LaunchError,
+                     ["parameter 'B'", "expected a torch tensor", "got list"]),
+    "python_param_type": (lambda: add(X, X, 32.5), KernelDefinitionError,
+                          ["kernel 'add'", "parameter 'block'", "expected an int",
+                           "got float 32.5"]),
+    "tensor_for_python_param": (lambda: add(X, X, X), KernelDefinitionError,
+                                ["parameter 'block'", "compile-time parameter",
+                                 "got a torch tensor"]),
+    "dtype_disagrees": (lambda: add(X.half(), X.half(), 32), LaunchError,
+                        ["kernel 'add'", "parameter 'A'", "torch.float16",
+                         "declared float32"]),
+    "const_never_bound": (lambda: unbound(torch.zeros(4, 4)), KernelDefinitionError,
+                          ["kernel 'unbound'", "T.const 'K'", "not bound by any argument",
+                           "unbound.compile(K=...)"]),
+    "compile_const_missing": (lambda: add.compile(M=8, block=32), KernelDefinitionError,
+                              ["T.const 'N'", "has no value", "N=..."]),
+    "compile_const_not_int": (lambda: add.compile(M=8, N=2.5, block=32),
+                              KernelDefinitionError, ["T.const 'N'", "positive int",
+                                                      "2.5"]),
+    "returns_parameter": (lambda: returns_param(torch.zeros(8)), KernelDefinitionError,
+                          ["kernel 'returns_param'", "return",
+                           "returns parameter 'A' at position 0", "T.empty"]),
+    "returns_number": (lambda: returns_number(torch.zeros(8)), KernelDefinitionError,
+                       ["return", "returns int 3", "T.empty"]),
+    "capacity_unknown_tensor": (lambda: _capacity({"Outt": (4,)})(torch.zeros(2)),
+                                KernelDefinitionError,
+                                ["T.annotate_capacity_dims('Outt')", "'Outt' is not a tensor",
+                                 "Out"]),
+    "capacity_wrong_rank": (lambda: _capacity({"Out": (4, None)})(torch.zeros(2)),
+                            KernelDefinitionError, ["2 capacity dims", "rank 1"]),
+    "capacity_negative": (lambda: _capacity({"Out": (-4,)})(torch.zeros(2)),
+                          KernelDefinitionError, ["capacity -4", "non-negative int"]),
+    "capacity_not_int": (lambda: _capacity({"Out": (4.5,)})(torch.zeros(2)),
+                         KernelDefinitionError, ["capacity 4.5", "non-negative int"]),
+    "break_in_tir_loop": (lambda: tir_break(torch.zeros(8)), KernelDefinitionError,
+                          ["kernel 'tir_break'", "`break` inside a TIR loop"]),
+    "const_outside_eager": (lambda: T.const("M"), KernelDefinitionError,
+                            ["T.const", "@core.jit function"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_input(name):
+    call, cls, parts = CASES[name]
+    with pytest.raises(MetaltileError) as info:
+        call()
+    assert isinstance(info.value, cls), (type(info.value), str(info.value))
+    for part in parts:
+        assert part in str(info.value), f"{part!r} not in {str(info.value)!r}"
+
+
+def test_capacity_missing_for_data_dependent_output():
+    @core.jit
+    def nocap(A):
+        N, K = T.const("N"), T.dynamic("K")
+        A: T.Tensor((N,), T.float32)
+        Out = T.empty((K,), T.float32)
+        with T.Kernel(K, threads=32) as r:
+            for i in T.Parallel(1):
+                Out[r + i] = A[0]
+        return Out
+
+    with pytest.raises(LaunchError) as info:
+        nocap(torch.zeros(2), backend="emu")
+    assert "output 'Out'" in str(info.value) and "T.annotate_capacity_dims" in str(info.value)
+
+
+def test_prim_func_capacity_unknown_name():
+    @T.prim_func
+    def k(A: T.Tensor((4,), "float32"), B: T.Tensor((4,), "float32")):
+        T.annotate_capacity_dims({"C": (4,)})
+        with T.Kernel(1, threads=4):
+            for i in T.Parallel(4):
+                B[i] = A[i]
+
+    with pytest.raises(KernelDefinitionError) as info:
+        core.compile(k, out_idx=[1])
+    assert "'C' is not a tensor of the function" in str(info.value)
