@@ -283,6 +283,16 @@ class Helpers:
         it.__exit__(None, None, None)  # not reached when the body raised
 
     @staticmethod
+    def while_cond(cond):
+        if _is_tir(cond):
+            tr = _STACK[-1] if _STACK else None
+            raise KernelDefinitionError(
+                f"`while {cond}` loops on a TIR condition, which is not supported; write a "
+                "T.serial loop with an `if` guard", kernel=tr.name if tr else None,
+                construct="while loop")
+        return cond
+
+    @staticmethod
     def jump(kind):
         """Before a `break`/`continue`: allowed in a Python loop, not in a TIR loop."""
         if _LOOPS and _LOOPS[-1] == "tir":
@@ -453,6 +463,11 @@ class _Rewriter(ast.NodeTransformer):
             it = ast.Call(func=_h("range"), args=it.args, keywords=it.keywords)
         names = ast.Tuple([ast.Constant(n) for n in _target_names(node.target)], ast.Load())
         node.iter = _call("loop", it, names)
+        return node
+
+    def visit_While(self, node):
+        self.generic_visit(node)
+        node.test = _call("while_cond", node.test)
         return node
 
     def visit_Break(self, node):

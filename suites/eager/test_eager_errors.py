@@ -171,3 +171,36 @@ def test_prim_func_capacity_unknown_name():
     with pytest.raises(KernelDefinitionError) as info:
         core.compile(k, out_idx=[1])
     assert "'C' is not a tensor of the function" in str(info.value)
+
+
+@core.jit
+def tir_while(A):
+    N = T.const("N")
+    A: T.Tensor((N,), T.float32)
+    B = T.empty((N,), T.float32)
+    with T.Kernel(1, threads=1) as bx:
+        while bx < N:
+            B[bx] = A[bx]
+    return B
+
+
+def test_while_on_tir_condition():
+    with pytest.raises(KernelDefinitionError) as info:
+        tir_while(torch.zeros(4))
+    assert "kernel 'tir_while'" in str(info.value) and "TIR condition" in str(info.value)
+
+
+@core.jit
+def strided_rows(A):
+    M = T.const("M")
+    A: T.StridedTensor[[M, 4], [8, 1], T.float32]
+    B = T.empty((M, 4), T.float32)
+    with T.Kernel(M, threads=4) as m:
+        for j in T.Parallel(4):
+            B[m, j] = A[m, j]
+    return B
+
+
+def test_strided_tensor_declares_strides():
+    func = strided_rows.get_tir(M=3)
+    assert [int(s) for s in func.params[0].ty.strides] == [8, 1]
