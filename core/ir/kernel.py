@@ -12,7 +12,7 @@ from math import prod
 
 from tvm import tirx
 
-from core.ir.stmt import as_int, children, is_kernel_attr, rebuild, seq, thread_tag
+from core.ir.stmt import as_int, children, is_kernel_attr, rebuild, thread_tag
 
 
 @dataclass(frozen=True)
