@@ -244,6 +244,13 @@ class TensorParam:
         return f"<tensor parameter {self.name} (not declared yet)>"
 
 
+def _as_list(v) -> list:
+    """The vars a frame bound: one, or a sequence (a Python or FFI array)."""
+    if isinstance(v, tvm.ir.Var) or not hasattr(v, "__len__"):
+        return [v]
+    return list(v)
+
+
 def _is_tir(v) -> bool:
     return isinstance(v, tvm.ir.Expr) or hasattr(v, "scalar") and \
         isinstance(getattr(v, "scalar"), tvm.ir.Expr)
@@ -271,7 +278,7 @@ class Helpers:
                 _LOOPS.pop()
             return
         v = it.__enter__()
-        vs = v if isinstance(v, (list, tuple)) else [v]
+        vs = _as_list(v)
         for n, var in zip(names, vs):
             if n and isinstance(var, tvm.ir.Var):
                 IRBuilder.name(n, var)
@@ -307,7 +314,7 @@ class Helpers:
         """Give the user's names to the vars a `with ... as names` bound."""
         if _STACK and _STACK[-1].consts is None:
             raise _TemplateDone  # a kernel begins: the declarations are behind us
-        vs = values if isinstance(values, (list, tuple)) else [values]
+        vs = _as_list(values)
         for n, v in zip(names, vs):
             if n and isinstance(v, tvm.ir.Var) and _DEFAULT_NAME.fullmatch(v.name):
                 IRBuilder.name(n, v)

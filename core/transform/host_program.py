@@ -45,17 +45,24 @@ class _HostScalars:
         if not self.current and not self.carried:
             return node
 
+        carried = []
+
         def load(e):
             if e.source in self.carried:
-                raise KernelDefinitionError(
-                    f"host scalar '{e.source.name}' is assigned inside a host loop and read "
-                    "after it; a value carried across host-loop iterations is not supported "
-                    "(compute it from the loop variable instead)", kernel=self.name,
-                    construct=f"host scalar '{e.source.name}'")
+                carried.append(e.source)  # raised below: not through the FFI callback
+                return e
             var = self.current.get(e.source)
             return var if var is not None else e
 
-        return tvm_ffi.structural_map(node, (tvm.ir.TensorLoad, load))
+        out = tvm_ffi.structural_map(node, (tvm.ir.TensorLoad, load))
+        if carried:
+            name = carried[0].name
+            raise KernelDefinitionError(
+                f"host scalar '{name}' is assigned inside a host loop and read after it; a "
+                "value carried across host-loop iterations is not supported (compute it from "
+                "the loop variable instead)", kernel=self.name,
+                construct=f"host scalar '{name}'")
+        return out
 
     def stmts(self, stmts, depth) -> list:
         out = []

@@ -78,7 +78,8 @@ class _Verifier:
         elif isinstance(s, tirx.For) and s.kind == tirx.ForKind.SERIAL:
             self.host(s.body)
         elif isinstance(s, tirx.For):
-            self.fail("host loop", f"a {s.kind.name.lower()} loop "
+            kind = "parallel" if s.kind == tirx.ForKind.PARALLEL else "non-serial"
+            self.fail("host loop", f"a {kind} loop "
                       f"'for {s.loop_var.name} in ...' is outside every `with T.Kernel(...)` "
                       "block; at the host level only serial loops (range, T.serial) around "
                       "kernels are allowed (T.Parallel goes inside a kernel)")

@@ -204,3 +204,32 @@ def strided_rows(A):
 def test_strided_tensor_declares_strides():
     func = strided_rows.get_tir(M=3)
     assert [int(s) for s in func.params[0].ty.strides] == [8, 1]
+
+
+def test_parallel_loop_at_host_level():
+    @T.prim_func
+    def k(A: T.Tensor((4,), "float32"), B: T.Tensor((4,), "float32")):
+        for i in T.Parallel(4):
+            with T.Kernel(1, threads=4):
+                B[i] = A[i]
+
+    with pytest.raises(KernelDefinitionError) as info:
+        core.compile(k, out_idx=[1])
+    assert "outside every `with T.Kernel(...)` block" in str(info.value)
+    assert "only serial loops" in str(info.value)
+
+
+def test_host_scalar_carried_across_iterations():
+    @T.prim_func
+    def k(A: T.Tensor((4,), "float32"), B: T.Tensor((4,), "float32")):
+        s = 0
+        for it in T.serial(4):
+            s = it * 2
+        with T.Kernel(1, threads=4):
+            for i in T.Parallel(4):
+                B[i] = A[i] * T.cast(s, "float32")
+
+    with pytest.raises(KernelDefinitionError) as info:
+        core.compile(k, out_idx=[1])
+    assert "host scalar 's'" in str(info.value)
+    assert "carried across host-loop iterations" in str(info.value)
