@@ -92,6 +92,7 @@ class ParamSpec:
     kind: str                  # "buffer" | "scalar"
     dtype: str
     shape: tuple | None = None  # HostExpr per dim, for buffers
+    strides: tuple | None = None  # HostExpr per dim (in elements) when declared, else dense
 
 
 @dataclass(frozen=True)

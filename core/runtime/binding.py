@@ -78,7 +78,7 @@ def bind(program, args, out_idx, device) -> Binding:
         if a.dim() != len(p.shape):
             raise LaunchError(f"rank {a.dim()} (shape {tuple(a.shape)}) does not match the "
                               f"declared rank {len(p.shape)}", kernel=name, construct=construct)
-        if not a.is_contiguous():
+        if p.strides is None and not a.is_contiguous():
             raise LaunchError("tensor is not contiguous; pass x.contiguous()", kernel=name,
                               construct=construct)
         if a.device.type != device:
@@ -86,7 +86,7 @@ def bind(program, args, out_idx, device) -> Binding:
                               kernel=name, construct=construct)
         for d, (dim, actual) in enumerate(zip(p.shape, a.shape)):
             _match_dim(dim, int(actual), env, symbol_dtypes, name, construct, d)
-        tensors[p.name] = a
+        tensors[p.name] = a if p.strides is None else _strided(a, p, env, name, construct)
     outputs = []
     capacity = dict(program.capacity)
     for i in [*outs, *workspaces]:
@@ -99,6 +99,18 @@ def bind(program, args, out_idx, device) -> Binding:
         if i in outs:
             outputs.append(t)
     return Binding(tensors, env, outputs)
+
+
+def _strided(a, p, env, kernel, construct):
+    """A tensor declared with strides (T.StridedTensor): its strides must be the declared
+    ones; the kernel gets the flat span of memory they cover (a view, no copy)."""
+    want = [evaluate(s, env) if not free_host_vars(s) - set(env) else None for s in p.strides]
+    if any(w is not None and w != g for w, g in zip(want, a.stride())):
+        raise LaunchError(f"strides {tuple(a.stride())} do not match the declared "
+                          f"{tuple(w if w is not None else '?' for w in want)}", kernel=kernel,
+                          construct=construct)
+    span = 1 + sum((n - 1) * s for n, s in zip(a.shape, a.stride())) if a.numel() else 0
+    return a.as_strided((span,), (1,), a.storage_offset())
 
 
 def _allocated_dim(dim, k, p, role, capacity, env, kernel):

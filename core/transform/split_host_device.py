@@ -148,7 +148,9 @@ class _Split:
         host = tuple(resolve(s) for s in steps)
         params = tuple(
             P.ParamSpec(p.name, "buffer", str(p.ty.dtype),
-                        tuple(P.host_expr(d) for d in p.ty.shape)) if is_buffer_var(p)
+                        tuple(P.host_expr(d) for d in p.ty.shape),
+                        tuple(P.host_expr(d) for d in p.ty.strides) or None)
+            if is_buffer_var(p)
             else P.ParamSpec(p.name, "scalar", str(p.ty))
             for p in func.params)
         attrs = func.attrs or {}

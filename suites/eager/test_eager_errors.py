@@ -8,6 +8,7 @@ import core
 import core.language as T
 from core.errors import LaunchError, MetaltileError
 from core.language.errors import KernelDefinitionError
+from harness.diff import assert_close
 
 
 @core.jit
@@ -197,7 +198,7 @@ def strided_rows(A):
     B = T.empty((M, 4), T.float32)
     with T.Kernel(M, threads=4) as m:
         for j in T.Parallel(4):
-            B[m, j] = A[m, j]
+            B[m, j] = A[m, j] * 2.0
     return B
 
 
@@ -233,3 +234,13 @@ def test_host_scalar_carried_across_iterations():
         core.compile(k, out_idx=[1])
     assert "host scalar 's'" in str(info.value)
     assert "carried across host-loop iterations" in str(info.value)
+
+
+def test_strided_tensor_runs_on_a_view(run):
+    base = torch.randn(3, 8)
+    view = base[:, 4:8]                                  # strides (8, 1), not contiguous
+    out = run(strided_rows.compile(M=3), view)
+    assert_close(out, view * 2)
+    with pytest.raises(LaunchError) as info:
+        strided_rows(torch.randn(3, 4), backend="emu")   # strides (4, 1)
+    assert "parameter 'A'" in str(info.value) and "strides (4, 1)" in str(info.value)
