@@ -7,6 +7,7 @@ import torch
 
 import core
 import core.language as T
+from core.jit import EagerFunction
 from harness.diff import assert_close
 from oracles.norm import rmsnorm
 from suites.eager.conftest import run_eager
@@ -48,13 +49,13 @@ def test_elementwise_float32_by_python_param():
 
 def test_one_specialization_per_key(monkeypatch):
     traces = []
-    real = core.jit.__globals__["EagerFunction"]._trace
+    real = EagerFunction._trace
 
     def counting(self, py, consts):
         traces.append(consts)
         return real(self, py, consts)
 
-    monkeypatch.setattr(core.jit.__globals__["EagerFunction"], "_trace", counting)
+    monkeypatch.setattr(EagerFunction, "_trace", counting)
 
     @core.jit
     def double(A, block: int):
