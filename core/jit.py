@@ -1,4 +1,5 @@
-"""`core.compile` / `core.jit` and `core.Kernel`: from a T.* prim_func to a callable.
+"""`core.compile` / `core.jit` and `core.Kernel`: from a T.* prim_func, or a function in
+TileLang's eager style (`EagerFunction`, core/language/eager.py), to a callable.
 
     kernel = core.compile(func, target="metal", out_idx=[-1])
     kernel.msl        the MSL library (all kernels of the program, declarations once)
@@ -6,6 +7,14 @@
     kernel.launches   the launch plan (core.ir.program.LaunchSite, in order)
     C = kernel(A, B, n, alpha)          inputs in the user's order; outputs returned
     kernel.last_run.findings            emulator findings of the last call ([] = clean)
+
+    @core.jit                           eager style: traced + compiled per specialization
+    def f(A, block_M: int): ...         (T.const dims, T.empty outputs and workspaces)
+    f(a, block_M=64); f.compile(M=..., block_M=64); f.get_tir(...); core.par_compile(f, cfgs)
+
+A call runs the program's host steps (core.ir.program.launch_sequence): each launch with
+its own grid and scalars, all checked before the first runs; workspaces are allocated
+by the binding and stay referenced until the call's launches have completed.
 
 Compile results are cached in memory and on disk (`kernels/` under core.cache's root,
 ~/.cache/metaltile by default), keyed by the structural hash of the parsed PrimFunc (its

@@ -233,3 +233,23 @@ def test_par_compile_two_specializations():
     a, b = torch.randn(16, 32), torch.randn(16, 32)
     assert scaled_add.specialize(a, b, 16, 32, dtype=T.float32) is k32
     assert_close(k32(a, b, backend="emu"), _oracle_scaled_add(a, b))
+
+
+@core.jit(out_idx=[-1], pass_configs={"tl.disable_tma_lower": True}, verbose=True)
+def scale_dynamic(A, factor: float):
+    N = T.dynamic("N")
+    A: T.Tensor((N,), T.float32)
+    B = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, 64), threads=64) as bx:
+        for i in T.Parallel(64):
+            if bx * 64 + i < N:
+                B[bx * 64 + i] = A[bx * 64 + i] * factor
+    return B
+
+
+def test_dynamic_dim_one_kernel_for_every_size(capsys):
+    a, b = torch.randn(100), torch.randn(37)
+    assert_close(run_eager(scale_dynamic, a, 1.5), a * 1.5)
+    assert_close(run_eager(scale_dynamic, b, 1.5), b * 1.5)
+    assert scale_dynamic.specialize(a, 1.5) is scale_dynamic.specialize(b, 1.5)
+    assert capsys.readouterr().out.count("[core.jit] compiling scale_dynamic") == 1
