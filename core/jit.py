@@ -28,6 +28,7 @@ import hashlib
 import inspect
 import os
 import pickle
+import platform
 import re
 import sys
 import types
@@ -457,11 +458,11 @@ class EagerFunction:
                     self._fail(f"parameter '{name}'", reason)
         return consts
 
-    def _specialize(self, key, py, consts, dtypes=()):
+    def _specialize(self, key, py, consts, dtypes=(), traced=None):
         full = (key, tuple(sorted(consts.items())), dtypes)
         kernel = self._kernels.get(full)
         if kernel is None:
-            traced = self._trace(py, consts)
+            traced = traced or self._trace(py, consts)
             n_in = len(traced.inputs)
             out_idx = list(range(n_in, n_in + len(traced.outputs))) or None
             if self.verbose:
@@ -584,17 +585,29 @@ def par_compile(fn, configs, num_workers=None) -> list:
             todo.append(i)
     workers = min(num_workers or os.cpu_count() or 1, len(todo))
     if workers > 1 and _importable(fn):
-        ctx = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-            futures = {i: pool.submit(_compile_in_worker, fn, configs[i]) for i in todo}
-            compiled = {i: f.result() for i, f in futures.items()}
-        for i in todo:  # the traces here are cheap; the lowering came from the workers
+        traces, jobs = {}, []
+        disable = (tuple(fn.options.get("disable", ())),)
+        for i in todo:
             key, py, consts, dtypes = fn._compile_args(configs[i])
-            traced = fn._trace(py, consts)
-            CACHE.put(cache_key(traced.func, (tuple(fn.options.get("disable", ())),)),
-                      compiled[i])
+            traces[i] = fn._trace(py, consts)
+            ckey = cache_key(traces[i].func, disable)
+            if CACHE.get(ckey) is None:
+                jobs.append((i, ckey))
+        if len(jobs) > 1:
+            # fork starts a worker in milliseconds; macOS's frameworks are not fork-safe
+            start = "fork" if platform.system() == "Linux" else "spawn"
+            ctx = multiprocessing.get_context(start)
+            with concurrent.futures.ProcessPoolExecutor(min(workers, len(jobs)),
+                                                        mp_context=ctx) as pool:
+                futures = [(ckey, pool.submit(_compile_in_worker, fn, configs[i]))
+                           for i, ckey in jobs]
+                for ckey, fut in futures:
+                    CACHE.put(ckey, fut.result())
+        for i in todo:
+            key, py, consts, dtypes = fn._compile_args(configs[i])
+            kernels[i] = fn._specialize(key, py, consts, dtypes, traced=traces[i])
     for i in todo:
-        kernels[i] = fn.compile(**configs[i])
+        kernels[i] = kernels[i] or fn.compile(**configs[i])
     return kernels
 
 

@@ -73,7 +73,8 @@ def test_one_specialization_per_key(monkeypatch):
     assert_close(run_eager(double, a + 1, 64), (a + 1) * 2)      # same key: no new trace
     assert traces == [None, {"N": 100}]
     k1 = double.specialize(a, 64)
-    assert_close(run_eager(double, torch.randn(70), 64).shape and double(a, 64), a * 2)
+    b = torch.randn(70)
+    assert_close(run_eager(double, b, 64), b * 2)
     assert traces == [None, {"N": 100}, {"N": 70}]                # new N: one more trace
     assert double.specialize(a, block=64) is k1
     run_eager(double, a, 32)                                      # new python param
