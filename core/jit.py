@@ -46,7 +46,7 @@ from core.ir.program import evaluate, launch_sequence
 from core.runtime import args as args_struct
 from core.runtime.backends import (DEVICES, RunRecord, check_backend, default_backend, finish,
                                    launch)
-from core.runtime.binding import bind, output_indices
+from core.runtime.binding import bind, output_indices, reported_view
 from core.transform import pipeline
 
 CACHE_VERSION = "2"
@@ -69,6 +69,7 @@ class CompiledProgram:
     host: tuple = ()          # the host steps that launch them (core.ir.program)
     workspaces: tuple = ()    # tensor params the runtime allocates and does not return
     capacity: tuple = ()      # (tensor name, capacity per dim) for data-dependent sizes
+    lengths: tuple = ()       # (tensor name, tensor reporting its length per capacity dim)
 
 
 class Kernel:
@@ -136,9 +137,10 @@ class Kernel:
             raise KernelFindingsError(f"the emulator reported {len(record.findings)} "
                                       f"finding(s): {', '.join(kinds)}; first: "
                                       f"{record.findings[0]}", kernel=self.name)
-        if not b.outputs:
+        outputs = [reported_view(self.compiled, b, t) for t in b.outputs]
+        if not outputs:
             return None
-        return b.outputs[0] if len(b.outputs) == 1 else b.outputs
+        return outputs[0] if len(outputs) == 1 else outputs
 
 
 def _by_field(spec, values):
@@ -211,7 +213,7 @@ def lower(func, *, disable=(), replace=None) -> CompiledProgram:
         specs[site.kernel] = replace_fields(specs[site.kernel], grid=site.grid)
     return CompiledProgram(program.name, msl, specs, program.params, program.symbols,
                            program.launches, program.host, program.workspaces,
-                           program.capacity)
+                           program.capacity, program.lengths)
 
 
 def compile(func, target="metal", out_idx=None, *, disable=(), replace=None, cache=True,

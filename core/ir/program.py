@@ -139,6 +139,7 @@ class LoweredProgram:
     host: tuple = ()           # steps (LaunchSite | HostLoop | HostLet), see launch_sequence
     workspaces: tuple = ()     # names of tensor params the runtime allocates and never returns
     capacity: tuple = ()       # (tensor name, (capacity int or None per dim)), allocation sizes
+    lengths: tuple = ()        # (tensor name, tensor whose values are its reported lengths)
 
 
 def launch_sequence(host: tuple, env: dict):

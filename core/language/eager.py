@@ -62,6 +62,7 @@ class Trace:
     tensors: dict = field(default_factory=dict)      # parameter name -> declared buffer
     empties: list = field(default_factory=list)      # T.empty buffers, in creation order
     capacity: dict = field(default_factory=dict)     # tensor name -> [cap or -1 per dim]
+    lengths: dict = field(default_factory=dict)      # tensor name -> reporting tensor name
     expected: set = field(default_factory=set)       # tensor parameter names
     next_name: str | None = None
 
@@ -124,11 +125,13 @@ def empty(shape, dtype="float32"):
     return buf
 
 
-def annotate_capacity_dims(capacities: dict):
+def annotate_capacity_dims(capacities: dict, lengths: dict | None = None):
     """`T.annotate_capacity_dims({"out": (cap_m, None)})`: allocate output (or workspace)
     `out` with `cap_m` rows when its logical size depends on data; None keeps a dim as
-    declared. The runtime binds a symbolic dim standing alone to its capacity and
-    returns the whole allocation."""
+    declared. The runtime binds a symbolic dim standing alone to its capacity. It returns
+    the whole allocation, or, with `lengths={"out": n}` where `n` is an int32/int64 tensor
+    of the function with one element per capacity dim that a kernel writes, the view
+    `out[:n[0], ...]` the kernel reports."""
     construct = "T.annotate_capacity_dims"
     name = _STACK[-1].name if _STACK else None
     if not isinstance(capacities, dict):
@@ -156,7 +159,25 @@ def annotate_capacity_dims(capacities: dict):
                     f"capacity {d!r} is not allowed; each entry is a non-negative int or "
                     "None", kernel=name, construct=where)
         attr[tensor] = out
+    named = {}
+    for tensor, counter in (lengths or {}).items():
+        where = f"{construct}(lengths='{tensor}')"
+        if tensor not in attr:
+            raise KernelDefinitionError(f"'{tensor}' has a length tensor but no capacity "
+                                        "dims", kernel=name, construct=where)
+        named[tensor] = counter if isinstance(counter, str) else _tensor_name(counter, where,
+                                                                              name)
+        ncap = sum(1 for d in attr[tensor] if d >= 0)
+        if not isinstance(counter, str):
+            shape, dtype = list(counter.ty.shape), str(counter.ty.dtype)
+            if dtype not in ("int32", "int64") or len(shape) != 1 or \
+                    not isinstance(shape[0], tirx.IntImm) or int(shape[0].value) != ncap:
+                raise KernelDefinitionError(
+                    f"length tensor '{named[tensor]}' is {dtype}{[str(d) for d in shape]}; "
+                    f"it must be int32 or int64 of shape ({ncap},), one length per capacity "
+                    "dim", kernel=name, construct=where)
     if _STACK:
+        _STACK[-1].lengths.update(named)
         known = {**_STACK[-1].tensors, **{b.name: b for b in _STACK[-1].empties}}
         for tensor, dims in attr.items():
             where = f"{construct}('{tensor}')"
@@ -172,6 +193,24 @@ def annotate_capacity_dims(capacities: dict):
         _STACK[-1].capacity.update(attr)
     else:  # in a prim_func: the verifier checks names and ranks against the parameters
         _ir.func_attr({"tl.capacity_dims": attr})
+        if named:
+            _ir.func_attr({"tl.capacity_lengths": named})
+
+
+def _tensor_name(buf, where, kernel) -> str:
+    """The name of a tensor of the function being traced (declared or T.empty)."""
+    if _STACK:
+        tr = _STACK[-1]
+        for n, b in tr.tensors.items():
+            if b is buf:
+                return n
+        for b in tr.empties:
+            if b is buf:
+                return b.name
+    if isinstance(buf, tvm.ir.Var) and buf.name:
+        return buf.name
+    raise KernelDefinitionError(f"{buf!r} is not a tensor of the function", kernel=kernel,
+                                construct=where)
 
 
 def macro(func=None, *, hygienic=True):
@@ -722,6 +761,8 @@ def trace(rewritten, name: str, signature: inspect.Signature, tensor_params, sca
                     _ir.func_attr({"tl.workspaces": [b.name for b in workspaces]})
                 if tr.capacity:
                     _ir.func_attr({"tl.capacity_dims": tr.capacity})
+                if tr.lengths:
+                    _ir.func_attr({"tl.capacity_lengths": tr.lengths})
         func = ib.get()
     except MetaltileError as exc:
         if exc.kernel is None:

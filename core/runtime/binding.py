@@ -6,7 +6,8 @@ tensor for every buffer parameter (outputs and workspaces freshly allocated), th
 of every scalar parameter and every symbolic dim. A dim of an output or workspace that no
 input determines takes its capacity (`T.annotate_capacity_dims`): the tensor is
 allocated at the capacity, a symbolic dim standing alone there is bound to it, and the
-whole capacity is returned. Everything is checked before anything runs: argument count,
+whole capacity is returned, or the view a kernel reports in the tensor named for it
+(`reported_view`, after the launches). Everything is checked before anything runs: argument count,
 tensor type, dtype, rank, shape (constant dims and symbolic dims consistent across
 tensors), contiguity, device, scalar types. Errors are `LaunchError`s naming the kernel
 and the parameter.
@@ -99,6 +100,25 @@ def bind(program, args, out_idx, device) -> Binding:
         if i in outs:
             outputs.append(t)
     return Binding(tensors, env, outputs)
+
+
+def reported_view(program, binding, out):
+    """`out` narrowed to the lengths a kernel wrote for it (T.annotate_capacity_dims'
+    `lengths`), else `out` itself."""
+    lengths = dict(program.lengths)
+    name = next((n for n, t in binding.tensors.items() if t is out), None)
+    if name not in lengths:
+        return out
+    caps = dict(program.capacity)[name]
+    values = [int(v) for v in binding.tensors[lengths[name]].reshape(-1).tolist()]
+    dims = [d for d, c in enumerate(caps) if c is not None]
+    for d, n in zip(dims, values):
+        if not 0 <= n <= out.shape[d]:
+            raise LaunchError(f"the kernel reported length {n} for dim {d}, outside its "
+                              f"capacity {out.shape[d]}", kernel=program.name,
+                              construct=f"output '{name}' (lengths in '{lengths[name]}')")
+        out = out.narrow(d, 0, n)
+    return out
 
 
 def _strided(a, p, env, kernel, construct):

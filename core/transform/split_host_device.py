@@ -12,8 +12,9 @@ function carries `tl.readonly` (names of buffers it never writes) and `tl.thread
 launch plan holds one LaunchSite per kernel nest, in program order, and the host steps
 (core/ir/program.py) that launch them: a nest inside a host loop is one device kernel
 launched once per iteration, its scalars evaluated per launch. Workspaces
-(`tl.workspaces`) and capacity dims (`tl.capacity_dims`, -1 = none) are copied from the
-function's attributes.
+(`tl.workspaces`), capacity dims (`tl.capacity_dims`, -1 = none) and the tensors that
+report an output's length (`tl.capacity_lengths`) are copied from the function's
+attributes.
 """
 
 from __future__ import annotations
@@ -158,9 +159,12 @@ class _Split:
         capacity = tuple(
             (str(n), tuple(None if int(c) < 0 else int(c) for c in dims))
             for n, dims in attrs.get("tl.capacity_dims", {}).items())
+        lengths = tuple((str(n), str(c))
+                        for n, c in attrs.get("tl.capacity_lengths", {}).items())
         return P.LoweredProgram(self.name, params,
                                 tuple((v.name, str(v.ty)) for v in self.symbols),
-                                self.device, tuple(sites), host, workspaces, capacity)
+                                self.device, tuple(sites), host, workspaces, capacity,
+                                lengths)
 
 
 def split_host_device(func: tirx.PrimFunc) -> P.LoweredProgram:

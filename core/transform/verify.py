@@ -106,6 +106,11 @@ class _Verifier:
             if len(dims) != rank:
                 self.fail(construct, f"gives {len(dims)} capacity dims for a tensor of rank "
                                      f"{rank}")
+        lengths = func.attrs.get("tl.capacity_lengths") or {}
+        for name, counter in lengths.items():
+            if str(counter) not in tensors:
+                self.fail(f"T.annotate_capacity_dims(lengths='{name}')",
+                          f"'{counter}' is not a tensor of the function")
 
     # ---- kernel level ---------------------------------------------------------------
     def kernel(self, nest):

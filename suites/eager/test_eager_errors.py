@@ -84,6 +84,22 @@ def tir_break(A):
     return B
 
 
+def _lengths(count_shape, count_dtype, reported=1, name="Out"):
+    @core.jit
+    def rep(A):
+        N, K = T.const("N"), T.dynamic("K")
+        A: T.Tensor((N,), T.float32)
+        Out = T.empty((K,), T.float32)
+        count = T.empty(count_shape, count_dtype)
+        T.annotate_capacity_dims({"Out": (4,)}, lengths={name: count})
+        with T.Kernel(1, threads=1):
+            for i in T.serial(4):
+                Out[i] = A[0]
+            count[0] = reported
+        return Out
+    return rep
+
+
 X = torch.zeros(8, 64)
 
 CASES = {
@@ -128,6 +144,18 @@ CASES = {
                           KernelDefinitionError, ["capacity -4", "non-negative int"]),
     "capacity_not_int": (lambda: _capacity({"Out": (4.5,)})(torch.zeros(2)),
                          KernelDefinitionError, ["capacity 4.5", "non-negative int"]),
+    "lengths_without_capacity": (lambda: _lengths((1,), T.int32, name="A")(torch.zeros(2)),
+                                 KernelDefinitionError,
+                                 ["lengths='A'", "has a length tensor but no capacity dims"]),
+    "lengths_wrong_dtype": (lambda: _lengths((1,), T.float32)(torch.zeros(2)),
+                            KernelDefinitionError,
+                            ["length tensor 'count' is float32", "int32 or int64 of shape (1,)"]),
+    "lengths_wrong_shape": (lambda: _lengths((2,), T.int32)(torch.zeros(2)),
+                            KernelDefinitionError, ["length tensor 'count'", "shape (1,)"]),
+    "reported_beyond_capacity": (lambda: _lengths((1,), T.int32, 9)(torch.zeros(2),
+                                                                    backend="emu"),
+                                 LaunchError, ["kernel 'rep'", "output 'Out'",
+                                               "reported length 9", "capacity 4"]),
     "break_in_tir_loop": (lambda: tir_break(torch.zeros(8)), KernelDefinitionError,
                           ["kernel 'tir_break'", "`break` inside a TIR loop"]),
     "const_outside_eager": (lambda: T.const("M"), KernelDefinitionError,

@@ -138,3 +138,30 @@ def test_capacity_dims_allocate_the_capacity():
     out = run_eager(first_rows, a, 8)
     assert out.shape == (8, 32)                              # the whole capacity
     assert_close(out, torch.cat([a, torch.zeros(3, 32)]))
+
+
+@core.jit
+def positives(A, cap: int):
+    """Stream compaction: the positive elements of A, in order; a kernel reports how many
+    it wrote, and the call returns that many."""
+    N, K = T.const("N"), T.dynamic("K")
+    A: T.Tensor((N,), T.float32)
+    Out = T.empty((K,), T.float32)
+    count = T.empty((1,), T.int32)                   # a workspace the kernel writes
+    T.annotate_capacity_dims({"Out": (cap,)}, lengths={"Out": count})
+    with T.Kernel(1, threads=1):
+        n = T.alloc_var(T.int32, init=0)
+        for i in T.serial(N):
+            if A[i] > 0.0 and n < K:
+                Out[n] = A[i]
+                n = n + 1
+        count[0] = n
+    return Out
+
+
+def test_capacity_dims_return_the_reported_view():
+    a = torch.randn(40)
+    out = run_eager(positives, a, 64)
+    assert_close(out, a[a > 0])                      # the reported length, not 64
+    out = run_eager(positives, a.abs() + 1, 16)       # more than the capacity: cut at it
+    assert_close(out, (a.abs() + 1)[:16])
