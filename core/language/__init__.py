@@ -39,5 +39,6 @@ grid = _tvm_script.grid
 Tensor = _TensorType(Tensor)
 StridedTensor = _TensorType(Tensor._make, strided=True)
 float = float32  # noqa: A001 - TileLang's alias (T.float)
+Buffer = Tensor
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -254,3 +254,25 @@ def test_dynamic_dim_one_kernel_for_every_size(capsys):
     assert_close(run_eager(scale_dynamic, b, 1.5), b * 1.5)
     assert scale_dynamic.specialize(a, 1.5) is scale_dynamic.specialize(b, 1.5)
     assert capsys.readouterr().out.count("[core.jit] compiling scale_dynamic") == 1
+
+
+@core.jit
+def shifted(A, shift: T.int32, alpha: T.float32, block: int = 32):
+    N = T.const("N")
+    A: T.Tensor((N,), T.float32)
+    B = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, block), threads=block) as bx:
+        for i in T.Parallel(block):
+            g = bx * block + i
+            if g < N:
+                B[g] = A[(g + shift) % N] * alpha
+    return B
+
+
+def test_runtime_scalar_parameters_do_not_specialize():
+    a = torch.randn(50)
+    assert_close(run_eager(shifted, a, 3, 2.0), a.roll(-3) * 2)
+    assert_close(run_eager(shifted, a, 7, -1.0), a.roll(-7) * -1)
+    assert shifted.specialize(a, 3, 2.0) is shifted.specialize(a, 7, -1.0)
+    assert [s.name for s in shifted.specialize(a, 3, 2.0).specs[0].args.fields] == \
+        ["shift", "alpha"]
