@@ -11,9 +11,9 @@ per assignment, and every later read (on the host or inside a kernel) reads that
 a kernel that uses it takes it as a scalar argument computed per launch. The host level
 then holds only kernel nests, serial `For` loops, `Bind`s, the parameters' `DeclBuffer`s
 and constant `Evaluate`s (the verifier rejects anything else).
-A host scalar assigned inside a host loop and read after that loop (a value carried
-across iterations) is rejected: the launch plan evaluates host scalars per launch and
-has no host state.
+A host scalar assigned inside a host loop or host `if` and read after it (a value carried
+across iterations or out of a branch) is rejected: the launch plan evaluates host
+scalars per launch and has no host state.
 """
 
 from __future__ import annotations
@@ -58,9 +58,10 @@ class _HostScalars:
         if carried:
             name = carried[0].name
             raise KernelDefinitionError(
-                f"host scalar '{name}' is assigned inside a host loop and read after it; a "
-                "value carried across host-loop iterations is not supported (compute it from "
-                "the loop variable instead)", kernel=self.name,
+                f"host scalar '{name}' is assigned inside a host loop or `if` and read after "
+                "it; a value carried across host-loop iterations or out of a host `if` is not "
+                "supported (compute it from the loop variable, or assign it before)",
+                kernel=self.name,
                 construct=f"host scalar '{name}'")
         return out
 
@@ -100,6 +101,22 @@ class _HostScalars:
             return tirx.For(s.loop_var, self.read(s.min),
                             self.read(s.extent), s.kind, body,
                             s.thread_binding, s.annotations, s.step)
+        if isinstance(s, tirx.IfThenElse):
+            cond = self.read(s.condition)
+            before = dict(self.current)
+            then = seq(self.stmts([s.then_case], depth + 1))
+            branches = [dict(self.current)]
+            self.current = dict(before)
+            other = None
+            if s.else_case is not None:
+                other = seq(self.stmts([s.else_case], depth + 1))
+            branches.append(dict(self.current))
+            self.current = before
+            for branch in branches:
+                for b, v in branch.items():
+                    if before.get(b) is not v:
+                        self.carried.add(b)
+            return tirx.IfThenElse(cond, then, other)
         if children(s):
             return rebuild(s, [self.stmt(k, depth) for k in children(s)])
         return self.read(s)

@@ -2,7 +2,8 @@
 
 Expects: the fully lowered PrimFunc (flat buffers, barriers planned); its body is the
 host program: the top-level DeclBuffer views of the parameters, then kernel nests, host
-loops (serial `For`) around them and host scalars (`Bind`, core/transform/host_program.py).
+loops (serial `For`) and host conditions (`IfThenElse`) around them and host scalars
+(`Bind`, core/transform/host_program.py).
 Guarantees: one device PrimFunc per kernel nest, named after the function (with
 `_kernel{i}` when there are several, `_kernel` when the name is reserved in MSL). Its
 parameters are the buffers the kernel touches, in order of first use (not the user's
@@ -87,6 +88,10 @@ class _Split:
             extent = P.host_expr(s.extent, self.names)
             var = self.host_var(s.loop_var)
             return [P.HostLoop(var, start, extent, tuple(self.steps(s.body)))]
+        if isinstance(s, tirx.IfThenElse):
+            otherwise = tuple(self.steps(s.else_case)) if s.else_case is not None else ()
+            return [P.HostIf(P.host_expr(s.condition, self.names),
+                             tuple(self.steps(s.then_case)), otherwise)]
         if isinstance(s, tirx.Bind):
             value = P.host_expr(s.value, self.names)
             return [P.HostLet(self.host_var(s.var), str(s.var.ty), value)]
@@ -144,6 +149,9 @@ class _Split:
             if isinstance(step, P.HostLoop):
                 return P.HostLoop(step.var, step.start, step.extent,
                                   tuple(resolve(s) for s in step.body))
+            if isinstance(step, P.HostIf):
+                return P.HostIf(step.cond, tuple(resolve(s) for s in step.then),
+                                tuple(resolve(s) for s in step.otherwise))
             return step
 
         host = tuple(resolve(s) for s in steps)

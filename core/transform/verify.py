@@ -3,8 +3,8 @@
 Expects: a legalized PrimFunc (T.Parallel loops have ForKind.PARALLEL).
 Guarantees (else raises KernelDefinitionError naming kernel, construct, what is wrong
 and what is allowed):
-  - the body is a host program: T.Kernel blocks, serial host loops around them and host
-    scalar bindings (`Bind`, from the host_program pass); no other statement outside a
+  - the body is a host program: T.Kernel blocks, serial host loops and `if` on host
+    values around them, host scalar bindings (`Bind`, from the host_program pass); no other statement outside a
     kernel, no nested kernels, no T.Parallel at the host level;
   - `tl.capacity_dims` (T.annotate_capacity_dims) names tensor parameters, one entry per
     dim, each a non-negative int or None;
@@ -83,13 +83,17 @@ class _Verifier:
                       f"'for {s.loop_var.name} in ...' is outside every `with T.Kernel(...)` "
                       "block; at the host level only serial loops (range, T.serial) around "
                       "kernels are allowed (T.Parallel goes inside a kernel)")
+        elif isinstance(s, tirx.IfThenElse):
+            self.host(s.then_case)
+            if s.else_case is not None:
+                self.host(s.else_case)
         elif isinstance(s, (tirx.Bind, tirx.DeclBuffer)):
             pass
         elif not (isinstance(s, tirx.Evaluate) and as_int(s.value) is not None):
             self.fail("statement outside T.Kernel",
                       f"'{_short(s)}' is not inside a `with T.Kernel(...)` block; at the "
-                      "host level only T.Kernel blocks, serial host loops around them and "
-                      "scalar assignments are allowed")
+                      "host level only T.Kernel blocks, serial host loops and `if` around "
+                      "them and scalar assignments are allowed")
 
     def capacity(self, func):
         cap = func.attrs.get("tl.capacity_dims") if func.attrs else None

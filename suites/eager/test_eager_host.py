@@ -165,3 +165,30 @@ def test_capacity_dims_return_the_reported_view():
     assert_close(out, a[a > 0])                      # the reported length, not 64
     out = run_eager(positives, a.abs() + 1, 16)       # more than the capacity: cut at it
     assert_close(out, (a.abs() + 1)[:16])
+
+
+@core.jit
+def pick_path(A, threshold: T.int32):
+    """A host `if` on a runtime scalar chooses which kernel runs."""
+    N = T.const("N")
+    A: T.Tensor((N,), T.float32)
+    B = T.empty((N,), T.float32)
+    if threshold > 10:
+        with T.Kernel(T.ceildiv(N, 32), threads=32) as bx:
+            for i in T.Parallel(32):
+                if bx * 32 + i < N:
+                    B[bx * 32 + i] = A[bx * 32 + i] + 1.0
+    else:
+        with T.Kernel(T.ceildiv(N, 32), threads=32) as bx:
+            for i in T.Parallel(32):
+                if bx * 32 + i < N:
+                    B[bx * 32 + i] = A[bx * 32 + i] - 1.0
+    return B
+
+
+def test_host_if_on_a_runtime_scalar():
+    a = torch.randn(40)
+    assert_close(run_eager(pick_path, a, 11), a + 1)
+    assert len(pick_path.last_run.stats) == 1
+    assert_close(run_eager(pick_path, a, 10), a - 1)
+    assert pick_path.specialize(a, 11) is pick_path.specialize(a, 10)
