@@ -282,8 +282,9 @@ def _freeze(value, where):
     try:
         hash(value)
     except TypeError:
-        raise MetaltileError(f"value of type {type(value).__name__} cannot be a compile-time "
-                             "parameter (it is not hashable)", construct=where) from None
+        raise KernelDefinitionError(f"a {type(value).__name__} cannot be a compile-time "
+                                    "parameter (it is not hashable; pass a tuple or a number)",
+                                    construct=where) from None
     return (type(value).__qualname__, value)
 
 
@@ -368,7 +369,11 @@ class EagerFunction:
                                "parameter a value", KernelDefinitionError)
                 continue
             py[n] = self._check_python(n, values[n])
-        key = tuple(_freeze(py[n], f"parameter '{n}'") for n in self.python_params)
+        try:
+            key = tuple(_freeze(py[n], f"parameter '{n}'") for n in self.python_params)
+        except KernelDefinitionError as exc:
+            raise KernelDefinitionError(exc.reason, kernel=self.__name__,
+                                        construct=exc.construct) from None
         return values, py, key
 
     def _check_python(self, n, v):

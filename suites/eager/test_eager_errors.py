@@ -100,6 +100,18 @@ def _lengths(count_shape, count_dtype, reported=1, name="Out"):
     return rep
 
 
+@core.jit
+def with_options(A, options):
+    M, N = T.const("M, N")
+    A: T.Tensor((M, N), T.float32)
+    C = T.empty((M, N), T.float32)
+    with T.Kernel(M, threads=32) as m:
+        for i in T.Parallel(32):
+            if i < N:
+                C[m, i] = A[m, i]
+    return C
+
+
 X = torch.zeros(8, 64)
 
 CASES = {
@@ -118,6 +130,9 @@ CASES = {
     "tensor_for_python_param": (lambda: add(X, X, X), KernelDefinitionError,
                                 ["parameter 'block'", "compile-time parameter",
                                  "got a torch tensor"]),
+    "python_param_unhashable": (lambda: with_options(X, {"b": 32}), KernelDefinitionError,
+                                ["kernel 'with_options'", "parameter 'options'",
+                                 "a dict cannot be a compile-time parameter"]),
     "dtype_disagrees": (lambda: add(X.half(), X.half(), 32), LaunchError,
                         ["kernel 'add'", "parameter 'A'", "torch.float16",
                          "declared float32"]),
