@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from tvm.script.parser._core import parse, utils
 
 from core.errors import MetaltileError
+from core.language.eager import check_capacity_dims
 from core.language.errors import KernelDefinitionError
 
 
@@ -98,6 +99,7 @@ def prim_func(func=None, **_options):
             raise KernelDefinitionError(
                 f"cannot parse the kernel: {exc}", kernel=fn.__name__) from None
         parsed = parsed.with_attr("global_symbol", fn.__name__)
+        check_capacity_dims(parsed, fn.__name__)  # T.annotate_capacity_dims names tensors
         return parsed
 
     if func is not None:

@@ -36,6 +36,7 @@ from core.ir.layout import broadcast_dims
 from core.ir.stmt import as_int, children, is_kernel_attr, loads
 from core.language.buffers import FRAGMENT
 from core.language.dtypes import SCALAR_PARAM_DTYPES, SUPPORTED, bits
+from core.language.eager import check_capacity_dims
 from core.language.errors import KernelDefinitionError
 
 THREADGROUP_BYTES = 32 * 1024
@@ -96,25 +97,7 @@ class _Verifier:
                       "them and scalar assignments are allowed")
 
     def capacity(self, func):
-        cap = func.attrs.get("tl.capacity_dims") if func.attrs else None
-        if cap is None:
-            return
-        tensors = {p.name: p for p in func.params if is_buffer_var(p)}
-        for name, dims in cap.items():
-            name = str(name)
-            construct = f"T.annotate_capacity_dims('{name}')"
-            if name not in tensors:
-                self.fail(construct, f"'{name}' is not a tensor of the function; tensors: "
-                                     f"{', '.join(sorted(tensors)) or 'none'}")
-            rank = len(tensors[name].ty.shape)
-            if len(dims) != rank:
-                self.fail(construct, f"gives {len(dims)} capacity dims for a tensor of rank "
-                                     f"{rank}")
-        lengths = func.attrs.get("tl.capacity_lengths") or {}
-        for name, counter in lengths.items():
-            if str(counter) not in tensors:
-                self.fail(f"T.annotate_capacity_dims(lengths='{name}')",
-                          f"'{counter}' is not a tensor of the function")
+        check_capacity_dims(func, self.name)
 
     # ---- kernel level ---------------------------------------------------------------
     def kernel(self, nest):

@@ -204,17 +204,17 @@ def test_capacity_missing_for_data_dependent_output():
     assert "output 'Out'" in str(info.value) and "T.annotate_capacity_dims" in str(info.value)
 
 
-def test_prim_func_capacity_unknown_name():
-    @T.prim_func
-    def k(A: T.Tensor((4,), "float32"), B: T.Tensor((4,), "float32")):
-        T.annotate_capacity_dims({"C": (4,)})
-        with T.Kernel(1, threads=4):
-            for i in T.Parallel(4):
-                B[i] = A[i]
-
+def test_prim_func_capacity_unknown_name_when_defined():
     with pytest.raises(KernelDefinitionError) as info:
-        core.compile(k, out_idx=[1])
-    assert "'C' is not a tensor of the function" in str(info.value)
+        @T.prim_func
+        def k(A: T.Tensor((4,), "float32"), B: T.Tensor((4,), "float32")):
+            T.annotate_capacity_dims({"C": (4,)})
+            with T.Kernel(1, threads=4):
+                for i in T.Parallel(4):
+                    B[i] = A[i]
+
+    assert "kernel 'k'" in str(info.value)
+    assert "'C' is not a tensor of the function; tensors: A, B" in str(info.value)
 
 
 @core.jit
