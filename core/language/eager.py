@@ -652,11 +652,12 @@ def rewrite_function(fn):
     node = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
     node.decorator_list = []
     params = [a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs]
-    for d in (node.args.defaults, node.args.kw_defaults):  # defaults come from `fn` itself
-        d[:] = [None] * len(d) if d is node.args.kw_defaults else []
+    # Every argument is passed by name (core/jit.py binds defaults from `fn` itself), so
+    # the rewritten function needs neither defaults nor annotations.
+    node.args.defaults = []
+    node.args.kw_defaults = [None] * len(node.args.kwonlyargs)
     for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
         a.annotation = None
-    node.args.kw_defaults = [None] * len(node.args.kwonlyargs)
     try:
         node.body = [_Rewriter(params).visit(s) for s in node.body]
         flat = []
