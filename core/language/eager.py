@@ -318,7 +318,7 @@ def _as_list(v) -> list:
 
 def _is_tir(v) -> bool:
     return isinstance(v, tvm.ir.Expr) or hasattr(v, "scalar") and \
-        isinstance(getattr(v, "scalar"), tvm.ir.Expr)
+        isinstance(v.scalar, tvm.ir.Expr)
 
 
 def _expr(v):
@@ -418,7 +418,7 @@ class Helpers:
     def assign(name, prev, value):
         if _STACK:
             _STACK[-1].next_name = None
-        if hasattr(prev, "scalar") and isinstance(getattr(prev, "scalar"), tvm.ir.Expr) \
+        if hasattr(prev, "scalar") and isinstance(prev.scalar, tvm.ir.Expr) \
                 and value is not prev:  # `x = ...` on a T.alloc_var stores
             _ir.buffer_store(prev.scalar.source, _expr(value), [0])
             return prev
