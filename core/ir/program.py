@@ -4,12 +4,14 @@
 every call site (`LaunchSite`) in program order, and `host`, the steps that run them:
 a `LaunchSite`, a `HostLoop` (a serial host loop whose body is steps, so one site is
 launched once per iteration with that iteration's scalars), a `HostIf` (steps run when a
-host condition holds) or a `HostLet` (a host scalar computed between launches). `launch_sequence(host, env)` unrolls the steps into the
-concrete launches of one call, each with its own variable values (bindings are captured
-per launch). Everything the runtime needs is plain Python data
-(picklable, no TVM objects): host-side expressions (grid sizes, scalar values, output
-shapes) are `HostExpr` trees over the host variables (scalar parameters and symbolic
-dims), evaluated with Python integers at launch time.
+host condition holds) or a `HostLet` (a host scalar computed between launches).
+`launch_sequence(host, env)` unrolls the steps into the concrete launches of one call,
+each with its own variable values (bindings are captured per launch).
+
+Everything the runtime needs is plain Python data (picklable, no TVM objects): host-side
+expressions (grid sizes, scalar values, output shapes) are `HostExpr` trees over the host
+variables (scalar parameters, symbolic dims, host loop variables and host scalars),
+evaluated with Python numbers at launch time.
 
 HostExpr tree: ("const", v) | ("var", name) | (op, a, b) for op in add, sub, mul,
 floordiv, floormod, div, mod, min, max, lt, le, gt, ge, eq, ne, and, or | ("not", a) |

@@ -6,7 +6,7 @@ Parsing goes through TVMScript (frontend.py); tile ops are TIR ops (core/ir/ops.
 
 from tvm.script import tirx as _tvm_script
 
-from core.language.buffers import (Buffer, Tensor, alloc_fragment, alloc_local, alloc_shared,
+from core.language.buffers import (Tensor, alloc_fragment, alloc_local, alloc_shared,
                                    alloc_var, dynamic, symbolic)
 from core.language.eager import TensorType as _TensorType
 from core.language.eager import annotate_capacity_dims, const, empty, macro

@@ -4,8 +4,8 @@ Expects: a legalized PrimFunc (T.Parallel loops have ForKind.PARALLEL).
 Guarantees (else raises KernelDefinitionError naming kernel, construct, what is wrong
 and what is allowed):
   - the body is a host program: T.Kernel blocks, serial host loops and `if` on host
-    values around them, host scalar bindings (`Bind`, from the host_program pass); no other statement outside a
-    kernel, no nested kernels, no T.Parallel at the host level;
+    values around them, host scalar bindings (`Bind`, from the host_program pass); no
+    other statement outside a kernel, no nested kernels, no T.Parallel at the host level;
   - `tl.capacity_dims` (T.annotate_capacity_dims) names tensor parameters, one entry per
     dim, each a non-negative int or None;
   - scalar parameters have a supported dtype, buffers a supported dtype and scope;
