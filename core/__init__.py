@@ -8,7 +8,7 @@
 
 from core.options import PassConfigKey, cdiv, next_power_of_2  # noqa: E402,F401 - no tvm
 
-__all__ = ["Kernel", "KernelFindingsError", "compile", "jit"]
+__all__ = ["Kernel", "KernelFindingsError", "compile", "jit", "par_compile"]
 
 
 def __getattr__(name):

@@ -149,6 +149,14 @@ CASES = (
               "three dependent launches over 16 x 3584 f16 elements (launch overhead and "
               "intermediate round trips through device memory)",
               f"16 of {PREFILL_TOKENS} rows of 3584", PREFILL_TOKENS / 16),
+    BenchCase("multikernel/eager-host-loop-f16", "multikernel",
+              {"style": "eager", "workspace": True, "loop": 4, "N": 57344,
+               "dtype": "float16", "kernels": 3, "read": "reverse", "shift": 0,
+               "b1": 256, "b2": 256, "b3": 256, "t1": 256, "t2": 128, "t3": 256},
+              "an eager-style host program: three kernels, the middle one launched 4 times "
+              "from a host loop (one chunk each), the intermediate a runtime workspace; its "
+              "compile time is the trace plus the compile",
+              f"16 of {PREFILL_TOKENS} rows of 3584", PREFILL_TOKENS / 16),
     BenchCase("scalars/dynamic-f16", "scalars",
               {"M": 32, "N": 3584, "dtype": "float16",
                "signature": ["int32", "A", "float32", "B", "bool"], "symbolic": "both",

@@ -12,7 +12,7 @@ from math import prod
 
 from tvm import tirx
 
-from core.ir.stmt import as_int, is_kernel_attr, seq, thread_tag
+from core.ir.stmt import as_int, children, is_kernel_attr, rebuild, thread_tag
 
 
 @dataclass(frozen=True)
@@ -80,11 +80,28 @@ def top_level(func_body) -> list:
     return [func_body]
 
 
+def map_host(stmt, fn):
+    """`stmt` (host level) with each kernel nest replaced by `fn(KernelNest)`; host
+    statements around the nests (sequences, host loops) are rebuilt around them."""
+    if is_kernel_attr(stmt):
+        return fn(unwrap(stmt))
+    kids = children(stmt)
+    if not kids:
+        return stmt
+    new = [map_host(k, fn) for k in kids]
+    if all(a.same_as(b) for a, b in zip(new, kids)):
+        return stmt
+    return rebuild(stmt, new)
+
+
 def map_kernels(func, fn):
-    """`func` with each top-level kernel nest replaced by `fn(KernelNest)` (a Stmt)."""
-    out = [fn(unwrap(s)) if is_kernel_attr(s) else s for s in top_level(func.body)]
-    return func.with_body(seq(out))
+    """`func` with each kernel nest (at the top level or inside host loops) replaced by
+    `fn(KernelNest)` (a Stmt)."""
+    return func.with_body(map_host(func.body, fn))
 
 
 def kernels(func) -> list:
-    return [unwrap(s) for s in top_level(func.body) if is_kernel_attr(s)]
+    """Every kernel nest of the host program, in program order."""
+    found = []
+    map_host(func.body, lambda nest: found.append(nest) or nest.wrap(nest.body))
+    return found

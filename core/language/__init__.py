@@ -6,8 +6,10 @@ Parsing goes through TVMScript (frontend.py); tile ops are TIR ops (core/ir/ops.
 
 from tvm.script import tirx as _tvm_script
 
-from core.language.buffers import (Buffer, Tensor, alloc_fragment, alloc_local, alloc_shared,
+from core.language.buffers import (Tensor, alloc_fragment, alloc_local, alloc_shared,
                                    alloc_var, dynamic, symbolic)
+from core.language.eager import TensorType as _TensorType
+from core.language.eager import annotate_capacity_dims, const, empty, macro
 from core.language.errors import KernelDefinitionError, LoweringError
 from core.language.frontend import prim_func
 from core.language.gemm import GemmWarpPolicy, gemm
@@ -36,6 +38,12 @@ globals().update({_n: dtype(_v) for _n, _v in _DTYPE_NAMES.items()})
 Cast = _tvm_script.Cast
 Select = _tvm_script.Select
 grid = _tvm_script.grid
+
+# eager style (core/language/eager.py): T.Tensor[[M, N], dtype], T.StridedTensor[...]
+Tensor = _TensorType(Tensor)
+StridedTensor = _TensorType(Tensor._make, strided=True)
+float = float32  # noqa: A001 - TileLang's alias (T.float)
+Buffer = Tensor
 
 __all__ = [n for n in dir() if not n.startswith("_")]
 

@@ -18,6 +18,7 @@ from tvm.script.parser._core import parse, utils
 
 from core.errors import MetaltileError
 from core.language import compare, conditions
+from core.language.eager import check_capacity_dims
 from core.language.errors import KernelDefinitionError
 
 compare.install()     # int32 < int64 promotes inside kernels too (core/language/compare.py)
@@ -102,6 +103,7 @@ def prim_func(func=None, **_options):
             raise KernelDefinitionError(
                 f"cannot parse the kernel: {exc}", kernel=fn.__name__) from None
         parsed = parsed.with_attr("global_symbol", fn.__name__)
+        check_capacity_dims(parsed, fn.__name__)  # T.annotate_capacity_dims names tensors
         return parsed
 
     if func is not None:

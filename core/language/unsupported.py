@@ -43,13 +43,10 @@ _BY_NAME = (
     (("cumsum", "cummax"), "scan tile ops are not implemented"),
     (("Vectorized", "vectorized"), "explicit vector loops are not supported; the compiler "
                                    "vectorizes proven-safe accesses itself"),
-    (("macro", "inline"), "macros are not supported; call a Python helper that emits "
-                          "T.* statements instead"),
-    (("const", "empty", "Ref", "JITFunc", "PrimFunc", "annotate_compile_flags",
-      "annotate_pass_configs"),
-     "TileLang's eager jit style (shapes bound from the call's tensors, T.const, T.empty) is "
-     "not supported; write a @T.prim_func with T.Tensor parameters, in a @core.jit factory "
-     "for shape parameters (core.compile takes pass_configs)"),
+    (("inline",), "T.inline is not supported; use T.macro"),
+    (("Ref", "JITFunc", "PrimFunc", "annotate_compile_flags", "annotate_pass_configs"),
+     "this part of TileLang's JIT internals is not supported; use @core.jit on an eager "
+     "function or a @T.prim_func (core.compile takes pass_configs)"),
     (("AnyDType", "get_tvm_dtype", "is_float4", "is_f8f6f4_family",
       "validate_gemm_ab_dtypes"), "a TileLang dtype helper; use T.dtype(x) (.bits, "
                                   ".as_torch()) instead"),

@@ -64,3 +64,12 @@ def launch(backend, msl, site, grid, buffers, *, checks, schedule, seed, record)
         return
     from core.runtime import mps
     mps.run(msl, site.kernel, grid, site.threadgroup, buffers)
+
+
+def finish(backend, plans):
+    """After the last launch of a call: the emulator ran synchronously; on MPS the
+    launches' temporaries (workspaces, packed scalars) are kept alive until the GPU has
+    completed them, without waiting here."""
+    if backend == "mps":
+        from core.runtime import mps
+        mps.keep_alive([buffers for _, _, buffers in plans])

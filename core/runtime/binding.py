@@ -1,9 +1,13 @@
 """Binding a call's arguments to the program's parameters, with launch-time checks.
 
 `bind(program, args, out_idx, device)` takes the user's positional arguments (inputs
-only, in the user's order, outputs omitted) and returns a `Binding`: the tensor for
-every buffer parameter (outputs freshly allocated), the value of every scalar parameter
-and every symbolic dim. Everything is checked before anything runs: argument count,
+only, in the user's order, outputs and workspaces omitted) and returns a `Binding`: the
+tensor for every buffer parameter (outputs and workspaces freshly allocated), the value
+of every scalar parameter and every symbolic dim. A dim of an output or workspace that no
+input determines takes its capacity (`T.annotate_capacity_dims`): the tensor is
+allocated at the capacity, a symbolic dim standing alone there is bound to it, and the
+whole capacity is returned, or the view a kernel reports in the tensor named for it
+(`reported_view`, after the launches). Everything is checked before anything runs: argument count,
 tensor type, dtype, rank, shape (constant dims and symbolic dims consistent across
 tensors), contiguity, device, scalar types. Errors are `LaunchError`s naming the kernel
 and the parameter.
@@ -54,7 +58,8 @@ def bind(program, args, out_idx, device) -> Binding:
     torch = _torch()
     name = program.name
     outs = output_indices(program, out_idx)
-    inputs = [p for i, p in enumerate(program.params) if i not in outs]
+    workspaces = [i for i, p in enumerate(program.params) if p.name in program.workspaces]
+    inputs = [p for i, p in enumerate(program.params) if i not in outs and i not in workspaces]
     if len(args) != len(inputs):
         expected = ", ".join(p.name for p in inputs)
         raise LaunchError(f"expected {len(inputs)} arguments ({expected}), got {len(args)}",
@@ -75,7 +80,7 @@ def bind(program, args, out_idx, device) -> Binding:
         if a.dim() != len(p.shape):
             raise LaunchError(f"rank {a.dim()} (shape {tuple(a.shape)}) does not match the "
                               f"declared rank {len(p.shape)}", kernel=name, construct=construct)
-        if not a.is_contiguous():
+        if p.strides is None and not a.is_contiguous():
             raise LaunchError("tensor is not contiguous; pass x.contiguous()", kernel=name,
                               construct=construct)
         if a.device.type != device:
@@ -83,21 +88,66 @@ def bind(program, args, out_idx, device) -> Binding:
                               kernel=name, construct=construct)
         for d, (dim, actual) in enumerate(zip(p.shape, a.shape)):
             _match_dim(dim, int(actual), env, symbol_dtypes, name, construct, d)
-        tensors[p.name] = a
+        tensors[p.name] = a if p.strides is None else _strided(a, p, env, name, construct)
     outputs = []
-    for i in outs:
+    capacity = dict(program.capacity)
+    for i in [*outs, *workspaces]:
         p = program.params[i]
-        missing = set().union(*(free_host_vars(d) for d in p.shape)) - set(env) \
-            if p.shape else set()
-        if missing:
-            raise LaunchError(f"output shape depends on {sorted(missing)}, which no input "
-                              "tensor or scalar determines", kernel=name,
-                              construct=f"output '{p.name}'")
-        shape = [evaluate(d, env) for d in p.shape]
+        role = "output" if i in outs else "workspace"
+        shape = [_allocated_dim(d, k, p, role, capacity.get(p.name), env, name)
+                 for k, d in enumerate(p.shape)]
         t = torch.empty(shape, dtype=getattr(torch, TORCH_DTYPES[p.dtype]), device=device)
         tensors[p.name] = t
-        outputs.append(t)
+        if i in outs:
+            outputs.append(t)
     return Binding(tensors, env, outputs)
+
+
+def reported_view(program, binding, out):
+    """`out` narrowed to the lengths a kernel wrote for it (T.annotate_capacity_dims'
+    `lengths`), else `out` itself."""
+    lengths = dict(program.lengths)
+    name = next((n for n, t in binding.tensors.items() if t is out), None)
+    if name not in lengths:
+        return out
+    caps = dict(program.capacity)[name]
+    values = [int(v) for v in binding.tensors[lengths[name]].reshape(-1).tolist()]
+    dims = [d for d, c in enumerate(caps) if c is not None]
+    for d, n in zip(dims, values):
+        if not 0 <= n <= out.shape[d]:
+            raise LaunchError(f"the kernel reported length {n} for dim {d}, outside its "
+                              f"capacity {out.shape[d]}", kernel=program.name,
+                              construct=f"output '{name}' (lengths in '{lengths[name]}')")
+        out = out.narrow(d, 0, n)
+    return out
+
+
+def _strided(a, p, env, kernel, construct):
+    """A tensor declared with strides (T.StridedTensor): its strides must be the declared
+    ones; the kernel gets the flat span of memory they cover (a view, no copy)."""
+    want = [evaluate(s, env) if not free_host_vars(s) - set(env) else None for s in p.strides]
+    if any(w is not None and w != g for w, g in zip(want, a.stride())):
+        raise LaunchError(f"strides {tuple(a.stride())} do not match the declared "
+                          f"{tuple(w if w is not None else '?' for w in want)}", kernel=kernel,
+                          construct=construct)
+    span = 1 + sum((n - 1) * s for n, s in zip(a.shape, a.stride())) if a.numel() else 0
+    return a.as_strided((span,), (1,), a.storage_offset())
+
+
+def _allocated_dim(dim, k, p, role, capacity, env, kernel):
+    """Size of dim `k` of an output or workspace: from the inputs, else its capacity."""
+    missing = free_host_vars(dim) - set(env)
+    if not missing:
+        return evaluate(dim, env)
+    cap = capacity[k] if capacity else None
+    if cap is None:
+        raise LaunchError(f"output shape dim {k} depends on {sorted(missing)}, which no "
+                          "input tensor or scalar determines; declare its allocation size "
+                          "with T.annotate_capacity_dims", kernel=kernel,
+                          construct=f"{role} '{p.name}'")
+    if dim[0] == "var":
+        env[dim[1]] = cap
+    return cap
 
 
 def _match_dim(dim, actual, env, symbol_dtypes, kernel, construct, d):

@@ -6,8 +6,10 @@ on Macs. Rules it follows (docs/architecture.md, "The runtime"):
   - every argument is a tensor: the args struct is uploaded as a uint8 MPS tensor, so two
     scalars are never passed separately (compile_shader binds each positional argument
     to its own buffer index);
-  - launches are asynchronous: temporaries (the args tensor) are kept referenced until
-    `torch.mps.synchronize()` after the launch;
+  - launches are asynchronous: one call's launches are enqueued back to back without
+    waiting; its temporaries (args tensors, workspaces) are kept referenced with an
+    `torch.mps.Event` recorded after the call's last launch, and released once that
+    event has completed (checked at the next call), never by synchronizing per launch;
   - the threadgroup size is checked against the pipeline's own limit when PyTorch exposes
     it (`max_threads_per_threadgroup`), never a silent no-op dispatch.
 """
@@ -17,6 +19,8 @@ from __future__ import annotations
 from core.errors import LaunchError
 
 _LIBRARIES: dict = {}
+_PENDING: list = []     # (torch.mps.Event, temporaries) of calls the GPU may still run
+_UPLOADED: list = []    # args tensors of the current call's launches
 
 
 def _library(msl: str):
@@ -42,4 +46,14 @@ def run(msl, kernel, grid, threadgroup, buffers):
             for b in buffers]
     total = [g * t for g, t in zip(grid, threadgroup)]
     fn(*args, threads=total, group_size=list(threadgroup))
-    torch.mps.synchronize()  # keeps `args` (incl. the packed scalars) alive until done
+    _UPLOADED.append(args)  # the packed scalars must outlive the launch (keep_alive)
+
+
+def keep_alive(temporaries):
+    """Hold a finished-enqueuing call's temporaries until its work has completed."""
+    import torch
+    _PENDING[:] = [(e, t) for e, t in _PENDING if not e.query()]
+    event = torch.mps.Event()
+    event.record()
+    _PENDING.append((event, (list(temporaries), list(_UPLOADED))))
+    _UPLOADED.clear()

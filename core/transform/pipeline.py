@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from core.transform.block_swizzle import block_swizzle
 from core.transform.flatten_simplify import flatten_simplify
+from core.transform.host_program import host_program
 from core.transform.layout_inference import layout_inference
 from core.transform.legalize import legalize
 from core.transform.lower_tile_ops import lower_tile_ops
@@ -22,6 +23,7 @@ from core.transform.verify import verify
 PASSES = (
     ("legalize", legalize),                    # parse markers -> PARALLEL loops
     ("block_swizzle", block_swizzle),          # T.use_swizzle -> remapped block indices
+    ("host_program", host_program),            # host scalars -> Binds around the kernels
     ("verify", verify),                        # clear errors for ill-formed kernels
     ("layout_inference", layout_inference),    # fragments -> (thread, slot)
     ("lower_tile_ops", lower_tile_ops),        # tile ops, T.Parallel -> per-thread loops
@@ -31,7 +33,7 @@ PASSES = (
     ("split_host_device", split_host_device),  # device kernels + launch plan
 )
 
-REQUIRED = ("legalize", "block_swizzle", "lower_tile_ops", "flatten_simplify",
+REQUIRED = ("legalize", "block_swizzle", "host_program", "lower_tile_ops", "flatten_simplify",
             "split_host_device")
 
 

@@ -1,14 +1,21 @@
 """Pass `split_host_device`: PrimFunc -> LoweredProgram (device kernels + launch plan).
 
 Expects: the fully lowered PrimFunc (flat buffers, barriers planned); its body is the
-top-level DeclBuffer views of the parameters followed by kernel nests.
+host program: the top-level DeclBuffer views of the parameters, then kernel nests, host
+loops (serial `For`) and host conditions (`IfThenElse`) around them and host scalars
+(`Bind`, core/transform/host_program.py).
 Guarantees: one device PrimFunc per kernel nest, named after the function (with
 `_kernel{i}` when there are several, `_kernel` when the name is reserved in MSL). Its
 parameters are the buffers the kernel touches, in order of first use (not the user's
-order; unused buffers are dropped), then the scalars it reads (scalar parameters and
-symbolic dims), in order of first use. Each device function carries `tl.readonly` (names
-of buffers it never writes) and `tl.threads`. The launch plan holds one LaunchSite per
-kernel, in program order.
+order; unused buffers are dropped), then the scalars it reads (scalar parameters,
+symbolic dims, host loop variables and host scalars), in order of first use. Each device
+function carries `tl.readonly` (names of buffers it never writes) and `tl.threads`. The
+launch plan holds one LaunchSite per kernel nest, in program order, and the host steps
+(core/ir/program.py) that launch them: a nest inside a host loop is one device kernel
+launched once per iteration, its scalars evaluated per launch. Workspaces
+(`tl.workspaces`), capacity dims (`tl.capacity_dims`, -1 = none) and the tensors that
+report an output's length (`tl.capacity_lengths`) are copied from the function's
+attributes.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from core.ir import program as P
 from core.ir.kernel import top_level, unwrap
 from core.ir.stmt import free_vars, is_kernel_attr, seq, walk
 from core.target import DTYPES
+from core.language.errors import LoweringError
 
 
 def _param_views(func):
@@ -38,37 +46,77 @@ def _param_views(func):
 
 # Names a device function cannot have in MSL (C++ reserves `main`; the rest are MSL words).
 RESERVED = {"main", "kernel", "vertex", "fragment", "device", "constant", "thread",
-            "threadgroup", "void", "metal"} | {d.msl for d in DTYPES.values()}
+            "threadgroup", "void", "metal", "double", "unsigned", "signed", "auto", "return",
+            "struct", "class", "union", "enum", "template", "static", "const", "inline", "new",
+            "delete", "this", "operator", "sizeof", "true", "false", "if", "else", "for",
+            "while", "do", "switch", "case", "default", "break", "continue", "goto", "using",
+            "namespace", "typedef"} | {d.msl for d in DTYPES.values()}
 
 
-def split_host_device(func: tirx.PrimFunc) -> P.LoweredProgram:
-    name = str(func.attrs["global_symbol"])
-    buffers = [p for p in func.params if is_buffer_var(p)]
-    scalars = [p for p in func.params if not is_buffer_var(p)]
-    symbols = {}
-    for b in buffers:
-        for d in b.ty.shape:
-            for v in free_vars(d):
-                symbols.setdefault(v, None)
-    views, decls = _param_views(func)
-    host_scalars = set(scalars) | set(symbols)
+class _Split:
+    def __init__(self, func):
+        self.func = func
+        self.name = str(func.attrs["global_symbol"])
+        self.buffers = [p for p in func.params if is_buffer_var(p)]
+        scalars = [p for p in func.params if not is_buffer_var(p)]
+        self.symbols = {}
+        for b in self.buffers:
+            for d in b.ty.shape:
+                for v in free_vars(d):
+                    self.symbols.setdefault(v, None)
+        self.views, self.decls = _param_views(func)
+        # host variable -> its name in the launch plan's environment (unique)
+        self.names = {v: v.name for v in [*scalars, *self.symbols]}
+        self.nests = []
+        self.device, self.launches = {}, []
 
-    nests = [unwrap(s) for s in top_level(func.body) if is_kernel_attr(s)]
-    device, launches = {}, []
-    for i, nest in enumerate(nests):
-        kname = f"{name}_kernel{i}" if len(nests) > 1 else \
-            f"{name}_kernel" if name in RESERVED else name
+    def host_var(self, v):
+        taken = set(self.names.values())
+        name, i = v.name, 1
+        while name in taken:
+            name, i = f"{v.name}_{i}", i + 1
+        self.names[v] = name
+        return name
+
+    def steps(self, s) -> list:
+        if is_kernel_attr(s):
+            self.nests.append(unwrap(s))
+            return [len(self.nests) - 1]  # placeholder: the site is made once all are known
+        if isinstance(s, tirx.SeqStmt):
+            return [x for k in s.seq for x in self.steps(k)]
+        if isinstance(s, tirx.For):
+            start = P.host_expr(s.min, self.names)
+            extent = P.host_expr(s.extent, self.names)
+            var = self.host_var(s.loop_var)
+            return [P.HostLoop(var, start, extent, tuple(self.steps(s.body)))]
+        if isinstance(s, tirx.IfThenElse):
+            otherwise = tuple(self.steps(s.else_case)) if s.else_case is not None else ()
+            return [P.HostIf(P.host_expr(s.condition, self.names),
+                             tuple(self.steps(s.then_case)), otherwise)]
+        if isinstance(s, tirx.Bind):
+            value = P.host_expr(s.value, self.names)
+            return [P.HostLet(self.host_var(s.var), str(s.var.ty), value)]
+        if isinstance(s, tirx.DeclBuffer) or isinstance(s, tirx.Evaluate):
+            return []
+        raise LoweringError(f"host statement {type(s).__name__} cannot be run by the launch "
+                            "plan", kernel=self.name, construct="host program")
+
+    def site(self, i, nest):
+        n = len(self.nests)
+        kname = f"{self.name}_kernel{i}" if n > 1 else \
+            f"{self.name}_kernel" if self.name in RESERVED else self.name
         stmt = nest.wrap(nest.body)
         used_buffers, used_scalars = [], []
         for v in free_vars(stmt):
-            target = views.get(v, v)
-            if target in buffers and target not in used_buffers:
+            target = self.views.get(v, v)
+            if target in self.buffers and target not in used_buffers:
                 used_buffers.append(target)
-            elif v in host_scalars and v not in used_scalars:
+            elif v in self.names and v not in used_scalars:
                 used_scalars.append(v)
         written = set()
+        views = self.views
 
-        def note_store(s, written=written):
+        def note_store(s):
             if isinstance(s, tirx.BufferStore):
                 written.add(views.get(s.buffer, s.buffer).name)
             tile = matrix.tile_access(s.value) if isinstance(s, tirx.Evaluate) else None
@@ -76,24 +124,57 @@ def split_host_device(func: tirx.PrimFunc) -> P.LoweredProgram:
                 written.add(views.get(tile.buffer, tile.buffer).name)
 
         walk(stmt, note_store)
-        body = seq([d for d in decls if views[d.buffer] in used_buffers] + [stmt])
+        body = seq([d for d in self.decls if views[d.buffer] in used_buffers] + [stmt])
         dfunc = tirx.PrimFunc(used_buffers + used_scalars, body)
         dfunc = dfunc.with_attr("global_symbol", kname)
         dfunc = dfunc.with_attr("tl.readonly",
                                 [b.name for b in used_buffers if b.name not in written])
         dfunc = dfunc.with_attr("tl.threads", list(nest.threads))
-        device[kname] = dfunc
-        launches.append(P.LaunchSite(
+        self.device[kname] = dfunc
+        return P.LaunchSite(
             kernel=kname,
-            grid=tuple(P.host_expr(g) for g in nest.grid),
+            grid=tuple(P.host_expr(g, self.names) for g in nest.grid),
             threadgroup=nest.threads,
             buffers=tuple(b.name for b in used_buffers),
-            scalars=tuple(P.ScalarBinding(v.name, str(v.ty), ("var", v.name))
-                          for v in used_scalars)))
-    params = tuple(
-        P.ParamSpec(p.name, "buffer", str(p.ty.dtype),
-                    tuple(P.host_expr(d) for d in p.ty.shape)) if is_buffer_var(p)
-        else P.ParamSpec(p.name, "scalar", str(p.ty))
-        for p in func.params)
-    return P.LoweredProgram(name, params, tuple((v.name, str(v.ty)) for v in symbols),
-                            device, tuple(launches))
+            scalars=tuple(P.ScalarBinding(v.name, str(v.ty), ("var", self.names[v]))
+                          for v in used_scalars))
+
+    def run(self) -> P.LoweredProgram:
+        func = self.func
+        steps = self.steps(func.body)
+        sites = [self.site(i, nest) for i, nest in enumerate(self.nests)]
+
+        def resolve(step):
+            if isinstance(step, int):
+                return sites[step]
+            if isinstance(step, P.HostLoop):
+                return P.HostLoop(step.var, step.start, step.extent,
+                                  tuple(resolve(s) for s in step.body))
+            if isinstance(step, P.HostIf):
+                return P.HostIf(step.cond, tuple(resolve(s) for s in step.then),
+                                tuple(resolve(s) for s in step.otherwise))
+            return step
+
+        host = tuple(resolve(s) for s in steps)
+        params = tuple(
+            P.ParamSpec(p.name, "buffer", str(p.ty.dtype),
+                        tuple(P.host_expr(d) for d in p.ty.shape),
+                        tuple(P.host_expr(d) for d in p.ty.strides) or None)
+            if is_buffer_var(p)
+            else P.ParamSpec(p.name, "scalar", str(p.ty))
+            for p in func.params)
+        attrs = func.attrs or {}
+        workspaces = tuple(str(n) for n in attrs.get("tl.workspaces", ()))
+        capacity = tuple(
+            (str(n), tuple(None if int(c) < 0 else int(c) for c in dims))
+            for n, dims in attrs.get("tl.capacity_dims", {}).items())
+        lengths = tuple((str(n), str(c))
+                        for n, c in attrs.get("tl.capacity_lengths", {}).items())
+        return P.LoweredProgram(self.name, params,
+                                tuple((v.name, str(v.ty)) for v in self.symbols),
+                                self.device, tuple(sites), host, workspaces, capacity,
+                                lengths)
+
+
+def split_host_device(func: tirx.PrimFunc) -> P.LoweredProgram:
+    return _Split(func).run()

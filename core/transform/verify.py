@@ -3,8 +3,11 @@
 Expects: a legalized PrimFunc (T.Parallel loops have ForKind.PARALLEL).
 Guarantees (else raises KernelDefinitionError naming kernel, construct, what is wrong
 and what is allowed):
-  - the body is a sequence of T.Kernel blocks (no statements outside a kernel, no
-    nested kernels);
+  - the body is a host program: T.Kernel blocks, serial host loops and `if` on host
+    values around them, host scalar bindings (`Bind`, from the host_program pass); no
+    other statement outside a kernel, no nested kernels, no T.Parallel at the host level;
+  - `tl.capacity_dims` (T.annotate_capacity_dims) names tensor parameters, one entry per
+    dim, each a non-negative int or None;
   - scalar parameters have a supported dtype, buffers a supported dtype and scope;
   - T.Parallel extents are constants, T.Parallel loops are not nested and contain no
     tile ops or T.Kernel;
@@ -28,11 +31,12 @@ from tvm import tirx
 from tvm.tirx import is_buffer_var
 
 from core.ir import matrix, ops
-from core.ir.kernel import top_level, unwrap
+from core.ir.kernel import unwrap
 from core.ir.layout import broadcast_dims
 from core.ir.stmt import as_int, children, is_kernel_attr, loads
 from core.language.buffers import FRAGMENT
 from core.language.dtypes import SCALAR_PARAM_DTYPES, SUPPORTED, bits
+from core.language.eager import check_capacity_dims
 from core.language.errors import KernelDefinitionError
 from core.target import METAL
 
@@ -57,19 +61,42 @@ class _Verifier:
                           f"{', '.join(SCALAR_PARAM_DTYPES)}")
 
     def body(self, func):
-        stmts = top_level(func.body)
-        nkernels = 0
-        for s in stmts:
-            if is_kernel_attr(s):
-                nkernels += 1
-                self.kernel(unwrap(s))
-            elif not (isinstance(s, tirx.Evaluate) and as_int(s.value) is not None):
-                self.fail("statement outside T.Kernel",
-                          f"'{_short(s)}' is not inside a `with T.Kernel(...)` block; only "
-                          "T.Kernel blocks are allowed at the top level of a prim_func")
-        if nkernels == 0:
+        self.nkernels = 0
+        self.host(func.body)
+        if self.nkernels == 0:
             self.fail("T.Kernel", "the prim_func has no `with T.Kernel(...)` block; "
                                   "at least one is required")
+
+    def host(self, s):
+        """A host-level statement: kernels, host loops, host scalars."""
+        if is_kernel_attr(s):
+            self.nkernels += 1
+            self.kernel(unwrap(s))
+        elif isinstance(s, tirx.SeqStmt):
+            for k in s.seq:
+                self.host(k)
+        elif isinstance(s, tirx.For) and s.kind == tirx.ForKind.SERIAL:
+            self.host(s.body)
+        elif isinstance(s, tirx.For):
+            kind = "parallel" if s.kind == tirx.ForKind.PARALLEL else "non-serial"
+            self.fail("host loop", f"a {kind} loop "
+                      f"'for {s.loop_var.name} in ...' is outside every `with T.Kernel(...)` "
+                      "block; at the host level only serial loops (range, T.serial) around "
+                      "kernels are allowed (T.Parallel goes inside a kernel)")
+        elif isinstance(s, tirx.IfThenElse):
+            self.host(s.then_case)
+            if s.else_case is not None:
+                self.host(s.else_case)
+        elif isinstance(s, (tirx.Bind, tirx.DeclBuffer)):
+            pass
+        elif not (isinstance(s, tirx.Evaluate) and as_int(s.value) is not None):
+            self.fail("statement outside T.Kernel",
+                      f"'{_short(s)}' is not inside a `with T.Kernel(...)` block; at the "
+                      "host level only T.Kernel blocks, serial host loops and `if` around "
+                      "them and scalar assignments are allowed")
+
+    def capacity(self, func):
+        check_capacity_dims(func, self.name)
 
     # ---- kernel level ---------------------------------------------------------------
     def kernel(self, nest):
@@ -301,5 +328,6 @@ def verify(func: tirx.PrimFunc) -> tirx.PrimFunc:
         else "kernel"
     v = _Verifier(name)
     v.params(func)
+    v.capacity(func)
     v.body(func)
     return func

@@ -15,13 +15,21 @@ Params:
     b1, b2, b3  tiles (elements per threadgroup); t1, t2, t3 threads per threadgroup
                 (int or [x, y(, z)])
 
-Signature: (A, Tmp, Out[, Out2]); every tensor but A is an output.
+    style       "prim_func" (default) or "eager": the same program in TileLang's eager
+                style (`@core.jit`, `T.const("N")`, outputs made with T.empty), with
+    workspace   (eager) Tmp is not returned: a workspace the runtime allocates
+    loop        (eager) launch 2 runs in a host loop of `loop` launches, each over one
+                chunk of ceil(N / loop) elements (the chunk offset a per-launch scalar)
+
+Signature: (A, Tmp, Out[, Out2]); every tensor but A is an output (eager with a
+workspace: Out[, Out2]). Eager programs read "same", "reverse" or "rotate".
 """
 
 from __future__ import annotations
 
 from hypothesis import strategies as st
 
+import core
 import core.language as T
 from harness.gen import strategies as S
 from harness.gen.family import Built, Family, register
@@ -118,27 +126,86 @@ def _program(N, dtype, read, shift, kernels, b1, b2, b3, t1, t2, t3):
     raise ValueError(f"kernels={kernels}: a program has 2 or 3 launches")
 
 
+@core.jit
+def eager_chain(A, dtype, read, shift, kernels, workspace, loop, b1, b2, b3, t1, t2, t3):
+    """The family's program in TileLang's eager style, launch 2 in a host loop."""
+    N = T.const("N")
+    A: T.Tensor((N,), dtype)
+    Tmp = T.empty((N,), dtype)
+    Out = T.empty((N,), dtype)
+
+    def src(g):
+        if read == "reverse":
+            return N - 1 - g
+        if read == "rotate":
+            return (g + shift) % N
+        return g
+
+    with T.Kernel(T.ceildiv(N, b1), threads=t1) as bx:
+        for i in T.Parallel(b1):
+            if bx * b1 + i < N:
+                Tmp[bx * b1 + i] = A[bx * b1 + i] * T.cast(2, dtype) + T.cast(1, dtype)
+    chunk = (N + loop - 1) // loop
+    for c in range(loop):
+        with T.Kernel(T.ceildiv(chunk, b2), threads=t2) as bx:
+            for i in T.Parallel(b2):
+                g = c * chunk + bx * b2 + i
+                if bx * b2 + i < chunk and g < N:
+                    Out[g] = Tmp[src(g)] + A[g]
+    outputs = [Out]
+    if kernels == 3:
+        Out2 = T.empty((N,), dtype)
+        with T.Kernel(T.ceildiv(N, b3), threads=t3) as bx:
+            for i in T.Parallel(b3):
+                if bx * b3 + i < N:
+                    Out2[bx * b3 + i] = T.max(Out[N - 1 - (bx * b3 + i)], Tmp[bx * b3 + i])
+        outputs.append(Out2)
+    return tuple(outputs) if workspace else (Tmp, *outputs)
+
+
+def _eager(p: dict):
+    """The traced PrimFunc of the eager program and its output indices."""
+    func = eager_chain.get_tir(
+        N=p["N"], dtype=p["dtype"], read=p["read"], shift=p["shift"], kernels=p["kernels"],
+        workspace=p["workspace"], loop=p["loop"], b1=p["b1"], b2=p["b2"], b3=p["b3"],
+        t1=p["t1"], t2=p["t2"], t3=p["t3"])
+    workspaces = [str(n) for n in (func.attrs or {}).get("tl.workspaces", ())]
+    out_idx = [i for i, q in enumerate(func.params)
+               if i > 0 and q.name not in workspaces]
+    return func, out_idx
+
+
 def build(p: dict) -> Built:
     N, dtype, read, kernels, shift = p["N"], p["dtype"], p["read"], p["kernels"], p["shift"]
-    func = _program(N, dtype, read, shift, kernels, p["b1"], p["b2"], p["b3"],
-                    p["t1"], p["t2"], p["t3"])
+    eager = p.get("style", "prim_func") == "eager"
+    if eager:
+        func, out_idx = _eager(p)
+    else:
+        func = _program(N, dtype, read, shift, kernels, p["b1"], p["b2"], p["b3"],
+                        p["t1"], p["t2"], p["t3"])
+        out_idx = list(range(1, kernels + 1))
 
     def inputs(seed):
         return [random_tensor((N,), dtype, seed)]
 
     def expected(args):
-        return oracle.multikernel(args[0], read, kernels, shift, p["b2"])
+        outs = oracle.multikernel(args[0], read, kernels, shift, p["b2"])
+        return outs[1:] if eager and p["workspace"] else outs
 
-    return Built(func, list(range(1, kernels + 1)), inputs, expected,
-                 flops=N * (2 + kernels))
+    return Built(func, out_idx, inputs, expected, flops=N * (2 + kernels))
 
 
 @st.composite
 def params(draw):
     N = draw(S.extent(1, 300))
+    style = draw(st.sampled_from(("prim_func", "eager")))
+    eager = {"style": "eager", "workspace": draw(st.booleans()),
+             "loop": draw(st.integers(1, 4))} if style == "eager" else {}
     return {
+        **eager,
         "N": N, "dtype": draw(S.dtype(DTYPES)),
-        "kernels": draw(st.sampled_from((2, 3))), "read": draw(st.sampled_from(READS)),
+        "kernels": draw(st.sampled_from((2, 3))),
+        "read": draw(st.sampled_from(READS if style == "prim_func" else READS[:3])),
         "shift": draw(st.integers(0, N - 1)),
         "b1": draw(S.tile(TILES)), "b2": draw(S.tile(TILES)), "b3": draw(S.tile(TILES)),
         "t1": draw(S.threads(S.THREADS_ANY)), "t2": draw(S.threads(S.THREADS_ANY)),

@@ -19,7 +19,7 @@ def case(*expected):
     return register
 
 
-@case("statement outside T.Kernel", "only T.Kernel blocks are allowed")
+@case("statement outside T.Kernel", "at the host level only T.Kernel blocks")
 def outside_kernel():
     @T.prim_func
     def bad(A: T.Tensor((8,), "float32")):

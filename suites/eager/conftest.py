@@ -1,0 +1,34 @@
+"""Shared setup of the eager-style suites: compiled programs go to a per-session folder
+(as in suites/core), and `run_eager` calls an eager kernel function on the emulator with
+every check on, failing on any finding.
+
+    out = run_eager(f, a, b, block_M=32)     # f is a @core.jit eager function
+    out = run(kernel, a, b)                  # a compiled kernel (f.compile(...))
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from suites.core.conftest import run_checked
+
+
+def run_eager(f, *args, **kwargs):
+    out = f(*args, backend="emu", **kwargs)
+    findings = f.last_run.findings
+    assert findings == [], f"emulator findings: {findings[:3]}"
+    return out
+
+
+@pytest.fixture
+def run():
+    return run_checked
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    kcache = tmp_path_factory.getbasetemp() / "kcache"
+    jit_module = importlib.import_module("core.jit")  # `core.jit` is the decorator
+    monkeypatch.setattr(jit_module._Cache, "directory", staticmethod(lambda: kcache))
