@@ -20,6 +20,8 @@ Per case, `measure_case` records
              by pytest-benchmark's own `Stats`
   gpu        on macOS with MPS only: measured GPU time of the compiled kernel (UNTESTED:
              no Mac has run it; elsewhere it is skipped with the reason)
+  reference  the case's `Reference`, if any: a time measured elsewhere (the seed's M2
+             figures) that the report prints beside the modeled time; informational
 
 The gate (`compare`): counters gate exactly (any increase is a regression, a decrease an
 improvement to note); modeled times gate past `MODELED_THRESHOLD` (they derive from the
@@ -36,7 +38,8 @@ report uses to extrapolate modeled time (linear in rows: exact for row-wise kern
 Results schema ("metaltile-bench/1"): {schema, created, revision, machine, toolchain,
 options, chips, cases: [{name, family, params, shape, scaling, full_scale, status, message,
 findings, counters, minimum, modeled: {chip: {...}}, compile: {Stats fields, data}, gpu,
-msl}], against: {...} | null}.
+msl, reference: {value, unit, source, chip, per, omits, seconds} | null}],
+against: {...} | null}.
 """
 
 from __future__ import annotations
@@ -76,6 +79,49 @@ INFORMATIONAL = ("groups", "threads", "simdgroups", "device_unique_bytes_read",
                  "device_unique_bytes_written")
 
 
+UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A time measured outside this project for the workload a case stands for (the seed
+    implementation's figure on a real Mac), which the report sets beside the case's modeled
+    time at the real shape, with the ratio. Never gated: it calibrates the model.
+
+    value, unit  the figure as measured; unit "s", "ms", "us" or "ns", optionally per
+                 something ("us/token"), and then `per` is how many of those one real-shape
+                 run of the case does (the modeled time is divided by it)
+    source       where the figure comes from, in words
+    chip         the roofline chip it was measured on
+    omits        what the model leaves out that the measurement includes (or the reverse)
+    """
+    value: float
+    unit: str
+    source: str
+    chip: str = "M2"
+    per: float = 1.0
+    omits: str = ""
+
+    def __post_init__(self):
+        if self.unit.split("/")[0] not in UNIT_SECONDS:
+            raise ValueError(f"reference unit {self.unit!r}: expected one of "
+                             f"{sorted(UNIT_SECONDS)}, optionally '/<what>'")
+        if self.chip not in roofline.CHIPS:
+            raise ValueError(f"reference chip {self.chip!r} is not a roofline chip")
+        if not (self.value > 0 and self.per > 0):
+            raise ValueError("a reference needs a positive value and per")
+
+    @property
+    def seconds(self) -> float:
+        """The figure in seconds (per `unit`'s something, if it has one)."""
+        return self.value * UNIT_SECONDS[self.unit.split("/")[0]]
+
+    def as_dict(self) -> dict:
+        return {"value": self.value, "unit": self.unit, "source": self.source,
+                "chip": self.chip, "per": self.per, "omits": self.omits,
+                "seconds": self.seconds}
+
+
 @dataclass(frozen=True)
 class BenchCase:
     name: str             # "family/what", unique; the key in baselines and reports
@@ -84,6 +130,7 @@ class BenchCase:
     shape: str            # the LLM shape it stands for
     scaling: str          # what was scaled down for the emulator, honestly
     full_scale: float = 1.0   # work at the real shape / work at this one
+    reference: Reference | None = None   # a measured figure to set beside the model
 
 
 # Qwen2.5-7B: hidden 3584, intermediate 18944, vocab 152064, 28 heads x 128.
@@ -360,7 +407,9 @@ def measure_case(case: BenchCase, *, rounds: int = DEFAULT_ROUNDS, disable=(),
            "shape": case.shape, "scaling": case.scaling, "full_scale": case.full_scale,
            "status": "skip", "message": "", "findings": [], "counters": None,
            "minimum": None, "flops": 0, "modeled": None, "compile": None, "gpu": None,
-           "msl": ""}
+           "msl": "", "reference": case.reference.as_dict() if case.reference else None}
+    if case.reference and case.reference.chip not in chip_names:
+        chip_names = (*chip_names, case.reference.chip)   # model the chip it was measured on
     try:
         fam = _family(case.family)
     except Exception as err:  # noqa: BLE001 - a broken family module fails its cases

@@ -512,6 +512,9 @@ def _finish_report(out, results, changes, baseline, baseline_path, out_dir, *, r
     from harness import bench
 
     out.print(report.summary_table(results))
+    references = report.reference_table(results)
+    if references is not None:
+        out.print(references)
     if results.get("against"):
         if results["against"].get("error"):
             out.print(Text(f"A/B: {results['against']['error']}", "red"))

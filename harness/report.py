@@ -6,8 +6,9 @@ from `bench.compare`. Output: rich tables for the terminal (`summary_table`,
 `changes_table`) and the files `write_reports` puts in the output directory:
 
     bench.md     the verdict, the gate's changes, every case's counters, modeled times per
-                 chip (at the shape that ran and extrapolated to the real shape), compile
-                 times (and the A/B comparison with --against), skipped cases, the model
+                 chip (at the shape that ran and extrapolated to the real shape), the
+                 modeled time beside each case's measured reference (`bench.Reference`,
+                 with the ratio and what the model leaves out), compile times (and the A/B comparison with --against), skipped cases, the model
     bench.html   the same tables and plots of counters and modeled times against the
                  baseline and of compile times (matplotlib, inline SVG; without matplotlib
                  the page says how to get the plots)
@@ -130,6 +131,48 @@ def summary_table(results: dict) -> Table:
     return table
 
 
+def reference_rows(results: dict) -> list[list[str]]:
+    """Per case with a `bench.Reference`: the measured figure, the modeled time on the same
+    chip at the real shape (per the reference's unit), modeled / measured, the source and
+    what the model leaves out."""
+    rows = []
+    for c in results["cases"]:
+        ref = c.get("reference")
+        if not ref:
+            continue
+        m = (c.get("modeled") or {}).get(ref["chip"])
+        unit = ref["unit"].split("/")[0]
+        modeled = None if m is None else _extrapolate(m, c.get("full_scale") or 1.0) \
+            / ref["per"]
+        shown = "-" if modeled is None else f"{modeled / bench.UNIT_SECONDS[unit]:,.4g}"
+        ratio = "-" if modeled is None else f"{modeled / ref['seconds']:.3g}x"
+        rows.append([c["name"], f"{ref['value']:,g} {ref['unit']} ({ref['chip']})",
+                     f"{shown} {ref['unit']}", ratio, ref["source"], ref["omits"]])
+    return rows
+
+
+REFERENCE_HEADER = ["case", "measured", "modeled, real shape", "modeled / measured",
+                    "source", "what the model leaves out"]
+REFERENCE_NOTE = ("Measured times from elsewhere (not this project's runs) beside the roofline "
+                  "model of the same chip, extrapolated to the real shape. Besides each case's "
+                  "own notes, the model has no caches, occupancy, latency, barrier, "
+                  "threadgroup-memory or shuffle cost, and charges integer and conversion "
+                  "work like FMAs; it is not expected to agree better than about 2x.")
+
+
+def reference_table(results: dict) -> Table | None:
+    rows = reference_rows(results)
+    if not rows:
+        return None
+    table = Table(title="modeled time against measured references", title_justify="left")
+    for col in REFERENCE_HEADER:
+        table.add_column(col, justify="right" if col.startswith(("measured", "modeled"))
+                         else "left", overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def changes_table(changes: list) -> Table:
     table = Table(title="changes against the baseline", title_justify="left")
     for col in ("case", "metric", "baseline", "current", "change", "verdict", "detail"):
@@ -227,6 +270,10 @@ def _sections(results: dict, changes: list, baseline_path: str | None) -> list[t
                 "ideal = the same over the minimum traffic and one launch (above 100% when "
                 "the kernel need not read every input). A model, not a measurement: see the "
                 "chip table and harness/roofline.py."))
+    rows = reference_rows({"cases": cases})
+    if rows:
+        out.append(("Modeled time against measured references", REFERENCE_HEADER, rows,
+                    REFERENCE_NOTE))
     gpu_rows = [[c["name"], _us(c["gpu"].get("median")), _us(c["gpu"].get("min")),
                  c["gpu"].get("error", "")] for c in cases if c.get("gpu")]
     if gpu_rows:

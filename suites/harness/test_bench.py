@@ -252,6 +252,29 @@ def test_reports_render_tables_and_plots(tmp_path, baseline):
         assert page.count("<svg") == 3
 
 
+def test_a_reference_is_printed_beside_the_modeled_real_shape_time(tmp_path):
+    ref = bench.Reference(2.0, "us/token", "seed, M2", chip="M2", per=4, omits="the cache")
+    case = {**_case("fam/r"), "reference": ref.as_dict()}
+    m2 = case["modeled"]["M2"]
+    per_token = (max(m2["memory_seconds"], m2["compute_seconds"]) * case["full_scale"]
+                 + m2["launch_seconds"]) / 4
+    (row,) = report.reference_rows(_results(case, _case("fam/a")))
+    assert row[:2] == ["fam/r", "2 us/token (M2)"]
+    assert row[2] == f"{per_token * 1e6:,.4g} us/token"
+    assert row[3] == f"{per_token / 2e-6:.3g}x" and row[4:] == ["seed, M2", "the cache"]
+    md = report.markdown(_results(case), [], None)
+    assert "## Modeled time against measured references" in md and "| fam/r | 2 us/token" in md
+    assert report.reference_table(_results(_case("fam/a"))) is None
+
+
+def test_a_reference_rejects_unknown_units_and_chips():
+    assert bench.Reference(695, "us", "seed").seconds == pytest.approx(695e-6)
+    with pytest.raises(ValueError, match="unit 'furlongs'"):
+        bench.Reference(1, "furlongs", "x")
+    with pytest.raises(ValueError, match="chip 'M9'"):
+        bench.Reference(1, "ms", "x", chip="M9")
+
+
 def test_pytest_benchmark_json_has_its_fields(tmp_path):
     path = bench.write_pytest_benchmark_json(_results(_case("fam/a")), tmp_path)
     doc = json.loads(path.read_text())
