@@ -253,6 +253,23 @@ CASES = (
               "prefill projection, Qwen2.5-7B 3584 -> 3584, bf16",
               f"M 128 of {PREFILL_TOKENS} tokens, N 256 of 3584; K real",
               PREFILL_TOKENS / 128 * 3584 / 256),
+    # Qwen3-Next (80B-A3B) Gated DeltaNet layers: 16 q/k heads, 32 value heads, head dims
+    # 128 x 128, bf16 activations, float32 state (64 KiB per value head).
+    BenchCase("gdn_decode/qwen3next-1tok-bf16", "gdn_decode",
+              {"tokens": 1, "HK": 2, "groups": 2, "DK": 128, "DV": 128, "dtype": "bfloat16",
+               "bV": 32, "threads": 128},
+              "GDN decode, one token per launch (state read from and written to device "
+              "memory every token), Qwen3-Next 16 q/k x 32 v heads of 128 x 128, bf16",
+              "value heads 4 of 32; head dims real", 32 / 4),
+    BenchCase("gdn_decode/qwen3next-64tok-bf16", "gdn_decode",
+              {"tokens": 64, "HK": 2, "groups": 2, "DK": 128, "DV": 128, "dtype": "bfloat16",
+               "bV": 32, "threads": 128},
+              "GDN decode, 64 tokens per launch with the state on chip across tokens, "
+              "Qwen3-Next 16 q/k x 32 v heads of 128 x 128, bf16",
+              "value heads 4 of 32; head dims and tokens real", 32 / 4,
+              Reference(28.9, "us/token", "seed PR, 64-token GDN decode kernel on an M2",
+                        per=64, omits="the model charges no on-chip cost: the per-token "
+                        "reductions, barriers and exp of the token loop are free in it")),
 )
 
 

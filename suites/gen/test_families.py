@@ -20,7 +20,8 @@ from harness.gen import family as families
 
 NAMES = [f.name for f in families.families()]
 EXAMPLES = {"elementwise": 20, "cast": 20, "copy": 20, "conditional": 20, "multikernel": 15,
-            "scalars": 15, "reduce": 20, "softmax": 12, "rmsnorm": 12, "gemm": 15}
+            "scalars": 15, "reduce": 20, "softmax": 12, "rmsnorm": 12, "gemm": 15,
+            "gdn_decode": 10}
 
 # LLM-sized params (Qwen-like rows of 4096): every family must build and compile at these
 # sizes, which harness/bench.py relies on; compiling runs no clang, so this is cheap.
@@ -49,6 +50,8 @@ LARGE = {
     "gemm": {"M": 4096, "N": 4096, "K": 4096, "bM": 64, "bN": 64, "bK": 32,
              "threads": 256, "dtype": "float16", "out_dtype": "float16", "trans_A": False,
              "trans_B": True, "num_stages": 2, "init": "clear"},
+    "gdn_decode": {"tokens": 64, "HK": 16, "groups": 2, "DK": 128, "DV": 128,
+                   "dtype": "bfloat16", "bV": 32, "threads": 128},
 }
 
 
