@@ -237,3 +237,48 @@ def test_same_iteration_accesses_are_matched_per_iteration(start, run):
     assert_close(out[start:], a[start:] * 2 + 1)
     report = barriers.check_barriers(kernel, [a])
     assert report.ok and len(report.barriers) == 1, report.summary()
+
+
+def _counted_transpose(writes_counts):
+    """Per group g, Counts[g] tiles of A are transposed through threadgroup memory: the
+    loop's extent is loaded from device memory (a MoE routing table's count)."""
+    b, G, tiles = 8, 3, 4
+
+    @T.prim_func
+    def k(Counts: T.Tensor((G,), "int32"), A: T.Tensor((G, tiles, b, b), "float32"),
+          B: T.Tensor((G, tiles, b, b), "float32")):
+        with T.Kernel(G, threads=32) as g:
+            S = T.alloc_shared((b, b), "float32")
+            if writes_counts:
+                for i in T.Parallel(1):
+                    Counts[g] = Counts[g] + 1 + i
+            for t in T.serial(Counts[g]):
+                for i, j in T.Parallel(b, b):
+                    S[i, j] = A[g, t, i, j]
+                for i, j in T.Parallel(b, b):
+                    B[g, t, i, j] = S[j, i]
+    return k, G, tiles, b
+
+
+def test_loop_bound_from_a_read_only_device_buffer_is_uniform(run):
+    # Every thread of a group reads the same count: barriers go inside the loop (the
+    # transposed read, and the next iteration's overwrite of S), each one necessary.
+    k, G, tiles, b = _counted_transpose(writes_counts=False)
+    kernel = core.compile(k, out_idx=[2])
+    contexts = _barrier_contexts(kernel.msl)
+    assert len(contexts) == 2 and all(c[-1] == "for" for c in contexts), contexts
+    counts = torch.tensor([2, 0, 4], dtype=torch.int32)
+    a = torch.randn(G, tiles, b, b)
+    out = run(kernel, counts, a)
+    for g, n in enumerate(counts.tolist()):
+        assert_close(out[g, :n], a[g, :n].transpose(-1, -2))
+    report = barriers.check_barriers(kernel, [counts, a])
+    assert not report.missing and all(v.necessary for v in report.barriers)
+
+
+def test_loop_bound_from_a_buffer_the_kernel_writes_is_not_uniform():
+    # The kernel stores to Counts, so a thread may read another's update: the loop stays
+    # opaque to the planner and no barrier is placed inside it.
+    k, *_ = _counted_transpose(writes_counts=True)
+    kernel = core.compile(k, out_idx=[2])
+    assert all("for" not in c for c in _barrier_contexts(kernel.msl))
