@@ -33,7 +33,7 @@ from tvm.tirx import is_buffer_var
 
 from core.ir import ops
 from core.ir.matrix import MATRIX_SCOPE
-from core.ir.stmt import as_int
+from core.ir.stmt import as_int, loads
 from core.language.errors import LoweringError
 
 # ---- Metal vocabulary ---------------------------------------------------------------------
@@ -336,6 +336,11 @@ class _KernelPrinter:
             self.analyzer.bind(s.loop_var, tvm.ir.Range.from_min_extent(s.min, ext))
         except Exception:  # noqa: BLE001 - rebinding only loses precision
             pass
+        if loads(s.min + ext):
+            # TIR evaluates a loop's extent once; a bound read from memory (a routing
+            # table's count) would be re-read by every thread on every iteration.
+            self.emit(f"const int {v}_end = {end};")
+            end = f"{v}_end"
         self.emit(f"for (int {v} = {lo}; {v} < {end}; ++{v}) {{")
         self.block(s.body)
         self.emit("}")

@@ -282,3 +282,19 @@ def test_loop_bound_from_a_buffer_the_kernel_writes_is_not_uniform():
     k, *_ = _counted_transpose(writes_counts=True)
     kernel = core.compile(k, out_idx=[2])
     assert all("for" not in c for c in _barrier_contexts(kernel.msl))
+
+
+def test_loop_extent_loaded_from_memory_is_read_once(run):
+    # TIR evaluates an extent once: growing Cnt[0] inside the loop must not extend it.
+    @T.prim_func
+    def k(Cnt: T.Tensor((1,), "int32"), B: T.Tensor((8,), "int32")):
+        with T.Kernel(1, threads=1):
+            for i in T.serial(8):
+                B[i] = -1
+            for i in T.serial(Cnt[0]):
+                Cnt[0] = Cnt[0] + 1
+                B[i] = i
+    kernel = core.compile(k, out_idx=[1])
+    cnt = torch.tensor([3], dtype=torch.int32)
+    out = run(kernel, cnt)
+    assert out.tolist() == [0, 1, 2, -1, -1, -1, -1, -1] and cnt.tolist() == [6]
