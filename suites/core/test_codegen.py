@@ -298,3 +298,53 @@ def test_loop_extent_loaded_from_memory_is_read_once(run):
     cnt = torch.tensor([3], dtype=torch.int32)
     out = run(kernel, cnt)
     assert out.tolist() == [0, 1, 2, -1, -1, -1, -1, -1] and cnt.tolist() == [6]
+
+
+def _guarded_scale(dtype, N=1024, bN=256, threads=64, mask=False):
+    """B[i] = A[i] * 2 for i < n (a runtime scalar), or where Mask[i] != 0."""
+    if mask:
+        @T.prim_func
+        def k(A: T.Tensor((N,), dtype), Mask: T.Tensor((N,), "int32"),
+              B: T.Tensor((N,), dtype)):
+            with T.Kernel(T.ceildiv(N, bN), threads=threads) as bx:
+                for j in T.Parallel(bN):
+                    if Mask[bx * bN + j] != 0:
+                        B[bx * bN + j] = A[bx * bN + j] * T.cast(2, dtype)
+        return k
+
+    @T.prim_func
+    def k(A: T.Tensor((N,), dtype), B: T.Tensor((N,), dtype), n: T.int32):
+        with T.Kernel(T.ceildiv(N, bN), threads=threads) as bx:
+            for j in T.Parallel(bN):
+                if bx * bN + j < n:
+                    B[bx * bN + j] = A[bx * bN + j] * T.cast(2, dtype)
+    return k
+
+
+@pytest.mark.parametrize("dtype,vector", [("float32", "float4"), ("float16", "half4"),
+                                          ("int32", "int4"), ("int8", "char4"),
+                                          ("bfloat16", "bfloat2")])
+def test_masked_store_is_vectorized_and_masked_lanes_are_not_written(dtype, vector):
+    # The guard i < n cuts a vector at 1001: lanes past n keep B's sentinel.
+    kernel = core.compile(_guarded_scale(dtype))
+    store = [line for line in kernel.msl.splitlines() if "= (" in line and "B +" in line]
+    assert store and all(f"*(device {vector}*)(B +" in line for line in store), store
+    a = torch.arange(1024).to(getattr(torch, dtype))
+    for n in (1001, 1024, 3):
+        b = torch.full((1024,), 7, dtype=getattr(torch, dtype))
+        kernel(a, b, n, backend="emu")
+        assert kernel.last_run.findings == []
+        assert_close(b[:n], (a[:n].double() * 2).to(b.dtype), op_class="exact")
+        assert bool((b[n:] == 7).all()), f"n={n}: a masked lane was written"
+
+
+def test_mask_read_from_memory_stays_lane_by_lane():
+    # Lanes passing Mask[i] != 0 are no interval: no full-vector path is assumed.
+    kernel = core.compile(_guarded_scale("float32", mask=True))
+    assert "*(device float4*)(B" not in kernel.msl
+    a = torch.randn(1024)
+    mask = (torch.arange(1024) % 3 == 0).int()
+    b = torch.full((1024,), 7.0)
+    kernel(a, mask, b, backend="emu")
+    assert kernel.last_run.findings == []
+    assert_close(b, torch.where(mask.bool(), a * 2, torch.full((), 7.0)))
