@@ -25,7 +25,8 @@ device memory, with the expert projections as T.gemm over gathered rows.
 
 Expert weights are read once per row tile of the experts that received tokens; the
 expert launches have one threadgroup column per listed expert (min(E, M k)), so a decode
-step launches 8 of them for top-8, not 128, and padding entries (0 rows) exit at once. Oracle: oracles/moe.py.
+step launches 8 of them for top-8, not 128, and padding entries (0 rows) exit at once.
+Oracle: oracles/moe.py.
 
 Params:
     M, D, I     tokens, hidden size, expert intermediate size (any sizes; ragged tiles)
@@ -34,8 +35,8 @@ Params:
     dtype       activations and weights: float32, float16, bfloat16 (routing and
                 accumulation in float32)
     fused       false: the 9-launch program; true: the 4-launch program
-    bM          tokens per routing threadgroup; bE router experts per staged tile row
-                (a multiple of nothing: any size); rthreads routing threads
+    bM, bE      tokens per routing tile; hidden columns per staged router tile (any
+                size); rthreads: routing threads
     bN, bK      expert GEMM tiles (multiples of 8; 8 gathered rows per tile);
                 threads expert-GEMM threads (bN / 8 tiles split evenly over simdgroups)
 
@@ -50,6 +51,7 @@ exactly as in the oracle.
 
 from __future__ import annotations
 
+import torch
 from hypothesis import strategies as st
 
 import core.language as T
@@ -447,7 +449,7 @@ def make_inputs(p: dict, seed: int) -> list:
     Expert weights normal, scaled by 1/sqrt(fan-in)."""
     M, D, I, E, dtype = p["M"], p["D"], p["I"], p["E"], p["dtype"]
     x = (random_tensor((M, D), "int32", seed, low=-2, high=3).double() / 2).to(
-        getattr(__import__("torch"), dtype))
+        getattr(torch, dtype))
     wr = (random_tensor((E, D), "int32", seed + 1, low=-2, high=3).double() / 64).to(x.dtype)
     return [x, wr,
             random_tensor((E, I, D), dtype, seed + 2, scale=D ** -0.5),
