@@ -211,7 +211,7 @@ def _masked(loop, body, ranges, analyzer):
     a vector; otherwise the lanes run one by one, each under its own guard. None when the
     store does not vectorize or the guard is not an interval of lanes."""
     lane, cond = loop.loop_var, body.condition
-    if not _lanes_form_an_interval(cond, lane, analyzer):
+    if as_int(loop.step) not in (None, 1) or not _lanes_form_an_interval(cond, lane, analyzer):
         return None
     unguarded = tirx.For(lane, loop.min, loop.extent, tirx.ForKind.SERIAL, body.then_case,
                          None, {VECTOR_LANES: loop.annotations[VECTOR_LANES]}, loop.step)
