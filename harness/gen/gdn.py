@@ -112,12 +112,11 @@ def build(p: dict) -> Built:
 
     HV = p["HK"] * p["groups"]
     # Per token and state element: decay, k S, the update and q S (2 flops each), plus the
-    # norms; every output sums DK terms per token and the state carries the error across
-    # tokens, exp and rsqrt make it transcendental.
+    # norms. Every output sums DK terms; the state carries float32 errors across tokens,
+    # far below the output's rounding, so the tolerance grows with DK, not the token count.
     flops = p["tokens"] * HV * (8 * p["DK"] * p["DV"] + 6 * p["DK"])
     return Built(func, [6, 7], lambda seed: make_inputs(p, seed), expected,
-                 reduction_length=p["DK"] * p["tokens"], flops=flops,
-                 op_class="transcendental")
+                 reduction_length=p["DK"], flops=flops, op_class="transcendental")
 
 
 @st.composite
