@@ -257,13 +257,13 @@ CASES = (
     # 128 x 128, bf16 activations, float32 state (64 KiB per value head).
     BenchCase("gdn_decode/qwen3next-1tok-bf16", "gdn_decode",
               {"tokens": 1, "HK": 2, "groups": 2, "DK": 128, "DV": 128, "dtype": "bfloat16",
-               "bV": 32, "threads": 128},
+               "bV": 64, "threads": 256},
               "GDN decode, one token per launch (state read from and written to device "
               "memory every token), Qwen3-Next 16 q/k x 32 v heads of 128 x 128, bf16",
               "value heads 4 of 32; head dims real", 32 / 4),
     BenchCase("gdn_decode/qwen3next-64tok-bf16", "gdn_decode",
               {"tokens": 64, "HK": 2, "groups": 2, "DK": 128, "DV": 128, "dtype": "bfloat16",
-               "bV": 32, "threads": 128},
+               "bV": 64, "threads": 256},
               "GDN decode, 64 tokens per launch with the state on chip across tokens, "
               "Qwen3-Next 16 q/k x 32 v heads of 128 x 128, bf16",
               "value heads 4 of 32; head dims and tokens real", 32 / 4,

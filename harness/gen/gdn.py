@@ -2,7 +2,9 @@
 threadgroup per (value-column block, value head) holding its d_k x bV slice of the float32
 state on chip (a fragment spread over the threads) across all the tokens of the launch.
 
-Per token: q and k rows are L2-normalized in the kernel (T.reduce_sum over d_k, q also
+The decays exp(g) and betas of all the launch's tokens are staged in threadgroup memory
+first (read once per threadgroup, not once per thread and token). Per token: q and k rows
+are L2-normalized in the kernel (T.reduce_sum over d_k, q also
 scaled by 1/sqrt(d_k)) and staged in threadgroup memory; the state decays by exp(g), the
 delta rule subtracts the state's current value for k (T.reduce_sum over d_k, dim 0) and
 adds k^T (beta * (v - k S)); the output row o = q S is a second dim-0 reduction. The
@@ -58,8 +60,11 @@ def kernel(tokens, HK, groups, DK, DV, dtype, bV, threads):
             col = T.alloc_fragment((bV,), "float32")          # k S, then q S
             kq_s = T.alloc_shared((2, DK), "float32")
             v_s = T.alloc_shared((bV,), "float32")
+            decay_beta = T.alloc_shared((2, tokens), "float32")   # exp(g_t), beta_t
             for i, j in T.Parallel(DK, bV):
                 s[i, j] = T.if_then_else(bx * bV + j < DV, S0[by, i, bx * bV + j], 0.0)
+            for r, t in T.Parallel(2, tokens):
+                decay_beta[r, t] = T.if_then_else(r == 0, T.exp(G[t, by]), Beta[t, by])
             for t in T.serial(tokens):
                 for r, i in T.Parallel(2, DK):
                     kq[r, i] = T.cast(T.if_then_else(r == 0, K[t, by // groups, i],
@@ -74,11 +79,11 @@ def kernel(tokens, HK, groups, DK, DV, dtype, bV, threads):
                     v_s[j] = T.if_then_else(bx * bV + j < DV,
                                             T.cast(V[t, by, bx * bV + j], "float32"), 0.0)
                 for i, j in T.Parallel(DK, bV):
-                    s[i, j] = s[i, j] * T.exp(G[t, by])
+                    s[i, j] = s[i, j] * decay_beta[0, t]
                     prod[i, j] = s[i, j] * kq_s[0, i]
                 T.reduce_sum(prod, col, dim=0)
                 for i, j in T.Parallel(DK, bV):
-                    s[i, j] = s[i, j] + kq_s[0, i] * (Beta[t, by] * (v_s[j] - col[j]))
+                    s[i, j] = s[i, j] + kq_s[0, i] * (decay_beta[1, t] * (v_s[j] - col[j]))
                     prod[i, j] = s[i, j] * kq_s[1, i]
                 T.reduce_sum(prod, col, dim=0)
                 for j in T.Parallel(bV):
