@@ -249,6 +249,52 @@ CASES = (
               "projection 2048 -> 768 for 128 experts x 4 routed tokens (a 64-token prefill, "
               "top-8), bf16 activations", "experts 4 of 128; tokens, N and K real",
               128 / 4, FP4_REFERENCE),
+    # Qwen3-Next (80B-A3B) Gated DeltaNet layers: 16 q/k heads, 32 value heads, head dims
+    # 128 x 128, bf16 activations, float32 state (64 KiB per value head).
+    BenchCase("gdn_decode/qwen3next-1tok-bf16", "gdn_decode",
+              {"tokens": 1, "HK": 2, "groups": 2, "DK": 128, "DV": 128, "dtype": "bfloat16",
+               "bV": 64, "threads": 256},
+              "GDN decode, one token per launch (state read from and written to device "
+              "memory every token), Qwen3-Next 16 q/k x 32 v heads of 128 x 128, bf16",
+              "value heads 4 of 32; head dims real", 32 / 4),
+    BenchCase("gdn_decode/qwen3next-64tok-bf16", "gdn_decode",
+              {"tokens": 64, "HK": 2, "groups": 2, "DK": 128, "DV": 128, "dtype": "bfloat16",
+               "bV": 64, "threads": 256},
+              "GDN decode, 64 tokens per launch with the state on chip across tokens, "
+              "Qwen3-Next 16 q/k x 32 v heads of 128 x 128, bf16",
+              "value heads 4 of 32; head dims and tokens real", 32 / 4,
+              Reference(28.9, "us/token", "seed PR, 64-token GDN decode kernel on an M2",
+                        per=64, omits="the model charges no on-chip cost: the per-token "
+                        "reductions, barriers and exp of the token loop are free in it")),
+    # Qwen3-30B-A3B MoE block: hidden 2048, 128 experts of intermediate 768, top-8 with
+    # renormalized weights, bf16. Expert weight traffic and FLOPs scale with the expert
+    # intermediate size; the router's (E x hidden) do not, so the linear extrapolation
+    # overstates them (under 2% of the real shape's bytes).
+    BenchCase("moe/qwen3-30b-decode-multi-bf16", "moe",
+              {"M": 1, "D": 2048, "I": 64, "E": 128, "topk": 8, "renorm": True,
+               "dtype": "bfloat16", "fused": False, "bM": 1, "bE": 64, "rthreads": 256,
+               "bN": 32, "bK": 64, "threads": 128},
+              "MoE block for one decode token as 9 launches (router, softmax, top-k, gather, "
+              "gate, up, SiLU*up, down, combine), Qwen3-30B-A3B 128 experts top-8, bf16",
+              "expert intermediate 64 of 768; token, hidden, experts and top-k real", 768 / 64,
+              Reference(17.4, "ms", "seed PR, production MoE block (9 launches) on an M2",
+                        omits="the token count of the seed's measurement is not recorded "
+                        "with the figure (this case models one decode token); no cache, "
+                        "5 us per launch")),
+    BenchCase("moe/qwen3-30b-decode-fused-bf16", "moe",
+              {"M": 1, "D": 2048, "I": 64, "E": 128, "topk": 8, "renorm": True,
+               "dtype": "bfloat16", "fused": True, "bM": 1, "bE": 64, "rthreads": 256,
+               "bN": 32, "bK": 64, "threads": 128},
+              "MoE block for one decode token, routing fused (router, softmax, top-k and "
+              "gather in one launch; gate+up+SiLU in one): 4 launches, Qwen3-30B-A3B, bf16",
+              "expert intermediate 64 of 768; token, hidden, experts and top-k real", 768 / 64),
+    BenchCase("moe/e64-top2-prefill-multi-f16", "moe",
+              {"M": 8, "D": 2048, "I": 64, "E": 64, "topk": 2, "renorm": False,
+               "dtype": "float16", "fused": False, "bM": 4, "bE": 64, "rthreads": 256,
+               "bN": 32, "bK": 64, "threads": 128},
+              "MoE block over 8 prefill tokens, 64 experts top-2 (softmax weights), hidden "
+              "2048, expert intermediate 768, f16, 9 launches",
+              "tokens 8 of a prefill; expert intermediate 64 of 768; hidden real", 768 / 64),
 )
 
 

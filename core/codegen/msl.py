@@ -34,7 +34,7 @@ from tvm.tirx import is_buffer_var
 
 from core.ir import ops
 from core.ir.matrix import MATRIX_SCOPE
-from core.ir.stmt import as_int
+from core.ir.stmt import as_int, loads
 from core.language.errors import LoweringError
 from core.target import DTYPES
 
@@ -346,6 +346,11 @@ class _KernelPrinter:
             pass
         step = getattr(s, "step", None)
         inc = f"++{v}" if step is None or as_int(step) == 1 else f"{v} += {self.expr(step)}"
+        if loads(s.min + ext):
+            # TIR evaluates a loop's extent once; a bound read from memory (a routing
+            # table's count) would be re-read by every thread on every iteration.
+            self.emit(f"const int {v}_end = {end};")
+            end = f"{v}_end"
         self.emit(f"for (int {v} = {lo}; {v} < {end}; {inc}) {{")
         self.block(s.body)
         self.emit("}")

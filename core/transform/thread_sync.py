@@ -11,7 +11,10 @@ and what came before it that the loop's own barriers do not order gets one barri
 before the loop; a loop of one iteration carries nothing over. Barriers are placed only
 where every thread of the threadgroup arrives: never inside control flow whose condition
 or bounds depend on the thread (such statements are treated as one opaque access set and
-a needed barrier goes before them). No barrier is placed unless some pair of accesses
+a needed barrier goes before them). A load is uniform only from a device buffer the
+kernel never writes, at uniform indices (a routing table's count read by every thread of
+the group alike, `for r in T.serial(T.ceildiv(Counts[e], 8))`); per-thread and
+threadgroup memory never is. No barrier is placed unless some pair of accesses
 may race, decided from exact footprints (core/ir/footprint.py): an element written and
 later read by the *same* thread needs no barrier. A simdgroup_load/store is one access of
 its whole 8x8 tile by its simdgroup as a unit (Footprint.of_tile): two tile accesses of
@@ -37,6 +40,9 @@ class _Planner:
             self.thread_axes.append((var, size, stride))
             stride *= size
         self.thread_vars = set(nest.thread_vars)
+        self.written = []            # buffers the kernel stores to
+        walk(nest.body, lambda st: self.written.append(st.buffer)
+             if isinstance(st, tirx.BufferStore) else None)
         self.first_unit = nest.num_threads   # simdgroup ids for matrix-tile accesses
         self.loops = []              # enclosing uniform loops with constant ranges
         self.guards = []             # conditions of enclosing uniform ifs
@@ -45,9 +51,19 @@ class _Planner:
     # ---- uniformity ---------------------------------------------------------------------
     def uniform(self, exprs) -> bool:
         for e in exprs:
-            if loads(e) or any(v in self.thread_vars for v in free_vars(e)):
+            if any(v in self.thread_vars for v in free_vars(e)):
+                return False
+            if not all(self.read_only_device(ld) for ld in loads(e)):
                 return False
         return True
+
+    def read_only_device(self, load) -> bool:
+        """A load every thread of the group sees alike: a device buffer that this kernel
+        never writes, at uniform indices."""
+        src = load.source
+        return (is_buffer_var(src) and ops.buffer_scope(src) == "global"
+                and not any(src.same_as(b) for b in self.written)
+                and self.uniform(list(load.indices)))
 
     # ---- footprints -----------------------------------------------------------------
     def footprints(self, stmt, loops) -> list:

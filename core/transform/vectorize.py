@@ -82,8 +82,9 @@ class _Check:
             return False
         mod = self.analyzer.modular_set(base)
         extent = as_int(buf.ty.shape[-1])
-        return (mod.coeff % self.lanes == 0 and mod.base % self.lanes == 0
-                and extent is not None and extent % self.lanes == 0)
+        # the last extent is the stride of the outer indices: it keeps rows aligned
+        rows_aligned = not outer or (extent is not None and extent % self.lanes == 0)
+        return mod.coeff % self.lanes == 0 and mod.base % self.lanes == 0 and rows_aligned
 
     def dtype_ok(self, dtype) -> bool:
         dtype = str(dtype)
@@ -178,6 +179,55 @@ def _split_bf16(loop, body):
                     vector, None, {})
 
 
+def _is_vector(loop) -> bool:
+    """A vectorized loop, or a bf16 split (serial over 2-lane vectorized loops)."""
+    return loop.kind == tirx.ForKind.VECTORIZED or (
+        isinstance(loop.body, tirx.For) and loop.body.kind == tirx.ForKind.VECTORIZED)
+
+
+def _conjuncts(cond):
+    if isinstance(cond, tirx.And):
+        return _conjuncts(cond.a) + _conjuncts(cond.b)
+    return [cond]
+
+
+def _lanes_form_an_interval(cond, lane, analyzer) -> bool:
+    """Whether the lanes passing `cond` are one interval: every conjunct depending on the
+    lane compares two sides whose difference is linear in it (a ragged-edge guard
+    `base + l < n`, never a mask read from memory)."""
+    for c in _conjuncts(cond):
+        if not _depends(c, lane):
+            continue
+        if not isinstance(c, (tirx.LT, tirx.LE, tirx.GT, tirx.GE)) or loads(c):
+            return False
+        diff = c.a - c.b
+        step = analyzer.simplify(substitute(diff, {lane: lane + 1}) - diff)
+        if as_int(step) is None:
+            return False
+    return True
+
+
+def _masked(loop, body, ranges, analyzer):
+    """`for l: if (guard(l)) store` with a per-lane guard: when every lane passes (its
+    first and last do, the passing lanes being an interval), the unguarded store runs as
+    a vector; otherwise the lanes run one by one, each under its own guard. None when the
+    store does not vectorize or the guard is not an interval of lanes."""
+    lane, cond = loop.loop_var, body.condition
+    if as_int(loop.step) not in (None, 1) or not _lanes_form_an_interval(cond, lane, analyzer):
+        return None
+    unguarded = tirx.For(lane, loop.min, loop.extent, tirx.ForKind.SERIAL, body.then_case,
+                         None, {VECTOR_LANES: loop.annotations[VECTOR_LANES]}, loop.step)
+    fast = _plan_candidate(unguarded, ranges)
+    if not _is_vector(fast):
+        return None
+    last = loop.min + loop.extent - 1
+    every_lane = analyzer.simplify(tirx.And(substitute(cond, {lane: loop.min}),
+                                            substitute(cond, {lane: last})))
+    lane_by_lane = tirx.For(lane, loop.min, loop.extent, tirx.ForKind.SERIAL, body, None, {},
+                            loop.step)
+    return tirx.IfThenElse(every_lane, fast, lane_by_lane)
+
+
 def _plan_candidate(loop, ranges):
     lanes = int(loop.annotations[VECTOR_LANES])
     analyzer = Analyzer()
@@ -188,6 +238,11 @@ def _plan_candidate(loop, ranges):
             pass
     body = _simplify(loop.body, analyzer)
     lane = loop.loop_var
+    if isinstance(body, tirx.IfThenElse) and body.else_case is None \
+            and _depends(body.condition, lane):
+        masked = _masked(loop, body, ranges, analyzer)
+        if masked is not None:
+            return masked
     store = _store_of(body)
     ok = _Check(lane, lanes, analyzer).body_ok(body)
     if not ok and store is not None and _has_bf16(store):

@@ -238,3 +238,114 @@ def test_same_iteration_accesses_are_matched_per_iteration(start, run):
     assert_close(out[start:], a[start:] * 2 + 1)
     report = barriers.check_barriers(kernel, [a])
     assert report.ok and len(report.barriers) == 1, report.summary()
+
+
+def _counted_transpose(writes_counts):
+    """Per group g, Counts[g] tiles of A are transposed through threadgroup memory: the
+    loop's extent is loaded from device memory (a MoE routing table's count)."""
+    b, G, tiles = 8, 3, 4
+
+    @T.prim_func
+    def k(Counts: T.Tensor((G,), "int32"), A: T.Tensor((G, tiles, b, b), "float32"),
+          B: T.Tensor((G, tiles, b, b), "float32")):
+        with T.Kernel(G, threads=32) as g:
+            S = T.alloc_shared((b, b), "float32")
+            if writes_counts:
+                for i in T.Parallel(1):
+                    Counts[g] = Counts[g] + 1 + i
+            for t in T.serial(Counts[g]):
+                for i, j in T.Parallel(b, b):
+                    S[i, j] = A[g, t, i, j]
+                for i, j in T.Parallel(b, b):
+                    B[g, t, i, j] = S[j, i]
+    return k, G, tiles, b
+
+
+def test_loop_bound_from_a_read_only_device_buffer_is_uniform(run):
+    # Every thread of a group reads the same count: barriers go inside the loop (the
+    # transposed read, and the next iteration's overwrite of S), each one necessary.
+    k, G, tiles, b = _counted_transpose(writes_counts=False)
+    kernel = core.compile(k, out_idx=[2])
+    contexts = _barrier_contexts(kernel.msl)
+    assert len(contexts) == 2 and all(c[-1] == "for" for c in contexts), contexts
+    counts = torch.tensor([2, 0, 4], dtype=torch.int32)
+    a = torch.randn(G, tiles, b, b)
+    out = run(kernel, counts, a)
+    for g, n in enumerate(counts.tolist()):
+        assert_close(out[g, :n], a[g, :n].transpose(-1, -2))
+    report = barriers.check_barriers(kernel, [counts, a])
+    assert not report.missing and all(v.necessary for v in report.barriers)
+
+
+def test_loop_bound_from_a_buffer_the_kernel_writes_is_not_uniform():
+    # The kernel stores to Counts, so a thread may read another's update: the loop stays
+    # opaque to the planner and no barrier is placed inside it.
+    k, *_ = _counted_transpose(writes_counts=True)
+    kernel = core.compile(k, out_idx=[2])
+    assert all("for" not in c for c in _barrier_contexts(kernel.msl))
+
+
+def test_loop_extent_loaded_from_memory_is_read_once(run):
+    # TIR evaluates an extent once: growing Cnt[0] inside the loop must not extend it.
+    @T.prim_func
+    def k(Cnt: T.Tensor((1,), "int32"), B: T.Tensor((8,), "int32")):
+        with T.Kernel(1, threads=1):
+            for i in T.serial(8):
+                B[i] = -1
+            for i in T.serial(Cnt[0]):
+                Cnt[0] = Cnt[0] + 1
+                B[i] = i
+    kernel = core.compile(k, out_idx=[1])
+    cnt = torch.tensor([3], dtype=torch.int32)
+    out = run(kernel, cnt)
+    assert out.tolist() == [0, 1, 2, -1, -1, -1, -1, -1] and cnt.tolist() == [6]
+
+
+def _guarded_scale(dtype, N=1024, bN=256, threads=64, mask=False):
+    """B[i] = A[i] * 2 for i < n (a runtime scalar), or where Mask[i] != 0."""
+    if mask:
+        @T.prim_func
+        def k(A: T.Tensor((N,), dtype), Mask: T.Tensor((N,), "int32"),
+              B: T.Tensor((N,), dtype)):
+            with T.Kernel(T.ceildiv(N, bN), threads=threads) as bx:
+                for j in T.Parallel(bN):
+                    if Mask[bx * bN + j] != 0:
+                        B[bx * bN + j] = A[bx * bN + j] * T.cast(2, dtype)
+        return k
+
+    @T.prim_func
+    def k(A: T.Tensor((N,), dtype), B: T.Tensor((N,), dtype), n: T.int32):
+        with T.Kernel(T.ceildiv(N, bN), threads=threads) as bx:
+            for j in T.Parallel(bN):
+                if bx * bN + j < n:
+                    B[bx * bN + j] = A[bx * bN + j] * T.cast(2, dtype)
+    return k
+
+
+@pytest.mark.parametrize("dtype,vector", [("float32", "float4"), ("float16", "half4"),
+                                          ("int32", "int4"), ("int8", "char4"),
+                                          ("bfloat16", "bfloat2")])
+def test_masked_store_is_vectorized_and_masked_lanes_are_not_written(dtype, vector):
+    # The guard i < n cuts a vector at 1001: lanes past n keep B's sentinel.
+    kernel = core.compile(_guarded_scale(dtype))
+    store = [line for line in kernel.msl.splitlines() if "= (" in line and "B +" in line]
+    assert store and all(f"*(device {vector}*)(B +" in line for line in store), store
+    a = torch.arange(1024).to(getattr(torch, dtype))
+    for n in (1001, 1024, 3):
+        b = torch.full((1024,), 7, dtype=getattr(torch, dtype))
+        kernel(a, b, n, backend="emu")
+        assert kernel.last_run.findings == []
+        assert_close(b[:n], (a[:n].double() * 2).to(b.dtype), op_class="exact")
+        assert bool((b[n:] == 7).all()), f"n={n}: a masked lane was written"
+
+
+def test_mask_read_from_memory_stays_lane_by_lane():
+    # Lanes passing Mask[i] != 0 are no interval: no full-vector path is assumed.
+    kernel = core.compile(_guarded_scale("float32", mask=True))
+    assert "*(device float4*)(B" not in kernel.msl
+    a = torch.randn(1024)
+    mask = (torch.arange(1024) % 3 == 0).int()
+    b = torch.full((1024,), 7.0)
+    kernel(a, mask, b, backend="emu")
+    assert kernel.last_run.findings == []
+    assert_close(b, torch.where(mask.bool(), a * 2, torch.full((), 7.0)))

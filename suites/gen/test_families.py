@@ -21,7 +21,8 @@ from harness.gen import family as families
 NAMES = [f.name for f in families.families()]
 EXAMPLES = {"elementwise": 20, "cast": 20, "copy": 20, "conditional": 20, "multikernel": 15,
             "scalars": 15, "reduce": 20, "softmax": 12, "rmsnorm": 12, "gemm": 15, "gemv": 15,
-            "qmm_fp8": 15, "qmm_fp4": 12}
+            "qmm_fp8": 15, "qmm_fp4": 12,
+            "gdn_decode": 10, "moe": 8}
 
 # LLM-sized params (Qwen-like rows of 4096): every family must build and compile at these
 # sizes, which harness/bench.py relies on; compiling runs no clang, so this is cheap.
@@ -57,6 +58,11 @@ LARGE = {
                 "out_dtype": "bfloat16"},
     "qmm_fp4": {"E": 128, "T": 4, "N": 768, "K": 2048, "bM": 4, "bN": 8, "threads": 128,
                 "dtype": "bfloat16", "out_dtype": "bfloat16"},
+    "gdn_decode": {"tokens": 64, "HK": 16, "groups": 2, "DK": 128, "DV": 128,
+                   "dtype": "bfloat16", "bV": 32, "threads": 128},
+    "moe": {"M": 512, "D": 2048, "I": 768, "E": 128, "topk": 8, "renorm": True,
+            "dtype": "bfloat16", "fused": True, "bM": 4, "bE": 32, "rthreads": 256,
+            "bN": 64, "bK": 32, "threads": 256},
 }
 
 

@@ -1,0 +1,44 @@
+"""Oracle of the gdn_decode family: the gated delta rule decode step of Gated DeltaNet, as
+Qwen3-Next runs it (flash-linear-attention's recurrent form with the query/key L2 norm
+done in the kernel), in float64, rounded once to the output dtypes.
+
+Per value head h (query/key head h // groups, as the model shares q/k heads over groups of
+value heads), a state S of d_k x d_v, and per token t, in order:
+
+    k = k_t / sqrt(sum(k_t^2) + eps)                 (L2 norm, eps 1e-6)
+    q = q_t / sqrt(sum(q_t^2) + eps) / sqrt(d_k)     (L2 norm, then the 1/sqrt(d_k) scale)
+    S = S * exp(g_t)                                  (decay; g_t <= 0 is the log gate)
+    S = S + k^T (beta_t * (v_t - k S))                (delta rule: k S is the state's
+                                                       current value for key k)
+    o_t = q S                                         (a d_v row: S^T q as a column)
+
+S is indexed [d_k, d_v] as in flash-linear-attention's `h` (B, H, K, V).
+"""
+
+from __future__ import annotations
+
+import torch
+
+EPS = 1e-6
+
+
+def l2norm(x, eps: float = EPS):
+    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+
+
+def gdn_decode(q, k, v, g, beta, state, out_dtype) -> list:
+    """q, k: (T, HK, DK); v: (T, HV, DV); g, beta: (T, HV); state: (HV, DK, DV) float32.
+    Returns [o (T, HV, DV) in `out_dtype`, the final state (HV, DK, DV) float32]."""
+    tokens, hk, dk = q.shape
+    groups = v.shape[1] // hk
+    q = l2norm(q.double().repeat_interleave(groups, 1)) * dk ** -0.5
+    k = l2norm(k.double().repeat_interleave(groups, 1))
+    v, g, beta, s = v.double(), g.double(), beta.double(), state.double()
+    outs = []
+    for t in range(tokens):
+        s = s * g[t].exp()[:, None, None]
+        kv = torch.einsum("hk,hkv->hv", k[t], s)
+        delta = (v[t] - kv) * beta[t][:, None]
+        s = s + k[t][:, :, None] * delta[:, None, :]
+        outs.append(torch.einsum("hk,hkv->hv", q[t], s))
+    return [torch.stack(outs).to(getattr(torch, out_dtype)), s.to(torch.float32)]

@@ -1,0 +1,78 @@
+"""Oracle of the moe family: a Qwen3-MoE style sparse MoE block, in float64, each stage
+rounded once to the dtype its kernel stores (so the comparison of every intermediate is
+against what that launch should produce from the previous one's stored result).
+
+    logits = x Wr^T                              (M, E)
+    probs  = softmax(logits)                     over the E experts
+    top-k  the k largest probabilities per token, in decreasing order; ties go to the
+           lower expert index (a stable sort of -logits: equal logits give equal probs)
+    w      probs of the chosen experts, divided by their sum when `renorm` (Qwen3-MoE's
+           norm_topk_prob), else the softmax weights as they are
+    routed slot s = m * k + j (token m's j-th expert); per expert e, the slots routed to
+           it in increasing order (`slots`, padded with -1) and their count; the experts
+           that received any slot, in increasing order, and their counts (`active`,
+           `active_rows`: min(E, M k) entries, padded with expert 0 and 0 rows)
+    g, u   x_m Wg[e]^T, x_m Wu[e]^T per slot (float32)
+    h      silu(g) * u, rounded to the activation dtype
+    yd     w * (h Wd[e]^T) per slot (float32)
+    y      sum over the token's k slots, rounded to the activation dtype
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def route(x, wr, topk: int, renorm: bool):
+    """(logits, probs, top expert ids int32 (M, k), weights (M, k)) in float64."""
+    logits = x.double() @ wr.double().T
+    probs = torch.softmax(logits, dim=1)
+    order = torch.sort(-logits, dim=1, stable=True).indices[:, :topk]
+    weights = probs.gather(1, order)
+    if renorm:
+        weights = weights / weights.sum(1, keepdim=True)
+    return logits, probs, order.to(torch.int32), weights
+
+
+def gather(top_idx, experts: int):
+    """Per expert: the number of routed slots and their ids (increasing, -1 padded)."""
+    tokens = top_idx.shape[0]
+    flat = top_idx.flatten().tolist()
+    counts = torch.zeros(experts, dtype=torch.int32)
+    slots = torch.full((experts, tokens), -1, dtype=torch.int32)
+    for s, e in enumerate(flat):
+        slots[e, counts[e]] = s
+        counts[e] += 1
+    return counts, slots
+
+
+def active(counts, length: int):
+    """The experts with a routed slot, increasing, and their row counts, padded to
+    `length` with expert 0 and count 0."""
+    ids = (counts > 0).nonzero().flatten().to(torch.int32)
+    experts = torch.zeros(length, dtype=torch.int32)
+    rows = torch.zeros(length, dtype=torch.int32)
+    experts[:len(ids)] = ids
+    rows[:len(ids)] = counts[ids.long()]
+    return experts, rows
+
+
+def moe(x, wr, wg, wu, wd, topk: int, renorm: bool, fused: bool) -> list:
+    """The block's outputs in the family's out_idx order (harness/gen/moe.py)."""
+    dtype = x.dtype
+    logits, probs, top_idx, weights = route(x, wr, topk, renorm)
+    counts, slots = gather(top_idx, wr.shape[0])
+    experts, rows = active(counts, min(wr.shape[0], x.shape[0] * topk))
+    expert = top_idx.flatten().long()
+    xs = x.double().repeat_interleave(topk, 0)                       # (M * k, D)
+    g = torch.einsum("sd,sid->si", xs, wg.double()[expert])
+    u = torch.einsum("sd,sid->si", xs, wu.double()[expert])
+    g32, u32 = g.float(), u.float()
+    h = (torch.nn.functional.silu(g32.double()) * u32.double()).to(dtype)
+    yd = (weights.flatten()[:, None]
+          * torch.einsum("si,sdi->sd", h.double(), wd.double()[expert])).float()
+    y = yd.double().view(x.shape[0], topk, -1).sum(1).to(dtype)
+    tail = [top_idx, weights.float(), counts, slots, experts, rows]
+    if fused:
+        return [*tail, h, yd, y]
+    return [logits.float(), probs.float(), *tail, g32, u32, h, yd, y]
