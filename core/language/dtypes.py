@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from core.language.errors import KernelDefinitionError
 
-SUPPORTED = ("float32", "float16", "bfloat16", "int32", "int64", "int8", "uint8", "bool")
+SUPPORTED = ("float32", "float16", "bfloat16", "int32", "int64", "int8", "uint8", "bool",
+             "uint32")
 SCALAR_PARAM_DTYPES = ("int32", "int64", "float32", "float16", "bool")
 
 _ALIASES = {"float": "float32", "half": "float16", "bf16": "bfloat16", "int": "int32",
@@ -35,4 +36,4 @@ def dtype_name(dtype, *, construct: str = "dtype") -> str:
 def bits(dtype: str) -> int:
     """Storage size of one element in bits (bool is one byte, as in torch and MSL)."""
     return {"float32": 32, "float16": 16, "bfloat16": 16, "int32": 32, "int64": 64,
-            "int8": 8, "uint8": 8, "bool": 8}[dtype]
+            "int8": 8, "uint8": 8, "bool": 8, "uint32": 32}[dtype]

@@ -18,7 +18,7 @@ from core.ir.program import evaluate, free_host_vars
 
 TORCH_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16",
                 "int32": "int32", "int64": "int64", "int8": "int8", "uint8": "uint8",
-                "bool": "bool"}
+                "bool": "bool", "uint32": "uint32"}
 
 
 @dataclass

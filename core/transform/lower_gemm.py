@@ -16,6 +16,10 @@ accumulator C [M, N] becomes `AccumulatorLayout.count` simdgroup matrices per si
                        transpose flag) and multiply-accumulates its sm x sn C matrices.
                        A or B in a fragment is first copied into a threadgroup buffer of
                        its own dtype and shape; clear_accum fills C with zeros first.
+    T.gemm(A, B, C_s)  C_s a float32 threadgroup tile (T.alloc_shared, TileLang's Metal
+                       path): the simdgroups load their matrices of C_s (clear_accum: fill
+                       zeros), multiply-accumulate as above, and simdgroup_store them back
+                       at C_s's row stride; every other use of C_s is plain memory.
     T.fill / T.clear   make_filled_simdgroup_matrix.
     T.copy(C, dst)     simdgroup_store straight into dst when dst is float32 threadgroup
                        memory, or float32 device memory that provably holds the whole tile;
@@ -106,7 +110,8 @@ class _KernelUses:
                      if isinstance(t, tirx.BufferStore) else None)
             elif isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.gemm"):
                 uses.gemms.append(s.value)
-            elif isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.copy"):
+            elif isinstance(s, tirx.Evaluate) and (ops.is_tile_call(s.value, "tl.copy") or
+                                                   ops.is_tile_call(s.value, "tl.atomic_tile")):
                 uses.copies.append(_regions(s.value))
             elif isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value) and \
                     not ops.is_tile_call(s.value, "tl.fill"):
@@ -130,6 +135,7 @@ class GemmLowering:
         self.accumulators = {}      # fragment buffer -> _Accumulator
         self.operand_stages = {}    # fragment buffer -> threadgroup copy (gemm operands)
         self.operand_mats = {}      # (dtype, count, role) -> MATRIX_SCOPE buffer
+        self.shared_accumulators = {}  # (threadgroup C buffer, tile) -> _Accumulator
         self.allocations = []       # AllocBuffers to place at the start of the kernel
         self._plan(body)
 
@@ -222,6 +228,9 @@ class GemmLowering:
             return None
         if name == "tl.copy":
             return self.copy(*regions)
+        if name == "tl.atomic_tile" and regions[0].buffer in self.accumulators:
+            return self.copy_out(self.accumulators[regions[0].buffer], regions[1],
+                                 atomic=str(s.value.args[2].value))
         if name == "tl.fill":
             return self.fill(self.accumulators[accs[0].buffer], s.value.args[1])
         self._unsupported(name, accs[0].name)
@@ -235,7 +244,14 @@ class GemmLowering:
     def gemm(self, call):
         A, B, C = (ops.decode_region(a) for a in call.args[:3])
         trans_a, trans_b, clear = (bool(as_int(f)) for f in call.args[3:6])
+        if C.scope == "shared":
+            return self.gemm_shared_c(A, B, C, trans_a, trans_b, clear)
         acc = self.accumulators[C.buffer]
+        fill = self.fill(acc, tirx.const(0.0, "float32")) if clear else None
+        return seq([fill, self.mma(A, B, trans_a, trans_b, acc)])
+
+    def mma(self, A, B, trans_a, trans_b, acc):
+        """acc's matrices += op(A) @ op(B), over 8-wide k steps."""
         lay = acc.layout
         pre_a, A = self.operand(A)
         pre_b, B = self.operand(B)
@@ -255,8 +271,27 @@ class GemmLowering:
         step = seq([_for(ia, lay.sm, load_a), _for(jb, lay.sn, load_b),
                     _for(i, lay.sm, _for(j, lay.sn, matrix.mma(
                         c, tirx.BufferLoad(a_mats, [i]), tirx.BufferLoad(b_mats, [j]), c)))])
-        fill = self.fill(acc, tirx.const(0.0, "float32")) if clear else None
-        return seq(pre_a + pre_b + [fill, _for(kk, K // TILE, step)])
+        return seq(pre_a + pre_b + [_for(kk, K // TILE, step)])
+
+    def gemm_shared_c(self, A, B, C, trans_a, trans_b, clear):
+        """T.gemm into a float32 threadgroup tile C (TileLang's Metal path,
+        `C_local = T.alloc_shared(..., accum_dtype)`): each simdgroup loads its matrices of
+        C (or fills them with zeros for clear_accum), multiply-accumulates, and stores them
+        back with simdgroup_store at C's row stride (padded rows included). Threads then
+        read C element-wise in their own layout; the barrier planner orders those reads
+        after the whole 8x8 tiles the simdgroups stored."""
+        tile = tuple(int(d) for d in matrix.operand_tile(C))
+        key = (C.buffer, tile)
+        acc = self.shared_accumulators.get(key)
+        if acc is None:
+            layout = AccumulatorLayout.for_tile(tile, self.k.threads, kernel=self.k.name,
+                                                name=C.name)
+            mats = matrix.matrices(layout.count, "float32", f"{C.name}_mat")
+            self.allocations.append(tirx.AllocBuffer(mats))
+            acc = _Accumulator(C.buffer, layout, mats, tile[0])
+            self.shared_accumulators[key] = acc
+        first = self.fill(acc, tirx.const(0.0, "float32")) if clear else self.load_all(acc, C)
+        return seq([first, self.mma(A, B, trans_a, trans_b, acc), self.store_all(acc, C)])
 
     def operand(self, region):
         """(statements, threadgroup region) holding a gemm operand for simdgroup_load."""
@@ -343,18 +378,21 @@ class GemmLowering:
         stage = self.stage(dst_acc)
         return seq([self.k.copy(src, stage), self.load_all(dst_acc, stage)])
 
-    def copy_out(self, acc, dst):
+    def copy_out(self, acc, dst, atomic=None):
+        """T.copy(C, dst); with `atomic`, T.atomic_*(dst, C): always through the stage,
+        whose element-wise copy makes one atomic per element."""
         M, N = acc.layout.shape
         rank = len(dst.buffer.ty.shape)
         dims = _tile_dims(dst)
-        direct = (ops.buffer_dtype(dst.buffer) == "float32" and dims == (rank - 2, rank - 1)
+        direct = (atomic is None and ops.buffer_dtype(dst.buffer) == "float32"
+                  and dims == (rank - 2, rank - 1)
                   and (dst.scope == "shared"
                        or (dst.scope == "global" and self.inside(dst, dims, (M, N)))))
         if direct:
             return self.store_all(acc, dst)
         stage = self.stage(acc)
         if acc.stage_rows == M:
-            return seq([self.store_all(acc, stage), self.k.copy(stage, dst)])
+            return seq([self.store_all(acc, stage), self.k.copy(stage, dst, atomic)])
         # Chunks of stage_rows rows: store the chunk's matrices, copy the chunk out. The
         # chunks are unrolled: which simdgroup writes which stage element changes from
         # chunk to chunk, and the barrier planner sees a loop's iterations as one access set.
@@ -366,7 +404,7 @@ class GemmLowering:
             extents = None if dst.extents is None else tuple(
                 _i32(rows) if d == dims[0] else e for d, e in enumerate(dst.extents))
             part = ops.Region(dst.buffer, tuple(mins), extents)
-            out += [self.store_all(acc, stage, chunk=c), self.k.copy(stage, part)]
+            out += [self.store_all(acc, stage, chunk=c), self.k.copy(stage, part, atomic)]
         return seq(out)
 
     def inside(self, region, dims, tile) -> bool:

@@ -21,7 +21,7 @@ A T.Parallel runs in the layout of the fragments it accesses at its own extents 
 default layout of its extents). In a replicated layout (a reduction's result) `threads`
 are its holders and `tid` the thread's holder: every replica runs its holder's
 iterations, and stores to threadgroup or device memory (in the loop or a T.copy out of
-the fragment) are made by the owner replica only, so each element is stored once. A
+the fragment) (atomics too) are made by the owner replica only, so each element is stored once. A
 lower-rank fragment read with a subset of the loop variables (`mx[i]` in T.Parallel(bM,
 N)) reads the element's slot in its own layout, after `broadcast_ok` has proven that
 every thread running the iteration holds it (else a LoweringError naming the fragment).
@@ -109,6 +109,9 @@ class _KernelLowering:
             return self.parallel(s)
         if isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.copy"):
             return self.copy(*(ops.decode_region(a) for a in s.value.args))
+        if isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.atomic_tile"):
+            src, dst = (ops.decode_region(a) for a in s.value.args[:2])
+            return self.copy(src, dst, atomic=str(s.value.args[2].value))
         if isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.fill"):
             return self.fill(ops.decode_region(s.value.args[0]), s.value.args[1])
         if isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.reduce"):
@@ -205,6 +208,10 @@ class _KernelLowering:
             return tirx.BufferLoad(local, [flayout.slot_expr(flat)])
 
         def store(st):
+            if isinstance(st, tirx.Evaluate) and layout.replicated and any(
+                    ops.buffer_scope(a.buffer) in ("global", "shared")
+                    for a in ops.atomics_in(st.value)):
+                return tirx.IfThenElse(layout.owner_expr(self.tid), st, None)
             if not isinstance(st, tirx.BufferStore):
                 return st
             if st.buffer in frags:
@@ -230,7 +237,9 @@ class _KernelLowering:
                 kernel=self.name, construct=f"fragment '{ld.source.name}'")
 
     # ---- T.copy / T.fill ----------------------------------------------------------------
-    def copy(self, src, dst):
+    def copy(self, src, dst, atomic=None):
+        """T.copy; with `atomic` ("add"/"max"/"min") T.atomic_*'s tile form: each element
+        of dst is updated by one atomic instead of stored."""
         src, dst = _align_origin(src, dst), _align_origin(dst, src)
         tile = _tile(src) or _tile(dst)
         frag = next((r for r in (src, dst) if r.scope == FRAGMENT), None)
@@ -240,7 +249,7 @@ class _KernelLowering:
             value = self.read(src, tile, tile_idx, slot)
             if ops.buffer_dtype(src.buffer) != ops.buffer_dtype(dst.buffer):
                 value = tirx.Cast(ops.buffer_dtype(dst.buffer), value)
-            return self.write(dst, tile, tile_idx, slot, value)
+            return self.write(dst, tile, tile_idx, slot, value, atomic)
 
         if frag is not None:
             layout = self.fragments[frag.buffer][1]
@@ -333,11 +342,15 @@ class _KernelLowering:
             return load
         return tirx.if_then_else(cond, load, tirx.const(0, ops.buffer_dtype(region.buffer)))
 
-    def write(self, region, tile, tile_idx, slot, value):
+    def write(self, region, tile, tile_idx, slot, value, atomic=None):
         if region.scope == FRAGMENT:
             return tirx.BufferStore(self.fragments[region.buffer][0], value, [slot])
         idx, _ = self.indices(region, tile, tile_idx)
-        store = tirx.BufferStore(region.buffer, value, idx)
+        if atomic is not None:
+            store = tirx.Evaluate(ops.atomic_call(atomic, tirx.BufferLoad(region.buffer, idx),
+                                                  value))
+        else:
+            store = tirx.BufferStore(region.buffer, value, idx)
         cond = self.bounds(region, idx)
         return store if cond is None else tirx.IfThenElse(cond, store, None)
 

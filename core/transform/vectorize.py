@@ -9,6 +9,7 @@ rewrites it into Ramp/Broadcast vector expressions, only when all of these are p
     of l, `base` a multiple of v (analyzer's modular set) and the buffer's last extent a
     multiple of v (so the flat address is aligned to the vector size);
   - l appears nowhere else, selects (`if_then_else`) do not depend on l;
+  - the body makes no atomic update (MSL has no vector atomics);
   - every dtype involved is float32/float16/bfloat16/int32/int8/uint8, and v x bits <= 128
     (bool and int64 stay scalar).
 bfloat16 follows SPEC.md section 4: a register bf16 vector has at most 2 lanes. A bf16
@@ -28,6 +29,7 @@ import tvm_ffi
 from tvm import tirx
 from tvm.sym import Analyzer
 
+from core.ir import ops
 from core.ir.kernel import map_kernels
 from core.ir.stmt import as_int, children, free_vars, loads, rebuild, substitute
 from core.language.dtypes import bits
@@ -112,6 +114,8 @@ class _Check:
         return not bad
 
     def body_ok(self, body) -> bool:
+        if ops.atomics_in(body):  # MSL has no vector atomics
+            return False
         if isinstance(body, tirx.IfThenElse):
             if body.else_case is not None or _depends(body.condition, self.lane):
                 return False

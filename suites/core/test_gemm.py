@@ -402,7 +402,7 @@ kernel void t(device float* out [[buffer(0)]], uint tid [[thread_index_in_thread
 def _gemm_kernel(a_shape=(16, 16), b_shape=(16, 16), c_shape=(16, 16), threads=32,
                  a_dtype="float16", b_dtype="float16", c_dtype="float32", a_scope="shared",
                  c_scope="fragment", **flags):
-    alloc = {"shared": T.alloc_shared, "fragment": T.alloc_fragment}
+    alloc = {"shared": T.alloc_shared, "fragment": T.alloc_fragment, "local": T.alloc_local}
 
     @T.prim_func
     def bad(A: T.Tensor(a_shape, a_dtype), B: T.Tensor(b_shape, b_dtype),
@@ -433,8 +433,9 @@ def _gemm_kernel(a_shape=(16, 16), b_shape=(16, 16), c_shape=(16, 16), threads=3
      r"must have one dtype among float32, float16, bfloat16"),
     (dict(c_dtype="float16"), KernelDefinitionError,
      r"operand C 'C_l'.*has dtype float16; the accumulator must be float32"),
-    (dict(c_scope="shared"), KernelDefinitionError,
-     r"operand C 'C_l'.*is in shared memory; allowed: a T.alloc_fragment accumulator"),
+    (dict(c_scope="local"), KernelDefinitionError,
+     r"operand C 'C_l'.*is in local memory; allowed: a T.alloc_fragment or T.alloc_shared "
+     r"accumulator"),
     (dict(a_shape=(16, 8), b_shape=(8, 16), transpose_A=True), KernelDefinitionError,
      r"shapes do not agree: op\(A\) is \(8, 16\)"),
     (dict(b_shape=(8, 16)), KernelDefinitionError,
