@@ -573,6 +573,8 @@ class _KernelPrinter:
             return MATRIX_CALLS[op].format(*(self.expr(a) for a in args), t=t)
         if op == "tl.atomic":
             return self.atomic(ops.decode_atomic(e))
+        if op == "tirx.reinterpret":
+            return f"as_type<{msl_type(e.ty.dtype)}>({self.expr(args[0])})"
         if op == "tirx.address_of":
             return f"&{self.expr(args[0])}"
         if op == "tirx.likely":

@@ -30,7 +30,9 @@ accumulator C [M, N] becomes `AccumulatorLayout.count` simdgroup matrices per si
                        threadgroup memory goes through it in chunks of rows.
     T.copy(src, C)     the reverse (simdgroup_load, directly or from the stage).
     T.Parallel over C  C is stored to its stage, the loop runs on the stage, and C is
-                       loaded back if the loop wrote it.
+                       loaded back if the loop wrote it. A T.Parallel at C's shape that
+                       touches no other fragment runs in chunks of rows when the whole stage
+                       does not fit (a ReLU over a 128x128 accumulator).
 A float accumulator is never stored through a pointer of another element type. Barriers
 are not placed here: stages are ordinary threadgroup buffers, and the planner
 (thread_sync) sees the matrix loads and stores as whole-tile accesses.
@@ -53,7 +55,8 @@ from tvm.sym import Analyzer
 
 from core.ir import matrix, ops
 from core.ir.matrix import TILE, AccumulatorLayout
-from core.ir.stmt import as_int, loads, rewrite, seq, walk
+from core.ir.stmt import as_int, loads, rewrite, seq, substitute, walk
+from core.language.buffers import FRAGMENT
 from core.language.dtypes import bits
 from core.language.errors import LoweringError
 from core.transform.verify import THREADGROUP_BYTES
@@ -91,12 +94,14 @@ class _KernelUses:
     shared_bytes: int           # the kernel's own threadgroup buffers
     gemms: list                 # tl.gemm calls
     copies: list                # (src, dst) Regions of every tl.copy
-    parallel: list              # buffers accessed inside T.Parallel loops
+    parallel: list              # buffers accessed inside T.Parallel loops that need
+                                # their accumulators staged whole
+    chunkable: list             # T.Parallel loops over one accumulator alone, at its shape
     others: list                # other tile-op calls (tl.fill excepted)
 
     @classmethod
     def of(cls, body) -> "_KernelUses":
-        uses = cls({}, 0, [], [], [], [])
+        uses = cls({}, 0, [], [], [], [], [])
 
         def visit(s):
             if isinstance(s, tirx.AllocBuffer):
@@ -105,9 +110,10 @@ class _KernelUses:
                 elif ops.buffer_scope(s.buffer) == "shared":
                     uses.shared_bytes += _nbytes(s.buffer.ty.shape, ops.buffer_dtype(s.buffer))
             elif isinstance(s, tirx.For) and s.kind == tirx.ForKind.PARALLEL:
-                uses.parallel.extend(ld.source for ld in loads(s))
-                walk(s, lambda t: uses.parallel.append(t.buffer)
+                touched = [ld.source for ld in loads(s)]
+                walk(s, lambda t: touched.append(t.buffer)
                      if isinstance(t, tirx.BufferStore) else None)
+                uses.parallel_loops.append((s, touched))
             elif isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.gemm"):
                 uses.gemms.append(s.value)
             elif isinstance(s, tirx.Evaluate) and (ops.is_tile_call(s.value, "tl.copy") or
@@ -117,8 +123,29 @@ class _KernelUses:
                     not ops.is_tile_call(s.value, "tl.fill"):
                 uses.others.append(s.value)
 
+        uses.parallel_loops = []
         walk(body, visit)
+        inner = [loop.body for loop, _ in uses.parallel_loops]  # nests count once
+        for loop, touched in uses.parallel_loops:
+            if any(loop.same_as(b) for b in inner):
+                continue
+            accs = {b: None for b in touched if b in uses.accumulators}
+            frags = {b: None for b in touched if ops.buffer_scope(b) == FRAGMENT}
+            if len(accs) == 1 and len(frags) == 1 and \
+                    _extents(loop) == tuple(int(d) for d in next(iter(accs)).ty.shape):
+                uses.chunkable.append(loop)
+            else:
+                uses.parallel.extend(accs)
         return uses
+
+
+def _extents(loop) -> tuple:
+    """Extents of a T.Parallel nest (PARALLEL loops directly inside each other)."""
+    out = []
+    while isinstance(loop, tirx.For) and loop.kind == tirx.ForKind.PARALLEL:
+        out.append(as_int(loop.extent))
+        loop = loop.body
+    return tuple(out)
 
 
 def _regions(call) -> list:
@@ -345,10 +372,19 @@ class GemmLowering:
 
         return self._each_matrix(acc, make)
 
-    def load_all(self, acc, region):
+    def load_all(self, acc, region, chunk=None):
+        """simdgroup_load every matrix from the tile `region` (those of chunk `chunk`, from
+        its rows of the stage, when given)."""
         pointer, stride = self.tile_pointer(region)
-        return self._each_matrix(acc, lambda mat, row, col: matrix.load(mat, pointer, stride,
-                                                                          col, row))
+
+        def make(mat, row, col):
+            if chunk is None:
+                return matrix.load(mat, pointer, stride, col, row)
+            rows = acc.stage_rows
+            return tirx.IfThenElse(tirx.floordiv(row, rows) == chunk, matrix.load(
+                mat, pointer, stride, col, row - chunk * rows if chunk else row), None)
+
+        return self._each_matrix(acc, make)
 
     def fill(self, acc, value):
         if str(value.ty.dtype) != "float32":
@@ -434,6 +470,8 @@ class GemmLowering:
     def parallel(self, loop):
         touched, written = self._touched(loop)
         accs = [self.accumulators[b] for b in touched]
+        if len(accs) == 1 and accs[0].stage_rows < accs[0].layout.shape[0]:
+            return self.parallel_chunks(loop, accs[0], bool(written))
         stages = {a.fragment: self.stage(a).buffer for a in accs}
         pre = [self.store_all(a, self.stage(a)) for a in accs]
 
@@ -450,6 +488,38 @@ class GemmLowering:
         post = [self.load_all(a, self.stage(a)) for a in accs
                 if any(a.fragment.same_as(w) for w in written)]
         return seq(pre + [self.k.parallel(loop)] + post)
+
+
+    def parallel_chunks(self, loop, acc, written):
+        """A T.Parallel(M, N) over an accumulator whose whole float32 stage does not fit
+        (a ReLU over a 128x128 tile): for each chunk of stage_rows rows, store the chunk's
+        matrices, run the loop's rows of the chunk on the stage, load them back if written.
+        Unrolled, as in copy_out: each chunk is its own set of accesses for the planner."""
+        rows, stage = acc.stage_rows, self.stage(acc)
+        row_var = loop.loop_var
+        out = []
+        for c in range(acc.layout.shape[0] // rows):
+            shift = c * rows
+            body = substitute(loop.body, {row_var: row_var + shift}) if shift else loop.body
+
+            def load(ld, shift=shift):
+                if not ld.source.same_as(acc.fragment):
+                    return ld
+                return tirx.BufferLoad(stage.buffer, [ld.indices[0] - shift, *ld.indices[1:]])
+
+            def store(st, shift=shift):
+                if isinstance(st, tirx.BufferStore) and st.buffer.same_as(acc.fragment):
+                    return tirx.BufferStore(stage.buffer, st.value,
+                                            [st.indices[0] - shift, *st.indices[1:]])
+                return st
+
+            body = rewrite(tvm_ffi.structural_map(body, (tvm.ir.TensorLoad, load)), store)
+            part = tirx.For(row_var, _i32(0), _i32(rows), tirx.ForKind.PARALLEL, body,
+                            loop.thread_binding, loop.annotations)
+            out += [self.store_all(acc, stage, chunk=c), self.k.parallel(part)]
+            if written:
+                out.append(self.load_all(acc, stage, chunk=c))
+        return seq(out)
 
 
 def _whole(buf):

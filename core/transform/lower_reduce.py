@@ -7,8 +7,10 @@ Expects: `tl.reduce(src, dst, kind, dim, clear)` over whole fragment or local bu
 (checked by core/language/reduce.py); fragments carry their layouts (layout_inference): a
 fragment destination has `reduce_layout(source layout, dim)` (core/ir/layout.py), whose
 replicated thread-id bits [lo, hi) are the threads that combine one output element.
-Guarantees: no tl.reduce is left. Accumulation is in float32 for float sources, int32 for
-int32 (wrapping), rounded once on the store to dst; abssum/absmax take |x| per element.
+Guarantees: no tl.reduce is left. Accumulation is in float32 for float sources, in the
+source's own type for integers (wrapping; int64 butterflies shuffle the two 32-bit halves,
+as MSL's simd functions take 32-bit types), rounded once on the store to dst;
+abssum/absmax take |x| per element (x itself for unsigned types).
 For a fragment source, every thread runs the same statements (no barrier or simd function
 under thread-dependent control flow):
 
@@ -52,6 +54,7 @@ from core.language.buffers import FRAGMENT
 from core.language.dtypes import bits
 from core.language.errors import LoweringError
 from core.transform.layout_inference import fragment_layout
+from core.target import DTYPES
 from core.transform.verify import THREADGROUP_BYTES
 
 SIMD_BITS = 5                   # 32 lanes: thread-id bits 0..4 select the lane
@@ -67,7 +70,7 @@ def identity(kind: str, dtype: str):
     if kind in ("sum", "abssum"):
         return tirx.const(0, dtype)
     low = kind in ("max", "absmax")
-    if dtype.startswith("int"):
+    if DTYPES[dtype].is_integer:
         return tirx.min_value(dtype) if low else tirx.max_value(dtype)
     return tirx.const(float("-inf") if low else float("inf"), dtype)
 
@@ -79,7 +82,19 @@ def combine(kind: str, a, b):
 
 
 def accumulator_dtype(src_dtype: str) -> str:
-    return "int32" if src_dtype.startswith("int") else "float32"
+    """Integers accumulate in their own type (wrapping), floats in float32."""
+    return src_dtype if DTYPES[src_dtype].is_integer else "float32"
+
+
+def shuffle_xor(value, mask: int, dtype: str):
+    """simd_shuffle_xor of `value`; a 64-bit value (which MSL's simd functions do not take)
+    moves as the two 32-bit halves of a uint2."""
+    if DTYPES[dtype].bits <= 32:
+        return ops.call("tl.simd_shuffle_xor", value, tirx.IntImm("int32", mask), dtype=dtype)
+    halves = tirx.reinterpret("uint32x2", value)
+    moved = ops.call("tl.simd_shuffle_xor", halves, tirx.IntImm("int32", mask),
+                     dtype="uint32x2")
+    return tirx.reinterpret(dtype, moved)
 
 
 def _compress(tid, lo: int, nbits: int):
@@ -188,7 +203,8 @@ class ReduceLowering:
         for p in self.plans:
             if p.stage_elems:
                 need.setdefault(p.acc_dtype, []).append(p)
-        packed = sum(p.stage_elems for ps in need.values() for p in ps) * 4
+        packed = sum(p.stage_elems * DTYPES[p.acc_dtype].bytes for ps in need.values()
+                     for p in ps)
         overlap = shared_bytes + packed > THREADGROUP_BYTES
         for dtype, ps in need.items():
             offset = 0
@@ -197,7 +213,7 @@ class ReduceLowering:
                 offset += p.stage_elems
             size = max(p.stage_elems for p in ps) if overlap else offset
             self.stages[dtype] = tirx.decl_buffer((size,), dtype, STAGE, scope="shared")
-        total = shared_bytes + sum(int(b.ty.shape[0]) * 4 for b in self.stages.values())
+        total = shared_bytes + self._stage_bytes()
         if total > THREADGROUP_BYTES:
             self.fail(self.plans[0].construct if self.plans else "T.reduce",
                       f"combining across simdgroups needs {total - shared_bytes} bytes of "
@@ -247,11 +263,15 @@ class ReduceLowering:
             plan.stage_elems += expected.size
         return plan
 
+    def _stage_bytes(self) -> int:
+        return sum(int(b.ty.shape[0]) * DTYPES[str(b.ty.dtype)].bytes
+                   for b in self.stages.values())
+
     @property
     def allocations(self) -> list:
         """The stage buffers, to place at the start of the kernel (after lowering: the
         check includes the threadgroup buffers lower_gemm added meanwhile)."""
-        ours = sum(int(b.ty.shape[0]) * 4 for b in self.stages.values())
+        ours = self._stage_bytes()
         gemm = sum(prod(int(d) for d in a.buffer.ty.shape) * bits(ops.buffer_dtype(a.buffer))
                    // 8 for a in self.k.gemm.allocations
                    if ops.buffer_scope(a.buffer) == "shared")
@@ -281,7 +301,8 @@ class ReduceLowering:
     def value(self, plan, x):
         if str(x.ty.dtype) != plan.acc_dtype:
             x = tirx.Cast(plan.acc_dtype, x)
-        return tirx.abs(x) if plan.kind.startswith("abs") else x
+        unsigned = DTYPES[plan.acc_dtype].kind == "uint"
+        return tirx.abs(x) if plan.kind.startswith("abs") and not unsigned else x
 
     def finish(self, plan, current, result):
         """The value stored into dst: the reduction, or op(dst, reduction) for clear=False."""
@@ -329,9 +350,8 @@ class ReduceLowering:
         lo, ibits = plan.simd_bits
         if ibits:
             def butterfly(k):
-                return seq([tirx.BufferStore(acc, combine(plan.kind, at(k), ops.call(
-                    "tl.simd_shuffle_xor", at(k), tirx.IntImm("int32", 1 << b),
-                    dtype=plan.acc_dtype)), [k]) for b in range(lo, lo + ibits)])
+                return seq([tirx.BufferStore(acc, combine(plan.kind, at(k), shuffle_xor(
+                    at(k), 1 << b, plan.acc_dtype)), [k]) for b in range(lo, lo + ibits)])
             stmts.append(self.loop(slots, butterfly))
         if plan.cross_bits[1]:
             stmts += self.across_simdgroups(plan, acc)

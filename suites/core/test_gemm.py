@@ -489,7 +489,8 @@ def test_operand_forms_and_scopes_are_checked():
 
 
 def test_staging_beyond_threadgroup_memory_is_a_clear_error():
-    # a Parallel over a 64 x 128 accumulator needs its whole 32 KiB float32 stage
+    # a Parallel over a 64 x 128 accumulator and another fragment needs the accumulator's
+    # whole 32 KiB float32 stage (one over the accumulator alone runs in chunks of rows)
     @T.prim_func
     def big(A: T.Tensor((64, 16), "float16"), B: T.Tensor((16, 128), "float16"),
             C: T.Tensor((64, 128), "float32")):
@@ -497,11 +498,13 @@ def test_staging_beyond_threadgroup_memory_is_a_clear_error():
             A_s = T.alloc_shared((64, 16), "float16")
             B_s = T.alloc_shared((16, 128), "float16")
             C_l = T.alloc_fragment((64, 128), "float32")
+            D_l = T.alloc_fragment((64, 128), "float32")
             T.copy(A, A_s)
             T.copy(B, B_s)
+            T.copy(C, D_l)
             T.gemm(A_s, B_s, C_l, clear_accum=True)
             for i, j in T.Parallel(64, 128):
-                C_l[i, j] = C_l[i, j] * 2.0
+                C_l[i, j] = C_l[i, j] * D_l[i, j]
             T.copy(C_l, C)
     with pytest.raises(LoweringError, match=r"staging buffers of accumulators 'C_l' "
                                             r"\(32768 bytes\).*exceed the 32768 bytes"):
