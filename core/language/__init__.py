@@ -14,6 +14,7 @@ from core.language.errors import KernelDefinitionError, LoweringError
 from core.language.frontend import prim_func
 from core.language.gemm import GemmWarpPolicy, gemm
 from core.language.kernel import Kernel
+from core.language.layout import Fragment, Layout, annotate_layout, make_swizzled_layout
 from core.language.loops import Parallel, Pipelined, Serial, Unroll, serial, unroll
 from core.language.math import (abs, cast, ceil, ceildiv, cos, exp, exp2, floor, floordiv,
                                 floormod, if_then_else, infinity, log, log2, max, max_value,

@@ -179,10 +179,15 @@ class _KernelLowering:
     def loop_layout(self, extents, body) -> FragmentLayout:
         """The layout a T.Parallel runs in: that of the fragments it accesses at its own
         extents (layout_inference made them agree), else the default for its extents."""
+        squeezed = [e for e in extents if e != 1]
         for ld in _fragment_accesses(body):
             entry = self.fragments.get(ld)
-            if entry is not None and list(entry[1].shape) == list(extents):
+            if entry is None:
+                continue
+            if list(entry[1].shape) == list(extents):
                 return entry[1]
+            if [e for e in entry[1].shape if e != 1] == squeezed:  # acc[j] in (1, D)
+                return dataclasses.replace(entry[1], shape=tuple(extents))
         return FragmentLayout.for_tile(extents, self.threads)
 
     def fragments_to_slots(self, body, slot, loop_vars, layout):
@@ -190,17 +195,31 @@ class _KernelLowering:
         the element's slot in a broadcast read (checked local); stores to threadgroup or
         device memory made by the owner replica only when the loop's layout replicates."""
         frags = self.fragments
+        def own(flayout):  # the loop's own elements: same slots, unit dims aside
+            return flayout == layout or (
+                [e for e in flayout.shape if e != 1] == [e for e in layout.shape if e != 1]
+                and _same_slots(flayout, layout))
+
         for ld in loads(body):  # checked first: errors cannot leave structural_map
             entry = frags.get(ld.source)
-            if entry is not None and entry[1] != layout:
+            if entry is not None and not own(entry[1]):
                 self.check_broadcast(ld, entry[1], loop_vars, layout)
+        written = []
+        walk(body, lambda s: written.append(s.buffer) if isinstance(s, tirx.BufferStore)
+             and s.buffer in frags and not own(frags[s.buffer][1]) else None)
+        if written:
+            raise LoweringError(
+                f"is written in T.Parallel{tuple(layout.shape)}, whose iterations run in "
+                f"another layout ({_describe(layout)}) than the fragment's "
+                f"({_describe(frags[written[0]][1])}); write it in a T.Parallel of its own",
+                kernel=self.name, construct=f"fragment '{written[0].name}'")
 
         def load(ld):
             entry = frags.get(ld.source)
             if entry is None:
                 return ld
             local, flayout = entry
-            if flayout == layout:
+            if own(flayout):
                 return tirx.BufferLoad(local, [slot])
             flat = _i32(0)
             for index, extent in zip(ld.indices, flayout.shape):

@@ -9,9 +9,11 @@ and what is allowed):
   - T.Parallel extents are constants, T.Parallel loops are not nested and contain no
     tile ops or T.Kernel;
   - a fragment is read or written only whole by tile ops, or inside a T.Parallel whose
-    extents equal its shape, indexed exactly by the loop variables; a fragment of lower
-    rank may also be read with a subset of the loop variables, in order (`mx[i]` in
-    T.Parallel(bM, N); whether its layout allows that is checked by lower_tile_ops);
+    extents equal its shape, indexed exactly by the loop variables (unit extents ignored
+    on both sides: `acc[j]` in T.Parallel(1, D)); a fragment of another shape may also be
+    read with a subset of the loop variables, in order, and 0 on its unit dims (`mx[i]` in
+    T.Parallel(bM, N), `mx[0]` of a (1,) fragment; whether its layout allows that is
+    checked by lower_tile_ops);
   - every tile op's operands are compatible (ranks, extents, partial on-chip tiles);
     T.gemm's A and B are shared or fragment tiles of one float dtype, C a whole float32
     fragment or a float32 shared tile, and the shapes agree;
@@ -170,13 +172,12 @@ class _Verifier:
         shape = tuple(as_int(d) for d in buf.ty.shape)
         extents = tuple(as_int(lp.extent) for lp in parallel)
         loop_vars = [lp.loop_var for lp in parallel]
-        exact = len(indices) == len(loop_vars) and all(
-            isinstance(i, tvm.ir.Var) and i.same_as(v) for i, v in zip(indices, loop_vars))
-        if shape == extents and exact:
+        if _indexed_by_loop(indices, shape, loop_vars, extents):
             return
-        if not write and len(shape) < len(extents) and \
+        if not write and shape != extents and \
                 broadcast_dims(indices, loop_vars, shape) is not None:
-            return  # a broadcast read (`mx[i]` in T.Parallel(bM, N)); layouts decide later
+            return  # a broadcast read (`mx[i]` in T.Parallel(bM, N), `mx[0]` of a (1,)
+                    # fragment); layouts decide later
         self.fail(f"fragment '{buf.name}'",
                   f"is {verb} as {buf.name}[{', '.join(map(str, indices))}] in "
                   f"T.Parallel{extents}; a fragment of shape {shape} must be indexed by "
@@ -276,6 +277,18 @@ class _Verifier:
             if r.extents is None and other is not None and len(other) > len(r.mins):
                 self.fail(construct, f"tile {_fmt(other)} has more dimensions than "
                                     f"'{r.name}' (rank {len(r.mins)})")
+
+
+def _indexed_by_loop(indices, shape, loop_vars, extents) -> bool:
+    """`F[indices]` names the loop's own element: the fragment's shape is the loop's
+    extents and its indices the loop variables, in order, once unit extents are dropped on
+    both sides (`acc[j]` in T.Parallel(1, D))."""
+    def squeeze(idx, ext):
+        return [(i, e) for i, e in zip(idx, ext) if e != 1]
+    mine, loop = squeeze(indices, shape), squeeze(loop_vars, extents)
+    return len(mine) == len(loop) and all(
+        isinstance(i, tvm.ir.Var) and i.same_as(v) and e == f
+        for (i, e), (v, f) in zip(mine, loop))
 
 
 _ARITHMETIC = ("Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod")
