@@ -15,6 +15,9 @@ Each tile op is a TIR `Op` registered from Python (`tvm.ir.register_op_attr`), u
                                                     "absmax"; core/transform/lower_reduce.py)
     tl.atomic_tile(src_region, dst_region, kind)    dst (op)= src element-wise, each update one
                                                     atomic (kind "add"/"max"/"min")
+    tl.finalize_reducer(region)                     combine every thread's copy of a reducer
+                                                    (T.alloc_reducer, a local buffer annotated
+                                                    tl.reducer with its op)
     tl.atomic(kind, dst_element, value)             one atomic update of the BufferLoad
                                                     `dst_element`; its value is the element
                                                     before the update (dtype: dst's)
@@ -33,7 +36,7 @@ import tvm_ffi
 from tvm.ir import Op, register_op_attr
 
 TILE_OPS = ("tl.region", "tl.copy", "tl.fill", "tl.parallel_scope", "tl.gemm", "tl.reduce",
-            "tl.atomic_tile")
+            "tl.atomic_tile", "tl.finalize_reducer")
 # Lowered (non-tile) intrinsics of our own, printed by the MSL printer.
 INTRINSICS = ("tl.threadgroup_barrier",
               # simdgroup 8x8 matrices (core/ir/matrix.py)

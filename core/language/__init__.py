@@ -19,8 +19,8 @@ from core.language.loops import Parallel, Pipelined, Serial, Unroll, serial, unr
 from core.language.math import (abs, cast, ceil, ceildiv, cos, exp, exp2, floor, floordiv,
                                 floormod, if_then_else, infinity, log, log2, max, max_value,
                                 min, min_value, rsqrt, sigmoid, sin, sqrt, tanh)
-from core.language.reduce import (reduce, reduce_absmax, reduce_abssum, reduce_max,
-                                  reduce_min, reduce_sum)
+from core.language.reduce import (alloc_reducer, finalize_reducer, reduce, reduce_absmax,
+                                  reduce_abssum, reduce_max, reduce_min, reduce_sum)
 from core.language.tileops import clear, copy, fill
 
 # dtypes: annotations for scalar parameters (`n: T.int32`) and literal constructors

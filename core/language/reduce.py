@@ -31,7 +31,8 @@ from tvm.tirx.script.builder import ir as _ir
 
 from core.ir import ops
 from core.ir.stmt import as_int
-from core.language.buffers import FRAGMENT, alloc_fragment
+from core.language.buffers import FRAGMENT, _shape, alloc_fragment
+from core.language.dtypes import dtype_name
 from core.language.errors import KernelDefinitionError
 from core.language.tileops import _region, copy
 
@@ -152,3 +153,44 @@ def reduce_absmax(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False,
                   annotations=None):
     """out := max over `dim` of |buffer| (clear=False: max(out, max |x|))."""
     _reduce("absmax", buffer, out, dim, clear, batch)
+
+
+# ---- reducers: T.alloc_reducer / T.finalize_reducer (TileLang's GEMV pattern) ----------
+
+REDUCER = "tl.reducer"          # AllocBuffer annotation: the combining op
+REDUCER_OPS = ("sum", "max", "min")
+
+
+def alloc_reducer(shape, dtype="float32", op="sum", replication="all"):
+    """A reducer: every thread holds a private copy of `shape` (a T.alloc_local carrying
+    `tl.reducer`), updated inside T.Parallel (`r[i] += x`) for the iterations the thread
+    runs; `T.finalize_reducer(r)` combines the copies of all threads, after which every
+    thread holds the result (a T.copy out of it is spread over the threads)."""
+    construct = "T.alloc_reducer"
+    if op not in REDUCER_OPS:
+        raise KernelDefinitionError(f"op={op!r} is not supported; allowed: "
+                                    f"{', '.join(REDUCER_OPS)}", construct=construct)
+    if replication not in ("all", None):
+        raise KernelDefinitionError(
+            f"replication={replication!r}: metaltile's reducers hold a copy on every thread; "
+            "allowed: 'all'", construct=construct)
+    if isinstance(shape, Integral):
+        shape = (shape,)
+    dims = _shape(shape, construct)
+    return _ir.alloc_buffer(dims, dtype_name(dtype, construct=construct), scope="local",
+                            annotations={REDUCER: tvm.ir.StringImm(op)})
+
+
+def finalize_reducer(reducer, dst=None, batch=1, annotations=None):
+    """Combine every thread's copy of `reducer` (all threads then hold the result); with
+    `dst`, then copy it into `dst`."""
+    construct = "T.finalize_reducer"
+    region = ops.decode_region(_region(reducer, construct))
+    if region.scope != "local":
+        raise KernelDefinitionError(
+            f"'{region.name}' is not a T.alloc_reducer buffer (it is in {region.scope} "
+            "memory)", construct=construct)
+    _ir.evaluate(ops.call("tl.finalize_reducer", ops.encode_region(
+        region.buffer, [tvm.tirx.IntImm("int32", 0)] * len(region.buffer.ty.shape))))
+    if dst is not None:
+        copy(reducer, dst)

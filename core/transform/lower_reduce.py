@@ -175,6 +175,7 @@ class ReduceLowering:
         self.k = kernel
         self.plans = []
         self.stages = {}            # accumulator dtype -> red_buf buffer
+        self.extra = []             # T.finalize_reducer stages
         self._plan(body)
 
     def fail(self, construct, reason):
@@ -267,11 +268,53 @@ class ReduceLowering:
         return sum(int(b.ty.shape[0]) * DTYPES[str(b.ty.dtype)].bytes
                    for b in self.stages.values())
 
+    def finalize(self, buf, kind):
+        """T.finalize_reducer: every element of the reducer `buf` (a local array on every
+        thread) := the combination of all threads' copies, on every thread. A butterfly over
+        the lanes, then (more than one simdgroup) lane 0 of each publishes its partials to a
+        threadgroup stage of its own and every thread folds them in simdgroup order."""
+        threads, n = self.k.threads, prod(int(d) for d in buf.ty.shape)
+        dtype = ops.buffer_dtype(buf)
+        simd = min(threads, 1 << SIMD_BITS)
+        if threads & (threads - 1) and threads % (1 << SIMD_BITS):
+            self.fail("T.finalize_reducer", f"the kernel has {threads} threads; combining a "
+                      "reducer needs a power of two below 32 or whole simdgroups")
+        shape = [int(d) for d in buf.ty.shape]
+
+        def at(k):
+            return tirx.BufferLoad(buf, _unravel(k, shape))
+
+        def put(k, value):
+            return tirx.BufferStore(buf, value, _unravel(k, shape))
+
+        def butterfly(k):
+            return seq([put(k, combine(kind, at(k), shuffle_xor(at(k), 1 << b, dtype)))
+                        for b in range(simd.bit_length() - 1)])
+
+        stmts = [self.loop(n, butterfly)]
+        groups = threads // simd
+        if groups > 1:
+            stage = tirx.decl_buffer((n * groups,), dtype, "reducer_buf", scope="shared")
+            self.extra.append(stage)
+            sg = tirx.floordiv(self.k.tid, simd)
+            lane0 = tirx.floormod(self.k.tid, simd) == 0
+            stmts.append(self.loop(n, lambda k: tirx.IfThenElse(
+                lane0, tirx.BufferStore(stage, at(k), [k * groups + sg]), None)))
+
+            def fold(k):
+                first = put(k, tirx.BufferLoad(stage, [k * groups]))
+                rest = self.loop(groups, lambda g: put(k, combine(
+                    kind, at(k), tirx.BufferLoad(stage, [k * groups + g]))), start=1)
+                return seq([first, rest])
+            stmts.append(self.loop(n, fold))
+        return seq(stmts)
+
     @property
     def allocations(self) -> list:
         """The stage buffers, to place at the start of the kernel (after lowering: the
         check includes the threadgroup buffers lower_gemm added meanwhile)."""
-        ours = self._stage_bytes()
+        ours = self._stage_bytes() + sum(int(b.ty.shape[0]) * DTYPES[str(b.ty.dtype)].bytes
+                                         for b in self.extra)
         gemm = sum(prod(int(d) for d in a.buffer.ty.shape) * bits(ops.buffer_dtype(a.buffer))
                    // 8 for a in self.k.gemm.allocations
                    if ops.buffer_scope(a.buffer) == "shared")
@@ -280,7 +323,7 @@ class ReduceLowering:
                                   f"buffers ({gemm}) and the kernel's threadgroup buffers "
                                   f"({self.shared_bytes}) exceed the {THREADGROUP_BYTES} bytes "
                                   "of threadgroup memory; use smaller tiles")
-        return [tirx.AllocBuffer(b) for b in self.stages.values()]
+        return [tirx.AllocBuffer(b) for b in [*self.stages.values(), *self.extra]]
 
     # ---- lowering -----------------------------------------------------------------------
     def lower(self, call):

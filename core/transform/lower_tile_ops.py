@@ -51,6 +51,7 @@ from core.language.buffers import FRAGMENT
 from core.language.errors import LoweringError
 from core.transform.layout_inference import fragment_layout
 from core.transform.lower_gemm import GemmLowering
+from core.language.reduce import REDUCER
 from core.transform.lower_reduce import ReduceLowering
 
 VECTOR_LANES = "tl.vector_lanes"
@@ -83,6 +84,7 @@ class _KernelLowering:
         self.threads = nest.num_threads
         self.tid = nest.linear_thread_index()
         self.fragments = {}          # fragment buffer -> (local buffer, FragmentLayout)
+        self.reducers = {}           # T.alloc_reducer buffer (local) -> its op
         self.ranges = {}             # var -> (min, extent) of enclosing loops / launches
         for attr in nest.attrs:
             self.ranges[attr.node.var] = (_i32(0), attr.value)
@@ -99,6 +101,12 @@ class _KernelLowering:
         lowered = self.gemm.lower(s)
         if lowered is not None:
             return lowered
+        if isinstance(s, tirx.AllocBuffer) and REDUCER in (s.annotations or {}):
+            self.reducers[s.buffer] = str(s.annotations[REDUCER].value)
+            return tirx.AllocBuffer(s.buffer)
+        if isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.finalize_reducer"):
+            buf = ops.decode_region(s.value.args[0]).buffer
+            return self.reduce.finalize(buf, self.reducers[buf])
         if isinstance(s, tirx.AllocBuffer) and ops.buffer_scope(s.buffer) == FRAGMENT:
             layout = fragment_layout(s, self.threads)
             local = tirx.decl_buffer((layout.slots,), ops.buffer_dtype(s.buffer),
@@ -235,7 +243,8 @@ class _KernelLowering:
                 return st
             if st.buffer in frags:
                 return tirx.BufferStore(frags[st.buffer][0], st.value, [slot])
-            if layout.replicated and ops.buffer_scope(st.buffer) in ("global", "shared"):
+            if layout.replicated and (ops.buffer_scope(st.buffer) in ("global", "shared")
+                                      or st.buffer in self.reducers):
                 return tirx.IfThenElse(layout.owner_expr(self.tid), st, None)
             return st
 
@@ -262,7 +271,9 @@ class _KernelLowering:
         src, dst = _align_origin(src, dst), _align_origin(dst, src)
         tile = _tile(src) or _tile(dst)
         frag = next((r for r in (src, dst) if r.scope == FRAGMENT), None)
-        local = any(r.scope == "local" for r in (src, dst))
+        # a finalized reducer is on every thread: copied out by all threads together
+        local = any(r.scope == "local" for r in (src, dst)) and not (
+            src.buffer in self.reducers and dst.scope in ("global", "shared"))
 
         def make_store(tile_idx, slot):
             value = self.read(src, tile, tile_idx, slot)

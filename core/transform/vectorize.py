@@ -4,7 +4,8 @@ Expects: lowered TIR whose candidate loops (from `lower_tile_ops`) carry the ann
 `tl.vector_lanes = v` (a loop `for l in range(v)` over one run of the distribution).
 Guarantees: a candidate becomes a `ForKind.VECTORIZED` loop, then TVM's VectorizeLoop
 rewrites it into Ramp/Broadcast vector expressions, only when all of these are proven:
-  - the body is one store, optionally under a condition that does not depend on l;
+  - the body is one store, optionally under a condition that does not depend on l, whose
+    last index depends on l (lanes storing into one element are a reduction, `r[i] += x`);
   - every access that depends on l is `buf[..., base + l]` with the other indices free
     of l, `base` a multiple of v (analyzer's modular set) and the buffer's last extent a
     multiple of v (so the flat address is aligned to the vector size);
@@ -122,6 +123,8 @@ class _Check:
             body = body.then_case
         if not isinstance(body, tirx.BufferStore):
             return False
+        if not _depends(body.indices[-1], self.lane):  # every lane into one element: a
+            return False                              # reduction (r[i] += x), not a store
         return (self.dtype_ok(body.buffer.ty.dtype)
                 and self.access_ok(body.buffer, body.indices)
                 and self.expr_ok(body.value))

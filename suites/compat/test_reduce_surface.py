@@ -10,7 +10,7 @@ import torch
 
 import core
 import core.language as T
-from core.language.errors import KernelDefinitionError
+from core.language.errors import KernelDefinitionError, LoweringError
 from harness.diff import assert_close
 
 KINDS = ("sum", "max", "min", "abssum", "absmax")
@@ -174,3 +174,78 @@ def test_reduce_errors(call, message):
     with pytest.raises(KernelDefinitionError, match=message) as err:
         build()
     assert "kernel 'bad'" in str(err.value)
+
+
+# ---- T.alloc_reducer / T.finalize_reducer (TileLang's GEMV example, in our words) -------
+
+def gemv_reducer(M, N, bM, bN, threads, dtype="float16", op="sum", dst_form=False):
+    @T.prim_func
+    def gemv(a: T.Tensor((M, N), dtype), x: T.Tensor((N,), dtype), o: T.Tensor((M,), dtype)):
+        with T.Kernel(T.ceildiv(M, bM), threads=threads) as i0_m:
+            o_reducer = T.alloc_reducer(bM, "float32", op=op, replication="all")
+            if op == "sum":
+                T.clear(o_reducer)
+            else:
+                T.fill(o_reducer, -T.infinity("float32"))
+            for i0_n in T.Pipelined(T.ceildiv(N, bN), num_stages=2):
+                a_smem = T.alloc_shared((bM, bN), dtype)
+                T.copy(a[i0_m * bM, i0_n * bN], a_smem)
+                a_frag = T.alloc_fragment((bM, bN), dtype)
+                T.copy(a_smem, a_frag)
+                x_frag = T.alloc_fragment(bN, dtype)
+                T.copy(x[i0_n * bN], x_frag)
+                for i1_m, i1_n in T.Parallel(bM, bN):
+                    if op == "sum":
+                        o_reducer[i1_m] += a_frag[i1_m, i1_n] * x_frag[i1_n]
+                    else:
+                        o_reducer[i1_m] = T.max(o_reducer[i1_m], a_frag[i1_m, i1_n] *
+                                                x_frag[i1_n])
+            if dst_form:
+                o_frag = T.alloc_fragment((bM,), "float32")
+                T.finalize_reducer(o_reducer, o_frag)
+                T.copy(o_frag, o[i0_m * bM])
+            else:
+                T.finalize_reducer(o_reducer)
+                T.copy(o_reducer, o[i0_m * bM])
+
+    return gemv
+
+
+@pytest.mark.parametrize("threads", [16, 32, 64, 128])
+@pytest.mark.parametrize("op, dst_form", [("sum", False), ("max", False), ("sum", True)])
+def test_alloc_reducer_gemv(run, threads, op, dst_form):
+    M, N, bM, bN = 37, 96, 16, 32            # ragged rows; N = 3 column blocks
+    kernel = core.compile(gemv_reducer(M, N, bM, bN, threads, op=op, dst_form=dst_form),
+                          out_idx=[2])
+    a, x = rand((M, N), "float16"), rand((N,), "float16")
+    o = run(kernel, a, x)
+    prod_ = a.double() * x.double()
+    # rows past M of the ragged block load 0 and are never stored
+    expect = prod_.sum(1) if op == "sum" else prod_.amax(1)
+    # the products round in float16 (a_frag * x_frag), then accumulate in float32
+    assert_close(o, expect, dtype="float16", reduction_length=N,
+                 op_class="accumulation" if op == "sum" else "elementwise")
+
+
+def rowsum_reducer(threads):
+    @T.prim_func
+    def rowsum(X: T.Tensor((16,), "float32"), Y: T.Tensor((16,), "float32")):
+        with T.Kernel(1, threads=threads):
+            r = T.alloc_reducer(16, "float32")
+            T.clear(r)
+            for i in T.Parallel(16):
+                r[i] += X[i]
+            T.finalize_reducer(r)
+            T.copy(r, Y)
+    return rowsum
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda: rowsum_reducer(48), LoweringError, "has 48 threads"),
+    (lambda: gemv_reducer(16, 32, 16, 32, 32, op="prod"), KernelDefinitionError,
+     "op='prod' is not supported"),
+])
+def test_reducer_errors(make, error, message):
+    with pytest.raises(error, match=message):
+        func = make()
+        core.compile(func, out_idx=[len(func.params) - 1])

@@ -61,3 +61,16 @@ def test_the_family_generates_cases_the_perturbation_breaks():
         res = run_case("gemm", p, replace={"thread_sync": matrix_store_as_one_element})
         caught += res.status != "pass"
     assert caught >= 1, drawn
+
+
+def test_bench_gate_fails_on_the_window_case(tmp_path, capsys, monkeypatch):
+    from harness.cli import main
+    monkeypatch.setenv("COLUMNS", "200")
+    args = ["bench", "--cases", "gemm/shared-acc-window-f16", "--rounds", "1",
+            "--baseline", str(tmp_path / "baseline.json"), "--out", str(tmp_path / "out")]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(args + ["--replace",
+                        "thread_sync=perturbations:matrix_store_as_one_element"]) == 1
+    out = capsys.readouterr().out
+    assert "race" in out and "FAIL" in out
