@@ -78,7 +78,8 @@ MATRIX_CALLS = {  # TIR op -> MSL, formatted with the printed arguments ({t}: el
 # Atomics (core/language/atomic.py, METAL.atomic_*): native ones are one call on the MSL
 # atomic type; the others a compare-exchange helper on the 32-bit word holding the element.
 ATOMIC_TYPES = {"int32": "atomic_int", "uint32": "atomic_uint", "float32": "atomic_float"}
-ATOMIC_NATIVE = "atomic_fetch_{kind}_explicit(({space} {atype}*)&{elem}, {value}, memory_order_relaxed)"
+ATOMIC_NATIVE = ("atomic_fetch_{kind}_explicit(({space} {atype}*)&{elem}, {value}, "
+                 "memory_order_relaxed)")
 ATOMIC_COMBINE = {"add": "{a} + {b}", "max": "max({a}, {b})", "min": "min({a}, {b})"}
 ATOMIC_WORD_HELPER = """
 // Atomic {kind} on a {t} in {space} memory: compare-exchange on the 32-bit word that holds it
