@@ -1,9 +1,9 @@
-"""Shared helpers of the core suites: build, run on the emulator, compare to the oracle.
+"""Shared setup of the TileLang-compatibility suites (as suites/core): kernels written in
+TileLang's style, run on the emulator with every check, compared with torch.
 
-    def test_x(run):                           # `run` is a fixture
-        kernel = core.compile(func, out_idx=[-1])
-        out = run(kernel, a, b)                # emulator, all checks; asserts no findings
-        assert_close(out, oracle(a, b))
+    def test_x(run):                         # assert_close: harness.diff
+        out = run(core.compile(func, out_idx=[-1]), a)   # emulator, all checks, no findings
+        assert_close(out, oracle(a))
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ from __future__ import annotations
 import importlib
 
 import pytest
-
-from harness.diff import assert_close  # noqa: F401 - re-exported for the tests
 
 
 def run_checked(kernel, *args, **kwargs):
@@ -30,7 +28,6 @@ def run():
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
-    # Compiled programs go to a per-session folder; the emulator's builds stay shared.
     kcache = tmp_path_factory.getbasetemp() / "kcache"
     jit_module = importlib.import_module("core.jit")  # `core.jit` is the decorator
     monkeypatch.setattr(jit_module._Cache, "directory", staticmethod(lambda: kcache))
