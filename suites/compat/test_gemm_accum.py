@@ -184,3 +184,38 @@ def test_split_k_with_atomic_add(run, form, block):
     run(core.compile(splitk(M, N, K, block, block, 32, split_k, form)), a, b, c)
     assert_close(c, oracle(a, b), dtype="float16", reduction_length=K,
                  op_class="accumulation")
+
+
+def simdgroup_gemm(M, N, K, bM, bN, bK, dtype="float16"):
+    """TileLang's testing/python/metal/test_metal_simdgroup_store.py kernel (our words): a
+    fragment accumulator whose T.copy to device memory is simdgroup_store'd directly."""
+
+    @T.prim_func
+    def gemm_kernel(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype),
+                    C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((bM, bK), dtype, scope="shared")
+            B_shared = T.alloc_shared((bK, bN), dtype, scope="shared")
+            C_local = T.alloc_fragment((bM, bN), "float32")
+            T.clear(C_local)
+            for ko in T.Pipelined(T.ceildiv(K, bK), num_stages=0):
+                T.copy(A[by * bM, ko * bK], A_shared)
+                T.copy(B[ko * bK, bx * bN], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[by * bM, bx * bN])
+
+    return gemm_kernel
+
+
+@pytest.mark.parametrize("blocks", [(16, 16, 16), (32, 32, 32), (32, 64, 16), (64, 64, 32)])
+def test_simdgroup_store_port(run, blocks):
+    M = N = K = 128 if blocks[1] == 64 else 64
+    kernel = core.compile(simdgroup_gemm(M, N, K, *blocks))
+    src = kernel.msl
+    assert "simdgroup_multiply_accumulate" in src and "make_filled_simdgroup_matrix" in src
+    assert "simdgroup_store(C_local[" in src and ", &C[" in src      # straight to device
+    assert not any("simdgroup_load" in ln and "C_local" in ln for ln in src.splitlines())
+    a, b = rand((M, K), "float16"), rand((K, N), "float16")
+    c = torch.zeros(M, N)
+    run(kernel, a, b, c)
+    assert_close(c, oracle(a, b), dtype="float16", reduction_length=K, op_class="accumulation")
