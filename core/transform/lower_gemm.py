@@ -23,6 +23,9 @@ accumulator C [M, N] becomes `AccumulatorLayout.count` simdgroup matrices per si
     T.fill / T.clear   make_filled_simdgroup_matrix.
     T.copy(C, dst)     simdgroup_store straight into dst when dst is float32 threadgroup
                        memory, or float32 device memory that provably holds the whole tile;
+                       into float32 device memory that may end inside the tile, each 8x8
+                       matrix wholly inside straight there and the edge ones through the
+                       stage (an element-wise copy of just their elements, masked);
                        otherwise into a float32 threadgroup staging buffer, then an
                        element-wise T.copy of it that converts the dtype and masks the
                        edges. When the whole [M, N] stage does not fit into threadgroup
@@ -427,6 +430,9 @@ class GemmLowering:
         if direct:
             return self.store_all(acc, dst)
         stage = self.stage(acc)
+        if (atomic is None and ops.buffer_dtype(dst.buffer) == "float32" and
+                dims == (rank - 2, rank - 1) and dst.scope == "global" and acc.stage_rows == M):
+            return self.store_edges_staged(acc, dst, dims, stage)
         if acc.stage_rows == M:
             return seq([self.store_all(acc, stage), self.k.copy(stage, dst, atomic)])
         # Chunks of stage_rows rows: store the chunk's matrices, copy the chunk out. The
@@ -442,6 +448,30 @@ class GemmLowering:
             part = ops.Region(dst.buffer, tuple(mins), extents)
             out += [self.store_all(acc, stage, chunk=c), self.k.copy(stage, part, atomic)]
         return seq(out)
+
+    def store_edges_staged(self, acc, dst, dims, stage):
+        """T.copy(C, dst) into float32 device memory that may end inside the tile: each 8x8
+        matrix wholly inside dst is simdgroup_store'd there directly, the others into the
+        stage, from which the threads copy just those tiles' elements, masked at the
+        buffer's edge."""
+        shape = dst.buffer.ty.shape
+        r0, c0 = dst.mins[dims[0]], dst.mins[dims[1]]
+        d_ptr, d_stride = self.tile_pointer(dst)
+        s_ptr, s_stride = self.tile_pointer(stage)
+
+        def inside(row, col):
+            return tirx.And(r0 + row + TILE <= shape[dims[0]], c0 + col + TILE <= shape[dims[1]])
+
+        def make(mat, row, col):
+            return tirx.IfThenElse(inside(row, col),
+                                   matrix.store(mat, d_ptr, d_stride, col, row),
+                                   matrix.store(mat, s_ptr, s_stride, col, row))
+
+        def edge(tile_idx):
+            row, col = (tirx.floordiv(t, TILE) * TILE for t in tile_idx[-2:])
+            return tirx.Not(inside(row, col))
+
+        return seq([self._each_matrix(acc, make), self.k.copy(stage, dst, when=edge)])
 
     def inside(self, region, dims, tile) -> bool:
         """Whether the tile provably lies inside its (global) buffer."""

@@ -265,9 +265,10 @@ class _KernelLowering:
                 kernel=self.name, construct=f"fragment '{ld.source.name}'")
 
     # ---- T.copy / T.fill ----------------------------------------------------------------
-    def copy(self, src, dst, atomic=None):
+    def copy(self, src, dst, atomic=None, when=None):
         """T.copy; with `atomic` ("add"/"max"/"min") T.atomic_*'s tile form: each element
-        of dst is updated by one atomic instead of stored."""
+        of dst is updated by one atomic instead of stored; with `when(tile_idx)`, only the
+        elements where that condition holds are copied (read and written)."""
         src, dst = _align_origin(src, dst), _align_origin(dst, src)
         tile = _tile(src) or _tile(dst)
         frag = next((r for r in (src, dst) if r.scope == FRAGMENT), None)
@@ -279,7 +280,13 @@ class _KernelLowering:
             value = self.read(src, tile, tile_idx, slot)
             if ops.buffer_dtype(src.buffer) != ops.buffer_dtype(dst.buffer):
                 value = tirx.Cast(ops.buffer_dtype(dst.buffer), value)
-            return self.write(dst, tile, tile_idx, slot, value, atomic)
+            store = self.write(dst, tile, tile_idx, slot, value, atomic)
+            if when is None:
+                return store
+            if isinstance(store, tirx.IfThenElse):  # one condition: vectorizable
+                return tirx.IfThenElse(tirx.And(when(tile_idx), store.condition),
+                                       store.then_case, None)
+            return tirx.IfThenElse(when(tile_idx), store, None)
 
         if frag is not None:
             layout = self.fragments[frag.buffer][1]

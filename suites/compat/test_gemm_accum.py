@@ -219,3 +219,19 @@ def test_simdgroup_store_port(run, blocks):
     c = torch.zeros(M, N)
     run(kernel, a, b, c)
     assert_close(c, oracle(a, b), dtype="float16", reduction_length=K, op_class="accumulation")
+
+
+@pytest.mark.parametrize("M, N", [(40, 36), (64, 60), (20, 64)])
+def test_ragged_float32_output_stores_inner_tiles_directly(run, M, N):
+    """C in device memory that ends inside a block: the 8x8 tiles wholly inside are
+    simdgroup_store'd straight to C, the edge tiles go through the stage, masked."""
+    K = 32
+    kernel = core.compile(simdgroup_gemm(M, N, K, 32, 32, 16))
+    assert "simdgroup_store(C_local[" in kernel.msl and ", &C[" in kernel.msl
+    assert "C_local_stage" in kernel.msl
+    a, b = rand((M, K), "float16"), rand((K, N), "float16")
+    c = torch.zeros(M, N)
+    run(kernel, a, b, c)
+    assert_close(c, oracle(a, b), dtype="float16", reduction_length=K, op_class="accumulation")
+    report = check_barriers(kernel, (a, b, torch.zeros(M, N)))
+    assert report.ok, report.summary()
