@@ -24,8 +24,9 @@ accumulator C [M, N] becomes `AccumulatorLayout.count` simdgroup matrices per si
     T.copy(C, dst)     simdgroup_store straight into dst when dst is float32 threadgroup
                        memory, or float32 device memory that provably holds the whole tile;
                        into float32 device memory that may end inside the tile, each 8x8
-                       matrix wholly inside straight there and the edge ones through the
-                       stage (an element-wise copy of just their elements, masked);
+                       matrix wholly inside straight there, one wholly outside nowhere, and
+                       the ones across the edge through the stage (an element-wise copy of
+                       just their elements, masked; no stage when no tile can straddle);
                        otherwise into a float32 threadgroup staging buffer, then an
                        element-wise T.copy of it that converts the dtype and masks the
                        edges. When the whole [M, N] stage does not fit into threadgroup
@@ -429,10 +430,10 @@ class GemmLowering:
                        or (dst.scope == "global" and self.inside(dst, dims, (M, N)))))
         if direct:
             return self.store_all(acc, dst)
-        stage = self.stage(acc)
         if (atomic is None and ops.buffer_dtype(dst.buffer) == "float32" and
                 dims == (rank - 2, rank - 1) and dst.scope == "global" and acc.stage_rows == M):
-            return self.store_edges_staged(acc, dst, dims, stage)
+            return self.store_edges_staged(acc, dst, dims)
+        stage = self.stage(acc)
         if acc.stage_rows == M:
             return seq([self.store_all(acc, stage), self.k.copy(stage, dst, atomic)])
         # Chunks of stage_rows rows: store the chunk's matrices, copy the chunk out. The
@@ -449,7 +450,7 @@ class GemmLowering:
             out += [self.store_all(acc, stage, chunk=c), self.k.copy(stage, part, atomic)]
         return seq(out)
 
-    def store_edges_staged(self, acc, dst, dims, stage):
+    def store_edges_staged(self, acc, dst, dims):
         """T.copy(C, dst) into float32 device memory that may end inside the tile: each 8x8
         matrix wholly inside dst is simdgroup_store'd there directly, the others into the
         stage, from which the threads copy just those tiles' elements, masked at the
@@ -457,15 +458,28 @@ class GemmLowering:
         shape = dst.buffer.ty.shape
         r0, c0 = dst.mins[dims[0]], dst.mins[dims[1]]
         d_ptr, d_stride = self.tile_pointer(dst)
-        s_ptr, s_stride = self.tile_pointer(stage)
 
         def inside(row, col):
             return tirx.And(r0 + row + TILE <= shape[dims[0]], c0 + col + TILE <= shape[dims[1]])
 
+        def touches(row, col):
+            return tirx.And(r0 + row < shape[dims[0]], c0 + col < shape[dims[1]])
+
+        analyzer = self._analyzer()
+        if all(analyzer.can_prove(tirx.floormod(x, TILE) == 0)
+               for x in (r0, c0, shape[dims[0]], shape[dims[1]])):
+            # no tile straddles the edge: the ones inside are stored, the others dropped
+            return self._each_matrix(acc, lambda mat, row, col: tirx.IfThenElse(
+                inside(row, col), matrix.store(mat, d_ptr, d_stride, col, row), None))
+
+        stage = self.stage(acc)
+        s_ptr, s_stride = self.tile_pointer(stage)
+
         def make(mat, row, col):
             return tirx.IfThenElse(inside(row, col),
                                    matrix.store(mat, d_ptr, d_stride, col, row),
-                                   matrix.store(mat, s_ptr, s_stride, col, row))
+                                   tirx.IfThenElse(touches(row, col), matrix.store(
+                                       mat, s_ptr, s_stride, col, row), None))
 
         def edge(tile_idx):
             row, col = (tirx.floordiv(t, TILE) * TILE for t in tile_idx[-2:])
@@ -473,14 +487,18 @@ class GemmLowering:
 
         return seq([self._each_matrix(acc, make), self.k.copy(stage, dst, when=edge)])
 
-    def inside(self, region, dims, tile) -> bool:
-        """Whether the tile provably lies inside its (global) buffer."""
+    def _analyzer(self):
         analyzer = Analyzer()
         for v, (lo, ext) in self.k.ranges.items():
             try:
                 analyzer.bind(v, tvm.ir.Range.from_min_extent(lo, ext))
             except Exception:  # noqa: BLE001 - an unbindable range just proves less
                 pass
+        return analyzer
+
+    def inside(self, region, dims, tile) -> bool:
+        """Whether the tile provably lies inside its (global) buffer."""
+        analyzer = self._analyzer()
         shape = region.buffer.ty.shape
         return all(analyzer.can_prove(region.mins[d] + e <= shape[d])
                    for d, e in zip(dims, tile))

@@ -116,9 +116,14 @@ def test_pipelined_num_stages(stages, run):
 def test_direct_store_when_the_tile_is_provably_inside(run):
     aligned = core.compile(matmul(64, 64, 64, 32, 32, 32), out_idx=[2])
     assert "_stage" not in aligned.msl and "simdgroup_store(C_l" in aligned.msl
+    # ragged at a multiple of 8: tiles inside are stored directly, the others dropped
     ragged = core.compile(matmul(72, 64, 64, 32, 32, 32), out_idx=[2])
-    assert "C_l_stage" in ragged.msl
+    assert "_stage" not in ragged.msl and "simdgroup_store(C_l" in ragged.msl
     check(ragged, run, 72, 64, 64)
+    # a tile across the edge: it alone goes through the stage, masked
+    straddling = core.compile(matmul(68, 64, 64, 32, 32, 32), out_idx=[2])
+    assert "C_l_stage" in straddling.msl and "simdgroup_store(C_l" in straddling.msl
+    check(straddling, run, 68, 64, 64)
 
 
 def test_accumulate_across_gemms_and_clear_accum(run):
