@@ -254,3 +254,25 @@ def _bad_dst(scope, dtype, n=8, memory_order=None, tile=False, return_prev=False
                 for i in T.Parallel(n):
                     T.atomic_add(acc[i], A[i], memory_order=memory_order)
     return core.compile(bad)
+
+
+def test_scalar_atomics_from_a_replicated_reduction_add_once(run):
+    """A reduction's result is held by every thread of its combining group; an atomic of it
+    in a T.Parallel is made by one replica only (else the sum would count each replica)."""
+    M, N, parts = 8, 64, 3
+
+    @T.prim_func
+    def partial_rows(X: T.Tensor((parts, M, N), "float32"), Y: T.Tensor((M,), "float32")):
+        with T.Kernel(parts, threads=128) as bp:
+            x = T.alloc_fragment((M, N), "float32")
+            s = T.alloc_fragment((M,), "float32")
+            T.copy(X[bp, 0, 0], x)
+            T.reduce_sum(x, s, dim=1)
+            for i in T.Parallel(M):
+                T.atomic_add(Y[i], s[i])
+
+    x = torch.randn(parts, M, N)
+    y = torch.zeros(M)
+    run(core.compile(partial_rows), x, y)
+    assert_close(y, x.double().sum((0, 2)), reduction_length=parts * N,
+                 op_class="accumulation")
