@@ -76,7 +76,8 @@ class MetalTarget:
     # atomic_float since MSL 3.0), memory_order_relaxed only; fetch_min/max exist for the
     # integer types, not for atomic_float; there is no atomic_half or atomic_bfloat. The
     # (dtype, op) pairs below are native; the float ones outside it are compare-exchange
-    # loops on the aligned 32-bit word that holds the element.
+    # loops on the aligned 32-bit word that holds the element (threadgroup arrays of 16-bit
+    # elements updated so are declared as 32-bit words, for the alignment).
     atomic_native: tuple = (("int32", "add"), ("int32", "max"), ("int32", "min"),
                             ("uint32", "add"), ("uint32", "max"), ("uint32", "min"),
                             ("float32", "add"))

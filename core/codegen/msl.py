@@ -228,6 +228,10 @@ class _KernelPrinter:
         self.align = {}
         self.builtins = set()
         self.helpers = {}          # helper function name -> MSL text (atomics)
+        # threadgroup buffers of 16-bit elements updated by atomics: declared as 32-bit
+        # words (the alignment the compare-exchange on a word needs), used through a pointer
+        self.word_backed = [a.buffer for a in ops.atomics_in(func.body)
+                            if DTYPES[str(a.buffer.ty.dtype)].bits < METAL.atomic_word_bits]
 
     # names
     def ident(self, var) -> str:
@@ -354,6 +358,12 @@ class _KernelPrinter:
         if space is None or size is None:
             raise LoweringError(f"buffer '{buf.name}' in scope {scope} cannot be allocated",
                                 kernel=self.name, construct="MSL printer")
+        if scope == "shared" and any(buf.same_as(b) for b in self.word_backed):
+            t, name = msl_type(buf.ty.dtype), self.ident(buf)
+            per_word = METAL.atomic_word_bits // DTYPES[str(buf.ty.dtype)].bits
+            self.emit(f"threadgroup uint {name}_words[{-(-size // per_word)}];")
+            self.emit(f"threadgroup {t}* {name} = (threadgroup {t}*){name}_words;")
+            return
         self.emit(f"{space}{msl_type(buf.ty.dtype)} {self.ident(buf)}[{size}];")
 
     def loop(self, s):

@@ -15,8 +15,9 @@ Two forms, as in TileLang:
 What MSL offers decides what is accepted (core/target.py `METAL.atomic_*`): int32 and uint32
 add/max/min and float32 add are native; float32 max/min and float16/bfloat16 add/max/min
 are compare-exchange loops on the aligned 32-bit word that holds the element (MSL has no
-atomic_half or atomic_bfloat), on device memory only for the 16-bit types. Only
-memory_order "relaxed" exists for MSL atomics. Anything else is a KernelDefinitionError.
+atomic_half or atomic_bfloat; a threadgroup buffer of 16-bit elements updated by atomics is
+declared as 32-bit words, core/codegen/msl.py). Only memory_order "relaxed" exists for MSL
+atomics. Anything else is a KernelDefinitionError.
 """
 
 from __future__ import annotations
@@ -43,11 +44,6 @@ def supported(dtype: str, kind: str, scope: str) -> str | None:
     if (dtype, kind) in METAL.atomic_native:
         return None
     if dtype in METAL.atomic_cas_dtypes:
-        if DTYPES[dtype].bits < METAL.atomic_word_bits and scope != "global":
-            return (f"MSL has no {DTYPES[dtype].bits}-bit atomics; a {dtype} atomic is a "
-                    "compare-exchange on the 32-bit word holding the element, done on device "
-                    "memory only (a threadgroup array of 16-bit elements has no 4-byte "
-                    "alignment guarantee); accumulate in a float32 T.alloc_shared buffer")
         return None
     allowed = sorted({d for d, _ in METAL.atomic_native if _ == kind} |
                      set(METAL.atomic_cas_dtypes))

@@ -83,8 +83,9 @@ def test_native_and_compare_exchange_forms_in_the_msl():
     assert "atomic_fetch_max_explicit((device atomic_int*)&S[" in imax
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("dtype", ("int32", "uint32", "float32"))
+@pytest.mark.parametrize("kind, dtype", [(k, d) for k in KINDS
+                                          for d in ("int32", "uint32", "float32")] +
+                         [(k, d) for k in ("max", "min") for d in ("float16", "bfloat16")])
 def test_scalar_atomics_on_threadgroup_memory(run, kind, dtype):
     """A per-threadgroup histogram-like accumulation in shared memory, then copied out: the
     planner must put a barrier between the atomics and the copy, none among the atomics."""
@@ -110,8 +111,8 @@ def test_scalar_atomics_on_threadgroup_memory(run, kind, dtype):
     out = torch.zeros((3, N), dtype=a.dtype)
     run(kernel, a, out)
     G = -(-M // bM)
-    pad = torch.full((G * bM - M, N), init, dtype=torch.int64 if dtype != "float32"
-                     else torch.float64)
+    wide = torch.float64 if dtype.startswith(("float", "bfloat")) else torch.int64
+    pad = torch.full((G * bM - M, N), init, dtype=wide)
     padded = torch.cat([a.to(pad.dtype), pad]).reshape(G, bM, N)
     base = torch.full((G, N), init, dtype=pad.dtype)
     if kind == "add":
@@ -227,8 +228,8 @@ def test_plain_store_racing_atomics_is_a_race_finding():
     (lambda: _bad_dst("local", "float32"), "atomics update device (T.Tensor) or threadgroup"),
     (lambda: _bad_dst("global", "int8"), "int8 has no atomic add"),
     (lambda: _bad_dst("global", "int64"), "int64 has no atomic add"),
-    (lambda: _bad_dst("shared", "float16"), "device memory only"),
     (lambda: _bad_dst("global", "float16", n=7), "even number of elements"),
+    (lambda: _bad_dst("shared", "bfloat16", n=5), "even number of elements"),
     (lambda: _bad_dst("global", "float32", memory_order="acquire"), "relaxed only"),
     (lambda: _bad_dst("global", "float32", tile=True, return_prev=True), "scalar form"),
 ])
@@ -275,4 +276,27 @@ def test_scalar_atomics_from_a_replicated_reduction_add_once(run):
     y = torch.zeros(M)
     run(core.compile(partial_rows), x, y)
     assert_close(y, x.double().sum((0, 2)), reduction_length=parts * N,
+                 op_class="accumulation")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16_bit_atomic_add_on_threadgroup_memory(run, dtype):
+    """A threadgroup array of 16-bit elements updated by atomics is declared as 32-bit words
+    (the compare-exchange works on the word holding the element)."""
+    N, parts = 10, 3
+
+    @T.prim_func
+    def tg_add(X: T.Tensor((parts, N), dtype), Y: T.Tensor((N,), dtype)):
+        with T.Kernel(1, threads=32):
+            acc = T.alloc_shared((N,), dtype)
+            T.clear(acc)
+            for p, j in T.Parallel(parts, N):
+                T.atomic_add(acc[j], X[p, j])
+            T.copy(acc, Y)
+
+    kernel = core.compile(tg_add, out_idx=[1])
+    assert "threadgroup uint acc_words[5];" in kernel.msl
+    x = rand((parts, N), dtype)
+    y = run(kernel, x)
+    assert_close(y, x.double().sum(0), dtype=dtype, reduction_length=parts,
                  op_class="accumulation")
