@@ -101,11 +101,12 @@ class _KernelUses:
     parallel: list              # buffers accessed inside T.Parallel loops that need
                                 # their accumulators staged whole
     chunkable: list             # T.Parallel loops over one accumulator alone, at its shape
+    parallel_loops: list        # every T.Parallel nest's (outer loop, buffers it touches)
     others: list                # other tile-op calls (tl.fill excepted)
 
     @classmethod
     def of(cls, body) -> "_KernelUses":
-        uses = cls({}, 0, [], [], [], [], [])
+        uses = cls({}, 0, [], [], [], [], [], [])
 
         def visit(s):
             if isinstance(s, tirx.AllocBuffer):
@@ -127,7 +128,6 @@ class _KernelUses:
                     not ops.is_tile_call(s.value, "tl.fill"):
                 uses.others.append(s.value)
 
-        uses.parallel_loops = []
         walk(body, visit)
         inner = [loop.body for loop, _ in uses.parallel_loops]  # nests count once
         for loop, touched in uses.parallel_loops:

@@ -10,6 +10,8 @@ check, against torch:
   - C in device memory (Metal 4 cooperative tensors in TileLang) is a clear error.
 """
 
+import re
+
 import pytest
 import torch
 
@@ -236,3 +238,33 @@ def test_ragged_float32_output_stores_inner_tiles_directly(run, M, N):
     assert_close(c, oracle(a, b), dtype="float16", reduction_length=K, op_class="accumulation")
     report = check_barriers(kernel, (a, b, torch.zeros(M, N)))
     assert report.ok, report.summary()
+
+
+def test_address_space_port(run):
+    """TileLang's test_metal_address_space.py kernel (our words, sizes cut for the CPU): a
+    whole shared accumulator, a T.serial k loop, 64 threads; every pointer the MSL casts is
+    qualified with its address space."""
+    M = N = K = 64
+    BM = BN = 16
+    BK = 8
+
+    @T.prim_func
+    def kernel(A: T.Tensor((M, K), T.float16), B: T.Tensor((K, N), T.float16),
+               C: T.Tensor((M, N), T.float32)):
+        with T.Kernel(T.ceildiv(N, BN), T.ceildiv(M, BM), threads=64) as (bx, by):
+            As = T.alloc_shared((BM, BK), T.float16)
+            Bs = T.alloc_shared((BK, BN), T.float16)
+            Cl = T.alloc_shared((BM, BN), T.float32)
+            T.clear(Cl)
+            for k in T.serial(T.ceildiv(K, BK)):
+                T.copy(A[by * BM, k * BK], As)
+                T.copy(B[k * BK, bx * BN], Bs)
+                T.gemm(As, Bs, Cl)
+            T.copy(Cl, C[by * BM, bx * BN])
+
+    compiled = core.compile(kernel)
+    assert not re.findall(r"\((?:half\d*|char|void|float\d*)\*\)", compiled.msl)
+    a, b = rand((M, K), "float16"), rand((K, N), "float16")
+    c = torch.zeros(M, N)
+    run(compiled, a, b, c)
+    assert_close(c, oracle(a, b), dtype="float16", reduction_length=K, op_class="accumulation")
