@@ -82,6 +82,9 @@ class MetalTarget:
                             ("uint32", "add"), ("uint32", "max"), ("uint32", "min"),
                             ("float32", "add"))
     atomic_cas_dtypes: tuple = ("float32", "float16", "bfloat16")
+    # atomic_float is used on device memory only: on threadgroup memory float atomics are
+    # compiled as compare-exchange on the bits (as other MSL producers do, e.g. Metal.jl)
+    atomic_float_native_spaces: tuple = ("device",)
     atomic_word_bits: int = 32
 
     @property

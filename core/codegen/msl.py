@@ -602,7 +602,9 @@ class _KernelPrinter:
         index = self.expr(a.element.indices[0])
         name = self.ident(buf)
         value = self.expr(a.value)
-        if (dtype, a.kind) in METAL.atomic_native:
+        native = (dtype, a.kind) in METAL.atomic_native and (
+            not DTYPES[dtype].is_float or space in METAL.atomic_float_native_spaces)
+        if native:
             return ATOMIC_NATIVE.format(kind=a.kind, space=space, atype=ATOMIC_TYPES[dtype],
                                         elem=f"{name}[{index}]", value=value)
         t = msl_type(dtype)
