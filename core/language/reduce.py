@@ -72,8 +72,13 @@ def _staged(region, construct):
     return frag
 
 
-def _reduce(kind, src, dst, dim, clear, batch=1, construct=None):
+def _reduce(kind, src, dst, dim, clear, batch=1, construct=None, nan_propagate=False):
     construct = construct or f"T.reduce_{kind}"
+    if nan_propagate:
+        raise KernelDefinitionError(
+            "nan_propagate=True is not supported: Metal's max/min return the other operand "
+            "of a NaN (TileLang implements the flag on CUDA only); allowed: False",
+            construct=construct)
     if kind not in KINDS:
         raise KernelDefinitionError(f"reduce_type {kind!r} is not supported; allowed: "
                                     f"{', '.join(KINDS)}", construct=construct)
@@ -124,7 +129,8 @@ def _reduce(kind, src, dst, dim, clear, batch=1, construct=None):
 def reduce(buffer, out, reduce_type, dim=-1, clear=True, batch=1, nan_propagate=False,
            annotations=None):
     """out := reduce_type-reduction of buffer over `dim` (TileLang's generic T.reduce)."""
-    _reduce(str(reduce_type), buffer, out, dim, clear, batch, construct="T.reduce")
+    _reduce(str(reduce_type), buffer, out, dim, clear, batch, construct="T.reduce",
+            nan_propagate=nan_propagate)
 
 
 def reduce_sum(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
@@ -135,13 +141,13 @@ def reduce_sum(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
 def reduce_max(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False,
                annotations=None):
     """out := max over `dim` of buffer (clear=False: max(out, max))."""
-    _reduce("max", buffer, out, dim, clear, batch)
+    _reduce("max", buffer, out, dim, clear, batch, nan_propagate=nan_propagate)
 
 
 def reduce_min(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False,
                annotations=None):
     """out := min over `dim` of buffer (clear=False: min(out, min))."""
-    _reduce("min", buffer, out, dim, clear, batch)
+    _reduce("min", buffer, out, dim, clear, batch, nan_propagate=nan_propagate)
 
 
 def reduce_abssum(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
@@ -152,7 +158,7 @@ def reduce_abssum(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
 def reduce_absmax(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False,
                   annotations=None):
     """out := max over `dim` of |buffer| (clear=False: max(out, max |x|))."""
-    _reduce("absmax", buffer, out, dim, clear, batch)
+    _reduce("absmax", buffer, out, dim, clear, batch, nan_propagate=nan_propagate)
 
 
 # ---- reducers: T.alloc_reducer / T.finalize_reducer (TileLang's GEMV pattern) ----------

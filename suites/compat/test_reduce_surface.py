@@ -158,6 +158,8 @@ def test_generic_reduce_matches_the_named_ones(run):
 @pytest.mark.parametrize("call, message", [
     (lambda x, y: T.reduce(x, y, "prod", 1, True), "reduce_type 'prod' is not supported"),
     (lambda x, y: T.reduce_sum(x, y, dim=1, batch=0), "batch=0 must be a positive int"),
+    (lambda x, y: T.reduce_max(x, y, dim=1, nan_propagate=True),
+     "nan_propagate=True is not supported"),
 ])
 def test_reduce_errors(call, message):
     def build():
