@@ -72,6 +72,20 @@ class MetalTarget:
     matrix_dtypes: tuple = ("float32", "float16", "bfloat16")
     simd_shuffle_dtypes: tuple = ("float32", "float16", "int32", "uint32", "int16",
                                   "uint16", "int8", "uint8", "bool")  # not bfloat
+    # Atomics (MSL spec, "Atomic functions"): 32-bit objects only (atomic_int, atomic_uint,
+    # atomic_float since MSL 3.0), memory_order_relaxed only; fetch_min/max exist for the
+    # integer types, not for atomic_float; there is no atomic_half or atomic_bfloat. The
+    # (dtype, op) pairs below are native; the float ones outside it are compare-exchange
+    # loops on the aligned 32-bit word that holds the element (threadgroup arrays of 16-bit
+    # elements updated so are declared as 32-bit words, for the alignment).
+    atomic_native: tuple = (("int32", "add"), ("int32", "max"), ("int32", "min"),
+                            ("uint32", "add"), ("uint32", "max"), ("uint32", "min"),
+                            ("float32", "add"))
+    atomic_cas_dtypes: tuple = ("float32", "float16", "bfloat16")
+    # atomic_float is used on device memory only: on threadgroup memory float atomics are
+    # compiled as compare-exchange on the bits (as other MSL producers do, e.g. Metal.jl)
+    atomic_float_native_spaces: tuple = ("device",)
+    atomic_word_bits: int = 32
 
     @property
     def msl_version_text(self) -> str:

@@ -37,11 +37,29 @@ LIMITS = {
     "copy": "edge tiles masked; a gemm accumulator is staged through threadgroup memory; "
             + _HINTS.format("coalesced_width, disable_tma, eviction_policy"),
     "gemm": "A and B in shared memory or fragments of one float dtype, C a float32 "
-            "fragment; tiles multiples of 8; threads a multiple of 32 that splits the "
-            "tiles evenly; staging within 32 KiB; " + _HINTS.format("policy, k_pack, wg_wait"),
+            "fragment or shared tile (C in device memory is rejected); tiles multiples of 8; "
+            "threads a multiple of 32 that splits the tiles evenly; staging within 32 KiB "
+            "(epilogues over the accumulator alone run in chunks); "
+            + _HINTS.format("policy, k_pack, wg_wait"),
     "GemmWarpPolicy": "accepted; the lowering picks the simdgroup partition",
-    "reduce_sum": "fragment or local source and destination; float32/float16/bfloat16/"
-                  "int32; combining groups must divide the thread count",
+    "reduce_sum": "fragment, local or shared source and destination; float32/float16/"
+                  "bfloat16/int32/int64/uint32; combining groups must divide the thread "
+                  "count; `batch=` is accepted and changes nothing; nan_propagate=True is "
+                  "rejected",
+    "atomic_add": "device or threadgroup destination, scalar or tile form; int32/uint32 "
+                  "native, float32 native on device memory, else (float32 on threadgroup "
+                  "memory, float16, bfloat16) a compare-exchange on the 32-bit word; "
+                  "int64/int8/uint8/bool rejected; memory_order 'relaxed' only",
+    "atomic_max": "as atomic_add; float max/min are compare-exchange loops (MSL has no "
+                  "atomic_float min/max)",
+    "atomic_addx2": "2 (x4: 4) scalar atomics: MSL has no vector atomics",
+    "alloc_reducer": "threads a power of two up to 32 or whole simdgroups; "
+                     "T.comm_reducer / T.tvm_thread_allreduce are not supported",
+    "annotate_layout": "checked (the buffer's shape, a bijection), then without effect: "
+                       "buffers stay row-major; any layout on a fragment is rejected",
+    "Layout": "for T.annotate_layout on shared or global buffers only",
+    "Fragment": "exists; annotating a fragment's layout is rejected (metaltile lays "
+                "fragments out itself)",
     "transpose": "2-D threadgroup (T.alloc_shared) tiles only; a fragment is rejected",
     "use_swizzle": "orders 'row' and 'column' on 2-D grids (the real remapping of block "
                    "indices); order='mlx' is rejected",
@@ -59,7 +77,10 @@ LIMITS = {
 for _alias, _of in (("reduce_max", "reduce_sum"), ("reduce_min", "reduce_sum"),
                     ("reduce_abssum", "reduce_sum"), ("reduce_absmax", "reduce_sum"),
                     ("Serial", "serial"), ("Unroll", "unroll"), ("symbolic", "dynamic"),
-                    ("Buffer", "Tensor"), ("alloc_local", "alloc_fragment")):
+                    ("Buffer", "Tensor"), ("alloc_local", "alloc_fragment"),
+                    ("reduce", "reduce_sum"), ("atomic_min", "atomic_max"),
+                    ("atomic_addx4", "atomic_addx2"), ("finalize_reducer", "alloc_reducer"),
+                    ("make_swizzled_layout", "annotate_layout")):
     LIMITS.setdefault(_alias, LIMITS[_of])
 
 GROUP_TITLES = {

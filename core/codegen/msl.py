@@ -36,7 +36,7 @@ from core.ir import ops
 from core.ir.matrix import MATRIX_SCOPE
 from core.ir.stmt import as_int, loads
 from core.language.errors import LoweringError
-from core.target import DTYPES
+from core.target import DTYPES, METAL
 
 # ---- Metal vocabulary ---------------------------------------------------------------------
 
@@ -82,6 +82,32 @@ MATRIX_CALLS = {  # TIR op -> MSL, formatted with the printed arguments ({t}: el
     "tl.simdgroup_load": "simdgroup_load({0}, {1}, {2}, ulong2({3}, {4}), {5})",
     "tl.simdgroup_store": "simdgroup_store({0}, {1}, {2}, ulong2({3}, {4}), {5})",
     "tl.simdgroup_mma": "simdgroup_multiply_accumulate({0}, {1}, {2}, {3})",
+}
+# Atomics (core/language/atomic.py, METAL.atomic_*): native ones are one call on the MSL
+# atomic type; the others a compare-exchange helper on the 32-bit word holding the element.
+ATOMIC_TYPES = {"int32": "atomic_int", "uint32": "atomic_uint", "float32": "atomic_float"}
+ATOMIC_NATIVE = ("atomic_fetch_{kind}_explicit(({space} {atype}*)&{elem}, {value}, "
+                 "memory_order_relaxed)")
+ATOMIC_COMBINE = {"add": "{a} + {b}", "max": "max({a}, {b})", "min": "min({a}, {b})"}
+ATOMIC_WORD_HELPER = """
+// Atomic {kind} on a {t} in {space} memory: compare-exchange on the 32-bit word that holds it
+// (MSL has no atomic of this type); returns the element's value before the update.
+inline {t} {name}({space} atomic_uint* word, uint shift, {t} v) {{
+  uint old = atomic_load_explicit(word, memory_order_relaxed);
+  while (true) {{
+    const {t} cur = {unpack};
+    const {t} next = {t}({combined});
+    const uint repl = {pack};
+    if (atomic_compare_exchange_weak_explicit(word, &old, repl, memory_order_relaxed,
+                                              memory_order_relaxed))
+      return cur;
+  }}
+}}
+"""
+ATOMIC_PACKING = {  # element bits -> (unpack the element from `old`, pack `next` into it)
+    32: ("as_type<{t}>(old)", "as_type<uint>(next)"),
+    16: ("as_type<{t}>(ushort(old >> shift))",
+         "(old & ~(0xFFFFu << shift)) | (uint(as_type<ushort>(next)) << shift)"),
 }
 KERNEL_ATTRS = "[[kernel, max_total_threads_per_threadgroup({n})]]"
 ARGS_PARAM = "constant {struct}& args [[buffer({index})]]"
@@ -209,6 +235,11 @@ class _KernelPrinter:
         self.needs_floor = False
         self.align = {}
         self.builtins = set()
+        self.helpers = {}          # helper function name -> MSL text (atomics)
+        # threadgroup buffers of 16-bit elements updated by atomics: declared as 32-bit
+        # words (the alignment the compare-exchange on a word needs), used through a pointer
+        self.word_backed = [a.buffer for a in ops.atomics_in(func.body)
+                            if DTYPES[str(a.buffer.ty.dtype)].bits < METAL.atomic_word_bits]
 
     # names
     def ident(self, var) -> str:
@@ -334,6 +365,12 @@ class _KernelPrinter:
         if space is None or size is None:
             raise LoweringError(f"buffer '{buf.name}' in scope {scope} cannot be allocated",
                                 kernel=self.name, construct="MSL printer")
+        if scope == "shared" and any(buf.same_as(b) for b in self.word_backed):
+            t, name = msl_type(buf.ty.dtype), self.ident(buf)
+            per_word = METAL.atomic_word_bits // DTYPES[str(buf.ty.dtype)].bits
+            self.emit(f"threadgroup uint {name}_words[{-(-size // per_word)}];")
+            self.emit(f"threadgroup {t}* {name} = (threadgroup {t}*){name}_words;")
+            return
         self.emit(f"{space}{msl_type(buf.ty.dtype)} {self.ident(buf)}[{size}];")
 
     def loop(self, s):
@@ -601,6 +638,8 @@ class _KernelPrinter:
         if op in MATRIX_CALLS:
             t = msl_type(args[0].source.ty.dtype)
             return MATRIX_CALLS[op].format(*(self.expr(a) for a in args), t=t)
+        if op == "tl.atomic":
+            return self.atomic(ops.decode_atomic(e))
         if op == "tirx.reinterpret":
             return f"as_type<{msl_type(e.ty.dtype)}>({self.expr(args[0])})"
         if op == "tirx.address_of":
@@ -612,19 +651,49 @@ class _KernelPrinter:
         raise LoweringError(f"call of {op} has no MSL form", kernel=self.name,
                             construct="MSL printer")
 
+    def atomic(self, a):
+        buf = a.buffer
+        dtype = str(buf.ty.dtype)
+        space = ADDRESS_SPACES[self.scope.get(buf, "global")]
+        index = self.expr(a.element.indices[0])
+        name = self.ident(buf)
+        value = self.expr(a.value)
+        native = (dtype, a.kind) in METAL.atomic_native and (
+            not DTYPES[dtype].is_float or space in METAL.atomic_float_native_spaces)
+        if native:
+            return ATOMIC_NATIVE.format(kind=a.kind, space=space, atype=ATOMIC_TYPES[dtype],
+                                        elem=f"{name}[{index}]", value=value)
+        t = msl_type(dtype)
+        nbits = DTYPES[dtype].bits
+        per_word = METAL.atomic_word_bits // nbits
+        helper = f"tl_atomic_{a.kind}_{space}_{t}"
+        if helper not in self.helpers:
+            unpack, pack = ATOMIC_PACKING[nbits]
+            wide = "float" if nbits < 32 else t
+            combined = ATOMIC_COMBINE[a.kind].format(a=f"{wide}(cur)", b=f"{wide}(v)")
+            self.helpers[helper] = ATOMIC_WORD_HELPER.format(
+                kind=a.kind, t=t, space=space, name=helper, unpack=unpack.format(t=t),
+                pack=pack, combined=combined)
+        if per_word == 1:
+            return f"{helper}(({space} atomic_uint*)&{name}[{index}], 0u, {value})"
+        return (f"{helper}(({space} atomic_uint*){name} + ({index}) / {per_word}, "
+                f"uint(({index}) % {per_word}) * {nbits}u, {value})")
+
 
 def print_program(program) -> tuple[str, dict]:
     """(MSL library text, {kernel name: KernelSpec}) for a LoweredProgram."""
-    kernels, specs, needs_floor = [], {}, False
+    kernels, specs, needs_floor, helpers = [], {}, False, {}
     for name, func in program.device.items():
         printer = _KernelPrinter(func)
         text, spec = printer.print()
         needs_floor |= printer.needs_floor
+        helpers.update(printer.helpers)
         kernels.append((spec, text))
         specs[name] = spec
     parts = [PRELUDE]
     if needs_floor:
         parts.append(FLOOR_HELPERS)
+    parts.extend(helpers[k] for k in sorted(helpers))
     for spec, text in kernels:
         if spec.args is not None:
             parts.append(_args_struct_decl(spec.args) + "\n")

@@ -11,6 +11,8 @@ A simdgroup matrix load/store (`Footprint.of_tile`) touches its whole 8x8 tile a
 point, as one unit per simdgroup.
 
 `may_race(a, b)`: could two *different* threads touch one element, one of them writing?
+Two atomic updates (`atomic=True`, T.atomic_*) never race with each other; an atomic and a
+plain access do.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class Footprint:
     # inside it), see `carried_over`.
     loops: dict = field(default_factory=dict)
     match: frozenset | None = None
+    atomic: bool = False                   # an atomic update (a write that orders itself)
     _summary: tuple | None = field(default=None, repr=False)
 
     @property
@@ -114,7 +117,7 @@ class Footprint:
 
 
 def may_race(a: Footprint, b: Footprint) -> bool:
-    if not a.buffer.same_as(b.buffer) or not (a.write or b.write):
+    if not a.buffer.same_as(b.buffer) or not (a.write or b.write) or (a.atomic and b.atomic):
         return False
     if a.unknown or b.unknown:
         return True

@@ -13,6 +13,14 @@ Each tile op is a TIR `Op` registered from Python (`tvm.ir.register_op_attr`), u
     tl.reduce(src, dst, kind, dim, clear)          dst (op)= reduce over `dim` of src (whole
                                                     buffers; kind "sum"/"max"/"min"/"abssum"/
                                                     "absmax"; core/transform/lower_reduce.py)
+    tl.atomic_tile(src_region, dst_region, kind)    dst (op)= src element-wise, each update one
+                                                    atomic (kind "add"/"max"/"min")
+    tl.finalize_reducer(region)                     combine every thread's copy of a reducer
+                                                    (T.alloc_reducer, a local buffer annotated
+                                                    tl.reducer with its op)
+    tl.atomic(kind, dst_element, value)             one atomic update of the BufferLoad
+                                                    `dst_element`; its value is the element
+                                                    before the update (dtype: dst's)
     tl.threadgroup_barrier()                        (lowered) threadgroup_barrier(mem_threadgroup)
     tl.simd_shuffle_xor(value, mask)                (lowered) value of lane (lane ^ mask)
 
@@ -24,14 +32,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
+import tvm_ffi
 from tvm.ir import Op, register_op_attr
 
-TILE_OPS = ("tl.region", "tl.copy", "tl.fill", "tl.parallel_scope", "tl.gemm", "tl.reduce")
+TILE_OPS = ("tl.region", "tl.copy", "tl.fill", "tl.parallel_scope", "tl.gemm", "tl.reduce",
+            "tl.atomic_tile", "tl.finalize_reducer")
 # Lowered (non-tile) intrinsics of our own, printed by the MSL printer.
 INTRINSICS = ("tl.threadgroup_barrier",
               # simdgroup 8x8 matrices (core/ir/matrix.py)
               "tl.simdgroup_fill", "tl.simdgroup_load", "tl.simdgroup_store", "tl.simdgroup_mma",
-              "tl.simd_shuffle_xor")  # reductions (core/transform/lower_reduce.py)
+              "tl.simd_shuffle_xor",  # reductions (core/transform/lower_reduce.py)
+              "tl.atomic")            # T.atomic_add/max/min (core/language/atomic.py)
 _OPAQUE = 3  # CallEffectKind.Opaque: never removed or reordered by TVM's passes
 
 for _name in TILE_OPS + INTRINSICS:
@@ -112,3 +123,41 @@ def is_barrier(stmt) -> bool:
 
 def is_tile_call_any(node, name: str) -> bool:
     return isinstance(node, tvm.ir.Call) and isinstance(node.op, Op) and node.op.name == name
+
+
+@dataclass(frozen=True)
+class Atomic:
+    """A decoded `tl.atomic(kind, dst_element, value)` call."""
+
+    kind: str               # "add" | "max" | "min"
+    element: object         # BufferLoad of the updated element
+    value: object
+
+    @property
+    def buffer(self):
+        return self.element.source
+
+
+def atomic_call(kind: str, element, value):
+    return call("tl.atomic", tvm.ir.StringImm(kind), element, value,
+                dtype=buffer_dtype(element.source))
+
+
+def decode_atomic(expr) -> Atomic | None:
+    if not is_tile_call_any(expr, "tl.atomic"):
+        return None
+    kind, element, value = expr.args
+    return Atomic(str(kind.value), element, value)
+
+
+def atomics_in(node) -> list:
+    """Every `tl.atomic` call inside `node` (a statement or expression), decoded."""
+    found = []
+
+    def visit(e):
+        a = decode_atomic(e)
+        if a is not None:
+            found.append(a)
+
+    tvm_ffi.structural_walk(node, (tvm.ir.Call, visit))
+    return found

@@ -6,6 +6,8 @@ Parsing goes through TVMScript (frontend.py); tile ops are TIR ops (core/ir/ops.
 
 from tvm.script import tirx as _tvm_script
 
+from core.language.atomic import (atomic_add, atomic_addx2, atomic_addx4, atomic_max,
+                                  atomic_min)
 from core.language.buffers import (Tensor, alloc_fragment, alloc_local, alloc_shared,
                                    alloc_var, dynamic, symbolic)
 from core.language.eager import TensorType as _TensorType
@@ -16,6 +18,7 @@ from core.language.gemm import GemmWarpPolicy, gemm
 from core.language.kernel import (Kernel, get_block_binding, get_block_bindings,
                                   get_block_extent, get_block_extents, get_thread_binding,
                                   get_thread_bindings, get_thread_extent, get_thread_extents)
+from core.language.layout import Fragment, Layout, annotate_layout, make_swizzled_layout
 from core.language.loops import Parallel, Pipelined, Serial, Unroll, serial, unroll
 from core.language.math import (abs, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, cast,
                                 cdiv, ceil, ceildiv, clamp, cos, exp, exp2, floor, floordiv,
@@ -24,8 +27,8 @@ from core.language.math import (abs, bitwise_and, bitwise_not, bitwise_or, bitwi
                                 reinterpret, round, rsqrt, shift_left, shift_right, sigmoid,
                                 sin, sqrt, tanh, trunc)
 from core.language.quant import decode_e2m1, decode_e4m3
-from core.language.reduce import (reduce_absmax, reduce_abssum, reduce_max, reduce_min,
-                                  reduce_sum)
+from core.language.reduce import (alloc_reducer, finalize_reducer, reduce, reduce_absmax,
+                                  reduce_abssum, reduce_max, reduce_min, reduce_sum)
 from core.language.swizzle import use_swizzle
 from core.language.tileops import clear, copy, fill, transpose
 

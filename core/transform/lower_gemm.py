@@ -16,9 +16,17 @@ accumulator C [M, N] becomes `AccumulatorLayout.count` simdgroup matrices per si
                        transpose flag) and multiply-accumulates its sm x sn C matrices.
                        A or B in a fragment is first copied into a threadgroup buffer of
                        its own dtype and shape; clear_accum fills C with zeros first.
+    T.gemm(A, B, C_s)  C_s a float32 threadgroup tile (T.alloc_shared, TileLang's Metal
+                       path): the simdgroups load their matrices of C_s (clear_accum: fill
+                       zeros), multiply-accumulate as above, and simdgroup_store them back
+                       at C_s's row stride; every other use of C_s is plain memory.
     T.fill / T.clear   make_filled_simdgroup_matrix.
     T.copy(C, dst)     simdgroup_store straight into dst when dst is float32 threadgroup
                        memory, or float32 device memory that provably holds the whole tile;
+                       into float32 device memory that may end inside the tile, each 8x8
+                       matrix wholly inside straight there, one wholly outside nowhere, and
+                       the ones across the edge through the stage (an element-wise copy of
+                       just their elements, masked; no stage when no tile can straddle);
                        otherwise into a float32 threadgroup staging buffer, then an
                        element-wise T.copy of it that converts the dtype and masks the
                        edges. When the whole [M, N] stage does not fit into threadgroup
@@ -26,7 +34,9 @@ accumulator C [M, N] becomes `AccumulatorLayout.count` simdgroup matrices per si
                        threadgroup memory goes through it in chunks of rows.
     T.copy(src, C)     the reverse (simdgroup_load, directly or from the stage).
     T.Parallel over C  C is stored to its stage, the loop runs on the stage, and C is
-                       loaded back if the loop wrote it.
+                       loaded back if the loop wrote it. A T.Parallel at C's shape that
+                       touches no other fragment runs in chunks of rows when the whole stage
+                       does not fit (a ReLU over a 128x128 accumulator).
 A float accumulator is never stored through a pointer of another element type. Barriers
 are not placed here: stages are ordinary threadgroup buffers, and the planner
 (thread_sync) sees the matrix loads and stores as whole-tile accesses.
@@ -49,7 +59,8 @@ from tvm.sym import Analyzer
 
 from core.ir import matrix, ops
 from core.ir.matrix import TILE, AccumulatorLayout
-from core.ir.stmt import as_int, loads, rewrite, seq, walk
+from core.ir.stmt import as_int, loads, rewrite, seq, substitute, walk
+from core.language.buffers import FRAGMENT
 from core.language.dtypes import bits
 from core.language.errors import LoweringError
 from core.target import METAL
@@ -87,12 +98,15 @@ class _KernelUses:
     shared_bytes: int           # the kernel's own threadgroup buffers
     gemms: list                 # tl.gemm calls
     copies: list                # (src, dst) Regions of every tl.copy
-    parallel: list              # buffers accessed inside T.Parallel loops
+    parallel: list              # buffers accessed inside T.Parallel loops that need
+                                # their accumulators staged whole
+    chunkable: list             # T.Parallel loops over one accumulator alone, at its shape
+    parallel_loops: list        # every T.Parallel nest's (outer loop, buffers it touches)
     others: list                # other tile-op calls (tl.fill excepted)
 
     @classmethod
     def of(cls, body) -> "_KernelUses":
-        uses = cls({}, 0, [], [], [], [])
+        uses = cls({}, 0, [], [], [], [], [], [])
 
         def visit(s):
             if isinstance(s, tirx.AllocBuffer):
@@ -101,19 +115,41 @@ class _KernelUses:
                 elif ops.buffer_scope(s.buffer) == "shared":
                     uses.shared_bytes += _nbytes(s.buffer.ty.shape, ops.buffer_dtype(s.buffer))
             elif isinstance(s, tirx.For) and s.kind == tirx.ForKind.PARALLEL:
-                uses.parallel.extend(ld.source for ld in loads(s))
-                walk(s, lambda t: uses.parallel.append(t.buffer)
+                touched = [ld.source for ld in loads(s)]
+                walk(s, lambda t: touched.append(t.buffer)
                      if isinstance(t, tirx.BufferStore) else None)
+                uses.parallel_loops.append((s, touched))
             elif isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.gemm"):
                 uses.gemms.append(s.value)
-            elif isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.copy"):
+            elif isinstance(s, tirx.Evaluate) and (ops.is_tile_call(s.value, "tl.copy") or
+                                                   ops.is_tile_call(s.value, "tl.atomic_tile")):
                 uses.copies.append(_regions(s.value))
             elif isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value) and \
                     not ops.is_tile_call(s.value, "tl.fill"):
                 uses.others.append(s.value)
 
         walk(body, visit)
+        inner = [loop.body for loop, _ in uses.parallel_loops]  # nests count once
+        for loop, touched in uses.parallel_loops:
+            if any(loop.same_as(b) for b in inner):
+                continue
+            accs = {b: None for b in touched if b in uses.accumulators}
+            frags = {b: None for b in touched if ops.buffer_scope(b) == FRAGMENT}
+            if len(accs) == 1 and len(frags) == 1 and \
+                    _extents(loop) == tuple(int(d) for d in next(iter(accs)).ty.shape):
+                uses.chunkable.append(loop)
+            else:
+                uses.parallel.extend(accs)
         return uses
+
+
+def _extents(loop) -> tuple:
+    """Extents of a T.Parallel nest (PARALLEL loops directly inside each other)."""
+    out = []
+    while isinstance(loop, tirx.For) and loop.kind == tirx.ForKind.PARALLEL:
+        out.append(as_int(loop.extent))
+        loop = loop.body
+    return tuple(out)
 
 
 def _regions(call) -> list:
@@ -130,6 +166,7 @@ class GemmLowering:
         self.accumulators = {}      # fragment buffer -> _Accumulator
         self.operand_stages = {}    # fragment buffer -> threadgroup copy (gemm operands)
         self.operand_mats = {}      # (dtype, count, role) -> MATRIX_SCOPE buffer
+        self.shared_accumulators = {}  # (threadgroup C buffer, tile) -> _Accumulator
         self.allocations = []       # AllocBuffers to place at the start of the kernel
         self._plan(body)
 
@@ -223,6 +260,9 @@ class GemmLowering:
             return None
         if name == "tl.copy":
             return self.copy(*regions)
+        if name == "tl.atomic_tile" and regions[0].buffer in self.accumulators:
+            return self.copy_out(self.accumulators[regions[0].buffer], regions[1],
+                                 atomic=str(s.value.args[2].value))
         if name == "tl.fill":
             return self.fill(self.accumulators[accs[0].buffer], s.value.args[1])
         self._unsupported(name, accs[0].name)
@@ -236,7 +276,14 @@ class GemmLowering:
     def gemm(self, call):
         A, B, C = (ops.decode_region(a) for a in call.args[:3])
         trans_a, trans_b, clear = (bool(as_int(f)) for f in call.args[3:6])
+        if C.scope == "shared":
+            return self.gemm_shared_c(A, B, C, trans_a, trans_b, clear)
         acc = self.accumulators[C.buffer]
+        fill = self.fill(acc, tirx.const(0.0, "float32")) if clear else None
+        return seq([fill, self.mma(A, B, trans_a, trans_b, acc)])
+
+    def mma(self, A, B, trans_a, trans_b, acc):
+        """acc's matrices += op(A) @ op(B), over 8-wide k steps."""
         lay = acc.layout
         pre_a, A = self.operand(A)
         pre_b, B = self.operand(B)
@@ -256,8 +303,27 @@ class GemmLowering:
         step = seq([_for(ia, lay.sm, load_a), _for(jb, lay.sn, load_b),
                     _for(i, lay.sm, _for(j, lay.sn, matrix.mma(
                         c, tirx.BufferLoad(a_mats, [i]), tirx.BufferLoad(b_mats, [j]), c)))])
-        fill = self.fill(acc, tirx.const(0.0, "float32")) if clear else None
-        return seq(pre_a + pre_b + [fill, _for(kk, K // TILE, step)])
+        return seq(pre_a + pre_b + [_for(kk, K // TILE, step)])
+
+    def gemm_shared_c(self, A, B, C, trans_a, trans_b, clear):
+        """T.gemm into a float32 threadgroup tile C (TileLang's Metal path,
+        `C_local = T.alloc_shared(..., accum_dtype)`): each simdgroup loads its matrices of
+        C (or fills them with zeros for clear_accum), multiply-accumulates, and stores them
+        back with simdgroup_store at C's row stride (padded rows included). Threads then
+        read C element-wise in their own layout; the barrier planner orders those reads
+        after the whole 8x8 tiles the simdgroups stored."""
+        tile = tuple(int(d) for d in matrix.operand_tile(C))
+        key = (C.buffer, tile)
+        acc = self.shared_accumulators.get(key)
+        if acc is None:
+            layout = AccumulatorLayout.for_tile(tile, self.k.threads, kernel=self.k.name,
+                                                name=C.name)
+            mats = matrix.matrices(layout.count, "float32", f"{C.name}_mat")
+            self.allocations.append(tirx.AllocBuffer(mats))
+            acc = _Accumulator(C.buffer, layout, mats, tile[0])
+            self.shared_accumulators[key] = acc
+        first = self.fill(acc, tirx.const(0.0, "float32")) if clear else self.load_all(acc, C)
+        return seq([first, self.mma(A, B, trans_a, trans_b, acc), self.store_all(acc, C)])
 
     def operand(self, region):
         """(statements, threadgroup region) holding a gemm operand for simdgroup_load."""
@@ -311,10 +377,19 @@ class GemmLowering:
 
         return self._each_matrix(acc, make)
 
-    def load_all(self, acc, region):
+    def load_all(self, acc, region, chunk=None):
+        """simdgroup_load every matrix from the tile `region` (those of chunk `chunk`, from
+        its rows of the stage, when given)."""
         pointer, stride = self.tile_pointer(region)
-        return self._each_matrix(acc, lambda mat, row, col: matrix.load(mat, pointer, stride,
-                                                                          col, row))
+
+        def make(mat, row, col):
+            if chunk is None:
+                return matrix.load(mat, pointer, stride, col, row)
+            rows = acc.stage_rows
+            return tirx.IfThenElse(tirx.floordiv(row, rows) == chunk, matrix.load(
+                mat, pointer, stride, col, row - chunk * rows if chunk else row), None)
+
+        return self._each_matrix(acc, make)
 
     def fill(self, acc, value):
         if str(value.ty.dtype) != "float32":
@@ -344,18 +419,24 @@ class GemmLowering:
         stage = self.stage(dst_acc)
         return seq([self.k.copy(src, stage), self.load_all(dst_acc, stage)])
 
-    def copy_out(self, acc, dst):
+    def copy_out(self, acc, dst, atomic=None):
+        """T.copy(C, dst); with `atomic`, T.atomic_*(dst, C): always through the stage,
+        whose element-wise copy makes one atomic per element."""
         M, N = acc.layout.shape
         rank = len(dst.buffer.ty.shape)
         dims = _tile_dims(dst)
-        direct = (ops.buffer_dtype(dst.buffer) == "float32" and dims == (rank - 2, rank - 1)
+        direct = (atomic is None and ops.buffer_dtype(dst.buffer) == "float32"
+                  and dims == (rank - 2, rank - 1)
                   and (dst.scope == "shared"
                        or (dst.scope == "global" and self.inside(dst, dims, (M, N)))))
         if direct:
             return self.store_all(acc, dst)
+        if (atomic is None and ops.buffer_dtype(dst.buffer) == "float32" and
+                dims == (rank - 2, rank - 1) and dst.scope == "global" and acc.stage_rows == M):
+            return self.store_edges_staged(acc, dst, dims)
         stage = self.stage(acc)
         if acc.stage_rows == M:
-            return seq([self.store_all(acc, stage), self.k.copy(stage, dst)])
+            return seq([self.store_all(acc, stage), self.k.copy(stage, dst, atomic)])
         # Chunks of stage_rows rows: store the chunk's matrices, copy the chunk out. The
         # chunks are unrolled: which simdgroup writes which stage element changes from
         # chunk to chunk, and the barrier planner sees a loop's iterations as one access set.
@@ -367,17 +448,58 @@ class GemmLowering:
             extents = None if dst.extents is None else tuple(
                 _i32(rows) if d == dims[0] else e for d, e in enumerate(dst.extents))
             part = ops.Region(dst.buffer, tuple(mins), extents)
-            out += [self.store_all(acc, stage, chunk=c), self.k.copy(stage, part)]
+            out += [self.store_all(acc, stage, chunk=c), self.k.copy(stage, part, atomic)]
         return seq(out)
 
-    def inside(self, region, dims, tile) -> bool:
-        """Whether the tile provably lies inside its (global) buffer."""
+    def store_edges_staged(self, acc, dst, dims):
+        """T.copy(C, dst) into float32 device memory that may end inside the tile: each 8x8
+        matrix wholly inside dst is simdgroup_store'd there directly, the others into the
+        stage, from which the threads copy just those tiles' elements, masked at the
+        buffer's edge."""
+        shape = dst.buffer.ty.shape
+        r0, c0 = dst.mins[dims[0]], dst.mins[dims[1]]
+        d_ptr, d_stride = self.tile_pointer(dst)
+
+        def inside(row, col):
+            return tirx.And(r0 + row + TILE <= shape[dims[0]], c0 + col + TILE <= shape[dims[1]])
+
+        def touches(row, col):
+            return tirx.And(r0 + row < shape[dims[0]], c0 + col < shape[dims[1]])
+
+        analyzer = self._analyzer()
+        if all(analyzer.can_prove(tirx.floormod(x, TILE) == 0)
+               for x in (r0, c0, shape[dims[0]], shape[dims[1]])):
+            # no tile straddles the edge: the ones inside are stored, the others dropped
+            return self._each_matrix(acc, lambda mat, row, col: tirx.IfThenElse(
+                inside(row, col), matrix.store(mat, d_ptr, d_stride, col, row), None))
+
+        stage = self.stage(acc)
+        s_ptr, s_stride = self.tile_pointer(stage)
+
+        def make(mat, row, col):
+            return tirx.IfThenElse(inside(row, col),
+                                   matrix.store(mat, d_ptr, d_stride, col, row),
+                                   tirx.IfThenElse(touches(row, col), matrix.store(
+                                       mat, s_ptr, s_stride, col, row), None))
+
+        def edge(tile_idx):
+            row, col = (tirx.floordiv(t, TILE) * TILE for t in tile_idx[-2:])
+            return tirx.Not(inside(row, col))
+
+        return seq([self._each_matrix(acc, make), self.k.copy(stage, dst, when=edge)])
+
+    def _analyzer(self):
         analyzer = Analyzer()
         for v, (lo, ext) in self.k.ranges.items():
             try:
                 analyzer.bind(v, tvm.ir.Range.from_min_extent(lo, ext))
             except Exception:  # noqa: BLE001 - an unbindable range just proves less
                 pass
+        return analyzer
+
+    def inside(self, region, dims, tile) -> bool:
+        """Whether the tile provably lies inside its (global) buffer."""
+        analyzer = self._analyzer()
         shape = region.buffer.ty.shape
         return all(analyzer.can_prove(region.mins[d] + e <= shape[d])
                    for d, e in zip(dims, tile))
@@ -397,6 +519,8 @@ class GemmLowering:
     def parallel(self, loop):
         touched, written = self._touched(loop)
         accs = [self.accumulators[b] for b in touched]
+        if len(accs) == 1 and accs[0].stage_rows < accs[0].layout.shape[0]:
+            return self.parallel_chunks(loop, accs[0], bool(written))
         stages = {a.fragment: self.stage(a).buffer for a in accs}
         pre = [self.store_all(a, self.stage(a)) for a in accs]
 
@@ -413,6 +537,38 @@ class GemmLowering:
         post = [self.load_all(a, self.stage(a)) for a in accs
                 if any(a.fragment.same_as(w) for w in written)]
         return seq(pre + [self.k.parallel(loop)] + post)
+
+
+    def parallel_chunks(self, loop, acc, written):
+        """A T.Parallel(M, N) over an accumulator whose whole float32 stage does not fit
+        (a ReLU over a 128x128 tile): for each chunk of stage_rows rows, store the chunk's
+        matrices, run the loop's rows of the chunk on the stage, load them back if written.
+        Unrolled, as in copy_out: each chunk is its own set of accesses for the planner."""
+        rows, stage = acc.stage_rows, self.stage(acc)
+        row_var = loop.loop_var
+        out = []
+        for c in range(acc.layout.shape[0] // rows):
+            shift = c * rows
+            body = substitute(loop.body, {row_var: row_var + shift}) if shift else loop.body
+
+            def load(ld, shift=shift):
+                if not ld.source.same_as(acc.fragment):
+                    return ld
+                return tirx.BufferLoad(stage.buffer, [ld.indices[0] - shift, *ld.indices[1:]])
+
+            def store(st, shift=shift):
+                if isinstance(st, tirx.BufferStore) and st.buffer.same_as(acc.fragment):
+                    return tirx.BufferStore(stage.buffer, st.value,
+                                            [st.indices[0] - shift, *st.indices[1:]])
+                return st
+
+            body = rewrite(tvm_ffi.structural_map(body, (tvm.ir.TensorLoad, load)), store)
+            part = tirx.For(row_var, _i32(0), _i32(rows), tirx.ForKind.PARALLEL, body,
+                            loop.thread_binding, loop.annotations)
+            out += [self.store_all(acc, stage, chunk=c), self.k.parallel(part)]
+            if written:
+                out.append(self.load_all(acc, stage, chunk=c))
+        return seq(out)
 
 
 def _whole(buf):

@@ -7,8 +7,10 @@ Expects: `tl.reduce(src, dst, kind, dim, clear)` over whole fragment or local bu
 (checked by core/language/reduce.py); fragments carry their layouts (layout_inference): a
 fragment destination has `reduce_layout(source layout, dim)` (core/ir/layout.py), whose
 replicated thread-id bits [lo, hi) are the threads that combine one output element.
-Guarantees: no tl.reduce is left. Accumulation is in float32 for float sources, int32 for
-int32 (wrapping), rounded once on the store to dst; abssum/absmax take |x| per element.
+Guarantees: no tl.reduce is left. Accumulation is in float32 for float sources, in the
+source's own type for integers (wrapping; int64 butterflies shuffle the two 32-bit halves,
+as MSL's simd functions take 32-bit types), rounded once on the store to dst;
+abssum/absmax take |x| per element (x itself for unsigned types).
 For a fragment source, every thread runs the same statements (no barrier or simd function
 under thread-dependent control flow):
 
@@ -52,7 +54,7 @@ from core.language.buffers import FRAGMENT
 from core.language.dtypes import bits
 from core.language.errors import LoweringError
 from core.transform.layout_inference import fragment_layout
-from core.target import METAL
+from core.target import DTYPES, METAL
 
 SIMD_BITS = METAL.simd_width.bit_length() - 1   # thread-id bits below it select the lane
 STAGE = "red_buf"
@@ -67,7 +69,7 @@ def identity(kind: str, dtype: str):
     if kind in ("sum", "abssum"):
         return tirx.const(0, dtype)
     low = kind in ("max", "absmax")
-    if dtype.startswith("int"):
+    if DTYPES[dtype].is_integer:
         return tirx.min_value(dtype) if low else tirx.max_value(dtype)
     return tirx.const(float("-inf") if low else float("inf"), dtype)
 
@@ -79,7 +81,19 @@ def combine(kind: str, a, b):
 
 
 def accumulator_dtype(src_dtype: str) -> str:
-    return "int32" if src_dtype.startswith("int") else "float32"
+    """Integers accumulate in their own type (wrapping), floats in float32."""
+    return src_dtype if DTYPES[src_dtype].is_integer else "float32"
+
+
+def shuffle_xor(value, mask: int, dtype: str):
+    """simd_shuffle_xor of `value`; a 64-bit value (which MSL's simd functions do not take)
+    moves as the two 32-bit halves of a uint2."""
+    if DTYPES[dtype].bits <= 32:
+        return ops.call("tl.simd_shuffle_xor", value, tirx.IntImm("int32", mask), dtype=dtype)
+    halves = tirx.reinterpret("uint32x2", value)
+    moved = ops.call("tl.simd_shuffle_xor", halves, tirx.IntImm("int32", mask),
+                     dtype="uint32x2")
+    return tirx.reinterpret(dtype, moved)
 
 
 def _compress(tid, lo: int, nbits: int):
@@ -160,6 +174,7 @@ class ReduceLowering:
         self.k = kernel
         self.plans = []
         self.stages = {}            # accumulator dtype -> red_buf buffer
+        self.extra = []             # T.finalize_reducer stages
         self._plan(body)
 
     def fail(self, construct, reason):
@@ -188,7 +203,8 @@ class ReduceLowering:
         for p in self.plans:
             if p.stage_elems:
                 need.setdefault(p.acc_dtype, []).append(p)
-        packed = sum(p.stage_elems for ps in need.values() for p in ps) * 4
+        packed = sum(p.stage_elems * DTYPES[p.acc_dtype].bytes for ps in need.values()
+                     for p in ps)
         overlap = shared_bytes + packed > METAL.threadgroup_memory_bytes
         for dtype, ps in need.items():
             offset = 0
@@ -197,7 +213,7 @@ class ReduceLowering:
                 offset += p.stage_elems
             size = max(p.stage_elems for p in ps) if overlap else offset
             self.stages[dtype] = tirx.decl_buffer((size,), dtype, STAGE, scope="shared")
-        total = shared_bytes + sum(int(b.ty.shape[0]) * 4 for b in self.stages.values())
+        total = shared_bytes + self._stage_bytes()
         if total > METAL.threadgroup_memory_bytes:
             self.fail(self.plans[0].construct if self.plans else "T.reduce",
                       f"combining across simdgroups needs {total - shared_bytes} bytes of "
@@ -247,11 +263,57 @@ class ReduceLowering:
             plan.stage_elems += expected.size
         return plan
 
+    def _stage_bytes(self) -> int:
+        return sum(int(b.ty.shape[0]) * DTYPES[str(b.ty.dtype)].bytes
+                   for b in self.stages.values())
+
+    def finalize(self, buf, kind):
+        """T.finalize_reducer: every element of the reducer `buf` (a local array on every
+        thread) := the combination of all threads' copies, on every thread. A butterfly over
+        the lanes, then (more than one simdgroup) lane 0 of each publishes its partials to a
+        threadgroup stage of its own and every thread folds them in simdgroup order."""
+        threads, n = self.k.threads, prod(int(d) for d in buf.ty.shape)
+        dtype = ops.buffer_dtype(buf)
+        simd = min(threads, 1 << SIMD_BITS)
+        if threads & (threads - 1) and threads % (1 << SIMD_BITS):
+            self.fail("T.finalize_reducer", f"the kernel has {threads} threads; combining a "
+                      "reducer needs a power of two below 32 or whole simdgroups")
+        shape = [int(d) for d in buf.ty.shape]
+
+        def at(k):
+            return tirx.BufferLoad(buf, _unravel(k, shape))
+
+        def put(k, value):
+            return tirx.BufferStore(buf, value, _unravel(k, shape))
+
+        def butterfly(k):
+            return seq([put(k, combine(kind, at(k), shuffle_xor(at(k), 1 << b, dtype)))
+                        for b in range(simd.bit_length() - 1)])
+
+        stmts = [self.loop(n, butterfly)]
+        groups = threads // simd
+        if groups > 1:
+            stage = tirx.decl_buffer((n * groups,), dtype, "reducer_buf", scope="shared")
+            self.extra.append(stage)
+            sg = tirx.floordiv(self.k.tid, simd)
+            lane0 = tirx.floormod(self.k.tid, simd) == 0
+            stmts.append(self.loop(n, lambda k: tirx.IfThenElse(
+                lane0, tirx.BufferStore(stage, at(k), [k * groups + sg]), None)))
+
+            def fold(k):
+                first = put(k, tirx.BufferLoad(stage, [k * groups]))
+                rest = self.loop(groups, lambda g: put(k, combine(
+                    kind, at(k), tirx.BufferLoad(stage, [k * groups + g]))), start=1)
+                return seq([first, rest])
+            stmts.append(self.loop(n, fold))
+        return seq(stmts)
+
     @property
     def allocations(self) -> list:
         """The stage buffers, to place at the start of the kernel (after lowering: the
         check includes the threadgroup buffers lower_gemm added meanwhile)."""
-        ours = sum(int(b.ty.shape[0]) * 4 for b in self.stages.values())
+        ours = self._stage_bytes() + sum(int(b.ty.shape[0]) * DTYPES[str(b.ty.dtype)].bytes
+                                         for b in self.extra)
         gemm = sum(prod(int(d) for d in a.buffer.ty.shape) * bits(ops.buffer_dtype(a.buffer))
                    // 8 for a in self.k.gemm.allocations
                    if ops.buffer_scope(a.buffer) == "shared")
@@ -261,7 +323,7 @@ class ReduceLowering:
                                   f"({self.shared_bytes}) exceed the "
                                   f"{METAL.threadgroup_memory_bytes} bytes of threadgroup "
                                   "memory; use smaller tiles")
-        return [tirx.AllocBuffer(b) for b in self.stages.values()]
+        return [tirx.AllocBuffer(b) for b in [*self.stages.values(), *self.extra]]
 
     # ---- lowering -----------------------------------------------------------------------
     def lower(self, call):
@@ -282,7 +344,8 @@ class ReduceLowering:
     def value(self, plan, x):
         if str(x.ty.dtype) != plan.acc_dtype:
             x = tirx.Cast(plan.acc_dtype, x)
-        return tirx.abs(x) if plan.kind.startswith("abs") else x
+        unsigned = DTYPES[plan.acc_dtype].kind == "uint"
+        return tirx.abs(x) if plan.kind.startswith("abs") and not unsigned else x
 
     def finish(self, plan, current, result):
         """The value stored into dst: the reduction, or op(dst, reduction) for clear=False."""
@@ -330,9 +393,8 @@ class ReduceLowering:
         lo, ibits = plan.simd_bits
         if ibits:
             def butterfly(k):
-                return seq([tirx.BufferStore(acc, combine(plan.kind, at(k), ops.call(
-                    "tl.simd_shuffle_xor", at(k), tirx.IntImm("int32", 1 << b),
-                    dtype=plan.acc_dtype)), [k]) for b in range(lo, lo + ibits)])
+                return seq([tirx.BufferStore(acc, combine(plan.kind, at(k), shuffle_xor(
+                    at(k), 1 << b, plan.acc_dtype)), [k]) for b in range(lo, lo + ibits)])
             stmts.append(self.loop(slots, butterfly))
         if plan.cross_bits[1]:
             stmts += self.across_simdgroups(plan, acc)

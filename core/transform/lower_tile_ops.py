@@ -21,7 +21,7 @@ A T.Parallel runs in the layout of the fragments it accesses at its own extents 
 default layout of its extents). In a replicated layout (a reduction's result) `threads`
 are its holders and `tid` the thread's holder: every replica runs its holder's
 iterations, and stores to threadgroup or device memory (in the loop or a T.copy out of
-the fragment) are made by the owner replica only, so each element is stored once. A
+the fragment) (atomics too) are made by the owner replica only, so each element is stored once. A
 lower-rank fragment read with a subset of the loop variables (`mx[i]` in T.Parallel(bM,
 N)) reads the element's slot in its own layout, after `broadcast_ok` has proven that
 every thread running the iteration holds it (else a LoweringError naming the fragment).
@@ -51,6 +51,7 @@ from core.language.buffers import FRAGMENT
 from core.language.errors import LoweringError
 from core.transform.layout_inference import fragment_layout
 from core.transform.lower_gemm import GemmLowering
+from core.language.reduce import REDUCER
 from core.transform.lower_reduce import ReduceLowering
 
 VECTOR_LANES = "tl.vector_lanes"
@@ -83,6 +84,7 @@ class _KernelLowering:
         self.threads = nest.num_threads
         self.tid = nest.linear_thread_index()
         self.fragments = {}          # fragment buffer -> (local buffer, FragmentLayout)
+        self.reducers = {}           # T.alloc_reducer buffer (local) -> its op
         self.ranges = {}             # var -> (min, extent) of enclosing loops / launches
         for attr in nest.attrs:
             self.ranges[attr.node.var] = (_i32(0), attr.value)
@@ -99,6 +101,12 @@ class _KernelLowering:
         lowered = self.gemm.lower(s)
         if lowered is not None:
             return lowered
+        if isinstance(s, tirx.AllocBuffer) and REDUCER in (s.annotations or {}):
+            self.reducers[s.buffer] = str(s.annotations[REDUCER].value)
+            return tirx.AllocBuffer(s.buffer)
+        if isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.finalize_reducer"):
+            buf = ops.decode_region(s.value.args[0]).buffer
+            return self.reduce.finalize(buf, self.reducers[buf])
         if isinstance(s, tirx.AllocBuffer) and ops.buffer_scope(s.buffer) == FRAGMENT:
             layout = fragment_layout(s, self.threads)
             local = tirx.decl_buffer((layout.slots,), ops.buffer_dtype(s.buffer),
@@ -109,6 +117,9 @@ class _KernelLowering:
             return self.parallel(s)
         if isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.copy"):
             return self.copy(*(ops.decode_region(a) for a in s.value.args))
+        if isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.atomic_tile"):
+            src, dst = (ops.decode_region(a) for a in s.value.args[:2])
+            return self.copy(src, dst, atomic=str(s.value.args[2].value))
         if isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.fill"):
             return self.fill(ops.decode_region(s.value.args[0]), s.value.args[1])
         if isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.reduce"):
@@ -176,10 +187,15 @@ class _KernelLowering:
     def loop_layout(self, extents, body) -> FragmentLayout:
         """The layout a T.Parallel runs in: that of the fragments it accesses at its own
         extents (layout_inference made them agree), else the default for its extents."""
+        squeezed = [e for e in extents if e != 1]
         for ld in _fragment_accesses(body):
             entry = self.fragments.get(ld)
-            if entry is not None and list(entry[1].shape) == list(extents):
+            if entry is None:
+                continue
+            if list(entry[1].shape) == list(extents):
                 return entry[1]
+            if [e for e in entry[1].shape if e != 1] == squeezed:  # acc[j] in (1, D)
+                return dataclasses.replace(entry[1], shape=tuple(extents))
         return FragmentLayout.for_tile(extents, self.threads)
 
     def fragments_to_slots(self, body, slot, loop_vars, layout):
@@ -187,17 +203,31 @@ class _KernelLowering:
         the element's slot in a broadcast read (checked local); stores to threadgroup or
         device memory made by the owner replica only when the loop's layout replicates."""
         frags = self.fragments
+        def own(flayout):  # the loop's own elements: same slots, unit dims aside
+            return flayout == layout or (
+                [e for e in flayout.shape if e != 1] == [e for e in layout.shape if e != 1]
+                and _same_slots(flayout, layout))
+
         for ld in loads(body):  # checked first: errors cannot leave structural_map
             entry = frags.get(ld.source)
-            if entry is not None and entry[1] != layout:
+            if entry is not None and not own(entry[1]):
                 self.check_broadcast(ld, entry[1], loop_vars, layout)
+        written = []
+        walk(body, lambda s: written.append(s.buffer) if isinstance(s, tirx.BufferStore)
+             and s.buffer in frags and not own(frags[s.buffer][1]) else None)
+        if written:
+            raise LoweringError(
+                f"is written in T.Parallel{tuple(layout.shape)}, whose iterations run in "
+                f"another layout ({_describe(layout)}) than the fragment's "
+                f"({_describe(frags[written[0]][1])}); write it in a T.Parallel of its own",
+                kernel=self.name, construct=f"fragment '{written[0].name}'")
 
         def load(ld):
             entry = frags.get(ld.source)
             if entry is None:
                 return ld
             local, flayout = entry
-            if flayout == layout:
+            if own(flayout):
                 return tirx.BufferLoad(local, [slot])
             flat = _i32(0)
             for index, extent in zip(ld.indices, flayout.shape):
@@ -205,11 +235,16 @@ class _KernelLowering:
             return tirx.BufferLoad(local, [flayout.slot_expr(flat)])
 
         def store(st):
+            if isinstance(st, tirx.Evaluate) and layout.replicated and any(
+                    ops.buffer_scope(a.buffer) in ("global", "shared")
+                    for a in ops.atomics_in(st.value)):
+                return tirx.IfThenElse(layout.owner_expr(self.tid), st, None)
             if not isinstance(st, tirx.BufferStore):
                 return st
             if st.buffer in frags:
                 return tirx.BufferStore(frags[st.buffer][0], st.value, [slot])
-            if layout.replicated and ops.buffer_scope(st.buffer) in ("global", "shared"):
+            if layout.replicated and (ops.buffer_scope(st.buffer) in ("global", "shared")
+                                      or st.buffer in self.reducers):
                 return tirx.IfThenElse(layout.owner_expr(self.tid), st, None)
             return st
 
@@ -230,17 +265,28 @@ class _KernelLowering:
                 kernel=self.name, construct=f"fragment '{ld.source.name}'")
 
     # ---- T.copy / T.fill ----------------------------------------------------------------
-    def copy(self, src, dst):
+    def copy(self, src, dst, atomic=None, when=None):
+        """T.copy; with `atomic` ("add"/"max"/"min") T.atomic_*'s tile form: each element
+        of dst is updated by one atomic instead of stored; with `when(tile_idx)`, only the
+        elements where that condition holds are copied (read and written)."""
         src, dst = _align_origin(src, dst), _align_origin(dst, src)
         tile = _tile(src) or _tile(dst)
         frag = next((r for r in (src, dst) if r.scope == FRAGMENT), None)
-        local = any(r.scope == "local" for r in (src, dst))
+        # a finalized reducer is on every thread: copied out by all threads together
+        local = any(r.scope == "local" for r in (src, dst)) and not (
+            src.buffer in self.reducers and dst.scope in ("global", "shared"))
 
         def make_store(tile_idx, slot):
             value = self.read(src, tile, tile_idx, slot)
             if ops.buffer_dtype(src.buffer) != ops.buffer_dtype(dst.buffer):
                 value = tirx.Cast(ops.buffer_dtype(dst.buffer), value)
-            return self.write(dst, tile, tile_idx, slot, value)
+            store = self.write(dst, tile, tile_idx, slot, value, atomic)
+            if when is None:
+                return store
+            if isinstance(store, tirx.IfThenElse):  # one condition: vectorizable
+                return tirx.IfThenElse(tirx.And(when(tile_idx), store.condition),
+                                       store.then_case, None)
+            return tirx.IfThenElse(when(tile_idx), store, None)
 
         if frag is not None:
             layout = self.fragments[frag.buffer][1]
@@ -333,11 +379,15 @@ class _KernelLowering:
             return load
         return tirx.if_then_else(cond, load, tirx.const(0, ops.buffer_dtype(region.buffer)))
 
-    def write(self, region, tile, tile_idx, slot, value):
+    def write(self, region, tile, tile_idx, slot, value, atomic=None):
         if region.scope == FRAGMENT:
             return tirx.BufferStore(self.fragments[region.buffer][0], value, [slot])
         idx, _ = self.indices(region, tile, tile_idx)
-        store = tirx.BufferStore(region.buffer, value, idx)
+        if atomic is not None:
+            store = tirx.Evaluate(ops.atomic_call(atomic, tirx.BufferLoad(region.buffer, idx),
+                                                  value))
+        else:
+            store = tirx.BufferStore(region.buffer, value, idx)
         cond = self.bounds(region, idx)
         return store if cond is None else tirx.IfThenElse(cond, store, None)
 

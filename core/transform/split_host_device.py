@@ -23,7 +23,7 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.tirx import is_buffer_var
 
-from core.ir import matrix
+from core.ir import matrix, ops
 from core.ir import program as P
 from core.ir.kernel import top_level, unwrap
 from core.ir.stmt import free_vars, is_kernel_attr, seq, walk
@@ -119,6 +119,9 @@ class _Split:
         def note_store(s):
             if isinstance(s, tirx.BufferStore):
                 written.add(views.get(s.buffer, s.buffer).name)
+            for node in (s.value,) if isinstance(s, (tirx.Evaluate, tirx.BufferStore)) else ():
+                for a in ops.atomics_in(node):
+                    written.add(views.get(a.buffer, a.buffer).name)
             tile = matrix.tile_access(s.value) if isinstance(s, tirx.Evaluate) else None
             if tile is not None and tile.write:  # simdgroup_store
                 written.add(views.get(tile.buffer, tile.buffer).name)

@@ -19,6 +19,7 @@ may race, decided from exact footprints (core/ir/footprint.py): an element writt
 later read by the *same* thread needs no barrier. A simdgroup_load/store is one access of
 its whole 8x8 tile by its simdgroup as a unit (Footprint.of_tile): two tile accesses of
 one simdgroup are ordered, a tile access and a plain access of another thread are not.
+An atomic update (T.atomic_*) is a write that needs no barrier against other atomics.
 """
 
 from __future__ import annotations
@@ -76,10 +77,11 @@ class _Planner:
         out = []
 
         def visit(s, loops, guards):
-            def add(buf, index, write):
+            def add(buf, index, write, atomic=False):
                 if ops.buffer_scope(buf) == "shared":
-                    out.append(Footprint.of(buf, index, write, self.thread_axes, loops,
-                                            guards))
+                    fp = Footprint.of(buf, index, write, self.thread_axes, loops, guards)
+                    fp.atomic = atomic
+                    out.append(fp)
 
             if isinstance(s, tirx.For):
                 ext = as_int(s.extent)
@@ -115,8 +117,12 @@ class _Planner:
     @staticmethod
     def exprs(*exprs, add):
         for e in exprs:
+            updated = []
+            for a in ops.atomics_in(e):  # an atomic update: a write ordered among atomics
+                add(a.buffer, a.element.indices[0], True, atomic=True)
+                updated.append(a.element)
             for ld in loads(e):
-                if is_buffer_var(ld.source):
+                if is_buffer_var(ld.source) and not any(ld.same_as(u) for u in updated):
                     add(ld.source, ld.indices[0], False)
 
     # ---- planning -------------------------------------------------------------------

@@ -4,11 +4,13 @@ Expects: lowered TIR whose candidate loops (from `lower_tile_ops`) carry the ann
 `tl.vector_lanes = v` (a loop `for l in range(v)` over one run of the distribution).
 Guarantees: a candidate becomes a `ForKind.VECTORIZED` loop, then TVM's VectorizeLoop
 rewrites it into Ramp/Broadcast vector expressions, only when all of these are proven:
-  - the body is one store, optionally under a condition that does not depend on l;
+  - the body is one store, optionally under a condition that does not depend on l, whose
+    last index depends on l (lanes storing into one element are a reduction, `r[i] += x`);
   - every access that depends on l is `buf[..., base + l]` with the other indices free
     of l, `base` a multiple of v (analyzer's modular set) and the buffer's last extent a
     multiple of v (so the flat address is aligned to the vector size);
   - l appears nowhere else, selects (`if_then_else`) do not depend on l;
+  - the body makes no atomic update (MSL has no vector atomics);
   - every dtype involved is float32/float16/bfloat16/int32/int8/uint8, and v x bits <= 128
     (bool and int64 stay scalar).
 bfloat16 follows the target's rules (core/target.py, docs/architecture.md): a register bf16
@@ -29,6 +31,7 @@ import tvm_ffi
 from tvm import tirx
 from tvm.sym import Analyzer
 
+from core.ir import ops
 from core.ir.kernel import map_kernels
 from core.ir.stmt import as_int, children, free_vars, loads, rebuild, substitute
 from core.language.dtypes import bits
@@ -115,12 +118,16 @@ class _Check:
         return not bad
 
     def body_ok(self, body) -> bool:
+        if ops.atomics_in(body):  # MSL has no vector atomics
+            return False
         if isinstance(body, tirx.IfThenElse):
             if body.else_case is not None or _depends(body.condition, self.lane):
                 return False
             body = body.then_case
         if not isinstance(body, tirx.BufferStore):
             return False
+        if not _depends(body.indices[-1], self.lane):  # every lane into one element: a
+            return False                              # reduction (r[i] += x), not a store
         return (self.dtype_ok(body.buffer.ty.dtype)
                 and self.access_ok(body.buffer, body.indices)
                 and self.expr_ok(body.value))

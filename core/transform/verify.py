@@ -12,12 +12,14 @@ and what is allowed):
   - T.Parallel extents are constants, T.Parallel loops are not nested and contain no
     tile ops or T.Kernel;
   - a fragment is read or written only whole by tile ops, or inside a T.Parallel whose
-    extents equal its shape, indexed exactly by the loop variables; a fragment of lower
-    rank may also be read with a subset of the loop variables, in order (`mx[i]` in
-    T.Parallel(bM, N); whether its layout allows that is checked by lower_tile_ops);
+    extents equal its shape, indexed exactly by the loop variables (unit extents ignored
+    on both sides: `acc[j]` in T.Parallel(1, D)); a fragment of another shape may also be
+    read with a subset of the loop variables, in order, and 0 on its unit dims (`mx[i]` in
+    T.Parallel(bM, N), `mx[0]` of a (1,) fragment; whether its layout allows that is
+    checked by lower_tile_ops);
   - every tile op's operands are compatible (ranks, extents, partial on-chip tiles);
     T.gemm's A and B are shared or fragment tiles of one float dtype, C a whole float32
-    fragment, and the shapes agree;
+    fragment or a float32 shared tile, and the shapes agree;
   - threadgroup memory fits in 32 KiB.
 """
 
@@ -196,13 +198,12 @@ class _Verifier:
         shape = tuple(as_int(d) for d in buf.ty.shape)
         extents = tuple(as_int(lp.extent) for lp in parallel)
         loop_vars = [lp.loop_var for lp in parallel]
-        exact = len(indices) == len(loop_vars) and all(
-            isinstance(i, tvm.ir.Var) and i.same_as(v) for i, v in zip(indices, loop_vars))
-        if shape == extents and exact:
+        if _indexed_by_loop(indices, shape, loop_vars, extents):
             return
-        if not write and len(shape) < len(extents) and \
+        if not write and shape != extents and \
                 broadcast_dims(indices, loop_vars, shape) is not None:
-            return  # a broadcast read (`mx[i]` in T.Parallel(bM, N)); layouts decide later
+            return  # a broadcast read (`mx[i]` in T.Parallel(bM, N), `mx[0]` of a (1,)
+                    # fragment); layouts decide later
         self.fail(f"fragment '{buf.name}'",
                   f"is {verb} as {buf.name}[{', '.join(map(str, indices))}] in "
                   f"T.Parallel{extents}; a fragment of shape {shape} must be indexed by "
@@ -215,6 +216,9 @@ class _Verifier:
         if name == "tl.copy":
             src, dst = (ops.decode_region(a) for a in call.args)
             self.copy(src, dst)
+        elif name == "tl.atomic_tile":  # T.atomic_*'s tile form: a copy that updates
+            src, dst = (ops.decode_region(a) for a in call.args[:2])
+            self.copy(src, dst, f"T.atomic_{call.args[2].value}")
         elif name == "tl.fill":
             region = ops.decode_region(call.args[0])
             self.region(region, "T.fill")
@@ -227,10 +231,12 @@ class _Verifier:
         tiles = []
         for r, role in zip(regions, "ABC"):
             construct = f"T.gemm operand {role} '{r.name}'"
-            allowed = (FRAGMENT,) if role == "C" else ("shared", FRAGMENT)
+            allowed = ("shared", FRAGMENT)
             if r.scope not in allowed:
                 self.fail(construct, f"is in {r.scope} memory; allowed: " + (
-                    "a T.alloc_fragment accumulator" if role == "C"
+                    "a T.alloc_fragment or T.alloc_shared accumulator (C in device memory "
+                    "needs Metal 4 cooperative tensors, which metaltile does not target; "
+                    "accumulate in a fragment and T.copy it out)" if role == "C"
                     else "T.alloc_shared or T.alloc_fragment"))
             self.region(r, "T.gemm")
             self.whole_fragment(r, "T.gemm")
@@ -280,23 +286,35 @@ class _Verifier:
                       f"touches part of fragment '{r.name}' (shape {shape}); fragments are "
                       "copied and filled whole")
 
-    def copy(self, src, dst):
-        self.region(src, "T.copy")
-        self.region(dst, "T.copy")
+    def copy(self, src, dst, construct="T.copy"):
+        self.region(src, construct)
+        self.region(dst, construct)
         if src.extents is None and dst.extents is None:
-            self.fail("T.copy", f"neither '{src.name}' nor '{dst.name}' gives the tile's "
+            self.fail(construct, f"neither '{src.name}' nor '{dst.name}' gives the tile's "
                                 "extents; pass one operand whole or as a slice")
         for r in (src, dst):
-            self.whole_fragment(r, "T.copy")
+            self.whole_fragment(r, construct)
         se, de = _tile_extents(src), _tile_extents(dst)
         if se is not None and de is not None and not _same_extents(se, de):
-            self.fail("T.copy", f"source '{src.name}' tile {_fmt(se)} and destination "
+            self.fail(construct, f"source '{src.name}' tile {_fmt(se)} and destination "
                                 f"'{dst.name}' tile {_fmt(de)} differ; the extents must "
                                 "match (unit dimensions are ignored)")
         for r, other in ((src, de), (dst, se)):
             if r.extents is None and other is not None and len(other) > len(r.mins):
-                self.fail("T.copy", f"tile {_fmt(other)} has more dimensions than "
+                self.fail(construct, f"tile {_fmt(other)} has more dimensions than "
                                     f"'{r.name}' (rank {len(r.mins)})")
+
+
+def _indexed_by_loop(indices, shape, loop_vars, extents) -> bool:
+    """`F[indices]` names the loop's own element: the fragment's shape is the loop's
+    extents and its indices the loop variables, in order, once unit extents are dropped on
+    both sides (`acc[j]` in T.Parallel(1, D))."""
+    def squeeze(idx, ext):
+        return [(i, e) for i, e in zip(idx, ext) if e != 1]
+    mine, loop = squeeze(indices, shape), squeeze(loop_vars, extents)
+    return len(mine) == len(loop) and all(
+        isinstance(i, tvm.ir.Var) and i.same_as(v) and e == f
+        for (i, e), (v, f) in zip(mine, loop))
 
 
 _ARITHMETIC = ("Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod")

@@ -1,5 +1,5 @@
 """Family `gemm`: C = op(A) @ op(B), TileLang's tiled GEMM: shared A/B tiles per k step,
-T.gemm into a float32 fragment accumulator, T.Pipelined k loop, ragged M/N/K tiles.
+T.gemm into a float32 fragment or shared accumulator, T.Pipelined k loop, ragged M/N/K tiles.
 
 Params:
     M, N, K     multiples of 8 (simdgroup matrices are 8x8); not multiples of the block:
@@ -18,12 +18,25 @@ Params:
     a_operand   "shared" (default): A staged in threadgroup memory; "fragment": T.copy
                 of the A tile into a fragment, T.gemm(A_local, B_shared, C_local)
     epilogue    "none" (default): T.copy(C_local -> C); "relu_scale": a T.Parallel over
-                C_local (C = max(0.5 C, 0)) first; "shared": C_local -> C_shared -> C
+                C_local (C = max(0.5 C, 0)) first; "shared": C_local -> C_shared -> C;
+                "window" (accum "shared" only): the output is W, the window
+                C_local[r0:r0+h, c0:c0+w] of every block, read element-wise by the
+                threads: a read of part of the 8x8 tiles the simdgroups stored, in
+                another layout (the pattern a barrier planner with wrong tile footprints
+                misses)
+    accum       "fragment" (default): C_local = T.alloc_fragment, held as simdgroup
+                matrices; "shared": C_local = T.alloc_shared((bM, bN + pad), "float32")
+                (TileLang's Metal path), T.gemm into C_local[0:bM, 0:bN]: every T.gemm
+                loads and simdgroup_stores its tiles, at the padded row stride
+    pad         extra float32 elements per row of a shared accumulator (0, 4, 8)
+    window      (r0, c0, h, w) of the "window" epilogue, inside (bM, bN)
     swizzle     0 (default): none; a panel size: T.use_swizzle(swizzle, order=swizzle_order)
                 after the allocations (block rasterization: which tiles run together)
     swizzle_order  "row" or "column"
 
-Signature: (A, B, C).
+Signature: (A, B, C); (A, B, W) for the "window" epilogue, W (ceil(M/bM) * h,
+ceil(N/bN) * w) with W[by * h + i, bx * w + j] = C_block(by, bx)[r0 + i, c0 + j] (rows and
+columns past M, N are 0: edge tiles load zeros).
 """
 
 from __future__ import annotations
@@ -45,7 +58,8 @@ INITS = ("clear", "clear_accum")
 A_OPERANDS = ("shared", "fragment")
 EPILOGUES = ("none", "relu_scale", "shared")
 SWIZZLE_ORDERS = ("row", "column")
-
+ACCUMS = ("fragment", "shared")
+PADS = (0, 4, 8)
 
 
 def build(p: dict) -> Built:
@@ -67,42 +81,57 @@ def build(p: dict) -> Built:
     epilogue = p.get("epilogue", "none")
     swizzle, swizzle_order = p.get("swizzle", 0), p.get("swizzle_order", "row")
     swizzled = swizzle > 0  # a Python bool: TVMScript decides `if` on bools only
+    shared_acc = p.get("accum", "fragment") == "shared"
+    pad = p.get("pad", 0) if shared_acc else 0
+    r0, c0, h, w = p.get("window", (0, 0, bM, bN))
+    gm, gn = -(-M // bM), -(-N // bN)
+    window = epilogue == "window"
+    out_shape = (gm * h, gn * w) if window else (M, N)
     first_k = 1 if clear_accum else 0
+
+    def acc_tile(C_local):
+        return C_local[0:bM, 0:bN] if shared_acc else C_local
 
     # Python conditions (`if clear_accum:`) are decided while TVMScript parses the kernel:
     # each params dict gives one straight-line kernel.
     @T.prim_func
     def gemm(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype),
-             C: T.Tensor((M, N), out_dtype)):
+             C: T.Tensor(out_shape, out_dtype)):
         with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=threads) as (bx, by):
             if a_fragment:
                 A_tile = T.alloc_fragment(a_tile, dtype)
             else:
                 A_tile = T.alloc_shared(a_tile, dtype)
             B_shared = T.alloc_shared(b_tile, dtype)
-            C_local = T.alloc_fragment((bM, bN), "float32")
+            if shared_acc:
+                C_local = T.alloc_shared((bM, bN + pad), "float32")
+            else:
+                C_local = T.alloc_fragment((bM, bN), "float32")
             if swizzled:
                 T.use_swizzle(swizzle, order=swizzle_order)
             if clear_accum:
                 T.copy(a_origin(A, by, 0), A_tile)
                 T.copy(b_origin(B, bx, 0), B_shared)
-                T.gemm(A_tile, B_shared, C_local, transpose_A=ta, transpose_B=tb,
+                T.gemm(A_tile, B_shared, acc_tile(C_local), transpose_A=ta, transpose_B=tb,
                        clear_accum=True)
             else:
-                T.clear(C_local)
+                T.clear(acc_tile(C_local))
             for ko in T.Pipelined(first_k, T.ceildiv(K, bK), num_stages=stages):
                 T.copy(a_origin(A, by, ko), A_tile)
                 T.copy(b_origin(B, bx, ko), B_shared)
-                T.gemm(A_tile, B_shared, C_local, transpose_A=ta, transpose_B=tb)
+                T.gemm(A_tile, B_shared, acc_tile(C_local), transpose_A=ta, transpose_B=tb)
             if epilogue == "relu_scale":
                 for i, j in T.Parallel(bM, bN):
                     C_local[i, j] = T.max(C_local[i, j] * 0.5, 0.0)
-            if epilogue == "shared":
+            if window:
+                for i, j in T.Parallel(h, w):
+                    C[by * h + i, bx * w + j] = C_local[r0 + i, c0 + j]
+            elif epilogue == "shared" and not shared_acc:
                 C_shared = T.alloc_shared((bM, bN), "float32")
                 T.copy(C_local, C_shared)
                 T.copy(C_shared, C[by * bM, bx * bN])
             else:
-                T.copy(C_local, C[by * bM, bx * bN])
+                T.copy(acc_tile(C_local), C[by * bM, bx * bN])
 
     def inputs(seed):
         return [random_tensor(a_shape, dtype, seed), random_tensor(b_shape, dtype, seed + 1)]
@@ -111,6 +140,11 @@ def build(p: dict) -> Built:
         c = oracle.gemm(args[0], args[1], ta, tb)
         if epilogue == "relu_scale":
             c = torch.clamp(c * 0.5, min=0.0)
+        if window:
+            padded = torch.zeros(gm * bM, gn * bN, dtype=c.dtype)
+            padded[:M, :N] = c
+            blocks = padded.reshape(gm, bM, gn, bN)[:, r0:r0 + h, :, c0:c0 + w]
+            c = blocks.reshape(gm * h, gn * w)
         return [c.to(getattr(torch, out_dtype))]
 
     return Built(gemm, [2], inputs, expected, reduction_length=K,
@@ -128,24 +162,45 @@ def supported(p: dict) -> bool:
                for wm in range(1, groups + 1))
     tiles = [(p["bM"] * p["bK"], p["dtype"]), (p["bK"] * p["bN"], p["dtype"]),
              (2048, "float32")]
-    if p.get("epilogue") == "shared":
+    shared_acc = p.get("accum", "fragment") == "shared"
+    if p.get("epilogue") == "shared" and not shared_acc:
         tiles.append((p["bM"] * p["bN"], "float32"))
-    return even and S.fits_threadgroup(*tiles)
+    if shared_acc:
+        tiles.append((p["bM"] * (p["bN"] + p.get("pad", 0)), "float32"))
+    r0, c0, h, w = p.get("window", (0, 0, p["bM"], p["bN"]))
+    window_ok = (p.get("epilogue") != "window" or
+                 (shared_acc and h >= 1 and w >= 1 and r0 + h <= p["bM"] and c0 + w <= p["bN"]))
+    return even and window_ok and S.fits_threadgroup(*tiles)
+
+
+@st.composite
+def _window(draw, bM, bN):
+    """(r0, c0, h, w): often inside one 8x8 tile, off its first row and column."""
+    if draw(st.booleans()):
+        r0, c0 = draw(st.integers(1, 7)), draw(st.integers(1, 7))
+        return [r0, c0, draw(st.integers(1, 8 - r0)), draw(st.integers(1, 8 - c0))]
+    r0, c0 = draw(st.integers(0, bM - 1)), draw(st.integers(0, bN - 1))
+    return [r0, c0, draw(st.integers(1, bM - r0)), draw(st.integers(1, bN - c0))]
 
 
 @st.composite
 def _drawn(draw):
     dtype = draw(S.dtype(DTYPES))
+    bM, bN = draw(S.tile(BLOCKS)), draw(S.tile(BLOCKS))
+    accum = draw(st.sampled_from(ACCUMS))
+    epilogues = EPILOGUES + (("window",) if accum == "shared" else ())
     return {
         "M": draw(S.multiple_of(8, 8, 96)), "N": draw(S.multiple_of(8, 8, 96)),
         "K": draw(S.multiple_of(8, 8, 128)),
-        "bM": draw(S.tile(BLOCKS)), "bN": draw(S.tile(BLOCKS)), "bK": draw(S.tile((16, 32))),
+        "bM": bM, "bN": bN, "bK": draw(S.tile((16, 32))),
         "threads": draw(S.threads(THREADS)), "dtype": dtype,
         "out_dtype": draw(st.sampled_from(("float32", dtype))),
         "trans_A": draw(st.booleans()), "trans_B": draw(st.booleans()),
         "num_stages": draw(st.integers(0, 3)), "init": draw(st.sampled_from(INITS)),
         "a_operand": draw(st.sampled_from(A_OPERANDS)),
-        "epilogue": draw(st.sampled_from(EPILOGUES)),
+        "epilogue": draw(st.sampled_from(epilogues)),
+        "accum": accum, "pad": draw(st.sampled_from(PADS)) if accum == "shared" else 0,
+        "window": draw(_window(bM, bN)),
         "swizzle": draw(st.sampled_from((0, 0, 1, 2, 3, 8))),
         "swizzle_order": draw(st.sampled_from(SWIZZLE_ORDERS)),
     }

@@ -23,6 +23,14 @@ Params:
                 threads share one output follows from the fragment layout
                 (core/ir/layout.py); other counts are a clear error where the
                 combining groups do not divide them
+    combine     "store" (default): each threadgroup reduces whole rows / columns and
+                stores them; "atomic": split-K style, the reduced extent is cut into
+                `splits` equal chunks (a second grid dimension), each threadgroup reduces
+                its chunk into a fragment and combines it into Y with the tile form of
+                T.atomic_add (sum, abssum) / atomic_max (max, absmax) / atomic_min; a first
+                launch sets Y to the identity (clear) or to Init. float32 and int32 only
+                (MSL's native atomics; floats accumulate through float32)
+    splits      chunks of the reduced extent (a divisor of it) for combine "atomic"
 
 Signature: (X[, Init], Y). Out-of-range rows/columns of a ragged tile are loaded as 0 and
 never stored, so max/min never see them.
@@ -42,6 +50,9 @@ KINDS = oracle.KINDS
 DTYPES = ("float32", "float16", "bfloat16", "int32")
 THREADS = (32, 64, 128, 256, 1, 16, 512)
 DSTS = ("fragment", "local")
+ATOMIC_DTYPES = ("float32", "int32")
+_ATOMIC = {"sum": T.atomic_add, "abssum": T.atomic_add, "max": T.atomic_max,
+           "absmax": T.atomic_max, "min": T.atomic_min}
 
 _REDUCE = {k: getattr(T, f"reduce_{k}") for k in KINDS}
 
@@ -117,9 +128,66 @@ def _kernel(p):
     return reduce_accumulate, [2]
 
 
+def _atomic_kernel(p):
+    """Split-K: launch 1 initializes Y, launch 2 reduces chunks and combines atomically."""
+    M, N, dim, block, threads = p["M"], p["N"], p["dim"], p["block"], p["threads"]
+    dtype, out_dtype, clear, splits = p["dtype"], p["out_dtype"], p["clear"], p["splits"]
+    reduce_op, atomic_op = _REDUCE[p["kind"]], _ATOMIC[p["kind"]]
+    rows = dim != 0
+    extent, length = (M, N) if rows else (N, M)
+    chunk = length // splits
+    tile = (block, chunk) if rows else (chunk, block)
+    start = {"sum": 0, "abssum": 0, "max": T.min_value(out_dtype) if out_dtype == "int32"
+             else -T.infinity(out_dtype), "absmax": 0,
+             "min": T.max_value(out_dtype) if out_dtype == "int32" else T.infinity(out_dtype)}
+    identity = start[p["kind"]]
+    Init_shape = (extent,)
+
+    def origin(X, b, s):
+        if rows:
+            return X[b * block:(b + 1) * block, s * chunk:(s + 1) * chunk]
+        return X[s * chunk:(s + 1) * chunk, b * block:(b + 1) * block]
+
+    @T.prim_func
+    def reduce_atomic(X: T.Tensor((M, N), dtype), Init: T.Tensor(Init_shape, out_dtype),
+                      Y: T.Tensor((extent,), out_dtype)):
+        with T.Kernel(T.ceildiv(extent, block), threads=threads) as bx:
+            for i in T.Parallel(block):
+                if bx * block + i < extent:
+                    if clear:
+                        Y[bx * block + i] = identity
+                    else:
+                        Y[bx * block + i] = Init[bx * block + i]
+        with T.Kernel(T.ceildiv(extent, block), splits, threads=threads) as (bx, bs):
+            x = T.alloc_fragment(tile, dtype)
+            y = T.alloc_fragment((block,), out_dtype)
+            T.copy(origin(X, bx, bs), x)
+            reduce_op(x, y, dim=dim, clear=True)
+            atomic_op(Y[bx * block], y)
+
+    return reduce_atomic, [2]
+
+
 def build(p: dict) -> Built:
     M, N, dim, kind = p["M"], p["N"], p["dim"], p["kind"]
     dtype, out_dtype, clear, keepdim = p["dtype"], p["out_dtype"], p["clear"], p["keepdim"]
+    atomic = p.get("combine", "store") == "atomic"
+    if atomic:
+        func, out_idx = _atomic_kernel(p)
+        extent = M if dim != 0 else N
+
+        def inputs(seed):
+            return [random_tensor((M, N), dtype, seed),
+                    random_tensor((extent,), out_dtype, seed + 1)]
+
+        def expected(args):
+            return [oracle.reduce(args[0], kind, dim, out=None if clear else args[1],
+                                  out_dtype=out_dtype)]
+
+        length = (N if dim != 0 else M) + (0 if clear else 1)
+        return Built(func, out_idx, inputs, expected, reduction_length=length,
+                     tolerance_dtypes=(out_dtype,), flops=M * N,
+                     op_class=oracle.op_class(kind))
     func, out_idx = _kernel(p)
     out_shape = ((M, 1) if dim != 0 else (1, N)) if keepdim else ((M,) if dim != 0 else (N,))
 
@@ -147,7 +215,7 @@ def params(draw):
     dim = draw(st.sampled_from((1, -1, 0)))
     dst = draw(st.sampled_from(DSTS))
     keepdim = draw(st.booleans()) if dst == "fragment" else False
-    return {
+    p = {
         "M": draw(S.extent(1, 160)), "N": draw(S.extent(1, 160)), "dim": dim,
         "kind": draw(st.sampled_from(KINDS)), "dtype": dtype,
         "out_dtype": draw(st.sampled_from((dtype, "float32") if S.is_float(dtype)
@@ -156,6 +224,14 @@ def params(draw):
         "block": draw(S.tile((1, 2, 4, 8, 16))),
         "threads": draw(S.threads(THREADS)),
     }
+    if draw(st.integers(0, 3)) == 0:      # one case in four: the split-K atomic variant
+        p = {**p, "combine": "atomic", "dtype": draw(S.dtype(ATOMIC_DTYPES)),
+             "keepdim": False, "dst": "fragment"}
+        p["out_dtype"] = p["dtype"]
+        length = p["N"] if dim != 0 else p["M"]
+        divisors = [d for d in (2, 3, 4, 5) if length % d == 0] or [1]
+        p["splits"] = draw(st.sampled_from(divisors))
+    return p
 
 
 FAMILY = register(Family("reduce", __doc__.splitlines()[0], params, build,

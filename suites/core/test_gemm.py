@@ -116,9 +116,14 @@ def test_pipelined_num_stages(stages, run):
 def test_direct_store_when_the_tile_is_provably_inside(run):
     aligned = core.compile(matmul(64, 64, 64, 32, 32, 32), out_idx=[2])
     assert "_stage" not in aligned.msl and "simdgroup_store(C_l" in aligned.msl
+    # ragged at a multiple of 8: tiles inside are stored directly, the others dropped
     ragged = core.compile(matmul(72, 64, 64, 32, 32, 32), out_idx=[2])
-    assert "C_l_stage" in ragged.msl
+    assert "_stage" not in ragged.msl and "simdgroup_store(C_l" in ragged.msl
     check(ragged, run, 72, 64, 64)
+    # a tile across the edge: it alone goes through the stage, masked
+    straddling = core.compile(matmul(68, 64, 64, 32, 32, 32), out_idx=[2])
+    assert "C_l_stage" in straddling.msl and "simdgroup_store(C_l" in straddling.msl
+    check(straddling, run, 68, 64, 64)
 
 
 def test_accumulate_across_gemms_and_clear_accum(run):
@@ -402,7 +407,7 @@ kernel void t(device float* out [[buffer(0)]], uint tid [[thread_index_in_thread
 def _gemm_kernel(a_shape=(16, 16), b_shape=(16, 16), c_shape=(16, 16), threads=32,
                  a_dtype="float16", b_dtype="float16", c_dtype="float32", a_scope="shared",
                  c_scope="fragment", **flags):
-    alloc = {"shared": T.alloc_shared, "fragment": T.alloc_fragment}
+    alloc = {"shared": T.alloc_shared, "fragment": T.alloc_fragment, "local": T.alloc_local}
 
     @T.prim_func
     def bad(A: T.Tensor(a_shape, a_dtype), B: T.Tensor(b_shape, b_dtype),
@@ -433,8 +438,9 @@ def _gemm_kernel(a_shape=(16, 16), b_shape=(16, 16), c_shape=(16, 16), threads=3
      r"must have one dtype among float32, float16, bfloat16"),
     (dict(c_dtype="float16"), KernelDefinitionError,
      r"operand C 'C_l'.*has dtype float16; the accumulator must be float32"),
-    (dict(c_scope="shared"), KernelDefinitionError,
-     r"operand C 'C_l'.*is in shared memory; allowed: a T.alloc_fragment accumulator"),
+    (dict(c_scope="local"), KernelDefinitionError,
+     r"operand C 'C_l'.*is in local memory; allowed: a T.alloc_fragment or T.alloc_shared "
+     r"accumulator"),
     (dict(a_shape=(16, 8), b_shape=(8, 16), transpose_A=True), KernelDefinitionError,
      r"shapes do not agree: op\(A\) is \(8, 16\)"),
     (dict(b_shape=(8, 16)), KernelDefinitionError,
@@ -488,7 +494,8 @@ def test_operand_forms_and_scopes_are_checked():
 
 
 def test_staging_beyond_threadgroup_memory_is_a_clear_error():
-    # a Parallel over a 64 x 128 accumulator needs its whole 32 KiB float32 stage
+    # a Parallel over a 64 x 128 accumulator and another fragment needs the accumulator's
+    # whole 32 KiB float32 stage (one over the accumulator alone runs in chunks of rows)
     @T.prim_func
     def big(A: T.Tensor((64, 16), "float16"), B: T.Tensor((16, 128), "float16"),
             C: T.Tensor((64, 128), "float32")):
@@ -496,11 +503,13 @@ def test_staging_beyond_threadgroup_memory_is_a_clear_error():
             A_s = T.alloc_shared((64, 16), "float16")
             B_s = T.alloc_shared((16, 128), "float16")
             C_l = T.alloc_fragment((64, 128), "float32")
+            D_l = T.alloc_fragment((64, 128), "float32")
             T.copy(A, A_s)
             T.copy(B, B_s)
+            T.copy(C, D_l)
             T.gemm(A_s, B_s, C_l, clear_accum=True)
             for i, j in T.Parallel(64, 128):
-                C_l[i, j] = C_l[i, j] * 2.0
+                C_l[i, j] = C_l[i, j] * D_l[i, j]
             T.copy(C_l, C)
     with pytest.raises(LoweringError, match=r"staging buffers of accumulators 'C_l' "
                                             r"\(32768 bytes\).*exceed the 32768 bytes"):

@@ -526,14 +526,12 @@ def bad_shape():
     return k
 
 
-def shared_source():
+def global_source():
     @T.prim_func
     def k(A: T.Tensor((8, 16), "float32"), Out: T.Tensor((8,), "float32")):
         with T.Kernel(1, threads=32):
-            x = T.alloc_shared((8, 16), "float32")
             s = T.alloc_fragment((8,), "float32")
-            T.copy(A, x)
-            T.reduce_sum(x, s, dim=1)
+            T.reduce_sum(A, s, dim=1)
             T.copy(s, Out)
     return k
 
@@ -665,9 +663,9 @@ ERRORS = {
                          r"T.reduce_sum.*dim=2 is not a dimension of source 'x'.*\[-2, 2\)"),
     "wrong destination shape": (bad_shape, KernelDefinitionError,
                                 r"T.reduce_max.*'s' has shape \(16,\).*gives \(8,\)"),
-    "shared source": (shared_source, KernelDefinitionError,
-                      r"source 'x' is in shared memory; allowed: T.alloc_fragment or "
-                      r"T.alloc_local"),
+    "global source": (global_source, KernelDefinitionError,
+                      r"source 'A' is in global memory; allowed: T.alloc_fragment or "
+                      r"T.alloc_local or T.alloc_shared"),
     "int8 source": (int8_source, KernelDefinitionError,
                     r"has dtype int8; allowed: float32, float16, bfloat16, int32"),
     "local into fragment": (local_into_fragment, KernelDefinitionError,

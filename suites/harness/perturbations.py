@@ -10,6 +10,8 @@ with this folder on PYTHONPATH:
 
 from __future__ import annotations
 
+import dataclasses
+
 from tvm import tirx
 
 from core.ir import ops
@@ -47,3 +49,25 @@ def reduce_butterfly_one_short(func):
         return lower_tile_ops(func)
     finally:
         lower_reduce._Plan.simd_bits = original
+
+
+def matrix_store_as_one_element(func):
+    """`thread_sync` with a simdgroup matrix store seen as touching only the element its
+    pointer names (the tile's origin), not its 8x8 tile: the planner then misses a read of
+    another part of a stored tile."""
+    from core.ir import footprint
+
+    original = footprint.Footprint.of_tile
+
+    def origin_only(cls, access, *args, **kwargs):
+        if not access.write:
+            return original.__func__(cls, access, *args, **kwargs)
+        fp = cls(access.buffer, True, size=footprint._flat_size(access.buffer))
+        point = dataclasses.replace(access, rows=1, cols=1)
+        return original.__func__(cls, point, *args, **kwargs) if fp.size else fp
+
+    footprint.Footprint.of_tile = classmethod(origin_only)
+    try:
+        return thread_sync(func)
+    finally:
+        footprint.Footprint.of_tile = original

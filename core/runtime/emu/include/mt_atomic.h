@@ -4,8 +4,10 @@
 // atomic_bool and atomic_float (MSL 3.0) objects, the C++-style *_explicit functions with
 // memory_order_relaxed (the only order MSL guarantees for device atomics), fetch_min/max
 // for integers. They are real atomic operations on the host (threadgroups run on several
-// OS threads). The checker counts them and checks their bounds; an atomic access is never
-// part of a race report.
+// OS threads). The checker counts them and checks their bounds; an atomic never races with
+// another atomic, while a plain read or write of the same bytes by another thread in the
+// same barrier interval (or by another threadgroup) is a race finding (MSL: "memory_order_
+// relaxed" orders nothing but the atomic object itself).
 #pragma once
 #include "mt_runtime.h"
 #include "mt_sync.h"
@@ -33,9 +35,9 @@ struct atomic_bool { bool __value; };
 namespace __mt {
 
 template <class T>
-__MT_INLINE T* atomic_ptr(volatile atomic<T>* o, int is_write) {
+__MT_INLINE T* atomic_ptr(volatile atomic<T>* o, int kind) {  // 0 load, 1 rmw, 2 store
   T* p = const_cast<T*>(&o->__value);
-  __mt_atomic_access(p, sizeof(T), is_write);
+  __mt_atomic_access(p, sizeof(T), kind);
   return p;
 }
 
@@ -64,7 +66,7 @@ __MT_INLINE void atomic_store_explicit(volatile atomic<T>* o, U v, memory_order)
   T value = T(v);
   uint bits;
   __builtin_memcpy(&bits, &value, 4);
-  __atomic_store_n(reinterpret_cast<uint*>(__mt::atomic_ptr(o, 1)), bits, __ATOMIC_RELAXED);
+  __atomic_store_n(reinterpret_cast<uint*>(__mt::atomic_ptr(o, 2)), bits, __ATOMIC_RELAXED);
 }
 template <class T>
 __MT_INLINE T atomic_load_explicit(volatile atomic<T>* o, memory_order) {

@@ -109,9 +109,12 @@ struct Launch {
   // Device shadow (races): per byte, last writer and reader words; see encode_dev().
   std::atomic<uint64_t>* dev_writer[kMaxBuffers] = {};
   std::atomic<uint64_t>* dev_reader[kMaxBuffers] = {};
+  // Atomic accesses per byte: encode_atomic() words (who, when, whether an update).
+  std::atomic<uint64_t>* dev_atomic[kMaxBuffers] = {};
   // Unique-byte maps for the stats: bit 0 read, bit 1 written.
   std::atomic<uint8_t>* touched[kMaxBuffers] = {};
   std::atomic<uint64_t> next_group{0};
+  std::atomic<bool> any_device_atomic{false};  // plain accesses look at dev_atomic only then
   // Threadgroup variable layout, shared by all workers (decided on first request, under
   // slot_mutex). Fixed arrays, never reallocated: other workers read them without the lock
   // while a new variable is added (a growing vector here once gave false bounds findings).
@@ -150,6 +153,10 @@ struct TgShadow {
   uint16_t writer, reader;
   uint16_t write_sepoch, read_sepoch;
   uint8_t initialized, many_readers;
+  // Atomic accesses in the current interval: by whom (many: several threads), any update.
+  uint32_t atomic_epoch;
+  uint16_t atomic_thread;
+  uint8_t atomic_many, atomic_update;
 };
 
 struct Worker {
@@ -276,6 +283,34 @@ void device_race(Worker* w, bool write, int b, uint64_t off, uint64_t other, boo
   add_finding(w, std::move(f));
 }
 
+// Atomic shadow word (dev_atomic): encode_dev() of the last atomic access with bit 30 (the
+// top epoch bit, so epochs compare modulo 2^20 here) set when any access was an update; the
+// many-threads bit or group kManyGroups when several threads or groups made them.
+constexpr uint64_t kAtomicUpdate = uint64_t(1) << 30;
+inline uint32_t atomic_epoch(uint64_t w) { return uint32_t((w >> 10) & 0xFFFFF); }
+
+// A plain access conflicts with atomics by another thread in the same interval (or by
+// another threadgroup at all): a write with any atomic, a read with an atomic update.
+inline bool plain_conflicts_atomic(uint64_t a, bool write, uint64_t g, uint32_t t, uint32_t e) {
+  if (!(a & kValid) || (!write && !(a & kAtomicUpdate))) return false;
+  if (dev_group(a) != g) return true;
+  return ((a & kManyThreads) || dev_thread(a) != t) && atomic_epoch(a) == (e & 0xFFFFF);
+}
+
+void atomic_race(Worker* w, const char* what, int b, uint64_t off, uint64_t other, uintptr_t pc) {
+  Finding f = make_finding(w, kRace, true, b, off, pc, "");
+  uint64_t og = dev_group(other);
+  bool cross = og != (w->group & kManyGroups);
+  f.other_thread = (other & kManyThreads) || og == kManyGroups ? -1 : int32_t(dev_thread(other));
+  f.other_group = cross && og != kManyGroups ? int64_t(og) : -1;
+  f.detail = format("%s conflicts with an atomic %s by %s (atomics order only atomics; a plain "
+                    "access to the same bytes needs a barrier or a separate dispatch)", what,
+                    (other & kAtomicUpdate) ? "update" : "load",
+                    cross ? "another threadgroup" : "another thread of the threadgroup in the same "
+                    "barrier interval");
+  add_finding(w, std::move(f));
+}
+
 void device_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc) {
   const uint32_t checks = g_launch.job->checks;
   int b = find_buffer(a);
@@ -305,9 +340,16 @@ void device_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc)
   const uint32_t t = w->current->tid, e = w->dev_epoch;
   const uint64_t me = encode_dev(w->group, t, e);
   const uint64_t g = w->group & kManyGroups;
+  const bool atomics = g_launch.any_device_atomic.load(std::memory_order_relaxed);
   for (unsigned i = 0; i < n; ++i) {
     std::atomic<uint64_t>& W = g_launch.dev_writer[b][off + i];
     std::atomic<uint64_t>& R = g_launch.dev_reader[b][off + i];
+    if (atomics && plain_conflicts_atomic(g_launch.dev_atomic[b][off + i].load(std::memory_order_relaxed),
+                                          write, g, t, e)) {
+      atomic_race(w, write ? "plain write" : "plain read", b, off + i,
+                  g_launch.dev_atomic[b][off + i].load(std::memory_order_relaxed), pc);
+      break;
+    }
     if (write) {
       uint64_t old = W.exchange(me);
       if ((old & kValid) && (dev_group(old) != g || (dev_thread(old) != t && dev_epoch(old) == (e & 0x1FFFFF)))) {
@@ -390,6 +432,18 @@ void tg_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc) {
       auto ordered = [&](uint16_t other, uint16_t other_sepoch) {
         return same_simdgroup(other, t) && other_sepoch != s;
       };
+      if (sh.atomic_epoch == e && (sh.atomic_many || sh.atomic_thread != t) &&
+          (write || sh.atomic_update)) {
+        Finding r = make_finding(w, kRace, false, slot, var_off + i, pc,
+                                 format("plain %s conflicts with an atomic %s by %s in the same "
+                                        "barrier interval (atomics order only atomics)",
+                                        write ? "write" : "read",
+                                        sh.atomic_update ? "update" : "load",
+                                        sh.atomic_many ? "other threads" : "another thread"));
+        r.other_thread = sh.atomic_many ? -1 : sh.atomic_thread;
+        add_finding(w, std::move(r));
+        break;
+      }
       if (sh.write_epoch == e && sh.writer != t && !ordered(sh.writer, sh.write_sepoch)) {
         Finding r = make_finding(w, kRace, false, slot, var_off + i, pc,
                                  format("%s conflicts with a write by thread %u in the same "
@@ -915,25 +969,131 @@ void __mt_hooks_suppress(int on) {
   if (w && w->current) w->current->suppress = on != 0;
 }
 
-void __mt_atomic_access(const void* p, unsigned size, int is_write) {
+// Atomics (mt_atomic.h): counted, bounds-checked, and checked against plain accesses. An
+// atomic never races with another atomic; it races with a plain access to the same bytes by
+// another thread in the same barrier interval (or by another threadgroup): an update with
+// plain reads and writes, a load with plain writes. kind: 0 load, 1 read-modify-write, 2 store.
+void device_atomic(Worker* w, uintptr_t a, unsigned n, int kind, uintptr_t pc) {
+  const uint32_t checks = g_launch.job->checks;
+  int b = find_buffer(a);
+  if (b < 0 || a + n > reinterpret_cast<uintptr_t>(g_launch.buffers[b]) + g_launch.job->buffers[b].size) {
+    if (checks & kCheckBounds) {
+      int64_t off = 0;
+      int nb = b >= 0 ? b : nearest_buffer(a, &off);
+      if (b >= 0) off = int64_t(a - reinterpret_cast<uintptr_t>(g_launch.buffers[b]));
+      add_finding(w, make_finding(w, kBounds, true, nb, uint64_t(off), pc,
+                                  format("%u-byte atomic %s at byte offset %" PRId64 " of buffer %d, "
+                                         "which holds %" PRIu64 " bytes", n,
+                                         kind ? "update" : "load", off, nb,
+                                         g_launch.job->buffers[nb].size)));
+    }
+    return;
+  }
+  if (!(checks & kCheckRaces)) return;
+  if (!g_launch.any_device_atomic.load(std::memory_order_relaxed))
+    g_launch.any_device_atomic.store(true, std::memory_order_relaxed);
+  const uint64_t off = a - reinterpret_cast<uintptr_t>(g_launch.buffers[b]);
+  const uint32_t t = w->current->tid, e = w->dev_epoch;
+  const uint64_t g = w->group & kManyGroups;
+  const bool update = kind != 0;
+  const uint64_t me = encode_dev(w->group, t, e & 0xFFFFF) | (update ? kAtomicUpdate : 0);
+  for (unsigned i = 0; i < n; ++i) {
+    uint64_t W = g_launch.dev_writer[b][off + i].load(std::memory_order_relaxed);
+    uint64_t R = g_launch.dev_reader[b][off + i].load(std::memory_order_relaxed);
+    bool w_conflict = (W & kValid) && (dev_group(W) != g ||
+                                       (dev_thread(W) != t && dev_epoch(W) == (e & 0x1FFFFF)));
+    bool r_conflict = update && (R & kValid) &&
+                      (dev_group(R) != g || ((dev_thread(R) != t || (R & kManyThreads)) &&
+                                             dev_epoch(R) == (e & 0x1FFFFF)));
+    if (w_conflict || r_conflict) {
+      uint64_t other = w_conflict ? W : R;
+      Finding f = make_finding(w, kRace, true, b, off + i, pc, "");
+      uint64_t og = dev_group(other);
+      bool cross = og != g;
+      f.other_thread = (other & kManyThreads) || og == kManyGroups ? -1 : int32_t(dev_thread(other));
+      f.other_group = cross && og != kManyGroups ? int64_t(og) : -1;
+      f.detail = format("atomic %s conflicts with a plain %s by %s (atomics order only atomics)",
+                        update ? "update" : "load", w_conflict ? "write" : "read",
+                        cross ? "another threadgroup" : "another thread of the threadgroup in the "
+                        "same barrier interval");
+      add_finding(w, std::move(f));
+      break;
+    }
+    std::atomic<uint64_t>& A = g_launch.dev_atomic[b][off + i];
+    uint64_t old = A.load(std::memory_order_relaxed), next;
+    do {
+      if (!(old & kValid) || (dev_group(old) == g && atomic_epoch(old) != (e & 0xFFFFF)))
+        next = me;
+      else if (dev_group(old) != g)
+        next = kValid | (kManyGroups << 32) | ((old | me) & kAtomicUpdate);
+      else if (dev_thread(old) != t)
+        next = old | kManyThreads | (me & kAtomicUpdate);
+      else
+        next = old | (me & kAtomicUpdate);
+    } while (next != old && !A.compare_exchange_weak(old, next, std::memory_order_relaxed));
+  }
+}
+
+void tg_atomic(Worker* w, uintptr_t a, unsigned n, int kind, uintptr_t pc) {
+  const uint32_t checks = g_launch.job->checks;
+  const uint64_t base = a - w->arena_lo;
+  int slot = base < w->arena_owner.size() ? w->arena_owner[base] : -1;
+  if (slot < 0 || base + n > g_launch.slot_offset[slot] + g_launch.slot_size[slot]) {
+    if (checks & kCheckBounds)
+      add_finding(w, make_finding(w, kBounds, false, slot < 0 ? 0 : slot, base, pc,
+                                  format("%u-byte atomic %s outside every threadgroup variable",
+                                         n, kind ? "update" : "load")));
+    return;
+  }
+  const uint32_t e = w->tg_epoch;
+  const uint16_t t = uint16_t(w->current->tid);
+  const uint64_t var_off = base - g_launch.slot_offset[slot];
+  for (unsigned i = 0; i < n; ++i) {
+    TgShadow& sh = w->arena_shadow[base + i];
+    if (kind != 2 && !sh.initialized && (checks & kCheckUninit)) {
+      add_finding(w, make_finding(w, kUninit, false, slot, var_off + i, pc,
+                                  format("%u-byte atomic %s of threadgroup memory that no thread "
+                                         "has written in this threadgroup", n,
+                                         kind ? "update" : "load")));
+      break;
+    }
+    if (checks & kCheckRaces) {
+      bool w_conflict = sh.write_epoch == e && sh.writer != t;
+      bool r_conflict = kind != 0 && sh.read_epoch == e && (sh.many_readers || sh.reader != t);
+      if (w_conflict || r_conflict) {
+        Finding r = make_finding(w, kRace, false, slot, var_off + i, pc,
+                                 format("atomic %s conflicts with a plain %s by %s in the same "
+                                        "barrier interval (atomics order only atomics)",
+                                        kind ? "update" : "load", w_conflict ? "write" : "read",
+                                        !w_conflict && sh.many_readers ? "other threads" : "another thread"));
+        r.other_thread = w_conflict ? sh.writer : (sh.many_readers ? -1 : sh.reader);
+        add_finding(w, std::move(r));
+        break;
+      }
+    }
+    if (sh.atomic_epoch != e) {
+      sh.atomic_epoch = e;
+      sh.atomic_thread = t;
+      sh.atomic_many = 0;
+      sh.atomic_update = 0;
+    } else if (sh.atomic_thread != t) {
+      sh.atomic_many = 1;
+    }
+    if (kind != 0) sh.atomic_update = 1;
+    if (kind != 0) sh.initialized = 1;
+  }
+}
+
+void __mt_atomic_access(const void* p, unsigned size, int kind) {
   Worker* w = t_worker;
   if (!w || !w->current) return;
   ++w->atomics;
   uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  if (!(g_launch.job->checks & kCheckBounds)) return;
   uintptr_t pc = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
-  if (a - g_launch.dev_lo < g_launch.dev_span) {
-    int b = find_buffer(a);
-    if (b < 0) {
-      int64_t off = 0;
-      int nb = nearest_buffer(a, &off);
-      add_finding(w, make_finding(w, kBounds, true, nb, uint64_t(off), pc,
-                                  format("%u-byte atomic %s at byte offset %" PRId64 " of buffer %d, "
-                                         "which holds %" PRIu64 " bytes", size,
-                                         is_write ? "update" : "load", off, nb,
-                                         g_launch.job->buffers[nb].size)));
-    }
-  }
+  if (a - g_launch.dev_lo < g_launch.dev_span)
+    device_atomic(w, a, size, kind, pc);
+  else if (a - w->arena_lo < w->arena_span)
+    tg_atomic(w, a, size, kind, pc);
 }
 
 // Thread-sanitizer instrumentation entry points (clang -fsanitize=thread without its
@@ -1057,8 +1217,11 @@ int main(int argc, char** argv) {
           nullptr, n * 8, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
       g_launch.dev_reader[b] = static_cast<std::atomic<uint64_t>*>(mmap(
           nullptr, n * 8, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
-      if (g_launch.dev_writer[b] == MAP_FAILED || g_launch.dev_reader[b] == MAP_FAILED)
-        fail_launch("cannot map race-checker shadow memory for buffer %u (%zu bytes)", b, n * 16);
+      g_launch.dev_atomic[b] = static_cast<std::atomic<uint64_t>*>(mmap(
+          nullptr, n * 8, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+      if (g_launch.dev_writer[b] == MAP_FAILED || g_launch.dev_reader[b] == MAP_FAILED ||
+          g_launch.dev_atomic[b] == MAP_FAILED)
+        fail_launch("cannot map race-checker shadow memory for buffer %u (%zu bytes)", b, n * 24);
     }
   }
 

@@ -1,0 +1,35 @@
+"""The harness families use the new constructs (so fuzzing covers them): the reduce
+family's split-K atomic variant and the gemm family's shared accumulator, each run through
+`harness.diff.run_case` (every emulator check, the family's oracle)."""
+
+import pytest
+
+from harness.diff import run_case
+
+REDUCE = {"M": 13, "N": 24, "keepdim": False, "dst": "fragment", "block": 4, "threads": 64,
+          "combine": "atomic"}
+
+
+@pytest.mark.parametrize("kind", ["sum", "max", "min", "abssum", "absmax"])
+@pytest.mark.parametrize("dim, splits, clear, dtype", [
+    (1, 3, True, "float32"), (-1, 4, False, "int32"), (0, 1, False, "float32")])
+def test_reduce_family_split_k_atomics(kind, dim, splits, clear, dtype):
+    p = {**REDUCE, "kind": kind, "dim": dim, "splits": splits, "clear": clear,
+         "dtype": dtype, "out_dtype": dtype}
+    res = run_case("reduce", p)
+    assert res.status == "pass", res.message
+    assert "atomic_fetch_" in res.msl or "tl_atomic_" in res.msl
+
+
+GEMM = {"M": 48, "N": 40, "K": 40, "bM": 32, "bN": 32, "bK": 16, "threads": 128,
+        "dtype": "bfloat16", "out_dtype": "bfloat16", "trans_A": True, "trans_B": False,
+        "num_stages": 1, "a_operand": "shared", "accum": "shared"}
+
+
+@pytest.mark.parametrize("epilogue, init, pad", [
+    ("none", "clear", 0), ("relu_scale", "clear_accum", 8), ("window", "clear", 4)])
+def test_gemm_family_shared_accumulator(epilogue, init, pad):
+    p = {**GEMM, "epilogue": epilogue, "init": init, "pad": pad, "window": [1, 9, 20, 7]}
+    res = run_case("gemm", p)
+    assert res.status == "pass", res.message
+    assert "simdgroup_store(C_local_mat" in res.msl
