@@ -108,6 +108,8 @@ class Kernel:
                 buffers.append(args_struct.pack(spec.args, _by_field(spec, values),
                                                 kernel=site.kernel))
             plans.append((site, grid, buffers))
+        # On "mps" the launches are queued, not waited on (core/runtime/mps.py keeps their
+        # buffers alive); a host step that reads a device value calls backends.synchronize.
         for site, grid, buffers in plans:
             launch(backend, self.msl, site, grid, buffers, checks=checks, schedule=schedule,
                    seed=seed, record=record)
