@@ -85,9 +85,8 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
     "internal_error" is any other exception (a crash inside a pass is a compiler bug).
     """
     import core
-    from core.errors import (KernelCrashError, KernelTimeoutError, LaunchError,
-                             MetaltileError, MSLCompileError)
-    from core.language.errors import KernelDefinitionError, LoweringError
+    from core.errors import (KernelCrashError, KernelDefinitionError, KernelTimeoutError,
+                             LaunchError, LoweringError, MetaltileError, MSLCompileError)
     from core.runtime.backends import to_device, to_host
     from harness.diff import assert_close
     from harness.gen import family as families

@@ -33,9 +33,10 @@ from tvm import tirx
 from tvm.sym import Analyzer
 from tvm.tirx import is_buffer_var
 
+from core.ir import annotations as keys
 from core.ir import ops
 from core.ir.matrix import MATRIX_SCOPE
-from core.ir.stmt import as_int
+from core.ir.stmt import as_int, bind_ranges
 from core.language.errors import LoweringError
 from core.target import DTYPES
 
@@ -198,8 +199,8 @@ class _KernelPrinter:
     def __init__(self, func):
         self.func = func
         self.name = str(func.attrs["global_symbol"])
-        self.readonly = {str(n) for n in func.attrs["tl.readonly"]}
-        self.threads = [int(t) for t in func.attrs["tl.threads"]]
+        self.readonly = {str(n) for n in func.attrs[keys.READONLY]}
+        self.threads = [int(t) for t in func.attrs[keys.THREADS]]
         self.names = {}            # Var -> MSL identifier
         self.taken = set()
         self.scope = {}            # buffer Var -> "global" | "shared" | "local"
@@ -341,10 +342,7 @@ class _KernelPrinter:
         v = self.ident(s.loop_var)
         lo, ext = self.expr(s.min), s.extent
         end = self.expr(s.min + ext) if as_int(s.min) != 0 else self.expr(ext)
-        try:
-            self.analyzer.bind(s.loop_var, tvm.ir.Range.from_min_extent(s.min, ext))
-        except Exception:  # noqa: BLE001 - rebinding only loses precision
-            pass
+        bind_ranges(self.analyzer, {s.loop_var: (s.min, ext)})
         step = getattr(s, "step", None)
         inc = f"++{v}" if step is None or as_int(step) == 1 else f"{v} += {self.expr(step)}"
         self.emit(f"for (int {v} = {lo}; {v} < {end}; {inc}) {{")

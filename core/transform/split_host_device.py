@@ -16,6 +16,7 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.tirx import is_buffer_var
 
+from core.ir import annotations as keys
 from core.ir import matrix
 from core.ir import program as P
 from core.ir.kernel import top_level, unwrap
@@ -79,9 +80,9 @@ def split_host_device(func: tirx.PrimFunc) -> P.LoweredProgram:
         body = seq([d for d in decls if views[d.buffer] in used_buffers] + [stmt])
         dfunc = tirx.PrimFunc(used_buffers + used_scalars, body)
         dfunc = dfunc.with_attr("global_symbol", kname)
-        dfunc = dfunc.with_attr("tl.readonly",
+        dfunc = dfunc.with_attr(keys.READONLY,
                                 [b.name for b in used_buffers if b.name not in written])
-        dfunc = dfunc.with_attr("tl.threads", list(nest.threads))
+        dfunc = dfunc.with_attr(keys.THREADS, list(nest.threads))
         device[kname] = dfunc
         launches.append(P.LaunchSite(
             kernel=kname,
