@@ -9,7 +9,8 @@
 everywhere and also on "mps" where `torch.backends.mps.is_available()`. A test whose
 assertions hold on one backend only says so with `@pytest.mark.backend("emu")`
 (e.g. the emulator's findings or counters). Modules that need MPS set
-`pytestmark = pytest.mark.mps` and are skipped where MPS is unavailable.
+`pytestmark = pytest.mark.mps` and are skipped where MPS is unavailable. Every test starts
+from `torch.manual_seed(0)`, so inputs drawn without an explicit generator are seeded too.
 
 The "mps" runs have not been executed anywhere yet (no Mac has run this project's suites).
 """
@@ -17,9 +18,16 @@ The "mps" runs have not been executed anywhere yet (no Mac has run this project'
 from __future__ import annotations
 
 import pytest
+import torch
 
 from core.runtime.backends import available_backends, mps_available, to_device, to_host
 
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    """Every test draws its inputs from the same seeded stream: a failure reproduces
+    (tests that need several streams pass explicit torch.Generator seeds)."""
+    torch.manual_seed(0)
 
 
 def pytest_generate_tests(metafunc):
@@ -46,11 +54,14 @@ def pytest_collection_modifyitems(config, items):
 
 
 def run_checked(kernel, *args, backend="emu", **kwargs):
-    """Call `kernel` on `backend`: CPU tensors are moved to the backend's device and the
-    results come back to the CPU. On the emulator every check is on and any finding fails
-    the test."""
-    out = kernel(*(to_device(a, backend) for a in args), backend=backend, **kwargs)
-    out = to_host(out, backend)
+    """Call `kernel` on `backend`: CPU tensors are moved to the backend's device, and the
+    results, and tensors the kernel wrote in place, come back to the CPU. On the emulator
+    every check is on and any finding fails the test."""
+    moved = [to_device(a, backend) for a in args]
+    out = to_host(kernel(*moved, backend=backend, **kwargs), backend)
+    for given, used in zip(args, moved):   # outputs passed in (TileLang's style) come back
+        if used is not given:
+            given.copy_(used.cpu())
     findings = kernel.last_run.findings
     assert findings == [], f"emulator findings: {findings[:3]}"
     return out
