@@ -23,12 +23,14 @@ N = 256
 
 
 def _inputs(domain, seed):
-    """Two seeded float32 vectors: "pos" in [0.25, 4), "any" with both signs, "special"
-    with nan and +-inf among ordinary values."""
+    """Two seeded float32 vectors: "pos" in [0.25, 4), "any" with both signs and some
+    halfway values, "special" with nan and +-inf among them."""
     g = torch.Generator().manual_seed(seed)
     if domain == "pos":
         return [0.25 + 3.75 * torch.rand(N, generator=g) for _ in range(2)]
     a, b = (3 * torch.randn(N, generator=g) for _ in range(2))
+    ties = torch.arange(-4, 4) + 0.5        # halfway values: rint rounds them to even
+    a[::N // len(ties)] = ties
     if domain == "special":
         a[::7], a[3::11], a[5::13] = float("nan"), float("inf"), float("-inf")
     return [a, b]
