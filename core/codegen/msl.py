@@ -268,49 +268,51 @@ class _KernelPrinter:
         self.stmt(self.func.body)
         return self.lines
 
-    # statements
+    # statements: STATEMENTS (after the class) maps each TIR statement class to its form
     def stmt(self, s):
-        if isinstance(s, tirx.SeqStmt):
-            for k in s.seq:
-                self.stmt(k)
-        elif isinstance(s, tirx.DeclBuffer):
-            target = s.data.args[0]
-            self.views[s.buffer] = target
-            self.scope[s.buffer] = "global"
-            self.names[s.buffer] = self.ident(target)
-        elif isinstance(s, tirx.AttrStmt) and s.attr_key == "thread_extent":
-            self.launch_var(s)
-            self.stmt(s.body)
-        elif isinstance(s, tirx.AttrStmt):
-            self.stmt(s.body)
-        elif isinstance(s, tirx.AllocBuffer):
-            self.alloc(s.buffer)
-        elif isinstance(s, tirx.For):
-            self.loop(s)
-        elif isinstance(s, tirx.IfThenElse):
-            self.emit(f"if ({self.expr(s.condition)}) {{")
-            self.block(s.then_case)
-            if s.else_case is not None:
-                self.emit("} else {")
-                self.block(s.else_case)
-            self.emit("}")
-        elif isinstance(s, tirx.While):
-            self.emit(f"while ({self.expr(s.condition)}) {{")
-            self.block(s.body)
-            self.emit("}")
-        elif isinstance(s, tirx.BufferStore):
-            self.store(s)
-        elif isinstance(s, tirx.Bind):
-            self.emit(f"const {msl_type(s.var.ty.dtype)} {self.ident(s.var)} = "
-                      f"{self.expr(s.value)};")
-        elif isinstance(s, tirx.Evaluate):
-            if ops.is_barrier(s):
-                self.emit(BARRIER)
-            elif as_int(s.value) is None:
-                self.emit(self.expr(s.value) + ";")
-        else:
+        form = STATEMENTS.get(type(s).__name__)
+        if form is None:
             raise LoweringError(f"statement {type(s).__name__} has no MSL form",
                                 kernel=self.name, construct="MSL printer")
+        form(self, s)
+
+    def seq(self, s):
+        for k in s.seq:
+            self.stmt(k)
+
+    def decl_buffer(self, s):
+        target = s.data.args[0]
+        self.views[s.buffer] = target
+        self.scope[s.buffer] = "global"
+        self.names[s.buffer] = self.ident(target)
+
+    def attr(self, s):
+        if s.attr_key == "thread_extent":
+            self.launch_var(s)
+        self.stmt(s.body)
+
+    def if_then_else(self, s):
+        self.emit(f"if ({self.expr(s.condition)}) {{")
+        self.block(s.then_case)
+        if s.else_case is not None:
+            self.emit("} else {")
+            self.block(s.else_case)
+        self.emit("}")
+
+    def while_loop(self, s):
+        self.emit(f"while ({self.expr(s.condition)}) {{")
+        self.block(s.body)
+        self.emit("}")
+
+    def bind(self, s):
+        self.emit(f"const {msl_type(s.var.ty.dtype)} {self.ident(s.var)} = "
+                  f"{self.expr(s.value)};")
+
+    def evaluate(self, s):
+        if ops.is_barrier(s):
+            self.emit(BARRIER)
+        elif as_int(s.value) is None:
+            self.emit(self.expr(s.value) + ";")
 
     def block(self, s):
         self.indent += 1
@@ -616,6 +618,20 @@ CALLS = {
     "prim.likely": lambda p, e, a: p.expr(a[0]),    # a branch hint: the condition itself
 }
 
+
+# TIR statement class name -> the printer's form for it (a method of _KernelPrinter)
+STATEMENTS = {
+    "SeqStmt": _KernelPrinter.seq,
+    "DeclBuffer": _KernelPrinter.decl_buffer,
+    "AttrStmt": _KernelPrinter.attr,
+    "AllocBuffer": lambda p, s: p.alloc(s.buffer),
+    "For": _KernelPrinter.loop,
+    "IfThenElse": _KernelPrinter.if_then_else,
+    "While": _KernelPrinter.while_loop,
+    "BufferStore": _KernelPrinter.store,
+    "Bind": _KernelPrinter.bind,
+    "Evaluate": _KernelPrinter.evaluate,
+}
 
 # TIR expression class name -> the printer's form for it (a method of _KernelPrinter)
 EXPRESSIONS = {
