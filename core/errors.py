@@ -27,6 +27,17 @@ class MetaltileError(Exception):
         return f"{prefix}: {self.reason}" if prefix else self.reason
 
 
+class KernelDefinitionError(MetaltileError):
+    """An ill-formed kernel the DSL or the verifier rejects (wrong shape, scope, dtype, a
+    construct outside its allowed context): the message says what is wrong and what is
+    allowed. Raised before any code runs."""
+
+
+class LoweringError(MetaltileError):
+    """A well-formed kernel whose plan the lowering does not support (yet). Raised before
+    any code runs."""
+
+
 class ToolchainError(MetaltileError):
     """The C++ toolchain the emulator needs is missing or unusable."""
 

@@ -46,7 +46,7 @@ from core.language.errors import KernelDefinitionError
 from core.language.dtypes import dtype_name
 from core.ir.program import evaluate, launch_sequence
 from core.runtime import args as args_struct
-from core.runtime.backends import (DEVICES, RunRecord, check_backend, default_backend, finish,
+from core.runtime.backends import (DEVICES, RunRecord, check_backend, default_backend,
                                    launch)
 from core.runtime.binding import bind, output_indices, reported_view
 from core.transform import pipeline
@@ -129,12 +129,13 @@ class Kernel:
                 buffers.append(args_struct.pack(spec.args, _by_field(spec, values),
                                                 kernel=site.kernel))
             plans.append((site, grid, buffers))
-        # Every launch of the call is planned (and checked) before the first one runs; the
-        # workspaces and packed scalars in `plans` stay referenced until all have completed.
+        # Every launch of the call is planned (and checked) before the first one runs. On
+        # "mps" the launches are queued, not waited on (core/runtime/mps.py keeps each
+        # launch's buffers, workspaces and packed scalars included, alive until it has
+        # completed); a host step that reads a device value calls backends.synchronize.
         for site, grid, buffers in plans:
             launch(backend, self.msl, site, grid, buffers, checks=checks, schedule=schedule,
                    seed=seed, record=record)
-        finish(backend, plans)
         self.last_run = record
         if self.raise_on_findings and record.findings:
             kinds = sorted({f.kind for f in record.findings})

@@ -85,9 +85,9 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
     "internal_error" is any other exception (a crash inside a pass is a compiler bug).
     """
     import core
-    from core.errors import (KernelCrashError, KernelTimeoutError, LaunchError,
-                             MetaltileError, MSLCompileError)
-    from core.language.errors import KernelDefinitionError, LoweringError
+    from core.errors import (KernelCrashError, KernelDefinitionError, KernelTimeoutError,
+                             LaunchError, LoweringError, MetaltileError, MSLCompileError)
+    from core.runtime.backends import to_device, to_host
     from harness.diff import assert_close
     from harness.gen import family as families
 
@@ -115,8 +115,10 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
     result.compile_seconds = time.perf_counter() - t0
     t1 = time.perf_counter()
     try:
-        inputs = built.inputs(seed)
-        outs = kernel(*inputs, backend=backend, checks=checks, schedule=schedule, seed=seed)
+        inputs = built.inputs(seed)   # on the CPU: the oracle reads them there
+        outs = kernel(*(to_device(a, backend) for a in inputs), backend=backend,
+                      checks=checks, schedule=schedule, seed=seed)
+        outs = to_host(outs, backend)
     except MSLCompileError as err:
         return _failed(result, "compile_error", err, t1, run=True)
     except KernelTimeoutError as err:

@@ -223,8 +223,8 @@ def time_gpu(fam, params: dict, rounds: int):
     """Measured GPU time on the MPS backend, per call of the program (all its launches).
 
     UNTESTED: written against PyTorch's documented API (torch.mps.Event); this project
-    has not run it on a Mac yet. Each call synchronizes (core/runtime/mps.py), so the
-    time includes one command-buffer round trip per launch."""
+    has not run it on a Mac yet. A call's launches are queued without waiting
+    (core/runtime/mps.py); the events around the call time them on the GPU's stream."""
     import torch
     from pytest_benchmark.stats import Stats
 

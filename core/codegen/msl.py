@@ -24,6 +24,7 @@ of one struct `<kernel>_args`, one 8-byte slot each in parameter order, passed a
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -32,9 +33,10 @@ from tvm import tirx
 from tvm.sym import Analyzer
 from tvm.tirx import is_buffer_var
 
+from core.ir import annotations as keys
 from core.ir import ops
 from core.ir.matrix import MATRIX_SCOPE
-from core.ir.stmt import as_int, loads
+from core.ir.stmt import as_int, bind_ranges, loads
 from core.language.errors import LoweringError
 from core.target import DTYPES, METAL
 
@@ -65,12 +67,12 @@ BITWISE = {"BitwiseAnd": "&", "BitwiseOr": "|", "BitwiseXor": "^", "LShift": "<<
 SHIFTS = ("LShift", "RShift")
 INT_BITS = DTYPES["int32"].bits     # what char and short scalars are promoted to
 INTRINSICS = {  # TIR op -> MSL function
-    "tirx.exp": "exp", "tirx.exp2": "exp2", "tirx.log": "log", "tirx.log2": "log2",
+    "tirx.exp": "exp", "tirx.exp2": "exp2", "tirx.log": "log",
     "tirx.sqrt": "sqrt", "tirx.rsqrt": "rsqrt", "tirx.fabs": "fabs", "tirx.tanh": "tanh",
-    "tirx.sin": "sin", "tirx.cos": "cos", "tirx.floor": "floor", "tirx.ceil": "ceil",
+    "tirx.sin": "sin", "tirx.cos": "cos", "tirx.floor": "floor",
     "tirx.pow": "pow", "tirx.fmod": "fmod", "tirx.round": "rint", "tirx.trunc": "trunc",
-    "tirx.isnan": "isnan", "tirx.isinf": "isinf", "tirx.sigmoid": None,
-    "tirx.log10": "log10", "prim.log2": "log2", "prim.ceil": "ceil",  # TVM 0.27 names
+    "tirx.isnan": "isnan",      # T.isinf is fabs(x) == inf: TIR has no isinf call
+    "tirx.log10": "log10", "prim.log2": "log2", "prim.ceil": "ceil",  # TVM 0.27's names
     "tl.simd_shuffle_xor": "simd_shuffle_xor",
 }
 BARRIER = "threadgroup_barrier(mem_flags::mem_threadgroup);"
@@ -223,8 +225,8 @@ class _KernelPrinter:
     def __init__(self, func):
         self.func = func
         self.name = str(func.attrs["global_symbol"])
-        self.readonly = {str(n) for n in func.attrs["tl.readonly"]}
-        self.threads = [int(t) for t in func.attrs["tl.threads"]]
+        self.readonly = {str(n) for n in func.attrs[keys.READONLY]}
+        self.threads = [int(t) for t in func.attrs[keys.THREADS]]
         self.names = {}            # Var -> MSL identifier
         self.taken = set()
         self.scope = {}            # buffer Var -> "global" | "shared" | "local"
@@ -297,49 +299,51 @@ class _KernelPrinter:
         self.stmt(self.func.body)
         return self.lines
 
-    # statements
+    # statements: STATEMENTS (after the class) maps each TIR statement class to its form
     def stmt(self, s):
-        if isinstance(s, tirx.SeqStmt):
-            for k in s.seq:
-                self.stmt(k)
-        elif isinstance(s, tirx.DeclBuffer):
-            target = s.data.args[0]
-            self.views[s.buffer] = target
-            self.scope[s.buffer] = "global"
-            self.names[s.buffer] = self.ident(target)
-        elif isinstance(s, tirx.AttrStmt) and s.attr_key == "thread_extent":
-            self.launch_var(s)
-            self.stmt(s.body)
-        elif isinstance(s, tirx.AttrStmt):
-            self.stmt(s.body)
-        elif isinstance(s, tirx.AllocBuffer):
-            self.alloc(s.buffer)
-        elif isinstance(s, tirx.For):
-            self.loop(s)
-        elif isinstance(s, tirx.IfThenElse):
-            self.emit(f"if ({self.expr(s.condition)}) {{")
-            self.block(s.then_case)
-            if s.else_case is not None:
-                self.emit("} else {")
-                self.block(s.else_case)
-            self.emit("}")
-        elif isinstance(s, tirx.While):
-            self.emit(f"while ({self.expr(s.condition)}) {{")
-            self.block(s.body)
-            self.emit("}")
-        elif isinstance(s, tirx.BufferStore):
-            self.store(s)
-        elif isinstance(s, tirx.Bind):
-            self.emit(f"const {msl_type(s.var.ty.dtype)} {self.ident(s.var)} = "
-                      f"{self.expr(s.value)};")
-        elif isinstance(s, tirx.Evaluate):
-            if ops.is_barrier(s):
-                self.emit(BARRIER)
-            elif as_int(s.value) is None:
-                self.emit(self.expr(s.value) + ";")
-        else:
+        form = STATEMENTS.get(type(s).__name__)
+        if form is None:
             raise LoweringError(f"statement {type(s).__name__} has no MSL form",
                                 kernel=self.name, construct="MSL printer")
+        form(self, s)
+
+    def seq(self, s):
+        for k in s.seq:
+            self.stmt(k)
+
+    def decl_buffer(self, s):
+        target = s.data.args[0]
+        self.views[s.buffer] = target
+        self.scope[s.buffer] = "global"
+        self.names[s.buffer] = self.ident(target)
+
+    def attr(self, s):
+        if s.attr_key == "thread_extent":
+            self.launch_var(s)
+        self.stmt(s.body)
+
+    def if_then_else(self, s):
+        self.emit(f"if ({self.expr(s.condition)}) {{")
+        self.block(s.then_case)
+        if s.else_case is not None:
+            self.emit("} else {")
+            self.block(s.else_case)
+        self.emit("}")
+
+    def while_loop(self, s):
+        self.emit(f"while ({self.expr(s.condition)}) {{")
+        self.block(s.body)
+        self.emit("}")
+
+    def bind(self, s):
+        self.emit(f"const {msl_type(s.var.ty.dtype)} {self.ident(s.var)} = "
+                  f"{self.expr(s.value)};")
+
+    def evaluate(self, s):
+        if ops.is_barrier(s):
+            self.emit(BARRIER)
+        elif as_int(s.value) is None:
+            self.emit(self.expr(s.value) + ";")
 
     def block(self, s):
         self.indent += 1
@@ -377,10 +381,7 @@ class _KernelPrinter:
         v = self.ident(s.loop_var)
         lo, ext = self.expr(s.min), s.extent
         end = self.expr(s.min + ext) if as_int(s.min) != 0 else self.expr(ext)
-        try:
-            self.analyzer.bind(s.loop_var, tvm.ir.Range.from_min_extent(s.min, ext))
-        except Exception:  # noqa: BLE001 - rebinding only loses precision
-            pass
+        bind_ranges(self.analyzer, {s.loop_var: (s.min, ext)})
         step = getattr(s, "step", None)
         inc = f"++{v}" if step is None or as_int(step) == 1 else f"{v} += {self.expr(step)}"
         if loads(s.min + ext):
@@ -495,60 +496,61 @@ class _KernelPrinter:
         nbytes = TYPE_BYTES[str(buf.ty.dtype)] * lanes
         self.align[target] = max(self.align.get(target, 0), nbytes)
 
-    # expressions
+    # expressions: EXPRESSIONS (after the class) maps each TIR expression class to its form
     def expr(self, e) -> str:
         if isinstance(e, int):
             return str(e)
-        name = type(e).__name__
         dtype = getattr(getattr(e, "ty", None), "dtype", None)
         if dtype is not None and carrier_of(dtype) is not None:
-            raise LoweringError(f"{name} of {dtype}: a bf16 vector wider than bfloat2 exists "
-                                "only as a copy's carrier (docs/architecture.md)",
+            raise LoweringError(f"{type(e).__name__} of {dtype}: a bf16 vector wider than "
+                                "bfloat2 exists only as a copy's carrier "
+                                "(docs/architecture.md)", kernel=self.name,
+                                construct="MSL printer")
+        form = _expression_form(type(e))
+        if form is None:
+            raise LoweringError(f"expression {type(e).__name__} ({e}) has no MSL form",
                                 kernel=self.name, construct="MSL printer")
-        if isinstance(e, tirx.IntImm):
-            return self.int_literal(e)
-        if isinstance(e, tirx.FloatImm):
-            return self.float_literal(e.value, str(e.ty.dtype))
-        if name == "Var":
-            return self.ident(e)
-        if isinstance(e, tvm.ir.TensorLoad):
-            return self.load(e)
-        if name in BINARY:
-            return f"({self.expr(e.a)} {BINARY[name]} {self.expr(e.b)})"
-        if name in ("FloorDiv", "FloorMod"):
-            return self.floor_op(e, name)
-        if name in ("Min", "Max"):
-            return f"{name.lower()}({self.expr(e.a)}, {self.expr(e.b)})"
-        if name == "Not":
-            return f"(!{self.expr(e.a)})"
+        return form(self, e)
+
+    def binary(self, e):
+        return f"({self.expr(e.a)} {BINARY[type(e).__name__]} {self.expr(e.b)})"
+
+    def min_max(self, e):
+        return f"{type(e).__name__.lower()}({self.expr(e.a)}, {self.expr(e.b)})"
+
+    def logical_not(self, e):
+        return f"(!{self.expr(e.a)})"
+
+    def bitwise(self, e):
+        name = type(e).__name__
         if name in SHIFTS:
             return self.shift(e, BITWISE[name])
-        if name in BITWISE:
-            return self.narrow(e, f"({self.expr(e.a)} {BITWISE[name]} {self.expr(e.b)})")
-        if name == "BitwiseNot":
-            if scalar_dtype(e.ty.dtype) == "bool":      # ~ of a bool would give an int
-                return f"(!{self.expr(e.a)})"
-            return self.narrow(e, f"(~{self.expr(e.a)})")
-        if name == "Cast":
-            value = self.expr(e.value)
-            src, dst = _scalar(e.value.ty.dtype), _scalar(e.ty.dtype)
-            if {src, dst} == {"float16", "bfloat16"}:  # no direct half <-> bfloat cast:
-                value = f"{msl_type(_with_base(e.value.ty.dtype, 'float32'))}({value})"
-            return f"{msl_type(e.ty.dtype)}({value})"
-        if name == "Select":
-            return (f"({self.expr(e.condition)} ? {self.expr(e.true_value)} : "
-                    f"{self.expr(e.false_value)})")
-        if name == "Broadcast":
-            return f"{msl_type(e.ty.dtype)}({self.expr(e.value)})"
-        if name == "Ramp":
-            lanes = int(e.lanes)
-            parts = ", ".join(f"{self.expr(e.base)} + {self.expr(e.stride)} * {k}"
-                              for k in range(lanes))
-            return f"{msl_type(e.ty.dtype)}({parts})"
-        if name == "Call":
-            return self.call(e)
-        raise LoweringError(f"expression {type(e).__name__} ({e}) has no MSL form",
-                            kernel=self.name, construct="MSL printer")
+        return self.narrow(e, f"({self.expr(e.a)} {BITWISE[name]} {self.expr(e.b)})")
+
+    def bitwise_not(self, e):
+        if scalar_dtype(e.ty.dtype) == "bool":      # ~ of a bool would give an int
+            return f"(!{self.expr(e.a)})"
+        return self.narrow(e, f"(~{self.expr(e.a)})")
+
+    def cast(self, e):
+        value = self.expr(e.value)
+        src, dst = _scalar(e.value.ty.dtype), _scalar(e.ty.dtype)
+        if {src, dst} == {"float16", "bfloat16"}:  # no direct half <-> bfloat cast:
+            value = f"{msl_type(_with_base(e.value.ty.dtype, 'float32'))}({value})"
+        return f"{msl_type(e.ty.dtype)}({value})"
+
+    def select(self, e):
+        return (f"({self.expr(e.condition)} ? {self.expr(e.true_value)} : "
+                f"{self.expr(e.false_value)})")
+
+    def broadcast(self, e):
+        return f"{msl_type(e.ty.dtype)}({self.expr(e.value)})"
+
+    def ramp(self, e):
+        lanes = int(e.lanes)
+        parts = ", ".join(f"{self.expr(e.base)} + {self.expr(e.stride)} * {k}"
+                          for k in range(lanes))
+        return f"{msl_type(e.ty.dtype)}({parts})"
 
     def narrow(self, e, text):
         """`text` converted back to `e`'s integer type when MSL's integer promotion widened
@@ -612,7 +614,8 @@ class _KernelPrinter:
                 text = f"({text})"
         return text if dtype == "float32" else f"{msl_type(dtype)}({text})"
 
-    def floor_op(self, e, name):
+    def floor_op(self, e):
+        name = type(e).__name__
         a, b = self.expr(e.a), self.expr(e.b)
         dt = scalar_dtype(e.ty.dtype)
         if dt.startswith("float"):
@@ -629,24 +632,12 @@ class _KernelPrinter:
     def call(self, e):
         op = e.op.name if isinstance(e.op, tvm.ir.Op) else str(e.op)
         args = list(e.args)
-        if op in ("tirx.if_then_else", "prim.if_then_else"):
-            return f"({self.expr(args[0])} ? {self.expr(args[1])} : {self.expr(args[2])})"
-        if op == "tirx.sigmoid":
-            x = self.expr(args[0])
-            one = self.float_literal(1.0, scalar_dtype(e.ty.dtype))
-            return f"({one} / ({one} + exp(-{x})))"
+        if op in CALLS:
+            return CALLS[op](self, e, args)
         if op in MATRIX_CALLS:
             t = msl_type(args[0].source.ty.dtype)
             return MATRIX_CALLS[op].format(*(self.expr(a) for a in args), t=t)
-        if op == "tl.atomic":
-            return self.atomic(ops.decode_atomic(e))
-        if op == "tirx.reinterpret":
-            return f"as_type<{msl_type(e.ty.dtype)}>({self.expr(args[0])})"
-        if op == "tirx.address_of":
-            return f"&{self.expr(args[0])}"
-        if op == "tirx.likely":
-            return self.expr(args[0])
-        if op in INTRINSICS and INTRINSICS[op]:
+        if op in INTRINSICS:
             return f"{INTRINSICS[op]}({', '.join(self.expr(a) for a in args)})"
         raise LoweringError(f"call of {op} has no MSL form", kernel=self.name,
                             construct="MSL printer")
@@ -678,6 +669,66 @@ class _KernelPrinter:
             return f"{helper}(({space} atomic_uint*)&{name}[{index}], 0u, {value})"
         return (f"{helper}(({space} atomic_uint*){name} + ({index}) / {per_word}, "
                 f"uint(({index}) % {per_word}) * {nbits}u, {value})")
+
+    def sigmoid(self, e, args):
+        x = self.expr(args[0])
+        one = self.float_literal(1.0, scalar_dtype(e.ty.dtype))
+        return f"({one} / ({one} + exp(-{x})))"
+
+
+# TIR call op -> its form, for the calls that are not a plain MSL function (INTRINSICS) or
+# a simdgroup matrix call (MATRIX_CALLS). Every entry of the three tables is run on the
+# emulator by suites/core/test_printer_calls.py.
+CALLS = {
+    "prim.if_then_else": lambda p, e, a: (f"({p.expr(a[0])} ? {p.expr(a[1])} : "
+                                          f"{p.expr(a[2])})"),
+    "tirx.sigmoid": _KernelPrinter.sigmoid,
+    "tirx.reinterpret": lambda p, e, a: f"as_type<{msl_type(e.ty.dtype)}>({p.expr(a[0])})",
+    "tirx.address_of": lambda p, e, a: f"&{p.expr(a[0])}",
+    "prim.likely": lambda p, e, a: p.expr(a[0]),    # a branch hint: the condition itself
+    "tl.atomic": lambda p, e, a: p.atomic(ops.decode_atomic(e)),
+}
+
+
+# TIR statement class name -> the printer's form for it (a method of _KernelPrinter)
+STATEMENTS = {
+    "SeqStmt": _KernelPrinter.seq,
+    "DeclBuffer": _KernelPrinter.decl_buffer,
+    "AttrStmt": _KernelPrinter.attr,
+    "AllocBuffer": lambda p, s: p.alloc(s.buffer),
+    "For": _KernelPrinter.loop,
+    "IfThenElse": _KernelPrinter.if_then_else,
+    "While": _KernelPrinter.while_loop,
+    "BufferStore": _KernelPrinter.store,
+    "Bind": _KernelPrinter.bind,
+    "Evaluate": _KernelPrinter.evaluate,
+}
+
+# TIR expression class name -> the printer's form for it (a method of _KernelPrinter)
+EXPRESSIONS = {
+    "IntImm": _KernelPrinter.int_literal,
+    "FloatImm": lambda p, e: p.float_literal(e.value, str(e.ty.dtype)),
+    "Var": _KernelPrinter.ident,
+    "TensorLoad": _KernelPrinter.load,
+    **dict.fromkeys(BINARY, _KernelPrinter.binary),
+    "FloorDiv": _KernelPrinter.floor_op, "FloorMod": _KernelPrinter.floor_op,
+    "Min": _KernelPrinter.min_max, "Max": _KernelPrinter.min_max,
+    "Not": _KernelPrinter.logical_not,
+    **dict.fromkeys(BITWISE, _KernelPrinter.bitwise),
+    "BitwiseNot": _KernelPrinter.bitwise_not,
+    "Cast": _KernelPrinter.cast,
+    "Select": _KernelPrinter.select,
+    "Broadcast": _KernelPrinter.broadcast,
+    "Ramp": _KernelPrinter.ramp,
+    "Call": _KernelPrinter.call,
+}
+
+
+@functools.cache
+def _expression_form(cls):
+    """The EXPRESSIONS entry of `cls` or of its nearest base class listed there."""
+    return next((EXPRESSIONS[k.__name__] for k in cls.__mro__ if k.__name__ in EXPRESSIONS),
+                None)
 
 
 def print_program(program) -> tuple[str, dict]:

@@ -28,13 +28,14 @@ from dataclasses import dataclass
 
 from tvm import tirx
 
+from core.ir import annotations as keys
 from core.ir import ops
 from core.ir.stmt import as_int, walk
 from core.language.errors import LoweringError
 from core.target import METAL
 
 MATRIX_SCOPE = "metal.simdgroup"
-ACCUMULATOR = "tl.simdgroup_accumulator"   # AllocBuffer annotation set by layout_inference
+ACCUMULATOR = keys.SIMDGROUP_ACCUMULATOR   # set by layout_inference (core/ir/annotations.py)
 TILE = METAL.matrix_tile
 INPUT_DTYPES = METAL.matrix_dtypes
 

@@ -2,7 +2,8 @@
 
 `rewrite(stmt, fn)` rebuilds a statement tree bottom-up, calling `fn` on every rebuilt
 statement (it may return a replacement); `substitute` maps variables in any node;
-`free_vars` lists the variables an expression or statement reads; `seq` flattens.
+`free_vars` lists the variables an expression or statement reads; `seq` flattens;
+`bind_ranges` gives an arithmetic analyzer the loop ranges around a statement.
 """
 
 from __future__ import annotations
@@ -111,3 +112,15 @@ def is_kernel_attr(stmt) -> bool:
 
 def thread_tag(attr) -> str:
     return str(attr.node.thread_tag)
+
+
+def bind_ranges(analyzer, ranges: dict):
+    """`analyzer` with each variable of `ranges` ({var: (min, extent)}) bound to its loop
+    range. A range the analyzer refuses (a variable it already holds with another range)
+    is skipped: the analyzer then proves less, never something false."""
+    for v, (lo, ext) in ranges.items():
+        try:
+            analyzer.bind(v, tvm.ir.Range.from_min_extent(lo, ext))
+        except Exception:  # noqa: BLE001 - an unbindable range only proves less
+            pass
+    return analyzer

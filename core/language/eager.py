@@ -46,6 +46,7 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.tirx.script.builder import ir as _ir
 
+from core.ir import annotations as keys
 from core.errors import MetaltileError
 from core.language.dtypes import dtype_name
 from core.language.errors import KernelDefinitionError
@@ -192,16 +193,16 @@ def annotate_capacity_dims(capacities: dict, lengths: dict | None = None):
                     kernel=name, construct=where)
         _STACK[-1].capacity.update(attr)
     else:  # in a prim_func: the verifier checks names and ranks against the parameters
-        _ir.func_attr({"tl.capacity_dims": attr})
+        _ir.func_attr({keys.CAPACITY_DIMS: attr})
         if named:
-            _ir.func_attr({"tl.capacity_lengths": named})
+            _ir.func_attr({keys.CAPACITY_LENGTHS: named})
 
 
 def check_capacity_dims(func, kernel: str):
     """The capacity annotations of a PrimFunc name its tensors, one entry per dim (a
     prim_func is checked when parsed; the verifier checks every function again)."""
     attrs = func.attrs or {}
-    cap = attrs.get("tl.capacity_dims")
+    cap = attrs.get(keys.CAPACITY_DIMS)
     if cap is None:
         return
     tensors = {p.name: p for p in func.params if hasattr(p.ty, "shape")}
@@ -216,7 +217,7 @@ def check_capacity_dims(func, kernel: str):
         if len(dims) != rank:
             raise KernelDefinitionError(f"gives {len(dims)} capacity dims for a tensor of "
                                         f"rank {rank}", kernel=kernel, construct=where)
-    for name, counter in (attrs.get("tl.capacity_lengths") or {}).items():
+    for name, counter in (attrs.get(keys.CAPACITY_LENGTHS) or {}).items():
         if str(counter) not in tensors:
             raise KernelDefinitionError(f"'{counter}' is not a tensor of the function",
                                         kernel=kernel,
@@ -786,11 +787,11 @@ def trace(rewritten, name: str, signature: inspect.Signature, tensor_params, sca
                 for b in outputs + workspaces:
                     _ir.arg(b.name, b)
                 if workspaces:
-                    _ir.func_attr({"tl.workspaces": [b.name for b in workspaces]})
+                    _ir.func_attr({keys.WORKSPACES: [b.name for b in workspaces]})
                 if tr.capacity:
-                    _ir.func_attr({"tl.capacity_dims": tr.capacity})
+                    _ir.func_attr({keys.CAPACITY_DIMS: tr.capacity})
                 if tr.lengths:
-                    _ir.func_attr({"tl.capacity_lengths": tr.lengths})
+                    _ir.func_attr({keys.CAPACITY_LENGTHS: tr.lengths})
         func = ib.get()
     except MetaltileError as exc:
         if exc.kernel is None:

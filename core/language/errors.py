@@ -1,19 +1,10 @@
-"""Compile-time error classes of the compiler core.
+"""Compile-time error classes, as the DSL's modules and passes import them.
 
-`KernelDefinitionError` is raised for a kernel the DSL or the verifier rejects (wrong
-shape, scope, dtype, construct outside its allowed context); `LoweringError` for a
-well-formed kernel whose plan the lowering does not support. Both are raised before any
-code runs and name the kernel, the construct and what is allowed.
+`KernelDefinitionError` (a kernel the DSL or the verifier rejects) and `LoweringError` (a
+well-formed kernel whose plan the lowering does not support) are defined in core/errors.py
+beside the project's other errors; this module re-exports them.
 """
 
-from __future__ import annotations
+from core.errors import KernelDefinitionError, LoweringError
 
-from core.errors import MetaltileError
-
-
-class KernelDefinitionError(MetaltileError):
-    """An ill-formed kernel: the message says what is wrong and what is allowed."""
-
-
-class LoweringError(MetaltileError):
-    """A well-formed kernel whose plan the lowering does not support (yet)."""
+__all__ = ["KernelDefinitionError", "LoweringError"]

@@ -3,7 +3,8 @@
     "emu"  the CPU emulator (core/runtime/emu), any OS; tensors live on the CPU
     "mps"  Apple GPU through torch.mps.compile_shader (core/runtime/mps.py), macOS only
 
-`default_backend()` is "mps" on macOS with MPS available, else "emu".
+`default_backend()` is "mps" on macOS with MPS available, else "emu";
+`available_backends()` lists those that can run here (the test suites' `backend` fixture).
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ def mps_available() -> bool:
     except ImportError:
         return False
     return bool(torch.backends.mps.is_available())
+
+
+def available_backends() -> tuple:
+    """The backends that can run here: the emulator always, MPS where torch has it."""
+    return BACKENDS if mps_available() else ("emu",)
 
 
 def default_backend() -> str:
@@ -54,7 +60,10 @@ class RunRecord:
 
 
 def launch(backend, msl, site, grid, buffers, *, checks, schedule, seed, record):
-    """Run one launch site; `buffers` are bound to [[buffer(i)]] in order."""
+    """Run one launch site; `buffers` are bound to [[buffer(i)]] in order. On "emu" the
+    launch has finished when this returns; on "mps" it is queued (core/runtime/mps.py
+    keeps `buffers` alive until it completes): call `synchronize` before the host reads
+    a result other than through PyTorch."""
     if backend == "emu":
         from core.runtime import emu
         res = emu.run_msl(msl, site.kernel, grid=grid, threadgroup=site.threadgroup,
@@ -66,10 +75,30 @@ def launch(backend, msl, site, grid, buffers, *, checks, schedule, seed, record)
     mps.run(msl, site.kernel, grid, site.threadgroup, buffers)
 
 
-def finish(backend, plans):
-    """After the last launch of a call: the emulator ran synchronously; on MPS the
-    launches' temporaries (workspaces, packed scalars) are kept alive until the GPU has
-    completed them, without waiting here."""
+def synchronize(backend: str) -> None:
+    """Wait until every queued launch on `backend` has finished (a no-op on "emu", whose
+    launches run to completion when called)."""
     if backend == "mps":
         from core.runtime import mps
-        mps.keep_alive([buffers for _, _, buffers in plans])
+        mps.synchronize()
+
+
+def to_device(value, backend: str):
+    """A call argument moved to where `backend` reads tensors (non-tensors unchanged)."""
+    import torch
+    if isinstance(value, torch.Tensor):
+        return value.to(DEVICES[backend])
+    return value
+
+
+def to_host(value, backend: str):
+    """A kernel's result (a tensor, a tuple/list of them, or None) on the CPU, after the
+    backend's queued launches have finished."""
+    synchronize(backend)
+    return _on_cpu(value)
+
+
+def _on_cpu(value):
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_cpu(v) for v in value)
+    return value.cpu() if hasattr(value, "cpu") else value

@@ -1,26 +1,34 @@
 """macOS backend: run a launch on the Apple GPU through `torch.mps.compile_shader`.
 
-UNTESTED: written against PyTorch's documented API; this project's CI for it runs only
-on Macs. Rules it follows (docs/architecture.md, "The runtime"):
+UNTESTED: written against PyTorch's documented API (`torch.mps.compile_shader`,
+`torch.mps.Event`, `torch.mps.synchronize`); no Mac has run it in this project, and its
+tests (the `backend` fixture's "mps" runs, suites/conftest.py) run only on Macs. Rules it
+follows (docs/architecture.md, "The runtime"):
   - one compiled library per MSL text (cached by the text);
   - every argument is a tensor: the args struct is uploaded as a uint8 MPS tensor, so two
     scalars are never passed separately (compile_shader binds each positional argument
     to its own buffer index);
-  - launches are asynchronous: one call's launches are enqueued back to back without
-    waiting; its temporaries (args tensors, workspaces) are kept referenced with an
-    `torch.mps.Event` recorded after the call's last launch, and released once that
-    event has completed (checked at the next call), never by synchronizing per launch;
+  - launches are queued, never waited on one by one: `run` encodes the dispatch on
+    PyTorch's MPS stream and returns. The launches of one call of a host program run in
+    order on that stream. Everything a launch reads or writes (inputs, outputs, the
+    uploaded args struct, workspaces) stays referenced in `_IN_FLIGHT` until an event
+    recorded after the dispatch has completed, so no buffer is freed (and its memory
+    reused) while the GPU may still touch it;
+  - the host waits only where it reads a result: `synchronize()` (PyTorch's own copies to
+    the CPU, `.cpu()` / `.item()`, wait on the same stream as well);
   - the threadgroup size is checked against the pipeline's own limit when PyTorch exposes
     it (`max_threads_per_threadgroup`), never a silent no-op dispatch.
 """
 
 from __future__ import annotations
 
+from collections import deque
+
 from core.errors import LaunchError
 
 _LIBRARIES: dict = {}
-_PENDING: list = []     # (torch.mps.Event, temporaries) of calls the GPU may still run
-_UPLOADED: list = []    # args tensors of the current call's launches
+# (event recorded after a launch, the tensors that launch uses), oldest first
+_IN_FLIGHT: deque = deque()
 
 
 def _library(msl: str):
@@ -32,7 +40,14 @@ def _library(msl: str):
     return lib
 
 
+def _release_completed():
+    """Drop the references of launches the GPU has finished (events complete in order)."""
+    while _IN_FLIGHT and _IN_FLIGHT[0][0].query():
+        _IN_FLIGHT.popleft()
+
+
 def run(msl, kernel, grid, threadgroup, buffers):
+    """Queue one launch; returns before the GPU runs it."""
     import numpy as np
     import torch
     lib = _library(msl)
@@ -46,14 +61,15 @@ def run(msl, kernel, grid, threadgroup, buffers):
             for b in buffers]
     total = [g * t for g, t in zip(grid, threadgroup)]
     fn(*args, threads=total, group_size=list(threadgroup))
-    _UPLOADED.append(args)  # the packed scalars must outlive the launch (keep_alive)
+    done = torch.mps.Event()
+    done.record()
+    _IN_FLIGHT.append((done, args))
+    _release_completed()
 
 
-def keep_alive(temporaries):
-    """Hold a finished-enqueuing call's temporaries until its work has completed."""
+def synchronize():
+    """Wait for every queued launch; their tensors are released. Call before the host
+    reads device memory that is not read through PyTorch."""
     import torch
-    _PENDING[:] = [(e, t) for e, t in _PENDING if not e.query()]
-    event = torch.mps.Event()
-    event.record()
-    _PENDING.append((event, (list(temporaries), list(_UPLOADED))))
-    _UPLOADED.clear()
+    torch.mps.synchronize()
+    _IN_FLIGHT.clear()

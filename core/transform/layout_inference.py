@@ -25,13 +25,11 @@ from tvm import tirx
 
 from core.ir import matrix, ops
 from core.ir.kernel import map_kernels
+from core.ir.annotations import LAYOUT_REPLICATE, LAYOUT_VEC
 from core.ir.layout import FragmentLayout, NoLayout, broadcast_dims, reduce_layout
 from core.ir.stmt import as_int, children, loads, rewrite, walk
 from core.language.buffers import FRAGMENT
 from core.language.errors import LoweringError
-
-LAYOUT_VEC = "tl.layout_vec"
-LAYOUT_REPLICATE = "tl.layout_replicate"
 
 
 def _annotate(nest, kernel="kernel"):

@@ -44,17 +44,17 @@ from tvm import tirx
 from tvm.sym import Analyzer
 
 from core.ir import ops
+from core.ir.annotations import VECTOR_LANES  # read by vectorize
 from core.ir.kernel import map_kernels
 from core.ir.layout import FragmentLayout, broadcast_dims, broadcast_ok, run_width
-from core.ir.stmt import as_int, children, loads, rebuild, rewrite, seq, substitute, walk
+from core.ir.stmt import (as_int, bind_ranges, children, loads, rebuild, rewrite, seq,
+                          substitute, walk)
 from core.language.buffers import FRAGMENT
 from core.language.errors import LoweringError
 from core.transform.layout_inference import fragment_layout
 from core.transform.lower_gemm import GemmLowering
 from core.language.reduce import REDUCER
 from core.transform.lower_reduce import ReduceLowering
-
-VECTOR_LANES = "tl.vector_lanes"
 
 
 def _i32(x):
@@ -395,12 +395,7 @@ class _KernelLowering:
         """Condition that `idx` is inside a global buffer, or None when proven."""
         if region.scope != "global":
             return None
-        analyzer = Analyzer()
-        for v, (lo, ext) in self.ranges.items():
-            try:
-                analyzer.bind(v, tvm.ir.Range.from_min_extent(lo, ext))
-            except Exception:  # noqa: BLE001 - an unbindable range just proves less
-                pass
+        analyzer = bind_ranges(Analyzer(), self.ranges)
         conds = []
         for i, dim in zip(idx, region.buffer.ty.shape):
             if not analyzer.can_prove(i < dim):

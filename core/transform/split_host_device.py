@@ -23,6 +23,7 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.tirx import is_buffer_var
 
+from core.ir import annotations as keys
 from core.ir import matrix, ops
 from core.ir import program as P
 from core.ir.kernel import top_level, unwrap
@@ -130,9 +131,9 @@ class _Split:
         body = seq([d for d in self.decls if views[d.buffer] in used_buffers] + [stmt])
         dfunc = tirx.PrimFunc(used_buffers + used_scalars, body)
         dfunc = dfunc.with_attr("global_symbol", kname)
-        dfunc = dfunc.with_attr("tl.readonly",
+        dfunc = dfunc.with_attr(keys.READONLY,
                                 [b.name for b in used_buffers if b.name not in written])
-        dfunc = dfunc.with_attr("tl.threads", list(nest.threads))
+        dfunc = dfunc.with_attr(keys.THREADS, list(nest.threads))
         self.device[kname] = dfunc
         return P.LaunchSite(
             kernel=kname,
@@ -167,12 +168,12 @@ class _Split:
             else P.ParamSpec(p.name, "scalar", str(p.ty))
             for p in func.params)
         attrs = func.attrs or {}
-        workspaces = tuple(str(n) for n in attrs.get("tl.workspaces", ()))
+        workspaces = tuple(str(n) for n in attrs.get(keys.WORKSPACES, ()))
         capacity = tuple(
             (str(n), tuple(None if int(c) < 0 else int(c) for c in dims))
-            for n, dims in attrs.get("tl.capacity_dims", {}).items())
+            for n, dims in attrs.get(keys.CAPACITY_DIMS, {}).items())
         lengths = tuple((str(n), str(c))
-                        for n, c in attrs.get("tl.capacity_lengths", {}).items())
+                        for n, c in attrs.get(keys.CAPACITY_LENGTHS, {}).items())
         return P.LoweredProgram(self.name, params,
                                 tuple((v.name, str(v.ty)) for v in self.symbols),
                                 self.device, tuple(sites), host, workspaces, capacity,

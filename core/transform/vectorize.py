@@ -32,10 +32,10 @@ from tvm import tirx
 from tvm.sym import Analyzer
 
 from core.ir import ops
+from core.ir.annotations import VECTOR_LANES
 from core.ir.kernel import map_kernels
-from core.ir.stmt import as_int, children, free_vars, loads, rebuild, substitute
+from core.ir.stmt import as_int, bind_ranges, children, free_vars, loads, rebuild, substitute
 from core.language.dtypes import bits
-from core.transform.lower_tile_ops import VECTOR_LANES
 from core.target import METAL
 
 VECTOR_DTYPES = ("float32", "float16", "bfloat16", "int32", "int8", "uint8")
@@ -237,12 +237,7 @@ def _masked(loop, body, ranges, analyzer):
 
 def _plan_candidate(loop, ranges):
     lanes = int(loop.annotations[VECTOR_LANES])
-    analyzer = Analyzer()
-    for v, (lo, ext) in ranges.items():
-        try:
-            analyzer.bind(v, tvm.ir.Range.from_min_extent(lo, ext))
-        except Exception:  # noqa: BLE001 - an unbindable range only proves less
-            pass
+    analyzer = bind_ranges(Analyzer(), ranges)
     body = _simplify(loop.body, analyzer)
     lane = loop.loop_var
     if isinstance(body, tirx.IfThenElse) and body.else_case is None \

@@ -1,5 +1,6 @@
 """Shared setup of the TileLang-compatibility suites (as suites/core): kernels written in
-TileLang's style, run on the emulator with every check, compared with torch.
+TileLang's style, run on every backend (suites/conftest.py: the emulator with every
+check, and MPS where available), compared with torch.
 
     def test_x(run):                         # assert_close: harness.diff
         out = run(core.compile(func, out_idx=[-1]), a)   # emulator, all checks, no findings
@@ -11,19 +12,6 @@ from __future__ import annotations
 import importlib
 
 import pytest
-
-
-def run_checked(kernel, *args, **kwargs):
-    """Call `kernel` on the emulator with every check on; fail on any finding."""
-    out = kernel(*args, backend="emu", **kwargs)
-    findings = kernel.last_run.findings
-    assert findings == [], f"emulator findings: {findings[:3]}"
-    return out
-
-
-@pytest.fixture
-def run():
-    return run_checked
 
 
 @pytest.fixture(autouse=True)

@@ -88,12 +88,12 @@ def test_swizzled_gemm_matches_torch_on_ragged_shapes(run, order, panel):
                  op_class="accumulation")
 
 
-def test_gemm_family_draws_swizzle():
+def test_gemm_family_draws_swizzle(backend):
     params = dict(M=40, N=56, K=24, bM=16, bN=16, bK=16, threads=64, dtype="float32",
                   out_dtype="float32", trans_A=True, trans_B=False, num_stages=0,
                   init="clear_accum", a_operand="shared", epilogue="none", swizzle=2,
                   swizzle_order="column")
-    result = run_case("gemm", params)
+    result = run_case("gemm", params, backend=backend)
     assert result.status == "pass", result
 
 

@@ -1,8 +1,9 @@
-"""Shared helpers of the core suites: build, run on the emulator, compare to the oracle.
+"""Shared setup of the core suites: build, run on every backend (the `run` and `backend`
+fixtures of suites/conftest.py), compare to the oracle.
 
     def test_x(run):                           # `run` is a fixture
         kernel = core.compile(func, out_idx=[-1])
-        out = run(kernel, a, b)                # emulator, all checks; asserts no findings
+        out = run(kernel, a, b)                # emulator: all checks, no findings; and MPS
         assert_close(out, oracle(a, b))
 """
 
@@ -13,19 +14,6 @@ import importlib
 import pytest
 
 from harness.diff import assert_close  # noqa: F401 - re-exported for the tests
-
-
-def run_checked(kernel, *args, **kwargs):
-    """Call `kernel` on the emulator with every check on; fail on any finding."""
-    out = kernel(*args, backend="emu", **kwargs)
-    findings = kernel.last_run.findings
-    assert findings == [], f"emulator findings: {findings[:3]}"
-    return out
-
-
-@pytest.fixture
-def run():
-    return run_checked
 
 
 @pytest.fixture(autouse=True)

@@ -124,6 +124,7 @@ def test_fill_broadcasts_into_carrier(run):
     assert "uint2(as_type<uint>(bfloat2(" in kernel.msl
 
 
+@pytest.mark.backend("emu")  # reads the emulator's counters
 @pytest.mark.parametrize("kind", ["copy", "add"])
 def test_vectorized_bf16_loads_fewer_ops(kind, run):
     M, N = 64, 64

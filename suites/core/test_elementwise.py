@@ -7,8 +7,9 @@ import torch
 import core
 import core.language as T
 from harness.diff import assert_close
+from harness.gen import elementwise as elementwise_family
 
-DTYPES = ["float32", "float16", "bfloat16", "int32", "int64", "int8", "uint8"]
+DTYPES = list(elementwise_family.DTYPES)   # the element-wise family's dtypes
 
 
 def _rand(shape, dtype):

@@ -19,11 +19,12 @@ from core.ir import ops
 from core.language.errors import KernelDefinitionError, LoweringError
 from harness.barriers import check_barriers
 from harness.diff import assert_close
+from harness.gen import reduce as reduce_family
 from oracles import norm
 from oracles.reduce import KINDS, op_class
 from oracles.reduce import reduce as reduce_oracle
 
-DTYPES = ["float32", "float16", "bfloat16", "int32"]
+DTYPES = list(reduce_family.DTYPES)   # the reduce family's dtypes
 ROW_DIMS = (1, -1)
 
 

@@ -49,15 +49,15 @@ def test_the_policy_puts_1e_3_outside_and_1e_6_inside_float32():
     assert 1e-6 < tol.rtol < 1e-3
 
 
-def test_run_case_rejects_a_float32_result_off_by_1e_3(off_family):
-    result = run_case(off_family, {"factor": 1.001}, seed=1)
+def test_run_case_rejects_a_float32_result_off_by_1e_3(off_family, backend):
+    result = run_case(off_family, {"factor": 1.001}, seed=1, backend=backend)
     assert result.status == "mismatch", result.message
     assert "outside atol=1e-05 rtol=1e-05 (float32, elementwise)" in result.message
     assert result.findings == []
 
 
-def test_run_case_accepts_a_float32_result_off_by_1e_6(off_family):
-    result = run_case(off_family, {"factor": 1.000001}, seed=1)
+def test_run_case_accepts_a_float32_result_off_by_1e_6(off_family, backend):
+    result = run_case(off_family, {"factor": 1.000001}, seed=1, backend=backend)
     assert result.status == "pass", result.message
 
 

@@ -74,7 +74,7 @@ def _family(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_generated_cases_pass(name):
+def test_generated_cases_pass(name, backend):
     fam = _family(name)
 
     @settings(max_examples=EXAMPLES.get(name, 6), deadline=None, derandomize=True,
@@ -82,9 +82,9 @@ def test_generated_cases_pass(name):
                                                     HealthCheck.filter_too_much])
     @given(fam.params())
     def case(params):
-        result = run_case(name, params, seed=0)
+        result = run_case(name, params, seed=0, backend=backend)
         assert result.status == "pass", \
-            f"{name} {json.dumps(params)}: {result.status}\n{result.message}"
+            f"{name} {json.dumps(params)} on {backend}: {result.status}\n{result.message}"
 
     case()
 

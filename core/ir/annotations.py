@@ -1,0 +1,36 @@
+"""The annotation and attribute keys the passes hand each other, with who writes and who
+reads each. A key is written by exactly one module; a module that reads one imports it
+from here (or through the writer's helper named below), never spells the string again.
+
+    tl.layout_vec, tl.layout_replicate      on a fragment's AllocBuffer
+        written by layout_inference; read through layout_inference.fragment_layout
+        (lower_tile_ops, lower_reduce)
+    tl.simdgroup_accumulator                on a fragment's AllocBuffer
+        written by layout_inference; read by lower_gemm and lower_reduce
+        (as core.ir.matrix.ACCUMULATOR)
+    tl.vector_lanes                         on a For (the lanes of a T.Parallel run)
+        written by lower_tile_ops; read by vectorize
+    threadblock_swizzle_pattern             an AttrStmt key
+        written by T.use_swizzle (core/language/swizzle.py); read by block_swizzle
+    tl.readonly, tl.threads                 on a device PrimFunc
+        written by split_host_device; read by the MSL printer (core/codegen/msl.py)
+    tl.workspaces, tl.capacity_dims,        on the traced PrimFunc (function attributes)
+    tl.capacity_lengths
+        written by the eager frontend and T.annotate_capacity_dims
+        (core/language/eager.py); read by verify (through eager.check_capacity_dims) and
+        split_host_device (into the launch plan)
+
+The `tl.*` pass-config keys a user passes to `core.compile(pass_configs=...)` are options,
+not annotations: core/options.py lists them.
+"""
+
+LAYOUT_VEC = "tl.layout_vec"                        # int: elements per thread run
+LAYOUT_REPLICATE = "tl.layout_replicate"            # [holders, lo, bits] of a replicated layout
+SIMDGROUP_ACCUMULATOR = "tl.simdgroup_accumulator"  # 1: a gemm accumulator in 8x8 matrices
+VECTOR_LANES = "tl.vector_lanes"                    # int: lanes the loop may vectorize to
+SWIZZLE_PATTERN = "threadblock_swizzle_pattern"     # node: the order, value: the panel size
+READONLY = "tl.readonly"                            # names of buffers the kernel never writes
+THREADS = "tl.threads"                              # the threadgroup size (x, y, z)
+WORKSPACES = "tl.workspaces"                        # names of T.empty tensors not returned
+CAPACITY_DIMS = "tl.capacity_dims"                  # tensor name -> allocation dims (-1: none)
+CAPACITY_LENGTHS = "tl.capacity_lengths"            # tensor name -> the tensor reporting its length

@@ -1,0 +1,74 @@
+"""What every suite shares: the backends a kernel runs on, and one way to run it.
+
+    def test_x(run):                          # runs once per backend (see `backend`)
+        kernel = core.compile(func, out_idx=[-1])
+        out = run(kernel, a, b)               # CPU tensors in, CPU tensors out
+        assert_close(out, oracle(a, b))       # harness.diff, the tolerance policy
+
+`backend`: every test that uses it (directly or through `run`) runs on the emulator
+everywhere and also on "mps" where `torch.backends.mps.is_available()`. A test whose
+assertions hold on one backend only says so with `@pytest.mark.backend("emu")`
+(e.g. the emulator's findings or counters). Modules that need MPS set
+`pytestmark = pytest.mark.mps` and are skipped where MPS is unavailable. Every test starts
+from `torch.manual_seed(0)`, so inputs drawn without an explicit generator are seeded too.
+
+The "mps" runs have not been executed anywhere yet (no Mac has run this project's suites).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.runtime.backends import available_backends, mps_available, to_device, to_host
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    """Every test draws its inputs from the same seeded stream: a failure reproduces
+    (tests that need several streams pass explicit torch.Generator seeds)."""
+    torch.manual_seed(0)
+
+
+def pytest_generate_tests(metafunc):
+    if "backend" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("backend")
+    allowed = marker.args if marker else available_backends()
+    names = [b for b in available_backends() if b in allowed]
+    params = [pytest.param(b, marks=[pytest.mark.mps] if b == "mps" else []) for b in names]
+    if not params:  # e.g. an mps-only test here: shown as skipped, not silently dropped
+        params = [pytest.param("mps", marks=pytest.mark.skip(
+            reason=f"needs backend(s) {allowed}; available here: {available_backends()}"))]
+    metafunc.parametrize("backend", params)
+
+
+def pytest_collection_modifyitems(config, items):
+    if mps_available():
+        return
+    skip = pytest.mark.skip(reason="needs macOS with MPS (torch.backends.mps.is_available() "
+                            "is false here)")
+    for item in items:
+        if item.get_closest_marker("mps"):
+            item.add_marker(skip)
+
+
+def run_checked(kernel, *args, backend="emu", **kwargs):
+    """Call `kernel` on `backend`: CPU tensors are moved to the backend's device, and the
+    results, and tensors the kernel wrote in place, come back to the CPU. On the emulator
+    every check is on and any finding fails the test."""
+    moved = [to_device(a, backend) for a in args]
+    out = to_host(kernel(*moved, backend=backend, **kwargs), backend)
+    for given, used in zip(args, moved):   # outputs passed in (TileLang's style) come back
+        if used is not given:
+            given.copy_(used.cpu())
+    findings = kernel.last_run.findings
+    assert findings == [], f"emulator findings: {findings[:3]}"
+    return out
+
+
+@pytest.fixture
+def run(backend):
+    def run_on_backend(kernel, *args, **kwargs):
+        return run_checked(kernel, *args, backend=backend, **kwargs)
+    return run_on_backend
