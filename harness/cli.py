@@ -70,7 +70,8 @@ def _parser() -> argparse.ArgumentParser:
                     "1 findings, 2 usage, compile or launch error.",
         epilog=BUFFER_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     emu.add_argument("file", type=Path, metavar="FILE.metal", help="MSL source file")
-    emu.add_argument("--kernel", required=True, help="name of the kernel function")
+    emu.add_argument("--kernel", default=None,
+                     help="name of the kernel function (default: the file's only kernel)")
     emu.add_argument("--grid", required=True, type=_dims, metavar="X[,Y,Z]",
                      help="threadgroups per dimension (missing dimensions are 1)")
     emu.add_argument("--threadgroup", required=True, type=_dims, metavar="X[,Y,Z]",
@@ -159,6 +160,18 @@ def _run_emu(args: argparse.Namespace) -> int:
     from core.runtime import emu
 
     checks = emu.ALL_CHECKS if args.checks is None else args.checks
+    try:
+        kernels = emu.kernel_signatures(source)
+    except MetaltileError as error:
+        return _error(err, error, f"error ({type(error).__name__})")
+    if args.kernel is None:
+        if len(kernels) != 1:
+            found = ", ".join(sorted(kernels)) or "none"
+            return _error(err, f"{args.file} has {len(kernels)} kernels ({found}); choose one "
+                               "with --kernel NAME")
+        args.kernel = next(iter(kernels))
+    signature = kernels.get(args.kernel)
+    names = {i: p.name for i, p in signature.buffers.items()} if signature else {}
     total_threads = math.prod(args.grid) * math.prod(args.threadgroup)
     out.print(Text.assemble("kernel ", (args.kernel, "bold"), f" from {args.file}"),
               soft_wrap=True)
@@ -174,8 +187,8 @@ def _run_emu(args: argparse.Namespace) -> int:
         return _error(err, error, f"error ({type(error).__name__})")
     seconds = time.perf_counter() - start
 
-    out.print(_buffer_table(args.buffers, buffers, args.print_buffers))
-    out.print(_stats_table(result.stats))
+    out.print(_buffer_table(args.buffers, buffers, args.print_buffers, names))
+    out.print(_stats_table(result.stats, names))
     findings = list(result.findings)
     if findings:
         out.print(_findings_table(findings, args.max_findings, source.splitlines()))
@@ -199,15 +212,19 @@ def _run_emu(args: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
+def _buffer_label(index: int, names: dict[int, str]) -> str:
+    return f"buffer({index}) {names[index]}" if index in names else f"buffer({index})"
+
+
 def _buffer_table(specs: list[bufspec.BufferSpec], arrays: list[np.ndarray],
-                  preview: bool) -> Table:
+                  preview: bool, names: dict[int, str]) -> Table:
     table = Table(title="buffers", title_justify="left")
     for column in ("buffer", "spec", "dtype", "shape"):
         table.add_column(column)
     if preview:
         table.add_column("after the run", overflow="fold")
     for i, (spec, array) in enumerate(zip(specs, arrays)):
-        row = [f"buffer({i})", spec.text, spec.dtype_name, "x".join(map(str, array.shape))]
+        row = [_buffer_label(i, names), spec.text, spec.dtype_name, "x".join(map(str, array.shape))]
         table.add_row(*row, *([_preview(array)] if preview else []))
     return table
 
@@ -222,13 +239,13 @@ def _preview(array: np.ndarray) -> str:
     return f"[{', '.join(items)}{more}]"
 
 
-def _stats_table(stats: dict) -> Table:
+def _stats_table(stats: dict, names: dict[int, str]) -> Table:
     table = Table(title="stats", title_justify="left")
     table.add_column("counter")
     table.add_column("value", justify="right", overflow="fold")
     for name, value in stats.items():
         if isinstance(value, dict):
-            value = ", ".join(f"buffer({k}): {v}" for k, v in value.items()) or "-"
+            value = ", ".join(f"{_buffer_label(k, names)}: {v}" for k, v in value.items()) or "-"
         table.add_row(str(name), str(value))
     return table
 

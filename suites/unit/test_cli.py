@@ -166,3 +166,22 @@ def test_bench_lists_its_cases(capsys):
 def test_bench_usage_errors_exit_2(args, message, capsys):
     assert main(["bench", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_only_kernel_is_taken_from_the_file_and_buffers_are_named(metal, tmp_path, capsys):
+    out_dir = tmp_path / "out"
+    args = [a for a in ADD_ARGS if a not in ("--kernel", "add")]
+    assert main(["emu", metal(ADD), *args, "--save", str(out_dir)]) == 0
+    stdout = capsys.readouterr().out
+    assert "kernel add from" in stdout
+    for row in ("buffer(0) a", "buffer(1) b", "buffer(2) c", "buffer(3) n"):
+        assert row in stdout
+    np.testing.assert_array_equal(np.load(out_dir / "buffer2.npy"),
+                                  np.arange(1000, dtype=np.float32) + 0.5)
+
+
+def test_several_kernels_need_kernel_and_the_error_lists_them(metal, capsys):
+    args = [a for a in ADD_ARGS if a not in ("--kernel", "add")]
+    assert main(["emu", metal(ADD + RACY.split("using namespace metal;", 1)[1]), *args]) == 2
+    err = capsys.readouterr().err
+    assert "has 2 kernels (add, neighbour); choose one with --kernel NAME" in err

@@ -15,7 +15,7 @@ in include/ (MSL names, one header per concern) and src/ (scheduler and checker)
 from core.errors import (KernelCrashError, KernelTimeoutError, LaunchError, MSLCompileError,
                          ToolchainError)
 
-from .run import ALL_CHECKS, EmuResult, Finding, run_msl
+from .run import ALL_CHECKS, EmuResult, Finding, kernel_signatures, run_msl
 
-__all__ = ["run_msl", "EmuResult", "Finding", "ALL_CHECKS", "MSLCompileError", "LaunchError",
+__all__ = ["run_msl", "kernel_signatures", "EmuResult", "Finding", "ALL_CHECKS", "MSLCompileError", "LaunchError",
            "KernelCrashError", "KernelTimeoutError", "ToolchainError"]

@@ -127,7 +127,7 @@ class Builder:
 
     def _shared_artifact(self, key: str, target: Path, what: str, command) -> Path:
         """Build `target` with `command(tmp_path)` unless cached; atomic, memoized."""
-        if key in self._memo or target.exists():
+        if target.exists():  # under the current cache root (it may change between calls)
             self._memo[key] = target
             return target
         tmp = _atomic_target(target)
@@ -156,6 +156,25 @@ class Builder:
             key, cache_dir() / f"metal_stdlib-{key}.pch", "MSL shim header",
             lambda tmp: [self.toolchain.cxx, *flags, "-Xclang", "-fno-pch-timestamp",
                          "-x", "c++-header", str(INCLUDE_DIR / "metal_stdlib.h"), "-o", str(tmp)])
+
+    def syntax_tree(self, cpp: str) -> tuple[int, str, str]:
+        """clang's AST of the translated source as JSON (returncode, stdout, stderr); only
+        the source's own declarations are dumped (the shim's stay in the precompiled
+        header)."""
+        pch = self.precompiled_header(False)
+        cmd = [self.toolchain.cxx, *self._flags(False), "-I", str(INCLUDE_DIR),
+               "-include-pch", str(pch), "-fsyntax-only", "-Xclang", "-ast-dump=json",
+               "-x", "c++", "-"]
+        try:
+            res = subprocess.run(cmd, input=cpp, capture_output=True, text=True, timeout=300,
+                                 check=False)
+        except OSError as e:
+            raise ToolchainError(f"cannot run {cmd[0]}: {e}", construct="MSL signatures") from e
+        return res.returncode, res.stdout, res.stderr
+
+    def cache_key(self, *parts: str) -> str:
+        """A cache key covering this toolchain, the shim headers and `parts`."""
+        return _digest(self._tool_tag, self._headers, *parts)
 
     # -- kernels ------------------------------------------------------------------------
 

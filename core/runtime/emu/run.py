@@ -116,16 +116,22 @@ _translations: dict[str, Translation] = {}
 _translations_lock = threading.Lock()
 
 
-def _translate_cached(source: str) -> Translation:
+def _translate_cached(source: str, kernel: str | None = None) -> Translation:
     with _translations_lock:
         t = _translations.get(source)
     if t is None:
-        t = translate(source)
+        t = translate(source, kernel)
         with _translations_lock:
             if len(_translations) > 256:
                 _translations.clear()
             _translations[source] = t
     return t
+
+
+def kernel_signatures(source: str) -> dict:
+    """The kernels of an MSL source by name (translate.KernelSignature: parameters with
+    their buffer bindings, thread-position attributes and MSL lines)."""
+    return _translate_cached(source).kernels
 
 
 # -- symbolization -----------------------------------------------------------------------
@@ -186,7 +192,7 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
         raise LaunchError("checks need the instrumented build; pass checks=() with "
                           "instrument=False", kernel=kernel_name, construct="checks")
 
-    translation = _translate_cached(source)
+    translation = _translate_cached(source, kernel_name)
     sig = translation.kernels.get(kernel_name)
     if sig is None:
         found = ", ".join(sorted(translation.kernels)) or "none"

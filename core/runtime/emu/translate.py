@@ -53,22 +53,20 @@ VECTOR_ELEMENTS = tuple(d.msl for d in DTYPES.values())   # MSL scalar names, co
 @dataclass(frozen=True)
 class KernelParam:
     name: str
-    type: str                 # as written in MSL, e.g. "const device float*"
+    type: str                 # clang's spelling of the parameter type, e.g. "const float *"
     buffer_index: int | None  # [[buffer(i)]]
     position: str | None      # thread-position attribute name
     line: int
-
-    @property
-    def is_reference(self) -> bool:
-        return self.type.rstrip().endswith("&")
+    is_reference: bool = False
 
 
 @dataclass(frozen=True)
 class KernelSignature:
-    name: str
+    name: str                 # the name the host calls it by
     params: tuple[KernelParam, ...]
     max_total_threads: int | None
     line: int
+    call: str = ""            # the C++ expression naming the function (qualified)
 
     @property
     def buffers(self) -> dict[int, KernelParam]:
@@ -108,10 +106,17 @@ _THREADGROUP_DECL = re.compile(
     r"((?:\[[^\]\n]+\]\s*)*);")
 _VECTOR_CAST = re.compile(
     r"\(\s*(?:metal::)?((?:" + "|".join(VECTOR_ELEMENTS) + r")[234])\s*\)\s*(?=[\w(])")
-_KERNEL_HEAD = re.compile(
-    r"(?:\bkernel\s+|\[\[\s*kernel\b([^\]]*)\]\]\s*)void\s+([A-Za-z_]\w*)\s*\(")
-_PARAM_ATTR = re.compile(r"\[\[\s*([A-Za-z_]\w*)\s*(?:\(\s*([^)]*?)\s*\))?\s*\]\]\s*$")
-_MAX_THREADS = re.compile(r"max_total_threads_per_threadgroup\s*\(\s*(\d+)\s*\)")
+_ATTRIBUTE_LIST = re.compile(r"\[\[(?!\s*\[)(.*?)\]\]", re.S)
+_ATTRIBUTE = re.compile(r"\s*([A-Za-z_]\w*)\s*(?:\((.*)\))?\s*$", re.S)
+# C++'s own attributes keep their meaning; every other unscoped attribute in `[[...]]` is
+# MSL's and becomes an annotation clang keeps in its AST (the signature reader's input).
+CXX_ATTRIBUTES = frozenset({
+    "noreturn", "carries_dependency", "deprecated", "fallthrough", "nodiscard",
+    "maybe_unused", "likely", "unlikely", "no_unique_address", "assume"})
+# `threadgroup T name[...] = ...;` or `{...}`: a threadgroup variable with an initializer.
+_THREADGROUP_INIT = re.compile(
+    r"\bthreadgroup\s+((?:[A-Za-z_][\w:]*(?:\s*<[^;*&{}()]*?>)?\s+)+?)([A-Za-z_]\w*)\s*"
+    r"((?:\[[^\]\n]+\]\s*)*)(=|\{)")
 
 
 def _rewrite_literal(m: re.Match) -> str:
@@ -149,65 +154,23 @@ def _split_top_level(text: str) -> list[tuple[int, str]]:
     return [(off, p) for off, p in pieces if p.strip()]
 
 
-def _parse_param(piece: str, kernel: str, line: int) -> KernelParam:
-    text = " ".join(piece.split())
-    m = _PARAM_ATTR.search(text)
-    if not m:
-        raise MSLCompileError(
-            f"kernel parameter '{text}' has no attribute; the emulator binds every parameter by "
-            "its [[buffer(i)]] or thread-position attribute", kernel=kernel, line=line)
-    decl = text[: m.start()].strip()
-    name_m = re.search(r"([A-Za-z_]\w*)\s*$", decl)
-    if not name_m:
-        raise MSLCompileError(f"cannot read the parameter name in '{text}'", kernel=kernel,
-                              line=line)
-    name, ptype = name_m.group(1), decl[: name_m.start()].strip()
-    attr, arg = m.group(1), m.group(2)
-    if attr == "buffer":
-        if arg is None or not arg.isdigit():
-            raise MSLCompileError(f"parameter '{name}': [[buffer(...)]] needs a literal index",
-                                  kernel=kernel, line=line)
-        if not (ptype.endswith("*") or ptype.endswith("&")):
-            raise MSLCompileError(
-                f"parameter '{name}' is bound to [[buffer({arg})]] but is neither a pointer nor a "
-                "reference (MSL requires one of them)", kernel=kernel, line=line)
-        return KernelParam(name, ptype, int(arg), None, line)
-    if attr in POSITION_ATTRIBUTES:
-        return KernelParam(name, ptype, None, attr, line)
-    raise MSLCompileError(
-        f"parameter '{name}': the attribute [[{attr}{'(' + arg + ')' if arg else ''}]] is not "
-        "supported by the emulator (supported: buffer(i) and the thread-position attributes "
-        + ", ".join(sorted(POSITION_ATTRIBUTES)) + ")", kernel=kernel, line=line)
+def _rewrite_attribute(item: str) -> str:
+    m = _ATTRIBUTE.match(item)
+    if not m or m.group(1) in CXX_ATTRIBUTES:
+        return item                        # scoped (clang::...) or C++'s own: unchanged
+    name, args = m.group(1), m.group(2)
+    extra = f", {args.strip()}" if args and args.strip() else ""
+    return f'clang::annotate("metal", "{name}"{extra})' + "\n" * item.count("\n")
 
 
-def parse_kernels(code: str) -> dict[str, KernelSignature]:
-    """Kernel signatures of comment-free MSL `code`, by function name."""
-    kernels: dict[str, KernelSignature] = {}
-    for m in _KERNEL_HEAD.finditer(code):
-        name = m.group(2)
-        open_pos = m.end() - 1
-        close = _matching_paren(code, open_pos)
-        line = line_of(code, m.start())
-        if close < 0:
-            raise MSLCompileError("unbalanced parentheses in the kernel signature",
-                                  kernel=name, line=line)
-        params = tuple(
-            _parse_param(piece, name, line_of(code, open_pos + 1 + off))
-            for off, piece in _split_top_level(code[open_pos + 1: close]))
-        seen: dict[int, str] = {}
-        for p in params:
-            if p.buffer_index is not None:
-                if p.buffer_index in seen:
-                    raise MSLCompileError(
-                        f"parameters '{seen[p.buffer_index]}' and '{p.name}' are both bound to "
-                        f"[[buffer({p.buffer_index})]]", kernel=name, line=p.line)
-                seen[p.buffer_index] = p.name
-        max_threads = None
-        if m.group(1):
-            mt = _MAX_THREADS.search(m.group(1))
-            max_threads = int(mt.group(1)) if mt else None
-        kernels[name] = KernelSignature(name, params, max_threads, line)
-    return kernels
+def rewrite_attributes(code: str) -> str:
+    """`[[buffer(0)]]` -> `[[clang::annotate("metal", "buffer", 0)]]`, for every MSL
+    attribute in every attribute list (several per list, anywhere, also inside macros).
+    The arguments stay expressions, so macros and constants in them are evaluated by clang."""
+    def one_list(m: re.Match) -> str:
+        items = [piece for _, piece in _split_top_level(m.group(1))]
+        return "[[" + ",".join(_rewrite_attribute(i) for i in items) + "]]"
+    return _ATTRIBUTE_LIST.sub(one_list, code)
 
 
 def _kernel_before(kernels: dict[str, KernelSignature], line: int) -> str | None:
@@ -215,18 +178,27 @@ def _kernel_before(kernels: dict[str, KernelSignature], line: int) -> str | None
     return max(best, key=lambda k: k.line).name if best else None
 
 
-def translate(source: str) -> Translation:
-    """Rewrite MSL `source` into the C++ the emulator compiles (see the module docstring)."""
+PRELUDE = f'#line 1 "{SOURCE_NAME}"\nusing namespace metal;\n#line 1 "{SOURCE_NAME}"\n'
+PRELUDE_LINES = PRELUDE.count("\n")
+
+
+def _refuse(source: str, line: int, reason: str,
+            kernels: dict[str, KernelSignature]) -> MSLCompileError:
+    return MSLCompileError(reason, kernel=_kernel_before(kernels, line), line=line,
+                           source_line=source.splitlines()[line - 1].rstrip())
+
+
+def translate(source: str, kernel_hint: str | None = None) -> Translation:
+    """Rewrite MSL `source` into the C++ the emulator compiles (see the module docstring)
+    and read its kernel signatures from clang's AST (signature.py). `kernel_hint` names
+    the kernel in a compile error when the source has no readable signatures."""
+    from .signature import read_kernels   # signature.py builds with build.py, which imports us
+
     code = strip_comments(source)
-    kernels = parse_kernels(code)
     cast = _VECTOR_CAST.search(code)
-    if cast:
-        line = line_of(code, cast.start())
-        raise MSLCompileError(
-            f"C-style cast to {cast.group(1)}: the emulator rejects C-style casts between vector "
-            f"types (C++ would reinterpret the bits); write the constructor {cast.group(1)}(x)",
-            kernel=_kernel_before(kernels, line), line=line,
-            source_line=source.splitlines()[line - 1].rstrip())
+    cast_line = line_of(code, cast.start()) if cast else 0
+    initialized = _THREADGROUP_INIT.search(code)
+    initialized_line = line_of(code, initialized.start()) if initialized else 0
     code = _INCLUDE.sub(lambda m: "", code)
     code = _FLOAT_LITERAL.sub(_rewrite_literal, code)
     def make_vec(m: re.Match) -> str:
@@ -234,6 +206,7 @@ def translate(source: str) -> Translation:
 
     code = _VECTOR_CTOR.sub(make_vec, code)
     code = _VEC_TEMPLATE_CTOR.sub(make_vec, code)
+    code = rewrite_attributes(code)
 
     tg_vars: dict[int, str] = {}
 
@@ -247,5 +220,20 @@ def translate(source: str) -> Translation:
                 + "\n" * m.group(0).count("\n"))
 
     code = _THREADGROUP_DECL.sub(threadgroup_decl, code)
-    cpp = f'#line 1 "{SOURCE_NAME}"\nusing namespace metal;\n#line 1 "{SOURCE_NAME}"\n' + code
-    return Translation(cpp=cpp, source=source, kernels=kernels, threadgroup_vars=tg_vars)
+    cpp = PRELUDE + code
+    translation = Translation(cpp=cpp, source=source, kernels={}, threadgroup_vars=tg_vars)
+    translation.kernels = read_kernels(translation, kernel_hint)
+    if initialized:
+        raise _refuse(
+            source, initialized_line,
+            f"threadgroup variable '{initialized.group(2)}' has an initializer; MSL does not "
+            "allow initializing threadgroup memory in its declaration (one copy is shared by "
+            "the threadgroup): declare it without one and write it from the kernel, then "
+            "threadgroup_barrier(mem_flags::mem_threadgroup)", translation.kernels)
+    if cast:
+        raise _refuse(
+            source, cast_line,
+            f"C-style cast to {cast.group(1)}: the emulator rejects C-style casts between vector "
+            f"types (C++ would reinterpret the bits); write the constructor {cast.group(1)}(x)",
+            translation.kernels)
+    return translation
