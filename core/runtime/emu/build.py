@@ -46,10 +46,14 @@ RUNTIME_SOURCES = (HERE / "src" / "runtime.cpp", HERE / "src" / "fiber.h",
 # MSL semantics the flags implement: no double (literals are rewritten to float), 32-bit
 # integer wraparound (-fwrapv), half and bfloat rounding after every operation (excess
 # precision off), no contraction of a*b+c into fma (results do not depend on the
-# optimizer), hardware half conversions on x86 (-mf16c).
+# optimizer), hardware half conversions on x86 (-mf16c), and thread variables that start
+# as zero (-ftrivial-auto-var-init=zero): in MSL an uninitialized variable only holds an
+# unspecified value, while in C++ reading it is undefined behaviour the optimizer exploits
+# (TVM's all-reduce reads one on inactive lanes, and -O1 then deletes the branch guarding
+# a threadgroup load).
 COMMON_FLAGS = [
     "-std=c++17", "-O1", "-fwrapv", "-fno-exceptions", "-fno-rtti", "-ffp-contract=off",
-    "-fexcess-precision=16", "-fno-pie", "-pthread",
+    "-fexcess-precision=16", "-fno-pie", "-pthread", "-ftrivial-auto-var-init=zero",
     "-Wno-unknown-attributes", "-Wno-duplicate-decl-specifier", "-Wno-ignored-attributes",
     "-Werror=vector-conversion",  # MSL has no implicit conversion between vector types
 ]
