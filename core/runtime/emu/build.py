@@ -50,10 +50,13 @@ RUNTIME_SOURCES = (HERE / "src" / "runtime.cpp", HERE / "src" / "fiber.h",
 # as zero (-ftrivial-auto-var-init=zero): in MSL an uninitialized variable only holds an
 # unspecified value, while in C++ reading it is undefined behaviour the optimizer exploits
 # (TVM's all-reduce reads one on inactive lanes, and -O1 then deletes the branch guarding
-# a threadgroup load).
+# a threadgroup load); and pointer casts between element types that read the same bytes
+# as another type (-fno-strict-aliasing), which MSL allows and TileLang's half/bfloat
+# `uint4` carriers rely on.
 COMMON_FLAGS = [
     "-std=c++17", "-O1", "-fwrapv", "-fno-exceptions", "-fno-rtti", "-ffp-contract=off",
     "-fexcess-precision=16", "-fno-pie", "-pthread", "-ftrivial-auto-var-init=zero",
+    "-fno-strict-aliasing",
     "-Wno-unknown-attributes", "-Wno-duplicate-decl-specifier", "-Wno-ignored-attributes",
     "-Werror=vector-conversion",  # MSL has no implicit conversion between vector types
 ]
