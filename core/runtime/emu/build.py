@@ -60,8 +60,12 @@ COMMON_FLAGS = [
     "-Wno-unknown-attributes", "-Wno-duplicate-decl-specifier", "-Wno-ignored-attributes",
     "-Werror=vector-conversion",  # MSL has no implicit conversion between vector types
 ]
+# Checked builds: thread-sanitizer instrumentation (the checker's hooks) and array-bounds
+# checks on every index into an array of known size (thread arrays, struct members), which
+# stop the run with a bounds report (src/runtime.cpp) before the access.
 CHECKED_FLAGS = [
-    "-fsanitize=thread", "-mllvm", "-tsan-instrument-atomics=0",
+    "-fsanitize=thread,array-bounds", "-fno-sanitize-recover=array-bounds",
+    "-mllvm", "-tsan-instrument-atomics=0",
     "-mllvm", "-tsan-instrument-func-entry-exit=0", "-gline-tables-only",
 ]
 RUNTIME_FLAGS = ["-std=c++17", "-O2", "-fno-pie", "-Wall", "-Wno-unused-function"]

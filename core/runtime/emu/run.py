@@ -238,6 +238,8 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
             raise _crash_error(report, exe.path, kernel_name, grid3, tg3)
         if report["status"] == "launch_error":
             raise LaunchError(report["message"], kernel=kernel_name)
+        if report["status"] == "bounds":
+            return _halted(report, exe.path, kernel_name, grid3, tg3)
         for i, (view, _) in enumerate(views):
             if view.flags.writeable:
                 view[:] = job.buffer_bytes(i)
@@ -274,6 +276,22 @@ def _crash_error(report: dict, binary: Path, kernel: str, grid3, tg3) -> KernelC
     address = report.get("address", 0)
     return KernelCrashError(f"{report['message']}{at} in {where} (address {address:#x})",
                             kernel=kernel)
+
+
+def _halted(report: dict, binary: Path, kernel: str, grid3, tg3) -> EmuResult:
+    """An out-of-range index into an array of known size (a thread-private array, a struct
+    member) stopped the run before the access: one bounds finding, buffers left as they
+    were, no counters."""
+    pc = report.get("pc", 0)
+    g, t = report.get("group", 0), max(report.get("thread", 0), 0)
+    finding = Finding(
+        kind="bounds", kernel=kernel,
+        group=(g % grid3[0], g // grid3[0] % grid3[1], g // (grid3[0] * grid3[1])),
+        thread=(t % tg3[0], t // tg3[0] % tg3[1], t // (tg3[0] * tg3[1])),
+        address_space="thread", buffer_or_offset="-",
+        detail=report["message"] + "; the run stopped before the access",
+        line=_symbolize(binary, {pc}).get(pc))
+    return EmuResult(findings=[finding], stats={}, dropped_findings=0)
 
 
 def _result(report: dict, binary: Path, sig, translation: Translation, kernel: str) -> EmuResult:

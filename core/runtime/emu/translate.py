@@ -12,10 +12,14 @@ findings point at the user's MSL line:
 4. vector constructors (`float4(h4)`, `float4(a.xy, b, c)`, `half2(x)`) become calls of the
    shim's `__mt_make_vec<float, 4>(...)`: in C++ a cast between vector types is a bitcast
    and a multi-argument vector constructor does not exist;
-5. `threadgroup T name[N]...;` declarations become references into the threadgroup's
-   shared storage (`__mt_tg_slot`), since every emulated thread runs on its own stack.
+5. `threadgroup T name[N]...;` declarations become pointers (a scalar: a reference) into
+   the threadgroup's shared storage (`__mt_tg_slot`), since every emulated thread runs on
+   its own stack; one with an initializer is refused (it would become one per thread);
+6. every attribute in `[[...]]` that is not C++'s own becomes
+   `clang::annotate("metal", "name", args...)`, which clang keeps in its AST: kernel
+   signatures are read from that AST (signature.py), not from the text.
 
-Kernel signatures are parsed into `KernelSignature`s (buffer bindings, thread-position
+Kernel signatures are read into `KernelSignature`s (buffer bindings, thread-position
 parameters, `max_total_threads_per_threadgroup`); the launcher (launcher.py) calls the
 kernels from them. Anything outside the supported subset is an `MSLCompileError` naming
 the MSL line.
@@ -215,8 +219,14 @@ def translate(source: str, kernel_hint: str | None = None) -> Translation:
         ctype, name, dims = " ".join(m.group(1).split()), m.group(2), "".join(m.group(3).split())
         tg_vars[slot] = name
         t = f"__mt_tg_type_{slot}"
-        return (f"using {t} = {ctype} {dims}; {t}& {name} = *static_cast<{t}*>("
-                f"__mt_tg_slot({slot}, sizeof({t}), alignof({t})));"
+        if not dims:   # a scalar or struct: a reference to the shared object
+            return (f"using {t} = {ctype}; {t}& {name} = *static_cast<{t}*>("
+                    f"__mt_tg_slot({slot}, sizeof({t}), alignof({t})));"
+                    + "\n" * m.group(0).count("\n"))
+        # an array: a pointer to its first element (row), so the checker's red zones, not
+        # the thread-array bounds checks, judge its outermost index
+        return (f"using {t} = {ctype} {dims}; std::decay_t<{t}> const {name} = "
+                f"*static_cast<{t}*>(__mt_tg_slot({slot}, sizeof({t}), alignof({t})));"
                 + "\n" * m.group(0).count("\n"))
 
     code = _THREADGROUP_DECL.sub(threadgroup_decl, code)
