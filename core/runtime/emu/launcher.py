@@ -27,7 +27,7 @@ def _argument(p, i: int) -> str:
 def _min_bytes(k, i: int, p) -> str:
     if p.buffer_index is not None and p.is_reference:
         return (f"uint32_t(sizeof(std::remove_reference_t<"
-                f"metal::__mt::param_t<decltype(&{k.call}), {i}>>))")
+                f"metal::__mt::param_t<std::remove_cv_t<decltype({k.call})>, {i}>>))")
     return "0"
 
 
@@ -38,8 +38,8 @@ def generate(kernels: dict[str, KernelSignature]) -> str:
         args = ", ".join(_argument(p, j) for j, p in enumerate(k.params))
         out.append(f"static void __mt_entry_{i}(void* const* __b, const __mt_thread_pos* __p) {{")
         out.append("  (void)__b; (void)__p;")
-        out.append(f"  using __F = decltype(&{k.call});")
-        out.append(f"  {k.call}({args});")
+        out.append(f"  using __F = std::remove_cv_t<decltype({k.call})>;")
+        out.append(f"  ({k.call})({args});")
         out.append("}")
         params = ", ".join(
             f'{{"{p.name}", {-1 if p.buffer_index is None else p.buffer_index}, '

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from core.errors import MSLCompileError
@@ -97,14 +97,39 @@ def _attributes(node: dict) -> list[tuple[str, list]]:
     return found
 
 
-def _functions(node: dict, scope: str = ""):
+def _declarations(node: dict, scope: str = ""):
+    """(scope, declaration) for the functions and variables of the source, in namespaces."""
     for child in node.get("inner", []):
         kind = child.get("kind")
         if kind in _SCOPES:
             inner = f"{scope}{child['name']}::" if child.get("name") else scope
-            yield from _functions(child, inner)
-        elif kind == "FunctionDecl" and not child.get("isImplicit"):
+            yield from _declarations(child, inner)
+        elif kind in ("FunctionDecl", "VarDecl") and not child.get("isImplicit"):
             yield scope, child
+
+
+def _functions_by_id(node: dict, found: dict) -> dict:
+    """Every function declaration (template specializations too), by AST id."""
+    if node.get("kind") == "FunctionDecl" and "id" in node:
+        if "inner" in node or node["id"] not in found:
+            found[node["id"]] = node
+    for child in node.get("inner", []):
+        if child.get("kind") in _SCOPES or child.get("kind") in (
+                "FunctionTemplateDecl", "FunctionDecl", "TranslationUnitDecl"):
+            _functions_by_id(child, found)
+    return found
+
+
+def _referenced_function(node: dict) -> str | None:
+    """The id of the function a variable's initializer (`&f<T>`) names."""
+    ref = node.get("referencedDecl")
+    if node.get("kind") == "DeclRefExpr" and ref and ref.get("kind") == "FunctionDecl":
+        return ref["id"]
+    for child in node.get("inner", []):
+        found = _referenced_function(child)
+        if found:
+            return found
+    return None
 
 
 class _Lines:
@@ -122,15 +147,27 @@ class _Lines:
 
 def _kernels(tree: dict, translation: Translation) -> dict[str, KernelSignature]:
     lines = _Lines(translation)
+    functions = None
     kernels: dict[str, KernelSignature] = {}
-    for scope, fn in _functions(tree):
-        attrs = dict(_attributes(fn))
-        if "kernel" not in attrs or "inner" not in fn and "loc" not in fn:
+    for scope, decl in _declarations(tree):
+        attrs = dict(_attributes(decl))
+        if "kernel" not in attrs:
             continue
-        name = fn["name"]
-        line = lines.line(fn)
+        line = lines.line(decl)
+        if decl["kind"] == "VarDecl":            # a host_name instantiation (translate.py)
+            functions = functions if functions is not None else _functions_by_id(tree, {})
+            fn = functions.get(_referenced_function(decl) or "")
+            if fn is None:
+                raise MSLCompileError("cannot find the function this [[kernel]] "
+                                      "instantiation names", kernel=None, line=line,
+                                      source_line=lines.text(line))
+            call = scope + decl["name"]
+        else:
+            fn, call = decl, "&" + scope + decl["name"]
+        name = attrs["host_name"][0] if attrs.get("host_name") else decl["name"]
         params = tuple(_param(p, i, name, lines) for i, p in enumerate(
             c for c in fn.get("inner", []) if c.get("kind") == "ParmVarDecl"))
+        params = _number_unbound_buffers(params)
         seen: dict[int, str] = {}
         for p in params:
             if p.buffer_index is None:
@@ -141,12 +178,25 @@ def _kernels(tree: dict, translation: Translation) -> dict[str, KernelSignature]
                     f"[[buffer({p.buffer_index})]]", kernel=name, line=p.line,
                     source_line=lines.text(p.line))
             seen[p.buffer_index] = p.name
+        if name in kernels:
+            raise MSLCompileError(f"two kernels are named '{name}'", kernel=name, line=line,
+                                  source_line=lines.text(line))
         limit = attrs.get("max_total_threads_per_threadgroup")
-        kernels[name] = KernelSignature(name, params, limit[0] if limit else None, line,
-                                        scope + name)
+        kernels[name] = KernelSignature(name, params, limit[0] if limit else None, line, call)
     return kernels
 
 
+def _number_unbound_buffers(params: tuple[KernelParam, ...]) -> tuple[KernelParam, ...]:
+    """Buffer parameters written without [[buffer(i)]] take, in order, the lowest indices
+    no [[buffer(i)]] of the kernel names."""
+    taken = {p.buffer_index for p in params if p.buffer_index is not None and p.position is None
+             and p.buffer_index >= 0}
+    free = (i for i in range(10**6) if i not in taken)
+    return tuple(replace(p, buffer_index=next(free)) if p.buffer_index == _UNBOUND else p
+                 for p in params)
+
+
+_UNBOUND = -1   # a buffer parameter without [[buffer(i)]], numbered after reading them all
 _TRAILING_QUALIFIERS = ("const", "volatile", "__restrict", "restrict", "__restrict__")
 
 
@@ -166,9 +216,13 @@ def _param(node: dict, index: int, kernel: str, lines: _Lines) -> KernelParam:
     attrs = _attributes(node)
     where = dict(kernel=kernel, line=line, source_line=lines.text(line))
     if not attrs:
+        core = _strip_qualifiers(ctype)
+        if core.endswith("*") or core.endswith("&"):
+            return KernelParam(name, spelled, _UNBOUND, None, line, core.endswith("&"))
         raise MSLCompileError(
-            f"kernel parameter '{name}' has no attribute; the emulator binds every parameter by "
-            "its [[buffer(i)]] or thread-position attribute", **where)
+            f"kernel parameter '{name}' has no attribute and is neither a pointer nor a "
+            "reference; the emulator binds a parameter by [[buffer(i)]] (or, without one, in "
+            "order as a buffer) or by its thread-position attribute", **where)
     attr, args = attrs[0]
     if attr == "buffer":
         if len(args) != 1 or not isinstance(args[0], int):

@@ -177,6 +177,69 @@ def rewrite_attributes(code: str) -> str:
     return _ATTRIBUTE_LIST.sub(one_list, code)
 
 
+_INSTANTIATION = re.compile(r"\btemplate(?=(?:\s|\\\n)*\[\[)")
+_SPACE = re.compile(r"(?:\s|\\\n)*")
+
+
+def _balanced(code: str, pos: int, open_: str, close: str) -> int:
+    """Index just past the bracket group starting at code[pos] == open_ (-1 if unbalanced)."""
+    depth = 0
+    for i in range(pos, len(code)):
+        if code.startswith(open_, i):
+            depth += 1
+        elif code.startswith(close, i):
+            depth -= 1
+            if depth == 0:
+                return i + len(close)
+    return -1
+
+
+def rewrite_instantiations(code: str) -> str:
+    """`template [[host_name("n")]] [[kernel]] decltype(f<T>) f<T>;` (MLX's instantiation
+    macros; also with a full function type) -> the explicit instantiation, and a constexpr
+    pointer to it carrying the attributes, which the signature reader finds kernels by (C++
+    allows no attributes on an explicit instantiation). Line breaks (also macro line
+    continuations) are kept, so the text stays on its lines."""
+    out, last = [], 0
+    for m in _INSTANTIATION.finditer(code):
+        if m.start() < last:
+            continue
+        pos = m.end()
+        attrs = []
+        while True:
+            pos = _SPACE.match(code, pos).end()
+            if not code.startswith("[[", pos):
+                break
+            end = _balanced(code, pos, "[[", "]]")
+            if end < 0:
+                break
+            attrs.append(code[pos:end])
+            pos = end
+        semi = code.find(";", pos)
+        if not attrs or semi < 0:
+            continue
+        decl = code[pos:semi]
+        flat = re.sub(r"\\\n", " ", decl).strip()
+        if flat.startswith("decltype"):
+            close = _balanced(flat, flat.index("("), "(", ")")
+            name = flat[close:].strip()
+        else:                                   # `void f<T>(params...)`
+            head = flat[: flat.index("(")] if "(" in flat else flat
+            found = re.search(r"[A-Za-z_][\w:]*\s*(?:<.*>)?\s*$", head)
+            name = found.group(0).strip() if found else ""
+        if not name:
+            continue
+        breaks = code[m.start():semi].count("\n")
+        cont = code[m.start():semi].count("\\\n")
+        out.append(code[last:m.start()])
+        out.append(f"template {flat}; {' '.join(attrs)} constexpr auto "
+                   f"__MT_CAT(__mt_host_, __COUNTER__) = &{name}"
+                   + " \\\n" * cont + "\n" * (breaks - cont))
+        last = semi
+    out.append(code[last:])
+    return "".join(out)
+
+
 def _kernel_before(kernels: dict[str, KernelSignature], line: int) -> str | None:
     best = [k for k in kernels.values() if k.line <= line]
     return max(best, key=lambda k: k.line).name if best else None
@@ -211,6 +274,7 @@ def translate(source: str, kernel_hint: str | None = None) -> Translation:
     code = _VECTOR_CTOR.sub(make_vec, code)
     code = _VEC_TEMPLATE_CTOR.sub(make_vec, code)
     code = rewrite_attributes(code)
+    code = rewrite_instantiations(code)
 
     tg_vars: dict[int, str] = {}
 

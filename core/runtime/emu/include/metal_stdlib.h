@@ -17,6 +17,30 @@
 #include "mt_atomic.h"
 #include "mt_sites.h"
 
+// <metal_type_traits>: the standard traits under MSL's names, with half and bfloat counted
+// as floating-point types (MSL 2.5).
+namespace metal {
+using std::conditional; using std::conditional_t; using std::decay; using std::decay_t;
+using std::enable_if; using std::enable_if_t; using std::false_type; using std::true_type;
+using std::integral_constant; using std::bool_constant; using std::is_const; using std::is_const_v;
+using std::is_convertible; using std::is_convertible_v; using std::is_integral;
+using std::is_integral_v; using std::is_pointer; using std::is_pointer_v; using std::is_same;
+using std::is_same_v; using std::is_signed; using std::is_signed_v; using std::is_unsigned;
+using std::is_unsigned_v; using std::make_signed; using std::make_signed_t;
+using std::make_unsigned; using std::make_unsigned_t; using std::remove_const;
+using std::remove_const_t; using std::remove_cv; using std::remove_cv_t; using std::remove_reference;
+using std::remove_reference_t; using std::is_void; using std::is_void_v; using std::void_t;
+template <class T>
+struct is_floating_point
+    : std::bool_constant<std::is_floating_point_v<std::remove_cv_t<T>> ||
+                         std::is_same_v<std::remove_cv_t<T>, half> ||
+                         std::is_same_v<std::remove_cv_t<T>, bfloat>> {};
+template <class T> inline constexpr bool is_floating_point_v = is_floating_point<T>::value;
+template <class T>
+struct is_arithmetic : std::bool_constant<is_floating_point_v<T> || std::is_integral_v<T>> {};
+template <class T> inline constexpr bool is_arithmetic_v = is_arithmetic<T>::value;
+}  // namespace metal
+
 // Converts a thread-position value (always computed as uint3) to the declared type.
 namespace metal {
 namespace __mt {
@@ -58,3 +82,6 @@ template <class T> inline T bind_buffer(void* p) {
 #define thread
 #define constant const
 #define kernel [[clang::annotate("metal", "kernel")]]
+// A unique name in any context (translate.py names host_name instantiations with it).
+#define __MT_CAT2(a, b) a##b
+#define __MT_CAT(a, b) __MT_CAT2(a, b)
