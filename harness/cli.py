@@ -78,6 +78,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="threads per threadgroup")
     emu.add_argument("--buffer", dest="buffers", action="append", default=[], type=_spec,
                      metavar="SPEC", help=f"{bufspec.SYNTAX}; repeat per buffer, see below")
+    emu.add_argument("--function-constant", dest="function_constants", action="append",
+                     default=[], type=_function_constant, metavar="I=VALUE",
+                     help="value of [[function_constant(I)]]: true, false, an integer or a "
+                          "float (repeat for several)")
     emu.add_argument("--schedule", choices=SCHEDULES, default="forward",
                      help="order of threads between barriers (default: forward)")
     emu.add_argument("--seed", type=int, default=0,
@@ -146,6 +150,21 @@ def _error(console: Console, error: Exception | str, label: str = "error") -> in
     return EXIT_ERROR
 
 
+def _function_constant(text: str) -> tuple[int, bool | int | float]:
+    index, sep, value = text.partition("=")
+    try:
+        if not sep or not index.strip().isdigit():
+            raise ValueError
+        low = value.strip().lower()
+        parsed = {"true": True, "false": False}.get(low)
+        if parsed is None:
+            parsed = int(low) if low.lstrip("-").isdigit() else float(low)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"'{text}' is not I=VALUE (VALUE: true, false, an integer or a float)") from None
+    return int(index), parsed
+
+
 def _run_emu(args: argparse.Namespace) -> int:
     out, err = _consoles()
     try:
@@ -161,7 +180,8 @@ def _run_emu(args: argparse.Namespace) -> int:
 
     checks = emu.ALL_CHECKS if args.checks is None else args.checks
     try:
-        kernels = emu.kernel_signatures(source)
+        constants = dict(args.function_constants)
+        kernels = emu.kernel_signatures(source, constants)
     except MetaltileError as error:
         return _error(err, error, f"error ({type(error).__name__})")
     if args.kernel is None:
@@ -182,7 +202,7 @@ def _run_emu(args: argparse.Namespace) -> int:
     try:
         result = emu.run_msl(source, args.kernel, grid=args.grid, threadgroup=args.threadgroup,
                              buffers=buffers, schedule=args.schedule, seed=args.seed,
-                             checks=checks)
+                             checks=checks, function_constants=constants)
     except MetaltileError as error:
         return _error(err, error, f"error ({type(error).__name__})")
     seconds = time.perf_counter() - start

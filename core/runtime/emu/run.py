@@ -116,22 +116,24 @@ _translations: dict[str, Translation] = {}
 _translations_lock = threading.Lock()
 
 
-def _translate_cached(source: str, kernel: str | None = None) -> Translation:
+def _translate_cached(source: str, kernel: str | None = None,
+                      function_constants: dict | None = None) -> Translation:
+    key = (source, tuple(sorted((function_constants or {}).items())))
     with _translations_lock:
-        t = _translations.get(source)
+        t = _translations.get(key)
     if t is None:
-        t = translate(source, kernel)
+        t = translate(source, kernel, function_constants)
         with _translations_lock:
             if len(_translations) > 256:
                 _translations.clear()
-            _translations[source] = t
+            _translations[key] = t
     return t
 
 
-def kernel_signatures(source: str) -> dict:
+def kernel_signatures(source: str, function_constants: dict | None = None) -> dict:
     """The kernels of an MSL source by name (translate.KernelSignature: parameters with
     their buffer bindings, thread-position attributes and MSL lines)."""
-    return _translate_cached(source).kernels
+    return _translate_cached(source, None, function_constants).kernels
 
 
 # -- symbolization -----------------------------------------------------------------------
@@ -170,14 +172,17 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
             buffers: Sequence[Any] = (), schedule: str = "forward", seed: int = 0,
             checks: Sequence[str] = ALL_CHECKS, *, workers: int | None = None,
             timeout: float = 120.0, stack_bytes: int = 256 * 1024,
-            max_findings: int = 64, instrument: bool = True) -> EmuResult:
+            max_findings: int = 64, instrument: bool = True,
+            function_constants: dict[int, bool | int | float] | None = None) -> EmuResult:
     """Run `kernel_name` from the MSL `source` over `grid` threadgroups of `threadgroup`
     threads, with `buffers[i]` bound to `[[buffer(i)]]` (updated in place).
 
     schedule: order of threads between meeting points ("forward", "reverse", "random"
     with `seed`); checks: any of "races", "uninit", "bounds"; workers: OS threads for
     threadgroups (default: the machine's cores); instrument=False runs an uninstrumented
-    build (no checks, no memory counters) for speed comparisons."""
+    build (no checks, no memory counters) for speed comparisons; function_constants: the
+    values of `[[function_constant(i)]]` declarations by index (set when the MSL is
+    compiled, as Metal sets them when it builds the pipeline)."""
     grid3 = _dims(grid, "grid", kernel_name)
     tg3 = _dims(threadgroup, "threadgroup", kernel_name)
     if schedule not in jobfile.SCHEDULES:
@@ -192,7 +197,7 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
         raise LaunchError("checks need the instrumented build; pass checks=() with "
                           "instrument=False", kernel=kernel_name, construct="checks")
 
-    translation = _translate_cached(source, kernel_name)
+    translation = _translate_cached(source, kernel_name, function_constants)
     sig = translation.kernels.get(kernel_name)
     if sig is None:
         found = ", ".join(sorted(translation.kernels)) or "none"

@@ -162,6 +162,7 @@ def _kernels(tree: dict, translation: Translation) -> dict[str, KernelSignature]
                                       "instantiation names", kernel=None, line=line,
                                       source_line=lines.text(line))
             call = scope + decl["name"]
+            attrs = {**dict(_attributes(fn)), **attrs}   # the template's own, e.g. max threads
         else:
             fn, call = decl, "&" + scope + decl["name"]
         name = attrs["host_name"][0] if attrs.get("host_name") else decl["name"]

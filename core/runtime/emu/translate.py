@@ -28,6 +28,7 @@ the MSL line.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from dataclasses import dataclass, field
 
 from core.errors import MSLCompileError
@@ -164,7 +165,8 @@ def _rewrite_attribute(item: str) -> str:
         return item                        # scoped (clang::...) or C++'s own: unchanged
     name, args = m.group(1), m.group(2)
     extra = f", {args.strip()}" if args and args.strip() else ""
-    return f'clang::annotate("metal", "{name}"{extra})' + "\n" * item.count("\n")
+    return (f'clang::annotate("metal", "{name}"{extra})'
+            + "\n" * (item.count("\n") - extra.count("\n")))
 
 
 def rewrite_attributes(code: str) -> str:
@@ -240,6 +242,81 @@ def rewrite_instantiations(code: str) -> str:
     return "".join(out)
 
 
+_FUNCTION_CONSTANT = re.compile(
+    r"\bconstant\s+([A-Za-z_][\w:]*(?:\s*<[^;]*?>)?)\s+([A-Za-z_]\w*)\s*"
+    r"\[\[\s*function_constant\s*\(\s*(\d+)\s*\)\s*\]\]\s*;")
+
+
+def _constant_literal(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    raise TypeError(type(value).__name__)
+
+
+def rewrite_function_constants(code: str, source: str, values: dict) -> str:
+    """`constant T name [[function_constant(i)]];` -> a constexpr holding the value given
+    for index i (Metal sets them when it builds the pipeline; here when the MSL is
+    compiled), and `is_function_constant_defined(name)` knows whether one was given. A
+    constant without a value that the source never asks about is an MSLCompileError."""
+    def one(m: re.Match) -> str:
+        ctype, name, index = m.group(1), m.group(2), int(m.group(3))
+        defined = index in values
+        if not defined and not re.search(
+                r"\bis_function_constant_defined\s*\(\s*" + name + r"\s*\)", code):
+            line = line_of(code, m.start())
+            raise MSLCompileError(
+                f"function constant '{name}' ([[function_constant({index})]]) has no value; "
+                f"pass function_constants={{{index}: ...}} to run_msl (harness emu: "
+                f"--function-constant {index}=VALUE)", kernel=None, line=line,
+                source_line=source.splitlines()[line - 1].rstrip())
+        value = f"{ctype}({_constant_literal(values[index])})" if defined else f"{ctype}()"
+        return (f"constexpr {ctype} {name} = {value}; constexpr bool __mt_fc_defined_{name} = "
+                f"{'true' if defined else 'false'};" + "\n" * m.group(0).count("\n"))
+    return _FUNCTION_CONSTANT.sub(one, code)
+
+
+# The simd and barrier functions whose calls carry a meeting site (include/mt_sites.h).
+SITE_FUNCTIONS = tuple(re.findall(r"^#define (\w+)\(", (Path(__file__).parent / "include" /
+                                                     "mt_sites.h").read_text(), re.M))
+_SITE_NAME = re.compile(r"\b(" + "|".join(SITE_FUNCTIONS) + r")\s*\(")
+_NOT_A_TYPE = frozenset({"return", "case", "else", "do", "throw", "sizeof", "co_return",
+                         "co_yield", "decltype", "alignof", "new", "delete", "typeid"})
+
+
+def rewrite_site_overloads(code: str) -> str:
+    """A user's own overload of a simd function (MLX defines `simd_shuffle_down` for its
+    complex type) is declared as `(simd_shuffle_down)(__mt_site, params...)`: the
+    parentheses keep the call-site macro out of the declaration, and the site parameter
+    lets the macro's calls reach it by overload resolution."""
+    out, last = [], 0
+    for m in _SITE_NAME.finditer(code):
+        before = code[:m.start()].rstrip()
+        token = re.search(r"([A-Za-z_]\w*|[>*&])$", before)
+        if not token or token.group(1) in _NOT_A_TYPE or before.endswith("::"):
+            continue
+        out.append(code[last:m.start()])
+        empty = code[m.end():].lstrip().startswith(")")
+        out.append(f"({m.group(1)})(__mt_site{'' if empty else ', '}")
+        last = m.end()
+    out.append(code[last:])
+    return "".join(out)
+
+
+_CONTINUED_LINE = re.compile(r"[^\n]*\\\n(?:[^\n]*\\\n)*[^\n]*")
+
+
+def join_continuations(code: str) -> str:
+    """Backslash-continued lines (macro definitions) joined into one line, the line breaks
+    moved after it: later rewrites see a macro body as one line, and every line after it
+    keeps its number."""
+    def one(m: re.Match) -> str:
+        n = m.group(0).count("\\\n")
+        return m.group(0).replace("\\\n", " ") + "\n" * n
+    return _CONTINUED_LINE.sub(one, code)
+
+
 def _kernel_before(kernels: dict[str, KernelSignature], line: int) -> str | None:
     best = [k for k in kernels.values() if k.line <= line]
     return max(best, key=lambda k: k.line).name if best else None
@@ -255,10 +332,12 @@ def _refuse(source: str, line: int, reason: str,
                            source_line=source.splitlines()[line - 1].rstrip())
 
 
-def translate(source: str, kernel_hint: str | None = None) -> Translation:
+def translate(source: str, kernel_hint: str | None = None,
+              function_constants: dict | None = None) -> Translation:
     """Rewrite MSL `source` into the C++ the emulator compiles (see the module docstring)
     and read its kernel signatures from clang's AST (signature.py). `kernel_hint` names
-    the kernel in a compile error when the source has no readable signatures."""
+    the kernel in a compile error when the source has no readable signatures;
+    `function_constants` gives the values of `[[function_constant(i)]]` by index."""
     from .signature import read_kernels   # signature.py builds with build.py, which imports us
 
     code = strip_comments(source)
@@ -267,6 +346,8 @@ def translate(source: str, kernel_hint: str | None = None) -> Translation:
     initialized = _THREADGROUP_INIT.search(code)
     initialized_line = line_of(code, initialized.start()) if initialized else 0
     code = _INCLUDE.sub(lambda m: "", code)
+    code = join_continuations(code)
+    code = rewrite_function_constants(code, source, dict(function_constants or {}))
     code = _FLOAT_LITERAL.sub(_rewrite_literal, code)
     def make_vec(m: re.Match) -> str:
         return f"metal::__mt_make_vec<{m.group(1)}, {m.group(2)}>("
@@ -275,6 +356,7 @@ def translate(source: str, kernel_hint: str | None = None) -> Translation:
     code = _VEC_TEMPLATE_CTOR.sub(make_vec, code)
     code = rewrite_attributes(code)
     code = rewrite_instantiations(code)
+    code = rewrite_site_overloads(code)
 
     tg_vars: dict[int, str] = {}
 

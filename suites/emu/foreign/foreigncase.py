@@ -18,11 +18,16 @@ def run_clean(source: str, kernel: str, grid, threadgroup, buffers, **kw) -> emu
     return res
 
 
-def close(actual: np.ndarray, expected: np.ndarray, reduction_length: int = 1,
-          op_class: str = "elementwise", what: str = "") -> None:
-    a = torch.from_numpy(np.ascontiguousarray(actual))
-    assert_close(a, torch.from_numpy(np.ascontiguousarray(expected)).to(a.dtype),
-                 reduction_length=reduction_length, op_class=op_class, what=what)
+def _tensor(x) -> torch.Tensor:
+    return x if isinstance(x, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(x))
+
+
+def close(actual, expected, reduction_length: int = 1, op_class: str = "elementwise",
+          what: str = "") -> None:
+    """numpy arrays or torch tensors; the tolerance is the policy's for actual's dtype."""
+    a = _tensor(actual)
+    assert_close(a, _tensor(expected).to(a.dtype), reduction_length=reduction_length,
+                 op_class=op_class, what=what)
 
 
 def msl_line(source: str, needle: str) -> int:

@@ -82,6 +82,8 @@ template <class T> inline T bind_buffer(void* p) {
 #define thread
 #define constant const
 #define kernel [[clang::annotate("metal", "kernel")]]
+// Whether a [[function_constant(i)]] was given a value (translate.py declares the flag).
+#define is_function_constant_defined(name) __mt_fc_defined_##name
 // A unique name in any context (translate.py names host_name instantiations with it).
 #define __MT_CAT2(a, b) a##b
 #define __MT_CAT(a, b) __MT_CAT2(a, b)
