@@ -226,6 +226,30 @@ class Builder:
             tmp.unlink(missing_ok=True)
 
 
+# clang messages that come from MSL outside the emulator's subset, and what they mean there.
+_EXPLANATIONS = (
+    (re.compile(r"redefinition of '|call to '[^']*' is ambiguous|functions that differ only in "
+                r"their return type"),
+     "the emulator erases MSL address spaces (device, threadgroup, thread, constant are one "
+     "flat space on the CPU), so functions that differ only in the address space of a "
+     "parameter, or member functions overloaded on it, are the same function here: not "
+     "supported"),
+    (re.compile(r"'annotate' attribute cannot be applied to types"),
+     "an MSL attribute after an array declarator: array-typed kernel parameters (arrays of "
+     "buffers) are not supported by the emulator"),
+    (re.compile(r"(unknown type name|no template named) "
+                r"'(texture\w*|sampler|depth\w*|imageblock\w*)'"),
+     "textures, samplers and imageblocks are not supported by the emulator"),
+)
+
+
+def _explained(message: str) -> str:
+    for pattern, meaning in _EXPLANATIONS:
+        if pattern.search(message):
+            return f"{message} ({meaning})"
+    return message
+
+
 _DIAG = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+): "
                    r"(?P<sev>error|fatal error|note): (?P<msg>.*)$", re.M)
 
@@ -241,7 +265,7 @@ def compile_error(stderr: str, unit: str, translation: Translation,
     if first is None:
         return MSLCompileError(f"the emulator could not compile the MSL:\n{stderr[-3000:]}",
                                kernel=kernel_hint)
-    message = first["msg"].strip()
+    message = _explained(first["msg"].strip())
     located = first if first["file"].endswith(SOURCE_NAME) else None
     if located is None:
         start = diags.index(first)
