@@ -104,3 +104,22 @@ def test_harness_emu_with_a_function_constant(tmp_path, capsys, monkeypatch):
     assert main([*base, "--kernel", "rms_float32", "--function-constant", "20=true"]) == 0
     out = capsys.readouterr().out
     assert "no findings" in out and "buffer(2) out" in out
+
+
+def test_metal_array_and_uniform():
+    src = """\
+#include <metal_stdlib>
+using namespace metal;
+kernel void k(device float* y [[buffer(0)]], constant uint& n [[buffer(1)]],
+              uint i [[thread_position_in_grid]]) {
+  metal::array<float, 4> a;
+  for (uint j = 0; j < a.size(); ++j) a[j] = float(i * 4 + j);
+  uniform<uint> count = make_uniform(n);
+  float s = 0.0f;
+  for (uint j = 0; j < count; ++j) s += a[j];
+  y[i] = s;
+}
+"""
+    y = np.zeros(8, np.float32)
+    run_clean(src, "k", 1, 8, [y, np.array([3], np.uint32)])
+    close(y, (np.arange(32).reshape(8, 4)[:, :3]).sum(1).astype(np.float32))

@@ -39,6 +39,26 @@ template <class T> inline constexpr bool is_floating_point_v = is_floating_point
 template <class T>
 struct is_arithmetic : std::bool_constant<is_floating_point_v<T> || std::is_integral_v<T>> {};
 template <class T> inline constexpr bool is_arithmetic_v = is_arithmetic<T>::value;
+
+// metal::array<T, N> (MSL 2.14): a fixed-size array with size() and indexing (checked like
+// any array of known size in checked builds).
+template <class T, size_t N>
+struct array {
+  T __elems[N];
+  static constexpr size_t size() { return N; }
+  T& operator[](size_t i) { return __elems[i]; }
+  constexpr const T& operator[](size_t i) const { return __elems[i]; }
+};
+
+// uniform<T> (MSL 2.15): a value the same in every thread; here it only carries the value.
+template <class T>
+struct uniform {
+  T __value;
+  uniform() = default;
+  constexpr uniform(T v) : __value(v) {}
+  constexpr operator T() const { return __value; }
+};
+template <class T> constexpr uniform<T> make_uniform(T v) { return uniform<T>(v); }
 }  // namespace metal
 
 // Converts a thread-position value (always computed as uint3) to the declared type.
