@@ -229,7 +229,8 @@ class Builder:
 # clang messages that come from MSL outside the emulator's subset, and what they mean there.
 _EXPLANATIONS = (
     (re.compile(r"redefinition of '|call to '[^']*' is ambiguous|functions that differ only in "
-                r"their return type"),
+                r"their return type|(constructor|class member) cannot be redeclared|"
+                r"'const' qualifier is not allowed on a constructor"),
      "the emulator erases MSL address spaces (device, threadgroup, thread, constant are one "
      "flat space on the CPU), so functions that differ only in the address space of a "
      "parameter, or member functions overloaded on it, are the same function here: not "

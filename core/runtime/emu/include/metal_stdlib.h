@@ -102,6 +102,8 @@ template <class T> inline T bind_buffer(void* p) {
 #define thread
 #define constant const
 #define kernel [[clang::annotate("metal", "kernel")]]
+// <metal_stdlib>'s own spelling of a forced-inline function, which MSL libraries use.
+#define METAL_FUNC inline __attribute__((__always_inline__))
 // Whether a [[function_constant(i)]] was given a value (translate.py declares the flag).
 #define is_function_constant_defined(name) __mt_fc_defined_##name
 // A unique name in any context (translate.py names host_name instantiations with it).

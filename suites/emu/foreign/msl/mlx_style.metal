@@ -7,7 +7,9 @@
 
 using namespace metal;
 
+#ifndef METAL_FUNC
 #define METAL_FUNC inline __attribute__((always_inline))
+#endif
 #define SIMD_SIZE 32
 
 #define instantiate_kernel(name, func, ...) \
