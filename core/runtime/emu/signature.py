@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -59,9 +61,10 @@ def _load(path: Path) -> dict[str, KernelSignature] | None:
 
 
 def _store(path: Path, kernels: dict[str, KernelSignature]) -> None:
-    tmp = path.with_suffix(f".{id(kernels)}.tmp")
-    tmp.write_text(json.dumps([asdict(k) for k in kernels.values()]))
-    tmp.replace(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps([asdict(k) for k in kernels.values()]))
+    os.replace(tmp, path)   # atomic: concurrent readers see the old file or the new one
 
 
 # -- reading the AST ------------------------------------------------------------------------

@@ -296,6 +296,8 @@ def rewrite_site_overloads(code: str) -> str:
         token = re.search(r"([A-Za-z_]\w*|[>*&])$", before)
         if not token or token.group(1) in _NOT_A_TYPE or before.endswith("::"):
             continue
+        if re.search(r"^[ \t]*#[ \t]*define[ \t]+\w+$", before[before.rfind("\n") + 1:]):
+            continue                            # `#define R simd_sum(v)`: a call in a macro
         out.append(code[last:m.start()])
         empty = code[m.end():].lstrip().startswith(")")
         out.append(f"({m.group(1)})(__mt_site{'' if empty else ', '}")

@@ -101,3 +101,22 @@ def test_harness_emu_runs_every_file_without_naming_the_kernel(name, capsys, mon
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["emu", str(MSL / name), *LAUNCHES[name]]) == 0
     assert "no findings" in capsys.readouterr().out
+
+
+def test_kernels_in_namespaces_and_simd_calls_in_macros():
+    src = """\
+#include <metal_stdlib>
+using namespace metal;
+#define LANE_TOTAL simd_sum(v)
+namespace ops {
+kernel void lane_total(device float* y [[buffer(0)]], uint lane [[thread_index_in_simdgroup]]) {
+  float v = float(lane);
+  y[lane] = LANE_TOTAL;
+}
+}  // namespace ops
+"""
+    y = np.zeros(32, np.float32)
+    sig = emu.kernel_signatures(src)["lane_total"]
+    assert sig.call == "&ops::lane_total"
+    run_clean(src, "lane_total", 1, 32, [y])
+    np.testing.assert_array_equal(y, np.full(32, 31 * 32 / 2, np.float32))
