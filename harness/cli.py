@@ -82,6 +82,10 @@ def _parser() -> argparse.ArgumentParser:
                      default=[], type=_function_constant, metavar="I=VALUE",
                      help="value of [[function_constant(I)]]: true, false, an integer or a "
                           "float (repeat for several)")
+    emu.add_argument("--threadgroup-memory", dest="threadgroup_memory", action="append",
+                     default=[], type=_threadgroup_length, metavar="I=BYTES",
+                     help="length of the [[threadgroup(I)]] parameter in bytes, a multiple of "
+                          "16 (repeat for several)")
     emu.add_argument("--schedule", choices=SCHEDULES, default="forward",
                      help="order of threads between barriers (default: forward)")
     emu.add_argument("--seed", type=int, default=0,
@@ -165,6 +169,13 @@ def _function_constant(text: str) -> tuple[int, bool | int | float]:
     return int(index), parsed
 
 
+def _threadgroup_length(text: str) -> tuple[int, int]:
+    index, sep, length = text.partition("=")
+    if not sep or not index.strip().isdigit() or not length.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"'{text}' is not I=BYTES")
+    return int(index), int(length)
+
+
 def _run_emu(args: argparse.Namespace) -> int:
     out, err = _consoles()
     try:
@@ -202,7 +213,8 @@ def _run_emu(args: argparse.Namespace) -> int:
     try:
         result = emu.run_msl(source, args.kernel, grid=args.grid, threadgroup=args.threadgroup,
                              buffers=buffers, schedule=args.schedule, seed=args.seed,
-                             checks=checks, function_constants=constants)
+                             checks=checks, function_constants=constants,
+                             threadgroup_memory=dict(args.threadgroup_memory))
     except MetaltileError as error:
         return _error(err, error, f"error ({type(error).__name__})")
     seconds = time.perf_counter() - start

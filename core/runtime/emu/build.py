@@ -193,7 +193,8 @@ class Builder:
               kernel_hint: str | None = None) -> Executable:
         """The executable for a translated MSL library (every kernel in it)."""
         flags = self._flags(checked)
-        unit = translation.cpp + launcher.generate(translation.kernels)
+        unit = translation.cpp + launcher.generate(translation.kernels,
+                                                     translation.threadgroup_params)
         key = _digest("kernel", self._tool_tag, self._headers,
                       _files_digest(RUNTIME_SOURCES), *flags, unit)
         target = cache_dir() / f"kernel-{key}.bin"

@@ -117,12 +117,14 @@ _translations_lock = threading.Lock()
 
 
 def _translate_cached(source: str, kernel: str | None = None,
-                      function_constants: dict | None = None) -> Translation:
-    key = (source, tuple(sorted((function_constants or {}).items())))
+                      function_constants: dict | None = None,
+                      threadgroup_memory: dict | None = None) -> Translation:
+    key = (source, tuple(sorted((function_constants or {}).items())),
+           tuple(sorted((threadgroup_memory or {}).items())))
     with _translations_lock:
         t = _translations.get(key)
     if t is None:
-        t = translate(source, kernel, function_constants)
+        t = translate(source, kernel, function_constants, threadgroup_memory)
         with _translations_lock:
             if len(_translations) > 256:
                 _translations.clear()
@@ -173,7 +175,8 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
             checks: Sequence[str] = ALL_CHECKS, *, workers: int | None = None,
             timeout: float = 120.0, stack_bytes: int = 256 * 1024,
             max_findings: int = 64, instrument: bool = True,
-            function_constants: dict[int, bool | int | float] | None = None) -> EmuResult:
+            function_constants: dict[int, bool | int | float] | None = None,
+            threadgroup_memory: dict[int, int] | None = None) -> EmuResult:
     """Run `kernel_name` from the MSL `source` over `grid` threadgroups of `threadgroup`
     threads, with `buffers[i]` bound to `[[buffer(i)]]` (updated in place).
 
@@ -182,7 +185,9 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
     threadgroups (default: the machine's cores); instrument=False runs an uninstrumented
     build (no checks, no memory counters) for speed comparisons; function_constants: the
     values of `[[function_constant(i)]]` declarations by index (set when the MSL is
-    compiled, as Metal sets them when it builds the pipeline)."""
+    compiled, as Metal sets them when it builds the pipeline); threadgroup_memory: the
+    byte length of each `[[threadgroup(i)]]` parameter by index (Metal's
+    setThreadgroupMemoryLength:atIndex:, a multiple of 16)."""
     grid3 = _dims(grid, "grid", kernel_name)
     tg3 = _dims(threadgroup, "threadgroup", kernel_name)
     if schedule not in jobfile.SCHEDULES:
@@ -197,12 +202,24 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
         raise LaunchError("checks need the instrumented build; pass checks=() with "
                           "instrument=False", kernel=kernel_name, construct="checks")
 
-    translation = _translate_cached(source, kernel_name, function_constants)
+    lengths = dict(threadgroup_memory or {})
+    for index, length in lengths.items():
+        if length <= 0 or length % 16:
+            raise LaunchError(f"threadgroup memory length {length} for [[threadgroup({index})]] "
+                              "must be a positive multiple of 16 bytes", kernel=kernel_name,
+                              construct="threadgroup_memory")
+    translation = _translate_cached(source, kernel_name, function_constants, lengths)
     sig = translation.kernels.get(kernel_name)
     if sig is None:
         found = ", ".join(sorted(translation.kernels)) or "none"
         raise MSLCompileError(f"no kernel function named '{kernel_name}' in the MSL source "
                               f"(kernels found: {found})", kernel=kernel_name)
+    for param in sig.params:
+        if param.threadgroup_index is not None and param.threadgroup_index not in lengths:
+            raise LaunchError(f"parameter '{param.name}' is bound to [[threadgroup("
+                              f"{param.threadgroup_index})]] but no length was given; pass "
+                              f"threadgroup_memory={{{param.threadgroup_index}: nbytes}}",
+                              kernel=kernel_name, construct=f"threadgroup {param.threadgroup_index}")
     threads = tg3[0] * tg3[1] * tg3[2]
     if threads > METAL.max_threads_per_group:
         raise LaunchError(f"threadgroup {tg3} has {threads} threads; Apple GPUs allow at most "

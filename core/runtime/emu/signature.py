@@ -7,7 +7,8 @@ so qualifiers, attributes, macros, typedefs and line breaks are read the way the
 reads them. MSL attributes reach the AST as `clang::annotate("metal", name, args...)`
 (translate.rewrite_attributes); the `kernel` keyword is one of them (metal_stdlib.h).
 
-A kernel parameter is bound by `[[buffer(i)]]` or a thread-position attribute; anything
+A kernel parameter is bound by `[[buffer(i)]]`, `[[threadgroup(i)]]` or a thread-position
+attribute (a pointer without one is a buffer, numbered in order); anything
 else on a kernel parameter is an `MSLCompileError` naming the parameter, the attribute and
 the MSL line, as is MSL that does not compile. Results are cached on disk by the hash of
 the translated source.
@@ -241,8 +242,15 @@ def _param(node: dict, index: int, kernel: str, lines: _Lines) -> KernelParam:
         return KernelParam(name, spelled, args[0], None, line, reference)
     if attr in POSITION_ATTRIBUTES:
         return KernelParam(name, spelled, None, attr, line)
+    if attr == "threadgroup":
+        if len(args) != 1 or not isinstance(args[0], int) or not _strip_qualifiers(
+                ctype).endswith("*"):
+            raise MSLCompileError(
+                f"parameter '{name}': [[threadgroup(i)]] needs a constant index on a pointer",
+                **where)
+        return KernelParam(name, spelled, None, None, line, False, args[0])
     shown = f"{attr}({', '.join(map(str, args))})" if args else attr
     raise MSLCompileError(
         f"parameter '{name}': the attribute [[{shown}]] is not supported by the emulator "
-        "(supported: buffer(i) and the thread-position attributes "
+        "(supported: buffer(i), threadgroup(i) and the thread-position attributes "
         + ", ".join(sorted(POSITION_ATTRIBUTES)) + ")", **where)

@@ -63,6 +63,7 @@ class KernelParam:
     position: str | None      # thread-position attribute name
     line: int
     is_reference: bool = False
+    threadgroup_index: int | None = None  # [[threadgroup(i)]]: memory sized by the host
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,8 @@ class Translation:
     source: str                                # the MSL as given
     kernels: dict[str, KernelSignature]
     threadgroup_vars: dict[int, str] = field(default_factory=dict)  # slot -> variable name
+    # [[threadgroup(i)]] parameters: index -> (arena slot, bytes), the host's lengths
+    threadgroup_params: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 def _blank(text: str) -> str:
@@ -335,11 +338,13 @@ def _refuse(source: str, line: int, reason: str,
 
 
 def translate(source: str, kernel_hint: str | None = None,
-              function_constants: dict | None = None) -> Translation:
+              function_constants: dict | None = None,
+              threadgroup_memory: dict | None = None) -> Translation:
     """Rewrite MSL `source` into the C++ the emulator compiles (see the module docstring)
     and read its kernel signatures from clang's AST (signature.py). `kernel_hint` names
     the kernel in a compile error when the source has no readable signatures;
-    `function_constants` gives the values of `[[function_constant(i)]]` by index."""
+    `function_constants` gives the values of `[[function_constant(i)]]` by index and
+    `threadgroup_memory` the byte lengths of `[[threadgroup(i)]]` parameters by index."""
     from .signature import read_kernels   # signature.py builds with build.py, which imports us
 
     code = strip_comments(source)
@@ -381,6 +386,12 @@ def translate(source: str, kernel_hint: str | None = None,
     cpp = PRELUDE + code
     translation = Translation(cpp=cpp, source=source, kernels={}, threadgroup_vars=tg_vars)
     translation.kernels = read_kernels(translation, kernel_hint)
+    for i, length in sorted((threadgroup_memory or {}).items()):
+        slot = len(tg_vars) + len(translation.threadgroup_params)
+        translation.threadgroup_params[int(i)] = (slot, int(length))
+        names = sorted({p.name for k in translation.kernels.values() for p in k.params
+                        if p.threadgroup_index == int(i)})
+        tg_vars[slot] = "/".join(names) or f"[[threadgroup({i})]]"
     if initialized:
         raise _refuse(
             source, initialized_line,

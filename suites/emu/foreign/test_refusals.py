@@ -19,12 +19,6 @@ float first(thread const float* p) { return p[0] + 1.0f; }
 kernel void k(device float* y [[buffer(0)]]) { float v = 2.0f; y[0] = first(&v); }
 """, "float first(thread const float* p)",
         r"redefinition of 'first'.*erases MSL address spaces"),
-    "threadgroup parameter": (
-        HEAD + """\
-kernel void k(device float* y [[buffer(0)]], threadgroup float* t [[threadgroup(0)]]) {
-  y[0] = t[0];
-}
-""", "kernel void k", r"parameter 't': the attribute \[\[threadgroup\(0\)\]\] is not supported"),
     "stage_in": (
         HEAD + """\
 struct V { float4 p; };
@@ -65,3 +59,42 @@ def test_refused_with_construct_reason_and_line(case):
         emu.run_msl(src, "k", grid=1, threadgroup=1,
                     buffers=[np.zeros(4, np.float32), np.zeros(4, np.float32)])
     assert err.value.line == msl_line(src, line_text), str(err.value)
+
+
+TG_PARAM = HEAD + """\
+kernel void k(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+              threadgroup float* t [[threadgroup(0)]], uint i [[thread_index_in_threadgroup]],
+              uint n [[threads_per_threadgroup]]) {
+  t[i] = x[i];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  y[i] = t[n - 1 - i];
+}
+"""
+
+
+def test_threadgroup_parameter_gets_the_length_the_host_sets():
+    x = np.arange(64, dtype=np.float32)
+    y = np.zeros(64, np.float32)
+    res = emu.run_msl(TG_PARAM, "k", grid=1, threadgroup=64, buffers=[x, y],
+                      threadgroup_memory={0: 256})
+    assert res.findings == []
+    np.testing.assert_array_equal(y, x[::-1])
+    assert res.stats["threadgroup_memory_bytes"] >= 256
+
+
+def test_threadgroup_parameter_too_short_is_a_bounds_finding():
+    x = np.arange(64, dtype=np.float32)
+    res = emu.run_msl(TG_PARAM, "k", grid=1, threadgroup=64, buffers=[x, np.zeros(64, np.float32)],
+                      threadgroup_memory={0: 128})
+    assert {f.kind for f in res.findings} == {"bounds"}
+    assert all(f.buffer_or_offset.startswith("'t'") for f in res.findings)
+
+
+def test_threadgroup_parameter_without_a_length_is_a_launch_error():
+    with pytest.raises(emu.LaunchError, match=r"parameter 't' is bound to \[\[threadgroup\(0\)\]\] "
+                                              r"but no length was given"):
+        emu.run_msl(TG_PARAM, "k", grid=1, threadgroup=64,
+                    buffers=[np.zeros(64, np.float32)] * 2)
+    with pytest.raises(emu.LaunchError, match="multiple of 16"):
+        emu.run_msl(TG_PARAM, "k", grid=1, threadgroup=64,
+                    buffers=[np.zeros(64, np.float32)] * 2, threadgroup_memory={0: 100})
