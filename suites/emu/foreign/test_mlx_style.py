@@ -123,3 +123,23 @@ kernel void k(device float* y [[buffer(0)]], constant uint& n [[buffer(1)]],
     y = np.zeros(8, np.float32)
     run_clean(src, "k", 1, 8, [y, np.array([3], np.uint32)])
     close(y, (np.arange(32).reshape(8, 4)[:, :3]).sum(1).astype(np.float32))
+
+
+def test_reopened_precise_namespace_and_host_name_on_a_plain_kernel():
+    src = """\
+#include <metal_stdlib>
+using namespace metal;
+namespace metal {
+namespace precise {
+inline float twice(float x) { return 2.0f * x; }
+}  // namespace precise
+}  // namespace metal
+[[kernel, host_name("doubled")]] void twice_kernel(device float* y [[buffer(0)]],
+                                                   uint i [[thread_position_in_grid]]) {
+  y[i] = metal::precise::twice(metal::exp(float(i) * 0.0f) + float(i));
+}
+"""
+    assert list(emu.kernel_signatures(src)) == ["doubled"]
+    y = np.zeros(16, np.float32)
+    run_clean(src, "doubled", 1, 16, [y])
+    close(y, 2.0 * (1.0 + np.arange(16, dtype=np.float32)))
