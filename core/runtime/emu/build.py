@@ -227,27 +227,29 @@ class Builder:
             tmp.unlink(missing_ok=True)
 
 
-# clang messages that come from MSL outside the emulator's subset, and what they mean there.
+# clang messages that come from MSL outside the emulator's subset, and what they mean there:
+# (message pattern, pattern the MSL line must match or None, explanation).
+_ADDRESS_SPACE = re.compile(r"\b(device|threadgroup|thread|constant)\b")
 _EXPLANATIONS = (
-    (re.compile(r"redefinition of '|call to '[^']*' is ambiguous|functions that differ only in "
-                r"their return type|(constructor|class member) cannot be redeclared|"
-                r"'const' qualifier is not allowed on a constructor"),
+    (re.compile(r"redefinition of '|(constructor|class member) cannot be redeclared|"
+                r"'const' qualifier is not allowed on a constructor"), _ADDRESS_SPACE,
      "the emulator erases MSL address spaces (device, threadgroup, thread, constant are one "
      "flat space on the CPU), so functions that differ only in the address space of a "
      "parameter, or member functions overloaded on it, are the same function here: not "
      "supported"),
-    (re.compile(r"'annotate' attribute cannot be applied to types"),
+    (re.compile(r"'annotate' attribute cannot be applied to types"), None,
      "an MSL attribute after an array declarator: array-typed kernel parameters (arrays of "
      "buffers) are not supported by the emulator"),
     (re.compile(r"(unknown type name|no template named) "
-                r"'(texture\w*|sampler|depth\w*|imageblock\w*)'"),
+                r"'(texture\w*|sampler|depth\w*|imageblock\w*)'"), None,
      "textures, samplers and imageblocks are not supported by the emulator"),
 )
 
 
-def _explained(message: str) -> str:
-    for pattern, meaning in _EXPLANATIONS:
-        if pattern.search(message):
+def _explained(message: str, source_line: str | None) -> str:
+    for pattern, line_pattern, meaning in _EXPLANATIONS:
+        if pattern.search(message) and (
+                line_pattern is None or line_pattern.search(source_line or "")):
             return f"{message} ({meaning})"
     return message
 
@@ -267,7 +269,7 @@ def compile_error(stderr: str, unit: str, translation: Translation,
     if first is None:
         return MSLCompileError(f"the emulator could not compile the MSL:\n{stderr[-3000:]}",
                                kernel=kernel_hint)
-    message = _explained(first["msg"].strip())
+    message = first["msg"].strip()
     located = first if first["file"].endswith(SOURCE_NAME) else None
     if located is None:
         start = diags.index(first)
@@ -287,6 +289,7 @@ def compile_error(stderr: str, unit: str, translation: Translation,
     line = int(located["line"])
     source_lines = _original_lines(translation)
     text = source_lines[line - 1].rstrip() if 0 < line <= len(source_lines) else None
+    message = _explained(message, text)
     return MSLCompileError(message, kernel=_kernel_at(translation, line) or kernel_hint,
                            line=line, column=int(located["col"]), source_line=text)
 

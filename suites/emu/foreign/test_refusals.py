@@ -98,3 +98,14 @@ def test_threadgroup_parameter_without_a_length_is_a_launch_error():
     with pytest.raises(emu.LaunchError, match="multiple of 16"):
         emu.run_msl(TG_PARAM, "k", grid=1, threadgroup=64,
                     buffers=[np.zeros(64, np.float32)] * 2, threadgroup_memory={0: 100})
+
+
+def test_a_plain_redefinition_is_not_blamed_on_address_spaces():
+    src = HEAD + """\
+float twice(float x) { return 2.0f * x; }
+float twice(float x) { return x + x; }
+kernel void k(device float* y [[buffer(0)]]) { y[0] = twice(1.0f); }
+"""
+    with pytest.raises(emu.MSLCompileError, match="redefinition of 'twice'") as err:
+        emu.run_msl(src, "k", grid=1, threadgroup=1, buffers=[np.zeros(1, np.float32)])
+    assert "address spaces" not in str(err.value)
