@@ -7,10 +7,10 @@
     res.findings, res.stats
 
 Layers: translate.py (MSL -> C++ rewrite), signature.py (kernel signatures from clang's
-AST), launcher.py (C++ entry
-points), build.py (clang with a precompiled shim header and a content-hash cache),
-job.py (the shared job file), run.py (the child process, results, findings), and the C++
-in include/ (MSL names, one header per concern) and src/ (scheduler and checker).
+AST), launcher.py (C++ entry points), build.py (clang with a precompiled shim header and a
+content-hash cache), job.py (the shared job file), run.py (the child process, results,
+findings), and the C++ in include/ (MSL names, one header per concern) and src/
+(scheduler and checker).
 """
 
 from core.errors import (KernelCrashError, KernelTimeoutError, LaunchError, MSLCompileError,
