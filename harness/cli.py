@@ -70,13 +70,22 @@ def _parser() -> argparse.ArgumentParser:
                     "1 findings, 2 usage, compile or launch error.",
         epilog=BUFFER_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     emu.add_argument("file", type=Path, metavar="FILE.metal", help="MSL source file")
-    emu.add_argument("--kernel", required=True, help="name of the kernel function")
+    emu.add_argument("--kernel", default=None,
+                     help="name of the kernel function (default: the file's only kernel)")
     emu.add_argument("--grid", required=True, type=_dims, metavar="X[,Y,Z]",
                      help="threadgroups per dimension (missing dimensions are 1)")
     emu.add_argument("--threadgroup", required=True, type=_dims, metavar="X[,Y,Z]",
                      help="threads per threadgroup")
     emu.add_argument("--buffer", dest="buffers", action="append", default=[], type=_spec,
                      metavar="SPEC", help=f"{bufspec.SYNTAX}; repeat per buffer, see below")
+    emu.add_argument("--function-constant", dest="function_constants", action="append",
+                     default=[], type=_function_constant, metavar="I=VALUE",
+                     help="value of [[function_constant(I)]]: true, false, an integer or a "
+                          "float (repeat for several)")
+    emu.add_argument("--threadgroup-memory", dest="threadgroup_memory", action="append",
+                     default=[], type=_threadgroup_length, metavar="I=BYTES",
+                     help="length of the [[threadgroup(I)]] parameter in bytes, a multiple of "
+                          "16 (repeat for several)")
     emu.add_argument("--schedule", choices=SCHEDULES, default="forward",
                      help="order of threads between barriers (default: forward)")
     emu.add_argument("--seed", type=int, default=0,
@@ -145,6 +154,28 @@ def _error(console: Console, error: Exception | str, label: str = "error") -> in
     return EXIT_ERROR
 
 
+def _function_constant(text: str) -> tuple[int, bool | int | float]:
+    index, sep, value = text.partition("=")
+    try:
+        if not sep or not index.strip().isdigit():
+            raise ValueError
+        low = value.strip().lower()
+        parsed = {"true": True, "false": False}.get(low)
+        if parsed is None:
+            parsed = int(low) if low.lstrip("-").isdigit() else float(low)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"'{text}' is not I=VALUE (VALUE: true, false, an integer or a float)") from None
+    return int(index), parsed
+
+
+def _threadgroup_length(text: str) -> tuple[int, int]:
+    index, sep, length = text.partition("=")
+    if not sep or not index.strip().isdigit() or not length.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"'{text}' is not I=BYTES")
+    return int(index), int(length)
+
+
 def _run_emu(args: argparse.Namespace) -> int:
     out, err = _consoles()
     try:
@@ -159,6 +190,19 @@ def _run_emu(args: argparse.Namespace) -> int:
     from core.runtime import emu
 
     checks = emu.ALL_CHECKS if args.checks is None else args.checks
+    try:
+        constants = dict(args.function_constants)
+        kernels = emu.kernel_signatures(source, constants)
+    except MetaltileError as error:
+        return _error(err, error, f"error ({type(error).__name__})")
+    if args.kernel is None:
+        if len(kernels) != 1:
+            found = ", ".join(sorted(kernels)) or "none"
+            return _error(err, f"{args.file} has {len(kernels)} kernels ({found}); choose one "
+                               "with --kernel NAME")
+        args.kernel = next(iter(kernels))
+    signature = kernels.get(args.kernel)
+    names = {i: p.name for i, p in signature.buffers.items()} if signature else {}
     total_threads = math.prod(args.grid) * math.prod(args.threadgroup)
     out.print(Text.assemble("kernel ", (args.kernel, "bold"), f" from {args.file}"),
               soft_wrap=True)
@@ -169,13 +213,14 @@ def _run_emu(args: argparse.Namespace) -> int:
     try:
         result = emu.run_msl(source, args.kernel, grid=args.grid, threadgroup=args.threadgroup,
                              buffers=buffers, schedule=args.schedule, seed=args.seed,
-                             checks=checks)
+                             checks=checks, function_constants=constants,
+                             threadgroup_memory=dict(args.threadgroup_memory))
     except MetaltileError as error:
         return _error(err, error, f"error ({type(error).__name__})")
     seconds = time.perf_counter() - start
 
-    out.print(_buffer_table(args.buffers, buffers, args.print_buffers))
-    out.print(_stats_table(result.stats))
+    out.print(_buffer_table(args.buffers, buffers, args.print_buffers, names))
+    out.print(_stats_table(result.stats, names))
     findings = list(result.findings)
     if findings:
         out.print(_findings_table(findings, args.max_findings, source.splitlines()))
@@ -199,15 +244,19 @@ def _run_emu(args: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
+def _buffer_label(index: int, names: dict[int, str]) -> str:
+    return f"buffer({index}) {names[index]}" if index in names else f"buffer({index})"
+
+
 def _buffer_table(specs: list[bufspec.BufferSpec], arrays: list[np.ndarray],
-                  preview: bool) -> Table:
+                  preview: bool, names: dict[int, str]) -> Table:
     table = Table(title="buffers", title_justify="left")
     for column in ("buffer", "spec", "dtype", "shape"):
         table.add_column(column)
     if preview:
         table.add_column("after the run", overflow="fold")
     for i, (spec, array) in enumerate(zip(specs, arrays)):
-        row = [f"buffer({i})", spec.text, spec.dtype_name, "x".join(map(str, array.shape))]
+        row = [_buffer_label(i, names), spec.text, spec.dtype_name, "x".join(map(str, array.shape))]
         table.add_row(*row, *([_preview(array)] if preview else []))
     return table
 
@@ -222,13 +271,13 @@ def _preview(array: np.ndarray) -> str:
     return f"[{', '.join(items)}{more}]"
 
 
-def _stats_table(stats: dict) -> Table:
+def _stats_table(stats: dict, names: dict[int, str]) -> Table:
     table = Table(title="stats", title_justify="left")
     table.add_column("counter")
     table.add_column("value", justify="right", overflow="fold")
     for name, value in stats.items():
         if isinstance(value, dict):
-            value = ", ".join(f"buffer({k}): {v}" for k, v in value.items()) or "-"
+            value = ", ".join(f"{_buffer_label(k, names)}: {v}" for k, v in value.items()) or "-"
         table.add_row(str(name), str(value))
     return table
 

@@ -106,11 +106,20 @@ def test_unknown_kernel_name_lists_the_kernels():
         run(ARGS, "nope", 1, 1, np.zeros(1, np.float32))
 
 
-def test_parameter_without_attribute_is_a_clear_error():
-    src = "kernel void k(device float* a) { a[0] = 1.0f; }"
-    with pytest.raises(MSLCompileError, match="has no attribute") as err:
+def test_scalar_parameter_without_attribute_is_a_clear_error():
+    src = "kernel void k(device float* a, float s) { a[0] = s; }"
+    with pytest.raises(MSLCompileError, match="'s' has no attribute and is neither a pointer "
+                                              "nor a reference") as err:
         run(src, "k", 1, 1, np.zeros(1, np.float32))
     assert err.value.line == 3
+
+
+def test_buffers_without_attribute_are_numbered_in_order():
+    src = """kernel void k(device float* a, constant float& s [[buffer(0)]], device float* b) {
+  a[0] = s; b[0] = 2.0f * s; }"""
+    a, s, b = np.zeros(1, np.float32), np.array([1.5], np.float32), np.zeros(1, np.float32)
+    clean(src, "k", 1, 1, s, a, b)
+    assert a[0] == 1.5 and b[0] == 3.0
 
 
 def test_threadgroup_pointer_casts_and_vector_access():

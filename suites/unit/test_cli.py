@@ -166,3 +166,42 @@ def test_bench_lists_its_cases(capsys):
 def test_bench_usage_errors_exit_2(args, message, capsys):
     assert main(["bench", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_only_kernel_is_taken_from_the_file_and_buffers_are_named(metal, tmp_path, capsys):
+    out_dir = tmp_path / "out"
+    args = [a for a in ADD_ARGS if a not in ("--kernel", "add")]
+    assert main(["emu", metal(ADD), *args, "--save", str(out_dir)]) == 0
+    stdout = capsys.readouterr().out
+    assert "kernel add from" in stdout
+    for row in ("buffer(0) a", "buffer(1) b", "buffer(2) c", "buffer(3) n"):
+        assert row in stdout
+    np.testing.assert_array_equal(np.load(out_dir / "buffer2.npy"),
+                                  np.arange(1000, dtype=np.float32) + 0.5)
+
+
+def test_several_kernels_need_kernel_and_the_error_lists_them(metal, capsys):
+    args = [a for a in ADD_ARGS if a not in ("--kernel", "add")]
+    assert main(["emu", metal(ADD + RACY.split("using namespace metal;", 1)[1]), *args]) == 2
+    err = capsys.readouterr().err
+    assert "has 2 kernels (add, neighbour); choose one with --kernel NAME" in err
+
+
+def test_threadgroup_memory_lengths_from_the_command_line(metal, tmp_path, capsys):
+    src = """\
+#include <metal_stdlib>
+using namespace metal;
+kernel void rev(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                threadgroup float* t [[threadgroup(0)]], uint i [[thread_index_in_threadgroup]]) {
+  t[i] = x[i];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  y[i] = t[31 - i];
+}
+"""
+    args = ["emu", metal(src), "--grid", "1", "--threadgroup", "32", "--buffer",
+            "f32:32:arange", "--buffer", "f32:32", "--save", str(tmp_path / "out")]
+    assert main(args) == 2
+    assert "no length was given" in capsys.readouterr().err
+    assert main([*args, "--threadgroup-memory", "0=128"]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "buffer1.npy"),
+                                  np.arange(32, dtype=np.float32)[::-1])

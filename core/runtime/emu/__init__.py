@@ -6,16 +6,17 @@
                       checks=("races", "uninit", "bounds"))
     res.findings, res.stats
 
-Layers: translate.py (MSL -> C++ rewrite, kernel signatures), launcher.py (C++ entry
-points), build.py (clang with a precompiled shim header and a content-hash cache),
-job.py (the shared job file), run.py (the child process, results, findings), and the C++
-in include/ (MSL names, one header per concern) and src/ (scheduler and checker).
+Layers: translate.py (MSL -> C++ rewrite), signature.py (kernel signatures from clang's
+AST), launcher.py (C++ entry points), build.py (clang with a precompiled shim header and a
+content-hash cache), job.py (the shared job file), run.py (the child process, results,
+findings), and the C++ in include/ (MSL names, one header per concern) and src/
+(scheduler and checker).
 """
 
 from core.errors import (KernelCrashError, KernelTimeoutError, LaunchError, MSLCompileError,
                          ToolchainError)
 
-from .run import ALL_CHECKS, EmuResult, Finding, run_msl
+from .run import ALL_CHECKS, EmuResult, Finding, kernel_signatures, run_msl
 
-__all__ = ["run_msl", "EmuResult", "Finding", "ALL_CHECKS", "MSLCompileError", "LaunchError",
+__all__ = ["run_msl", "kernel_signatures", "EmuResult", "Finding", "ALL_CHECKS", "MSLCompileError", "LaunchError",
            "KernelCrashError", "KernelTimeoutError", "ToolchainError"]

@@ -46,15 +46,26 @@ RUNTIME_SOURCES = (HERE / "src" / "runtime.cpp", HERE / "src" / "fiber.h",
 # MSL semantics the flags implement: no double (literals are rewritten to float), 32-bit
 # integer wraparound (-fwrapv), half and bfloat rounding after every operation (excess
 # precision off), no contraction of a*b+c into fma (results do not depend on the
-# optimizer), hardware half conversions on x86 (-mf16c).
+# optimizer), hardware half conversions on x86 (-mf16c), and thread variables that start
+# as zero (-ftrivial-auto-var-init=zero): in MSL an uninitialized variable only holds an
+# unspecified value, while in C++ reading it is undefined behaviour the optimizer exploits
+# (TVM's all-reduce reads one on inactive lanes, and -O1 then deletes the branch guarding
+# a threadgroup load); and pointer casts between element types that read the same bytes
+# as another type (-fno-strict-aliasing), which MSL allows and TileLang's half/bfloat
+# `uint4` carriers rely on.
 COMMON_FLAGS = [
     "-std=c++17", "-O1", "-fwrapv", "-fno-exceptions", "-fno-rtti", "-ffp-contract=off",
-    "-fexcess-precision=16", "-fno-pie", "-pthread",
+    "-fexcess-precision=16", "-fno-pie", "-pthread", "-ftrivial-auto-var-init=zero",
+    "-fno-strict-aliasing",
     "-Wno-unknown-attributes", "-Wno-duplicate-decl-specifier", "-Wno-ignored-attributes",
     "-Werror=vector-conversion",  # MSL has no implicit conversion between vector types
 ]
+# Checked builds: thread-sanitizer instrumentation (the checker's hooks) and array-bounds
+# checks on every index into an array of known size (thread arrays, struct members), which
+# stop the run with a bounds report (src/runtime.cpp) before the access.
 CHECKED_FLAGS = [
-    "-fsanitize=thread", "-mllvm", "-tsan-instrument-atomics=0",
+    "-fsanitize=thread,array-bounds", "-fno-sanitize-recover=array-bounds",
+    "-mllvm", "-tsan-instrument-atomics=0",
     "-mllvm", "-tsan-instrument-func-entry-exit=0", "-gline-tables-only",
 ]
 RUNTIME_FLAGS = ["-std=c++17", "-O2", "-fno-pie", "-Wall", "-Wno-unused-function"]
@@ -127,7 +138,7 @@ class Builder:
 
     def _shared_artifact(self, key: str, target: Path, what: str, command) -> Path:
         """Build `target` with `command(tmp_path)` unless cached; atomic, memoized."""
-        if key in self._memo or target.exists():
+        if target.exists():  # under the current cache root (it may change between calls)
             self._memo[key] = target
             return target
         tmp = _atomic_target(target)
@@ -157,13 +168,33 @@ class Builder:
             lambda tmp: [self.toolchain.cxx, *flags, "-Xclang", "-fno-pch-timestamp",
                          "-x", "c++-header", str(INCLUDE_DIR / "metal_stdlib.h"), "-o", str(tmp)])
 
+    def syntax_tree(self, cpp: str) -> tuple[int, str, str]:
+        """clang's AST of the translated source as JSON (returncode, stdout, stderr); only
+        the source's own declarations are dumped (the shim's stay in the precompiled
+        header)."""
+        pch = self.precompiled_header(False)
+        cmd = [self.toolchain.cxx, *self._flags(False), "-I", str(INCLUDE_DIR),
+               "-include-pch", str(pch), "-fsyntax-only", "-Xclang", "-ast-dump=json",
+               "-x", "c++", "-"]
+        try:
+            res = subprocess.run(cmd, input=cpp, capture_output=True, text=True, timeout=300,
+                                 check=False)
+        except OSError as e:
+            raise ToolchainError(f"cannot run {cmd[0]}: {e}", construct="MSL signatures") from e
+        return res.returncode, res.stdout, res.stderr
+
+    def cache_key(self, *parts: str) -> str:
+        """A cache key covering this toolchain, the shim headers and `parts`."""
+        return _digest(self._tool_tag, self._headers, *parts)
+
     # -- kernels ------------------------------------------------------------------------
 
     def build(self, translation: Translation, checked: bool = True,
               kernel_hint: str | None = None) -> Executable:
         """The executable for a translated MSL library (every kernel in it)."""
         flags = self._flags(checked)
-        unit = translation.cpp + launcher.generate(translation.kernels)
+        unit = translation.cpp + launcher.generate(translation.kernels,
+                                                     translation.threadgroup_params)
         key = _digest("kernel", self._tool_tag, self._headers,
                       _files_digest(RUNTIME_SOURCES), *flags, unit)
         target = cache_dir() / f"kernel-{key}.bin"
@@ -194,6 +225,33 @@ class Builder:
         finally:
             src.unlink(missing_ok=True)
             tmp.unlink(missing_ok=True)
+
+
+# clang messages that come from MSL outside the emulator's subset, and what they mean there:
+# (message pattern, pattern the MSL line must match or None, explanation).
+_ADDRESS_SPACE = re.compile(r"\b(device|threadgroup|thread|constant)\b")
+_EXPLANATIONS = (
+    (re.compile(r"redefinition of '|(constructor|class member) cannot be redeclared|"
+                r"'const' qualifier is not allowed on a constructor"), _ADDRESS_SPACE,
+     "the emulator erases MSL address spaces (device, threadgroup, thread, constant are one "
+     "flat space on the CPU), so functions that differ only in the address space of a "
+     "parameter, or member functions overloaded on it, are the same function here: not "
+     "supported"),
+    (re.compile(r"'annotate' attribute cannot be applied to types"), None,
+     "an MSL attribute after an array declarator: array-typed kernel parameters (arrays of "
+     "buffers) are not supported by the emulator"),
+    (re.compile(r"(unknown type name|no template named) "
+                r"'(texture\w*|sampler|depth\w*|imageblock\w*)'"), None,
+     "textures, samplers and imageblocks are not supported by the emulator"),
+)
+
+
+def _explained(message: str, source_line: str | None) -> str:
+    for pattern, line_pattern, meaning in _EXPLANATIONS:
+        if pattern.search(message) and (
+                line_pattern is None or line_pattern.search(source_line or "")):
+            return f"{message} ({meaning})"
+    return message
 
 
 _DIAG = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+): "
@@ -231,6 +289,7 @@ def compile_error(stderr: str, unit: str, translation: Translation,
     line = int(located["line"])
     source_lines = _original_lines(translation)
     text = source_lines[line - 1].rstrip() if 0 < line <= len(source_lines) else None
+    message = _explained(message, text)
     return MSLCompileError(message, kernel=_kernel_at(translation, line) or kernel_hint,
                            line=line, column=int(located["col"]), source_line=text)
 

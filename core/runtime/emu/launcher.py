@@ -2,7 +2,8 @@
 
 For every kernel signature (translate.KernelSignature) it emits an entry function that
 binds `[[buffer(i)]]` parameters to the job's buffer i (a pointer parameter gets the
-buffer's address, a reference parameter the object stored there) and thread-position
+buffer's address, a reference parameter the object stored there; parameter types are
+taken from the function's own type with `decltype`, never re-spelled) and thread-position
 parameters to the running fiber's position, converted to the declared type; plus the
 `__mt_kernels` table (mt_runtime.h) the runtime looks kernels up in. The text is appended
 to the translated source under its own `#line` name, so compiler messages about it are
@@ -15,37 +16,51 @@ from .translate import POSITION_ATTRIBUTES, KernelSignature
 
 LAUNCHER_NAME = "metaltile-launcher"
 
-def _argument(p) -> str:
+def _argument(p, i: int, threadgroup_params: dict[int, tuple[int, int]]) -> str:
+    ptype = f"metal::__mt::param_t<__F, {i}>"
+    if p.threadgroup_index is not None:   # run.py checked that the host gave a length
+        slot, length = threadgroup_params[p.threadgroup_index]
+        return f"({ptype})__mt_tg_slot({slot}, {length}, 16)"
     if p.buffer_index is not None:
-        if p.is_reference:
-            return f"*(std::remove_reference_t<{p.type}>*)(__b[{p.buffer_index}])"
-        return f"({p.type})(__b[{p.buffer_index}])"
+        return f"metal::__mt::bind_buffer<{ptype}>(__b[{p.buffer_index}])"
     field = POSITION_ATTRIBUTES[p.position]
-    return f"metal::__mt::position<{p.type}>(__p->{field})"
+    return f"metal::__mt::position<std::remove_cv_t<{ptype}>>(__p->{field})"
 
 
-def _min_bytes(p) -> str:
+def _min_bytes(k, i: int, p) -> str:
     if p.buffer_index is not None and p.is_reference:
-        return f"uint32_t(sizeof(std::remove_reference_t<{p.type}>))"
+        return (f"uint32_t(sizeof(std::remove_reference_t<"
+                f"metal::__mt::param_t<std::remove_cv_t<decltype({k.call})>, {i}>>))")
     return "0"
 
 
-def generate(kernels: dict[str, KernelSignature]) -> str:
+def generate(kernels: dict[str, KernelSignature],
+             threadgroup_params: dict[int, tuple[int, int]] | None = None) -> str:
+    """The launcher for `kernels`; `threadgroup_params` maps a [[threadgroup(i)]] index to
+    its arena slot and the byte length the host set."""
+    threadgroup_params = threadgroup_params or {}
     out = [f'\n#line 1 "{LAUNCHER_NAME}"', "#include <type_traits>"]
     table = []
     for i, k in enumerate(kernels.values()):
-        args = ", ".join(_argument(p) for p in k.params)
+        if any(p.threadgroup_index is not None and p.threadgroup_index not in threadgroup_params
+               for p in k.params):
+            continue          # not launchable without its threadgroup lengths (run.py says so)
+        args = ", ".join(_argument(p, j, threadgroup_params) for j, p in enumerate(k.params))
         out.append(f"static void __mt_entry_{i}(void* const* __b, const __mt_thread_pos* __p) {{")
         out.append("  (void)__b; (void)__p;")
-        out.append(f"  {k.name}({args});")
+        out.append(f"  using __F = std::remove_cv_t<decltype({k.call})>;")
+        out.append(f"  ({k.call})({args});")
         out.append("}")
         params = ", ".join(
             f'{{"{p.name}", {-1 if p.buffer_index is None else p.buffer_index}, '
-            f'{_min_bytes(p)}}}'
-            for p in k.params)
+            f'{_min_bytes(k, j, p)}}}'
+            for j, p in enumerate(k.params))
         rows = params or "{nullptr, -1, 0}"
         out.append(f"static const __mt_param_desc __mt_params_{i}[] = {{{rows}}};")
         table.append(f'{{"{k.name}", __mt_entry_{i}, {len(k.params)}, __mt_params_{i}}}')
+    count = len(table)
+    if not table:
+        table.append('{"", nullptr, 0, nullptr}')
     out.append('extern "C" const __mt_kernel_desc __mt_kernels[] = {' + ", ".join(table) + "};")
-    out.append(f'extern "C" const uint32_t __mt_kernel_count = {len(table)};')
+    out.append(f'extern "C" const uint32_t __mt_kernel_count = {count};')
     return "\n".join(out) + "\n"

@@ -116,16 +116,26 @@ _translations: dict[str, Translation] = {}
 _translations_lock = threading.Lock()
 
 
-def _translate_cached(source: str) -> Translation:
+def _translate_cached(source: str, kernel: str | None = None,
+                      function_constants: dict | None = None,
+                      threadgroup_memory: dict | None = None) -> Translation:
+    key = (source, tuple(sorted((function_constants or {}).items())),
+           tuple(sorted((threadgroup_memory or {}).items())))
     with _translations_lock:
-        t = _translations.get(source)
+        t = _translations.get(key)
     if t is None:
-        t = translate(source)
+        t = translate(source, kernel, function_constants, threadgroup_memory)
         with _translations_lock:
             if len(_translations) > 256:
                 _translations.clear()
-            _translations[source] = t
+            _translations[key] = t
     return t
+
+
+def kernel_signatures(source: str, function_constants: dict | None = None) -> dict:
+    """The kernels of an MSL source by name (translate.KernelSignature: parameters with
+    their buffer bindings, thread-position attributes and MSL lines)."""
+    return _translate_cached(source, None, function_constants).kernels
 
 
 # -- symbolization -----------------------------------------------------------------------
@@ -164,14 +174,20 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
             buffers: Sequence[Any] = (), schedule: str = "forward", seed: int = 0,
             checks: Sequence[str] = ALL_CHECKS, *, workers: int | None = None,
             timeout: float = 120.0, stack_bytes: int = 256 * 1024,
-            max_findings: int = 64, instrument: bool = True) -> EmuResult:
+            max_findings: int = 64, instrument: bool = True,
+            function_constants: dict[int, bool | int | float] | None = None,
+            threadgroup_memory: dict[int, int] | None = None) -> EmuResult:
     """Run `kernel_name` from the MSL `source` over `grid` threadgroups of `threadgroup`
     threads, with `buffers[i]` bound to `[[buffer(i)]]` (updated in place).
 
     schedule: order of threads between meeting points ("forward", "reverse", "random"
     with `seed`); checks: any of "races", "uninit", "bounds"; workers: OS threads for
     threadgroups (default: the machine's cores); instrument=False runs an uninstrumented
-    build (no checks, no memory counters) for speed comparisons."""
+    build (no checks, no memory counters) for speed comparisons; function_constants: the
+    values of `[[function_constant(i)]]` declarations by index (set when the MSL is
+    compiled, as Metal sets them when it builds the pipeline); threadgroup_memory: the
+    byte length of each `[[threadgroup(i)]]` parameter by index (Metal's
+    setThreadgroupMemoryLength:atIndex:, a multiple of 16)."""
     grid3 = _dims(grid, "grid", kernel_name)
     tg3 = _dims(threadgroup, "threadgroup", kernel_name)
     if schedule not in jobfile.SCHEDULES:
@@ -186,12 +202,24 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
         raise LaunchError("checks need the instrumented build; pass checks=() with "
                           "instrument=False", kernel=kernel_name, construct="checks")
 
-    translation = _translate_cached(source)
+    lengths = dict(threadgroup_memory or {})
+    for index, length in lengths.items():
+        if length <= 0 or length % 16:
+            raise LaunchError(f"threadgroup memory length {length} for [[threadgroup({index})]] "
+                              "must be a positive multiple of 16 bytes", kernel=kernel_name,
+                              construct="threadgroup_memory")
+    translation = _translate_cached(source, kernel_name, function_constants, lengths)
     sig = translation.kernels.get(kernel_name)
     if sig is None:
         found = ", ".join(sorted(translation.kernels)) or "none"
         raise MSLCompileError(f"no kernel function named '{kernel_name}' in the MSL source "
                               f"(kernels found: {found})", kernel=kernel_name)
+    for param in sig.params:
+        if param.threadgroup_index is not None and param.threadgroup_index not in lengths:
+            raise LaunchError(f"parameter '{param.name}' is bound to [[threadgroup("
+                              f"{param.threadgroup_index})]] but no length was given; pass "
+                              f"threadgroup_memory={{{param.threadgroup_index}: nbytes}}",
+                              kernel=kernel_name, construct=f"threadgroup {param.threadgroup_index}")
     threads = tg3[0] * tg3[1] * tg3[2]
     if threads > METAL.max_threads_per_group:
         raise LaunchError(f"threadgroup {tg3} has {threads} threads; Apple GPUs allow at most "
@@ -232,6 +260,8 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
             raise _crash_error(report, exe.path, kernel_name, grid3, tg3)
         if report["status"] == "launch_error":
             raise LaunchError(report["message"], kernel=kernel_name)
+        if report["status"] == "bounds":
+            return _halted(report, exe.path, kernel_name, grid3, tg3)
         for i, (view, _) in enumerate(views):
             if view.flags.writeable:
                 view[:] = job.buffer_bytes(i)
@@ -268,6 +298,22 @@ def _crash_error(report: dict, binary: Path, kernel: str, grid3, tg3) -> KernelC
     address = report.get("address", 0)
     return KernelCrashError(f"{report['message']}{at} in {where} (address {address:#x})",
                             kernel=kernel)
+
+
+def _halted(report: dict, binary: Path, kernel: str, grid3, tg3) -> EmuResult:
+    """An out-of-range index into an array of known size (a thread-private array, a struct
+    member) stopped the run before the access: one bounds finding, buffers left as they
+    were, no counters."""
+    pc = report.get("pc", 0)
+    g, t = report.get("group", 0), max(report.get("thread", 0), 0)
+    finding = Finding(
+        kind="bounds", kernel=kernel,
+        group=(g % grid3[0], g // grid3[0] % grid3[1], g // (grid3[0] * grid3[1])),
+        thread=(t % tg3[0], t // tg3[0] % tg3[1], t // (tg3[0] * tg3[1])),
+        address_space="thread", buffer_or_offset="-",
+        detail=report["message"] + "; the run stopped before the access",
+        line=_symbolize(binary, {pc}).get(pc))
+    return EmuResult(findings=[finding], stats={}, dropped_findings=0)
 
 
 def _result(report: dict, binary: Path, sig, translation: Translation, kernel: str) -> EmuResult:

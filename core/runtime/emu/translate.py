@@ -12,10 +12,14 @@ findings point at the user's MSL line:
 4. vector constructors (`float4(h4)`, `float4(a.xy, b, c)`, `half2(x)`) become calls of the
    shim's `__mt_make_vec<float, 4>(...)`: in C++ a cast between vector types is a bitcast
    and a multi-argument vector constructor does not exist;
-5. `threadgroup T name[N]...;` declarations become references into the threadgroup's
-   shared storage (`__mt_tg_slot`), since every emulated thread runs on its own stack.
+5. `threadgroup T name[N]...;` declarations become pointers (a scalar: a reference) into
+   the threadgroup's shared storage (`__mt_tg_slot`), since every emulated thread runs on
+   its own stack; one with an initializer is refused (it would become one per thread);
+6. every attribute in `[[...]]` that is not C++'s own becomes
+   `clang::annotate("metal", "name", args...)`, which clang keeps in its AST: kernel
+   signatures are read from that AST (signature.py), not from the text.
 
-Kernel signatures are parsed into `KernelSignature`s (buffer bindings, thread-position
+Kernel signatures are read into `KernelSignature`s (buffer bindings, thread-position
 parameters, `max_total_threads_per_threadgroup`); the launcher (launcher.py) calls the
 kernels from them. Anything outside the supported subset is an `MSLCompileError` naming
 the MSL line.
@@ -24,6 +28,7 @@ the MSL line.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from dataclasses import dataclass, field
 
 from core.errors import MSLCompileError
@@ -53,22 +58,21 @@ VECTOR_ELEMENTS = tuple(d.msl for d in DTYPES.values())   # MSL scalar names, co
 @dataclass(frozen=True)
 class KernelParam:
     name: str
-    type: str                 # as written in MSL, e.g. "const device float*"
+    type: str                 # clang's spelling of the parameter type, e.g. "const float *"
     buffer_index: int | None  # [[buffer(i)]]
     position: str | None      # thread-position attribute name
     line: int
-
-    @property
-    def is_reference(self) -> bool:
-        return self.type.rstrip().endswith("&")
+    is_reference: bool = False
+    threadgroup_index: int | None = None  # [[threadgroup(i)]]: memory sized by the host
 
 
 @dataclass(frozen=True)
 class KernelSignature:
-    name: str
+    name: str                 # the name the host calls it by
     params: tuple[KernelParam, ...]
     max_total_threads: int | None
     line: int
+    call: str = ""            # the C++ expression naming the function (qualified)
 
     @property
     def buffers(self) -> dict[int, KernelParam]:
@@ -81,6 +85,8 @@ class Translation:
     source: str                                # the MSL as given
     kernels: dict[str, KernelSignature]
     threadgroup_vars: dict[int, str] = field(default_factory=dict)  # slot -> variable name
+    # [[threadgroup(i)]] parameters: index -> (arena slot, bytes), the host's lengths
+    threadgroup_params: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 def _blank(text: str) -> str:
@@ -108,10 +114,17 @@ _THREADGROUP_DECL = re.compile(
     r"((?:\[[^\]\n]+\]\s*)*);")
 _VECTOR_CAST = re.compile(
     r"\(\s*(?:metal::)?((?:" + "|".join(VECTOR_ELEMENTS) + r")[234])\s*\)\s*(?=[\w(])")
-_KERNEL_HEAD = re.compile(
-    r"(?:\bkernel\s+|\[\[\s*kernel\b([^\]]*)\]\]\s*)void\s+([A-Za-z_]\w*)\s*\(")
-_PARAM_ATTR = re.compile(r"\[\[\s*([A-Za-z_]\w*)\s*(?:\(\s*([^)]*?)\s*\))?\s*\]\]\s*$")
-_MAX_THREADS = re.compile(r"max_total_threads_per_threadgroup\s*\(\s*(\d+)\s*\)")
+_ATTRIBUTE_LIST = re.compile(r"\[\[(?!\s*\[)(.*?)\]\]", re.S)
+_ATTRIBUTE = re.compile(r"\s*([A-Za-z_]\w*)\s*(?:\((.*)\))?\s*$", re.S)
+# C++'s own attributes keep their meaning; every other unscoped attribute in `[[...]]` is
+# MSL's and becomes an annotation clang keeps in its AST (the signature reader's input).
+CXX_ATTRIBUTES = frozenset({
+    "noreturn", "carries_dependency", "deprecated", "fallthrough", "nodiscard",
+    "maybe_unused", "likely", "unlikely", "no_unique_address", "assume"})
+# `threadgroup T name[...] = ...;` or `{...}`: a threadgroup variable with an initializer.
+_THREADGROUP_INIT = re.compile(
+    r"\bthreadgroup\s+((?:[A-Za-z_][\w:]*(?:\s*<[^;*&{}()]*?>)?\s+)+?)([A-Za-z_]\w*)\s*"
+    r"((?:\[[^\]\n]+\]\s*)*)(=|\{)")
 
 
 def _rewrite_literal(m: re.Match) -> str:
@@ -149,65 +162,164 @@ def _split_top_level(text: str) -> list[tuple[int, str]]:
     return [(off, p) for off, p in pieces if p.strip()]
 
 
-def _parse_param(piece: str, kernel: str, line: int) -> KernelParam:
-    text = " ".join(piece.split())
-    m = _PARAM_ATTR.search(text)
-    if not m:
-        raise MSLCompileError(
-            f"kernel parameter '{text}' has no attribute; the emulator binds every parameter by "
-            "its [[buffer(i)]] or thread-position attribute", kernel=kernel, line=line)
-    decl = text[: m.start()].strip()
-    name_m = re.search(r"([A-Za-z_]\w*)\s*$", decl)
-    if not name_m:
-        raise MSLCompileError(f"cannot read the parameter name in '{text}'", kernel=kernel,
-                              line=line)
-    name, ptype = name_m.group(1), decl[: name_m.start()].strip()
-    attr, arg = m.group(1), m.group(2)
-    if attr == "buffer":
-        if arg is None or not arg.isdigit():
-            raise MSLCompileError(f"parameter '{name}': [[buffer(...)]] needs a literal index",
-                                  kernel=kernel, line=line)
-        if not (ptype.endswith("*") or ptype.endswith("&")):
+def _rewrite_attribute(item: str) -> str:
+    m = _ATTRIBUTE.match(item)
+    if not m or m.group(1) in CXX_ATTRIBUTES:
+        return item                        # scoped (clang::...) or C++'s own: unchanged
+    name, args = m.group(1), m.group(2)
+    extra = f", {args.strip()}" if args and args.strip() else ""
+    return (f'clang::annotate("metal", "{name}"{extra})'
+            + "\n" * (item.count("\n") - extra.count("\n")))
+
+
+def rewrite_attributes(code: str) -> str:
+    """`[[buffer(0)]]` -> `[[clang::annotate("metal", "buffer", 0)]]`, for every MSL
+    attribute in every attribute list (several per list, anywhere, also inside macros).
+    The arguments stay expressions, so macros and constants in them are evaluated by clang."""
+    def one_list(m: re.Match) -> str:
+        items = [piece for _, piece in _split_top_level(m.group(1))]
+        return "[[" + ",".join(_rewrite_attribute(i) for i in items) + "]]"
+    return _ATTRIBUTE_LIST.sub(one_list, code)
+
+
+_INSTANTIATION = re.compile(r"\btemplate(?=(?:\s|\\\n)*\[\[)")
+_SPACE = re.compile(r"(?:\s|\\\n)*")
+
+
+def _balanced(code: str, pos: int, open_: str, close: str) -> int:
+    """Index just past the bracket group starting at code[pos] == open_ (-1 if unbalanced)."""
+    depth = 0
+    for i in range(pos, len(code)):
+        if code.startswith(open_, i):
+            depth += 1
+        elif code.startswith(close, i):
+            depth -= 1
+            if depth == 0:
+                return i + len(close)
+    return -1
+
+
+def rewrite_instantiations(code: str) -> str:
+    """`template [[host_name("n")]] [[kernel]] decltype(f<T>) f<T>;` (MLX's instantiation
+    macros; also with a full function type) -> the explicit instantiation, and a constexpr
+    pointer to it carrying the attributes, which the signature reader finds kernels by (C++
+    allows no attributes on an explicit instantiation). Line breaks (also macro line
+    continuations) are kept, so the text stays on its lines."""
+    out, last = [], 0
+    for m in _INSTANTIATION.finditer(code):
+        if m.start() < last:
+            continue
+        pos = m.end()
+        attrs = []
+        while True:
+            pos = _SPACE.match(code, pos).end()
+            if not code.startswith("[[", pos):
+                break
+            end = _balanced(code, pos, "[[", "]]")
+            if end < 0:
+                break
+            attrs.append(code[pos:end])
+            pos = end
+        semi = code.find(";", pos)
+        if not attrs or semi < 0:
+            continue
+        decl = code[pos:semi]
+        flat = re.sub(r"\\\n", " ", decl).strip()
+        if flat.startswith("decltype"):
+            close = _balanced(flat, flat.index("("), "(", ")")
+            name = flat[close:].strip()
+        else:                                   # `void f<T>(params...)`
+            head = flat[: flat.index("(")] if "(" in flat else flat
+            found = re.search(r"[A-Za-z_][\w:]*\s*(?:<.*>)?\s*$", head)
+            name = found.group(0).strip() if found else ""
+        if not name:
+            continue
+        breaks = code[m.start():semi].count("\n")
+        cont = code[m.start():semi].count("\\\n")
+        out.append(code[last:m.start()])
+        out.append(f"template {flat}; {' '.join(attrs)} constexpr auto "
+                   f"__MT_CAT(__mt_host_, __COUNTER__) = &{name}"
+                   + " \\\n" * cont + "\n" * (breaks - cont))
+        last = semi
+    out.append(code[last:])
+    return "".join(out)
+
+
+_FUNCTION_CONSTANT = re.compile(
+    r"\bconstant\s+([A-Za-z_][\w:]*(?:\s*<[^;]*?>)?)\s+([A-Za-z_]\w*)\s*"
+    r"\[\[\s*function_constant\s*\(\s*(\d+)\s*\)\s*\]\]\s*;")
+
+
+def _constant_literal(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    raise TypeError(type(value).__name__)
+
+
+def rewrite_function_constants(code: str, source: str, values: dict) -> str:
+    """`constant T name [[function_constant(i)]];` -> a constexpr holding the value given
+    for index i (Metal sets them when it builds the pipeline; here when the MSL is
+    compiled), and `is_function_constant_defined(name)` knows whether one was given. A
+    constant without a value that the source never asks about is an MSLCompileError."""
+    def one(m: re.Match) -> str:
+        ctype, name, index = m.group(1), m.group(2), int(m.group(3))
+        defined = index in values
+        if not defined and not re.search(
+                r"\bis_function_constant_defined\s*\(\s*" + name + r"\s*\)", code):
+            line = line_of(code, m.start())
             raise MSLCompileError(
-                f"parameter '{name}' is bound to [[buffer({arg})]] but is neither a pointer nor a "
-                "reference (MSL requires one of them)", kernel=kernel, line=line)
-        return KernelParam(name, ptype, int(arg), None, line)
-    if attr in POSITION_ATTRIBUTES:
-        return KernelParam(name, ptype, None, attr, line)
-    raise MSLCompileError(
-        f"parameter '{name}': the attribute [[{attr}{'(' + arg + ')' if arg else ''}]] is not "
-        "supported by the emulator (supported: buffer(i) and the thread-position attributes "
-        + ", ".join(sorted(POSITION_ATTRIBUTES)) + ")", kernel=kernel, line=line)
+                f"function constant '{name}' ([[function_constant({index})]]) has no value; "
+                f"pass function_constants={{{index}: ...}} to run_msl (harness emu: "
+                f"--function-constant {index}=VALUE)", kernel=None, line=line,
+                source_line=source.splitlines()[line - 1].rstrip())
+        value = f"{ctype}({_constant_literal(values[index])})" if defined else f"{ctype}()"
+        return (f"constexpr {ctype} {name} = {value}; constexpr bool __mt_fc_defined_{name} = "
+                f"{'true' if defined else 'false'};" + "\n" * m.group(0).count("\n"))
+    return _FUNCTION_CONSTANT.sub(one, code)
 
 
-def parse_kernels(code: str) -> dict[str, KernelSignature]:
-    """Kernel signatures of comment-free MSL `code`, by function name."""
-    kernels: dict[str, KernelSignature] = {}
-    for m in _KERNEL_HEAD.finditer(code):
-        name = m.group(2)
-        open_pos = m.end() - 1
-        close = _matching_paren(code, open_pos)
-        line = line_of(code, m.start())
-        if close < 0:
-            raise MSLCompileError("unbalanced parentheses in the kernel signature",
-                                  kernel=name, line=line)
-        params = tuple(
-            _parse_param(piece, name, line_of(code, open_pos + 1 + off))
-            for off, piece in _split_top_level(code[open_pos + 1: close]))
-        seen: dict[int, str] = {}
-        for p in params:
-            if p.buffer_index is not None:
-                if p.buffer_index in seen:
-                    raise MSLCompileError(
-                        f"parameters '{seen[p.buffer_index]}' and '{p.name}' are both bound to "
-                        f"[[buffer({p.buffer_index})]]", kernel=name, line=p.line)
-                seen[p.buffer_index] = p.name
-        max_threads = None
-        if m.group(1):
-            mt = _MAX_THREADS.search(m.group(1))
-            max_threads = int(mt.group(1)) if mt else None
-        kernels[name] = KernelSignature(name, params, max_threads, line)
-    return kernels
+# The simd and barrier functions whose calls carry a meeting site (include/mt_sites.h).
+SITE_FUNCTIONS = tuple(re.findall(r"^#define (\w+)\(", (Path(__file__).parent / "include" /
+                                                     "mt_sites.h").read_text(), re.M))
+_SITE_NAME = re.compile(r"\b(" + "|".join(SITE_FUNCTIONS) + r")\s*\(")
+_NOT_A_TYPE = frozenset({"return", "case", "else", "do", "throw", "sizeof", "co_return",
+                         "co_yield", "decltype", "alignof", "new", "delete", "typeid"})
+
+
+def rewrite_site_overloads(code: str) -> str:
+    """A user's own overload of a simd function (MLX defines `simd_shuffle_down` for its
+    complex type) is declared as `(simd_shuffle_down)(__mt_site, params...)`: the
+    parentheses keep the call-site macro out of the declaration, and the site parameter
+    lets the macro's calls reach it by overload resolution."""
+    out, last = [], 0
+    for m in _SITE_NAME.finditer(code):
+        before = code[:m.start()].rstrip()
+        token = re.search(r"([A-Za-z_]\w*|[>*&])$", before)
+        if not token or token.group(1) in _NOT_A_TYPE or before.endswith("::"):
+            continue
+        if re.search(r"^[ \t]*#[ \t]*define[ \t]+\w+$", before[before.rfind("\n") + 1:]):
+            continue                            # `#define R simd_sum(v)`: a call in a macro
+        out.append(code[last:m.start()])
+        empty = code[m.end():].lstrip().startswith(")")
+        out.append(f"({m.group(1)})(__mt_site{'' if empty else ', '}")
+        last = m.end()
+    out.append(code[last:])
+    return "".join(out)
+
+
+_CONTINUED_LINE = re.compile(r"[^\n]*\\\n(?:[^\n]*\\\n)*[^\n]*")
+
+
+def join_continuations(code: str) -> str:
+    """Backslash-continued lines (macro definitions) joined into one line, the line breaks
+    moved after it: later rewrites see a macro body as one line, and every line after it
+    keeps its number."""
+    def one(m: re.Match) -> str:
+        n = m.group(0).count("\\\n")
+        return m.group(0).replace("\\\n", " ") + "\n" * n
+    return _CONTINUED_LINE.sub(one, code)
 
 
 def _kernel_before(kernels: dict[str, KernelSignature], line: int) -> str | None:
@@ -215,25 +327,43 @@ def _kernel_before(kernels: dict[str, KernelSignature], line: int) -> str | None
     return max(best, key=lambda k: k.line).name if best else None
 
 
-def translate(source: str) -> Translation:
-    """Rewrite MSL `source` into the C++ the emulator compiles (see the module docstring)."""
+PRELUDE = f'#line 1 "{SOURCE_NAME}"\nusing namespace metal;\n#line 1 "{SOURCE_NAME}"\n'
+PRELUDE_LINES = PRELUDE.count("\n")
+
+
+def _refuse(source: str, line: int, reason: str,
+            kernels: dict[str, KernelSignature]) -> MSLCompileError:
+    return MSLCompileError(reason, kernel=_kernel_before(kernels, line), line=line,
+                           source_line=source.splitlines()[line - 1].rstrip())
+
+
+def translate(source: str, kernel_hint: str | None = None,
+              function_constants: dict | None = None,
+              threadgroup_memory: dict | None = None) -> Translation:
+    """Rewrite MSL `source` into the C++ the emulator compiles (see the module docstring)
+    and read its kernel signatures from clang's AST (signature.py). `kernel_hint` names
+    the kernel in a compile error when the source has no readable signatures;
+    `function_constants` gives the values of `[[function_constant(i)]]` by index and
+    `threadgroup_memory` the byte lengths of `[[threadgroup(i)]]` parameters by index."""
+    from .signature import read_kernels   # signature.py builds with build.py, which imports us
+
     code = strip_comments(source)
-    kernels = parse_kernels(code)
     cast = _VECTOR_CAST.search(code)
-    if cast:
-        line = line_of(code, cast.start())
-        raise MSLCompileError(
-            f"C-style cast to {cast.group(1)}: the emulator rejects C-style casts between vector "
-            f"types (C++ would reinterpret the bits); write the constructor {cast.group(1)}(x)",
-            kernel=_kernel_before(kernels, line), line=line,
-            source_line=source.splitlines()[line - 1].rstrip())
+    cast_line = line_of(code, cast.start()) if cast else 0
+    initialized = _THREADGROUP_INIT.search(code)
+    initialized_line = line_of(code, initialized.start()) if initialized else 0
     code = _INCLUDE.sub(lambda m: "", code)
+    code = join_continuations(code)
+    code = rewrite_function_constants(code, source, dict(function_constants or {}))
     code = _FLOAT_LITERAL.sub(_rewrite_literal, code)
     def make_vec(m: re.Match) -> str:
         return f"metal::__mt_make_vec<{m.group(1)}, {m.group(2)}>("
 
     code = _VECTOR_CTOR.sub(make_vec, code)
     code = _VEC_TEMPLATE_CTOR.sub(make_vec, code)
+    code = rewrite_attributes(code)
+    code = rewrite_instantiations(code)
+    code = rewrite_site_overloads(code)
 
     tg_vars: dict[int, str] = {}
 
@@ -242,10 +372,37 @@ def translate(source: str) -> Translation:
         ctype, name, dims = " ".join(m.group(1).split()), m.group(2), "".join(m.group(3).split())
         tg_vars[slot] = name
         t = f"__mt_tg_type_{slot}"
-        return (f"using {t} = {ctype} {dims}; {t}& {name} = *static_cast<{t}*>("
-                f"__mt_tg_slot({slot}, sizeof({t}), alignof({t})));"
+        if not dims:   # a scalar or struct: a reference to the shared object
+            return (f"using {t} = {ctype}; {t}& {name} = *static_cast<{t}*>("
+                    f"__mt_tg_slot({slot}, sizeof({t}), alignof({t})));"
+                    + "\n" * m.group(0).count("\n"))
+        # an array: a pointer to its first element (row), so the checker's red zones, not
+        # the thread-array bounds checks, judge its outermost index
+        return (f"using {t} = {ctype} {dims}; std::decay_t<{t}> const {name} = "
+                f"*static_cast<{t}*>(__mt_tg_slot({slot}, sizeof({t}), alignof({t})));"
                 + "\n" * m.group(0).count("\n"))
 
     code = _THREADGROUP_DECL.sub(threadgroup_decl, code)
-    cpp = f'#line 1 "{SOURCE_NAME}"\nusing namespace metal;\n#line 1 "{SOURCE_NAME}"\n' + code
-    return Translation(cpp=cpp, source=source, kernels=kernels, threadgroup_vars=tg_vars)
+    cpp = PRELUDE + code
+    translation = Translation(cpp=cpp, source=source, kernels={}, threadgroup_vars=tg_vars)
+    translation.kernels = read_kernels(translation, kernel_hint)
+    for i, length in sorted((threadgroup_memory or {}).items()):
+        slot = len(tg_vars) + len(translation.threadgroup_params)
+        translation.threadgroup_params[int(i)] = (slot, int(length))
+        names = sorted({p.name for k in translation.kernels.values() for p in k.params
+                        if p.threadgroup_index == int(i)})
+        tg_vars[slot] = "/".join(names) or f"[[threadgroup({i})]]"
+    if initialized:
+        raise _refuse(
+            source, initialized_line,
+            f"threadgroup variable '{initialized.group(2)}' has an initializer; MSL does not "
+            "allow initializing threadgroup memory in its declaration (one copy is shared by "
+            "the threadgroup): declare it without one and write it from the kernel, then "
+            "threadgroup_barrier(mem_flags::mem_threadgroup)", translation.kernels)
+    if cast:
+        raise _refuse(
+            source, cast_line,
+            f"C-style cast to {cast.group(1)}: the emulator rejects C-style casts between vector "
+            f"types (C++ would reinterpret the bits); write the constructor {cast.group(1)}(x)",
+            translation.kernels)
+    return translation

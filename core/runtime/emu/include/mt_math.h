@@ -292,9 +292,24 @@ __mt::ext<E, 3> cross(__mt::ext<E, 3> a, __mt::ext<E, 3> b) {
   return __mt::ext<E, 3>{E(c.x), E(c.y), E(c.z)};
 }
 
+// ldexp(x, k) = x * 2^k, exactly (MSL 6.5).
+inline float ldexp(float x, int k) { return __builtin_ldexpf(x, k); }
+inline half ldexp(half x, int k) { return half(__builtin_ldexpf(float(x), k)); }
+inline bfloat ldexp(bfloat x, int k) { return bfloat(__builtin_ldexpf(float(x), k)); }
+template <class E, int N, __mt::if_float<E> = 0>
+__mt::ext<E, N> ldexp(__mt::ext<E, N> x, __mt::ext<int, N> k) {
+  __mt::ext<E, N> r;
+  for (int i = 0; i < N; ++i) r[i] = ldexp(E(x[i]), int(k[i]));
+  return r;
+}
+
 }  // inline namespace precise
 
-namespace fast = precise;
+// fast:: names the same functions, as a namespace of its own so that MSL code can reopen
+// metal::fast (MLX adds its own functions to it).
+namespace fast {
+using namespace precise;
+}
 
 // ---- Integer functions. Templates over the exact integer type.
 template <class T, __mt::if_int<T> = 0>

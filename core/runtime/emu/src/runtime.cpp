@@ -7,7 +7,8 @@
 //           shared so the caller sees the kernel's writes;
 //   KERNEL  the kernel function to launch (the launcher's __mt_kernels table);
 //   RESULT  where a JSON document with stats and findings (or the error) is written.
-// Exit status: 0 ran (findings may exist), 3 launch error, 4 crash (JSON says where).
+// Exit status: 0 ran (findings may exist), 3 launch error, 4 crash or out-of-bounds index
+// into an array of known size (JSON says where).
 //
 // Execution model (docs/emulator.md): threads of a threadgroup are fibers on one
 // OS thread; threadgroups are spread over worker OS threads. Between meeting points the
@@ -864,6 +865,57 @@ void crash_handler(int sig, siginfo_t* info, void* uctx) {
                    "{\"status\":\"crash\",\"message\":\"%s%s\",\"pc\":%" PRIuPTR
                    ",\"address\":%" PRIuPTR ",\"group\":%" PRIu64 ",\"thread\":%d}\n",
                    what, overflow ? ": fiber stack overflow (large local arrays?)" : "", pc, addr,
+                   w ? w->group : 0, w && w->current ? int(w->current->tid) : -1);
+  int fd = open(g_crash_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd >= 0) {
+    ssize_t ignored = write(fd, buf, size_t(n));
+    (void)ignored;
+    close(fd);
+  }
+  _exit(4);
+}
+
+// ---------------------------------------------------------------------------------------
+// Thread-private arrays (and other arrays of known size): checked builds compile with
+// clang's -fsanitize=array-bounds in its non-recovering form, so an out-of-range index
+// calls this handler before the access happens. It reports a bounds finding (status
+// "bounds": the run stops there, as a sanitizer halting on error) with the index and the
+// array type; the Python side locates the MSL line from the pc.
+
+struct UbsanType {
+  uint16_t kind, info;  // kind 0: integer, info: log2(bits) << 1 | signed
+  char name[1];
+};
+struct UbsanOutOfBounds {
+  const char* file;
+  uint32_t line, column;
+  const UbsanType* array_type;
+  const UbsanType* index_type;
+};
+
+extern "C" [[noreturn]] void __ubsan_handle_out_of_bounds_abort(void* data, void* index) {
+  const auto* d = static_cast<const UbsanOutOfBounds*>(data);
+  uint64_t raw = uint64_t(reinterpret_cast<uintptr_t>(index));
+  unsigned bits = d->index_type->kind == 0 ? 1u << (d->index_type->info >> 1) : 64;
+  bool is_signed = d->index_type->kind == 0 && (d->index_type->info & 1);
+  if (bits < 64) raw &= (uint64_t(1) << bits) - 1;
+  long long value = (long long)raw;
+  if (is_signed && bits < 64 && (raw >> (bits - 1)) & 1) value = (long long)(raw - (uint64_t(1) << bits));
+  char detail[512];
+  if (is_signed)
+    snprintf(detail, sizeof detail, "index %lld is out of bounds for the array type %s", value,
+             d->array_type->name);
+  else
+    snprintf(detail, sizeof detail, "index %llu is out of bounds for the array type %s",
+             (unsigned long long)raw, d->array_type->name);
+  for (char* c = detail; *c; ++c)
+    if (*c == '"' || *c == '\\') *c = '\'';
+  Worker* w = t_worker;
+  char buf[1024];
+  int n = snprintf(buf, sizeof buf,
+                   "{\"status\":\"bounds\",\"message\":\"%s\",\"pc\":%" PRIuPTR
+                   ",\"group\":%" PRIu64 ",\"thread\":%d}\n",
+                   detail, reinterpret_cast<uintptr_t>(__builtin_return_address(0)),
                    w ? w->group : 0, w && w->current ? int(w->current->tid) : -1);
   int fd = open(g_crash_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd >= 0) {

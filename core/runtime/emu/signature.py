@@ -1,0 +1,256 @@
+"""Kernel signatures read from clang's AST of the translated MSL.
+
+Contract: `read_kernels(translation, kernel_hint)` returns the `KernelSignature` of every kernel of the
+translated source (translate.py), by the name the host calls it by. It runs clang on the
+translated source (`-ast-dump=json`, the same flags and precompiled shim as a plain build),
+so qualifiers, attributes, macros, typedefs and line breaks are read the way the compiler
+reads them. MSL attributes reach the AST as `clang::annotate("metal", name, args...)`
+(translate.rewrite_attributes); the `kernel` keyword is one of them (metal_stdlib.h).
+
+A kernel parameter is bound by `[[buffer(i)]]`, `[[threadgroup(i)]]` or a thread-position
+attribute (a pointer without one is a buffer, numbered in order); anything
+else on a kernel parameter is an `MSLCompileError` naming the parameter, the attribute and
+the MSL line, as is MSL that does not compile. Results are cached on disk by the hash of
+the translated source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from core.errors import MSLCompileError
+
+from .build import cache_dir, compile_error, default_builder
+from .translate import (POSITION_ATTRIBUTES, PRELUDE_LINES, KernelParam, KernelSignature,
+                        Translation)
+
+# The cache key covers this reader's own code: a changed reader never reads old results.
+_READER_VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+# Declarations whose children can hold kernels.
+_SCOPES = {"NamespaceDecl", "LinkageSpecDecl"}
+
+
+def read_kernels(translation: Translation,
+                 kernel_hint: str | None = None) -> dict[str, KernelSignature]:
+    builder = default_builder()
+    key = builder.cache_key(_READER_VERSION, translation.cpp)
+    path = cache_dir() / f"signature-{key}.json"
+    cached = _load(path)
+    if cached is not None:
+        return cached
+    code, out, err = builder.syntax_tree(translation.cpp)
+    if code != 0:
+        raise compile_error(err, translation.cpp, translation, kernel_hint)
+    kernels = _kernels(json.loads(out), translation)
+    _store(path, kernels)
+    return kernels
+
+
+def _load(path: Path) -> dict[str, KernelSignature] | None:
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return {k["name"]: KernelSignature(
+        k["name"], tuple(KernelParam(**p) for p in k["params"]), k["max_total_threads"],
+        k["line"], k["call"]) for k in rows}
+
+
+def _store(path: Path, kernels: dict[str, KernelSignature]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps([asdict(k) for k in kernels.values()]))
+    os.replace(tmp, path)   # atomic: concurrent readers see the old file or the new one
+
+
+# -- reading the AST ------------------------------------------------------------------------
+
+def _offset(loc: dict) -> int | None:
+    """Byte offset of a location in the translated source (a macro's: where it expands)."""
+    if "expansionLoc" in loc:
+        loc = loc["expansionLoc"]
+    return loc.get("offset")
+
+
+def _value(node: dict):
+    """The constant an annotation argument evaluates to (int or str)."""
+    if node.get("kind") == "StringLiteral":
+        return json.loads(node["value"])
+    if node.get("kind") == "ConstantExpr" and node.get("value", "").lstrip("-").isdigit():
+        return int(node["value"])
+    for child in node.get("inner", []):
+        return _value(child)
+    return None
+
+
+def _attributes(node: dict) -> list[tuple[str, list]]:
+    """The MSL attributes on a declaration: [(name, [argument values])]. The annotation's
+    own string ("metal") is not in clang's JSON; its first argument is the attribute name."""
+    found = []
+    for child in node.get("inner", []):
+        if child.get("kind") != "AnnotateAttr":
+            continue
+        args = [_value(a) for a in child.get("inner", [])]
+        if args and isinstance(args[0], str):
+            found.append((args[0], args[1:]))
+    return found
+
+
+def _declarations(node: dict, scope: str = ""):
+    """(scope, declaration) for the functions and variables of the source, in namespaces."""
+    for child in node.get("inner", []):
+        kind = child.get("kind")
+        if kind in _SCOPES:
+            inner = f"{scope}{child['name']}::" if child.get("name") else scope
+            yield from _declarations(child, inner)
+        elif kind in ("FunctionDecl", "VarDecl") and not child.get("isImplicit"):
+            yield scope, child
+
+
+def _functions_by_id(node: dict, found: dict) -> dict:
+    """Every function declaration (template specializations too), by AST id."""
+    if node.get("kind") == "FunctionDecl" and "id" in node:
+        if "inner" in node or node["id"] not in found:
+            found[node["id"]] = node
+    for child in node.get("inner", []):
+        if child.get("kind") in _SCOPES or child.get("kind") in (
+                "FunctionTemplateDecl", "FunctionDecl", "TranslationUnitDecl"):
+            _functions_by_id(child, found)
+    return found
+
+
+def _referenced_function(node: dict) -> str | None:
+    """The id of the function a variable's initializer (`&f<T>`) names."""
+    ref = node.get("referencedDecl")
+    if node.get("kind") == "DeclRefExpr" and ref and ref.get("kind") == "FunctionDecl":
+        return ref["id"]
+    for child in node.get("inner", []):
+        found = _referenced_function(child)
+        if found:
+            return found
+    return None
+
+
+class _Lines:
+    def __init__(self, translation: Translation):
+        self.cpp = translation.cpp
+        self.source_lines = translation.source.splitlines()
+
+    def line(self, node: dict) -> int:
+        offset = _offset(node.get("loc", {})) or 0
+        return max(1, self.cpp.count("\n", 0, offset) + 1 - PRELUDE_LINES)
+
+    def text(self, line: int) -> str | None:
+        return self.source_lines[line - 1].rstrip() if 0 < line <= len(self.source_lines) else None
+
+
+def _kernels(tree: dict, translation: Translation) -> dict[str, KernelSignature]:
+    lines = _Lines(translation)
+    functions = None
+    kernels: dict[str, KernelSignature] = {}
+    for scope, decl in _declarations(tree):
+        attrs = dict(_attributes(decl))
+        if "kernel" not in attrs:
+            continue
+        line = lines.line(decl)
+        if decl["kind"] == "VarDecl":            # a host_name instantiation (translate.py)
+            functions = functions if functions is not None else _functions_by_id(tree, {})
+            fn = functions.get(_referenced_function(decl) or "")
+            if fn is None:
+                raise MSLCompileError("cannot find the function this [[kernel]] "
+                                      "instantiation names", kernel=None, line=line,
+                                      source_line=lines.text(line))
+            call = scope + decl["name"]
+            attrs = {**dict(_attributes(fn)), **attrs}   # the template's own, e.g. max threads
+        else:
+            fn, call = decl, "&" + scope + decl["name"]
+        name = attrs["host_name"][0] if attrs.get("host_name") else decl["name"]
+        params = tuple(_param(p, i, name, lines) for i, p in enumerate(
+            c for c in fn.get("inner", []) if c.get("kind") == "ParmVarDecl"))
+        params = _number_unbound_buffers(params)
+        seen: dict[int, str] = {}
+        for p in params:
+            if p.buffer_index is None:
+                continue
+            if p.buffer_index in seen:
+                raise MSLCompileError(
+                    f"parameters '{seen[p.buffer_index]}' and '{p.name}' are both bound to "
+                    f"[[buffer({p.buffer_index})]]", kernel=name, line=p.line,
+                    source_line=lines.text(p.line))
+            seen[p.buffer_index] = p.name
+        if name in kernels:
+            raise MSLCompileError(f"two kernels are named '{name}'", kernel=name, line=line,
+                                  source_line=lines.text(line))
+        limit = attrs.get("max_total_threads_per_threadgroup")
+        kernels[name] = KernelSignature(name, params, limit[0] if limit else None, line, call)
+    return kernels
+
+
+def _number_unbound_buffers(params: tuple[KernelParam, ...]) -> tuple[KernelParam, ...]:
+    """Buffer parameters written without [[buffer(i)]] take, in order, the lowest indices
+    no [[buffer(i)]] of the kernel names."""
+    taken = {p.buffer_index for p in params if p.buffer_index is not None and p.position is None
+             and p.buffer_index >= 0}
+    free = (i for i in range(10**6) if i not in taken)
+    return tuple(replace(p, buffer_index=next(free)) if p.buffer_index == _UNBOUND else p
+                 for p in params)
+
+
+_UNBOUND = -1   # a buffer parameter without [[buffer(i)]], numbered after reading them all
+_TRAILING_QUALIFIERS = ("const", "volatile", "__restrict", "restrict", "__restrict__")
+
+
+def _strip_qualifiers(ctype: str) -> str:
+    """`const float *__restrict const` -> `const float *`: what the declarator ends in."""
+    words = ctype.replace("*", " * ").replace("&", " & ").split()
+    while words and words[-1] in _TRAILING_QUALIFIERS:
+        words.pop()
+    return " ".join(words)
+
+
+def _param(node: dict, index: int, kernel: str, lines: _Lines) -> KernelParam:
+    name = node.get("name") or f"#{index}"
+    ctype = node["type"].get("desugaredQualType", node["type"]["qualType"])
+    spelled = node["type"]["qualType"]
+    line = lines.line(node)
+    attrs = _attributes(node)
+    where = dict(kernel=kernel, line=line, source_line=lines.text(line))
+    if not attrs:
+        core = _strip_qualifiers(ctype)
+        if core.endswith("*") or core.endswith("&"):
+            return KernelParam(name, spelled, _UNBOUND, None, line, core.endswith("&"))
+        raise MSLCompileError(
+            f"kernel parameter '{name}' has no attribute and is neither a pointer nor a "
+            "reference; the emulator binds a parameter by [[buffer(i)]] (or, without one, in "
+            "order as a buffer) or by its thread-position attribute", **where)
+    attr, args = attrs[0]
+    if attr == "buffer":
+        if len(args) != 1 or not isinstance(args[0], int):
+            raise MSLCompileError(f"parameter '{name}': [[buffer(...)]] needs a constant index",
+                                  **where)
+        core = _strip_qualifiers(ctype)
+        reference = core.endswith("&")
+        if not (reference or core.endswith("*")):
+            raise MSLCompileError(
+                f"parameter '{name}' is bound to [[buffer({args[0]})]] but is neither a pointer "
+                "nor a reference (MSL requires one of them)", **where)
+        return KernelParam(name, spelled, args[0], None, line, reference)
+    if attr in POSITION_ATTRIBUTES:
+        return KernelParam(name, spelled, None, attr, line)
+    if attr == "threadgroup":
+        if len(args) != 1 or not isinstance(args[0], int) or not _strip_qualifiers(
+                ctype).endswith("*"):
+            raise MSLCompileError(
+                f"parameter '{name}': [[threadgroup(i)]] needs a constant index on a pointer",
+                **where)
+        return KernelParam(name, spelled, None, None, line, False, args[0])
+    shown = f"{attr}({', '.join(map(str, args))})" if args else attr
+    raise MSLCompileError(
+        f"parameter '{name}': the attribute [[{shown}]] is not supported by the emulator "
+        "(supported: buffer(i), threadgroup(i) and the thread-position attributes "
+        + ", ".join(sorted(POSITION_ATTRIBUTES)) + ")", **where)

@@ -1,0 +1,92 @@
+"""The two constructs that used to run wrongly without a word: a threadgroup array with an
+initializer (refused, with the line), and an out-of-range index into a thread-private
+array (a bounds finding at the MSL line, before the access, not a SIGSEGV)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.runtime import emu
+from foreigncase import msl_line, run_clean
+
+INITIALIZED = """\
+#include <metal_stdlib>
+using namespace metal;
+kernel void acc(device float* out [[buffer(0)]], uint t [[thread_index_in_threadgroup]]) {
+  threadgroup float buf[32] = {0};
+  buf[t] += 1.0f;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[t] = buf[t];
+}
+"""
+
+
+def test_threadgroup_array_with_an_initializer_is_refused_with_its_line():
+    with pytest.raises(emu.MSLCompileError) as err:
+        emu.run_msl(INITIALIZED, "acc", 1, 32, [np.zeros(32, np.float32)])
+    e = err.value
+    assert e.kernel == "acc" and e.line == msl_line(INITIALIZED, "threadgroup float buf")
+    assert "threadgroup variable 'buf' has an initializer" in str(e)
+    assert "threadgroup float buf[32] = {0};" in str(e)
+
+
+def test_threadgroup_scalar_with_a_brace_initializer_is_refused():
+    src = INITIALIZED.replace("threadgroup float buf[32] = {0};",
+                              "threadgroup int count{};\n  threadgroup float buf[32];")
+    with pytest.raises(emu.MSLCompileError, match="threadgroup variable 'count' has an "
+                                                  "initializer"):
+        emu.run_msl(src, "acc", 1, 32, [np.zeros(32, np.float32)])
+
+
+def test_threadgroup_pointer_with_an_initializer_is_not_a_threadgroup_variable():
+    src = """\
+#include <metal_stdlib>
+using namespace metal;
+kernel void via_pointer(device float* out [[buffer(0)]],
+                        uint t [[thread_index_in_threadgroup]]) {
+  threadgroup float buf[32];
+  threadgroup float* p = &buf[0];
+  p[t] = float(t) * 2.0f;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[t] = p[31 - t];
+}
+"""
+    out = np.zeros(32, np.float32)
+    run_clean(src, "via_pointer", 1, 32, [out])
+    np.testing.assert_array_equal(out, (31 - np.arange(32)) * 2.0)
+
+
+PRIVATE = """\
+#include <metal_stdlib>
+using namespace metal;
+kernel void window(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                   constant int& shift [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+  float w[4];
+  for (int k = 0; k < 4; ++k) w[k] = x[i * 4 + k];
+  w[int(i) - shift] = 0.0f;
+  y[i] = w[0] + w[1] + w[2] + w[3];
+}
+"""
+
+
+def test_in_range_private_array_indices_run_clean():
+    x = np.arange(32, dtype=np.float32)
+    y = np.zeros(8, np.float32)
+    run_clean(PRIVATE, "window", 1, 4, [x, y, np.array([0], np.int32)])
+    expect = x.reshape(8, 4).sum(1)
+    expect[:4] -= x.reshape(8, 4)[np.arange(4), np.arange(4)]
+    np.testing.assert_array_equal(y[:4], expect[:4])
+
+
+@pytest.mark.parametrize("shift, bad", [(1, -1), (-4, 4)])
+def test_out_of_range_private_array_index_is_a_bounds_finding_at_its_line(shift, bad):
+    x = np.arange(32, dtype=np.float32)
+    y = np.zeros(8, np.float32)
+    res = emu.run_msl(PRIVATE, "window", grid=1, threadgroup=4,
+                      buffers=[x, y, np.array([shift], np.int32)])
+    (f,) = res.findings
+    assert f.kind == "bounds" and f.address_space == "thread"
+    assert f.line == msl_line(PRIVATE, "w[int(i) - shift] = 0.0f;")
+    assert f"index {bad} is out of bounds for the array type 'float[4]'" in f.detail
+    assert f.thread == (0, 0, 0)   # the forward schedule runs thread 0 first
