@@ -24,7 +24,7 @@ MODELED_THRESHOLD = 0.01      # relative; modeled time derives from exact counte
 GATED = ("launches", "device_bytes_read", "device_bytes_written", "device_load_ops",
          "device_store_ops", "threadgroup_bytes_read", "threadgroup_bytes_written",
          "threadgroup_load_ops", "threadgroup_store_ops", "threadgroup_memory_bytes",
-         "barriers", "simd_ops", "atomic_ops")
+         "barriers", "simd_ops", "atomic_ops", "local_array_bytes")
 INFORMATIONAL = ("groups", "threads", "simdgroups", "device_unique_bytes_read",
                  "device_unique_bytes_written")
 

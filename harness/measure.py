@@ -12,7 +12,10 @@ Per case (`measure_case` -> `CaseMeasurement`):
              and inputs are fixed, so two runs of one compiler give identical counters.
   minimum    the traffic no kernel can avoid: every input read once, every output written
              once (the ratio counted/minimum shows re-reads and spills)
-  modeled    `harness.roofline` time per chip from those counters (docs/bench.md)
+  modeled    `harness.roofline` time per chip and its terms (device memory, ALU,
+             threadgroup memory, simd operations, barriers, launches, occupancy) from
+             those counters and `local_array_bytes`, the thread-local array bytes the MSL
+             declares (the register estimate; docs/bench.md)
   compile    DSL -> MSL wall time (build the family's kernel, which parses the DSL, then
              `core.compile(..., cache=False)`), `rounds` rounds after one warm-up, summarized
              by pytest-benchmark's own `Stats`
@@ -157,15 +160,24 @@ def _half_only(built) -> bool:
 
 
 def modeled(counters: dict, minimum: dict, flops: int, chip_names, half=False) -> dict:
+    """The roofline model (harness/roofline.py) per chip from one program's counters: the
+    modeled seconds, each term, the occupancy, which throughput term binds, the ideal."""
     out = {}
+    work = roofline.OnChipWork.of(counters)
     for chip in roofline.chips(chip_names):
         m = roofline.model(chip, device_bytes=counters["device_bytes_read"]
                            + counters["device_bytes_written"], flops=flops,
                            launches=counters["launches"],
-                           minimum_bytes=minimum["read"] + minimum["written"], half=half)
+                           minimum_bytes=minimum["read"] + minimum["written"], half=half,
+                           work=work)
         out[chip.name] = {"seconds": m.seconds, "memory_seconds": m.memory_seconds,
                           "compute_seconds": m.compute_seconds,
-                          "launch_seconds": m.launch_seconds, "bound": m.bound,
+                          "threadgroup_seconds": m.threadgroup_seconds,
+                          "simd_seconds": m.simd_seconds,
+                          "barrier_seconds": m.barrier_seconds,
+                          "launch_seconds": m.launch_seconds, "occupancy": m.occupancy,
+                          "groups_per_core": m.groups_per_core,
+                          "occupancy_limit": m.occupancy_limit, "bound": m.bound,
                           "ideal_seconds": m.ideal_seconds, "efficiency": m.efficiency}
     return out
 
@@ -276,6 +288,7 @@ def measure_case(case: BenchCase, *, rounds: int = DEFAULT_ROUNDS, disable=(),
     try:
         if result.stats:
             out.counters = aggregate(result.stats)
+            out.counters["local_array_bytes"] = roofline.local_array_bytes(result.msl)
             built = fam.build(dict(case.params))
             out.minimum = _minimum(built)
             out.flops = int(built.flops)

@@ -166,9 +166,9 @@ REFERENCE_HEADER = ["case", "measured", "modeled, real shape", "modeled / measur
                     "source", "what the model leaves out"]
 REFERENCE_NOTE = ("Measured times from elsewhere (not this project's runs) beside the roofline "
                   "model of the same chip, extrapolated to the real shape. Besides each case's "
-                  "own notes, the model has no caches, occupancy, latency, barrier, "
-                  "threadgroup-memory or shuffle cost, and charges integer and conversion "
-                  "work like FMAs; it is not expected to agree better than about 2x.")
+                  "own notes, the model has no caches, estimates registers, barrier cost and "
+                  "threadgroup bandwidth, and charges integer and conversion work like FMAs; "
+                  "it is not expected to agree better than about 2x.")
 
 
 def reference_table(results: dict) -> Table | None:
@@ -275,12 +275,19 @@ def _sections(results: dict, changes: list, baseline_path: str | None) -> list[t
                 ["case", *[f"{ch} us" for ch in chips],
                  *[f"{ch} us, real shape" for ch in chips], f"bound ({chips[0]})",
                  f"ideal / modeled ({chips[0]})"],
-                rows, "time = max(device bytes / bandwidth, flops / peak) + launches x "
-                f"{results['launch_overhead_s'] * 1e6:g} us. 'real shape' scales the "
-                "bandwidth and compute terms by the case's scaling factor (linear in rows). "
-                "ideal = the same over the minimum traffic and one launch (above 100% when "
-                "the kernel need not read every input). A model, not a measurement: see the "
-                "chip table and harness/roofline.py."))
+                rows, "time = max(device, ALU, threadgroup-memory and simd terms) + "
+                f"barriers + launches x {results['launch_overhead_s'] * 1e6:g} us (the terms "
+                "are in the next table). 'real shape' scales every term but the launches by "
+                "the case's scaling factor (linear in rows). ideal = the device-and-ALU "
+                "roofline over the minimum traffic and one launch (above 100% when the kernel "
+                "need not read every input). A model, not a measurement: see the chip table, "
+                "docs/bench.md and harness/roofline.py."))
+    chip = _breakdown_chip(chips)
+    rows = [[c["name"], *_term_cells(c["modeled"][chip])] for c in cases
+            if c.get("modeled") and chip in c["modeled"]]
+    if rows:
+        out.append((f"Modeled time term by term ({chip})", ["case", *TERM_HEADER], rows,
+                    TERM_NOTE))
     rows = reference_rows({"cases": cases})
     if rows:
         out.append(("Modeled time against measured references", REFERENCE_HEADER, rows,
@@ -309,17 +316,51 @@ def _sections(results: dict, changes: list, baseline_path: str | None) -> list[t
         out.append(("Skipped cases", ["case", "family", "reason"],
                     [[c["name"], c["family"], c["message"]] for c in skipped], ""))
     rows = [[name, str(ch["gpu_cores"]), f"{ch['clock_mhz']:g}", f"{ch['bandwidth_gbs']:g}",
-             f"{ch['fp32_tflops']:.2f}", f"{ch['fp16_tflops']:.2f}", ch["source"]]
+             f"{ch['fp32_tflops']:.2f}", f"{ch['fp16_tflops']:.2f}",
+             _num(ch.get("threadgroup_gbs")), _num(ch.get("simd_gops")),
+             (ch.get("on_chip") or {}).get("family", "-"), ch["source"]]
             for name, ch in results["chips"].items()]
     out.append(("Chips of the model", ["chip", "GPU cores", "clock MHz", "GB/s",
-                                       "FP32 TFLOPS (derived)", "FP16 TFLOPS", "source"],
-                rows, "TFLOPS = cores x 128 ALUs x clock x 2. Sources and limitations: "
+                                       "FP32 TFLOPS (derived)", "FP16 TFLOPS",
+                                       "threadgroup GB/s (estimate)", "simd Gops/s",
+                                       "on-chip figures", "source"],
+                rows, "TFLOPS = cores x 128 ALUs x clock x 2; threadgroup GB/s = cores x "
+                "64 B/cycle x clock; simd Gops/s = cores x 4 schedulers / 2.04 cycles x clock. "
+                "Sources and limitations: docs/bench.md and "
                 "harness/roofline.py and README.md (harness bench)."))
     return out
 
 
+THROUGHPUT_TERMS = ("memory", "compute", "threadgroup", "simd")
+TERM_HEADER = ["total us", "device memory us", "ALU us", "threadgroup memory us",
+               "simd ops us", "barriers us", "launches us", "groups / core (limit)",
+               "occupancy", "bound"]
+TERM_NOTE = ("Each term of harness/roofline.py at the shape that ran: device memory and ALU "
+             "are divided by the occupancy factor (resident simdgroups per core / 24, at most "
+             "1); the four throughput terms overlap (the largest binds), barriers and "
+             "launches add. groups / core: threadgroups one core holds at once and what "
+             "limits them (threads, threadgroup memory, registers: thread-local arrays plus "
+             "an allowance). The on-chip constants and their sources are in docs/bench.md; "
+             "threadgroup bandwidth and barrier cycles are estimates.")
+
+
+def _breakdown_chip(chips: list) -> str:
+    return "M2" if "M2" in chips else chips[0]
+
+
+def _term_cells(m: dict) -> list[str]:
+    """One case's modeled terms (a document from before the on-chip terms shows '-')."""
+    return [_us(m["seconds"]), _us(m.get("memory_seconds")), _us(m.get("compute_seconds")),
+            _us(m.get("threadgroup_seconds")), _us(m.get("simd_seconds")),
+            _us(m.get("barrier_seconds")), _us(m.get("launch_seconds")),
+            f"{m['groups_per_core']} ({m['occupancy_limit']})" if "groups_per_core" in m
+            else "-", f"{m['occupancy']:.0%}" if "occupancy" in m else "-", m["bound"]]
+
+
 def _extrapolate(m: dict, scale: float) -> float:
-    return max(m["memory_seconds"], m["compute_seconds"]) * scale + m["launch_seconds"]
+    """Modeled time at the real shape: every term but the launches grows with the work."""
+    throughput = max(m.get(f"{t}_seconds", 0.0) for t in THROUGHPUT_TERMS)
+    return (throughput + m.get("barrier_seconds", 0.0)) * scale + m["launch_seconds"]
 
 
 def _header(results: dict, changes: list) -> list[str]:

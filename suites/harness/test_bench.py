@@ -37,6 +37,48 @@ def test_model_takes_the_binding_roof_plus_launch_overhead():
     assert alu.efficiency == pytest.approx(1.0)
 
 
+def test_on_chip_terms_come_from_the_counters():
+    m2 = roofline.CHIPS["M2"]
+    core_cycles = 10 * 1398e6                                      # cores x clock
+    work = roofline.OnChipWork(threadgroup_bytes=int(64 * core_cycles), barriers=1000,
+                               simd_ops=int(4 / 2.04 * core_cycles), groups=100,
+                               threads=100 * 256)
+    m = roofline.model(m2, device_bytes=1000, flops=1000, launches=1, minimum_bytes=1000,
+                       work=work)
+    assert m.threadgroup_seconds == pytest.approx(1.0, rel=1e-6)      # 64 B/cycle/core
+    assert m.simd_seconds == pytest.approx(1.0, rel=1e-3)             # a shuffle per 2.04 cycles
+    assert m.groups_per_core == 12 and m.occupancy_limit == "threads"  # 3072 / 256
+    assert m.barrier_seconds == pytest.approx(1000 * 32 / core_cycles / 12)
+    assert m.bound == "threadgroup"
+    assert m.seconds == pytest.approx(m.threadgroup_seconds + m.barrier_seconds
+                                      + roofline.LAUNCH_OVERHEAD_S)
+    assert set(m.terms()) == {"memory", "compute", "threadgroup", "simd", "barrier", "launch"}
+
+
+def test_occupancy_is_limited_by_threadgroup_memory_and_registers():
+    on_chip = roofline.CHIPS["M1"].on_chip
+    tg = roofline.occupancy(on_chip, roofline.OnChipWork(
+        groups=8, threads=8 * 64, threadgroup_memory_bytes=30 * 1024), 32)
+    assert (tg.groups_per_core, tg.limit) == (2, "threadgroup memory")
+    assert tg.factor == pytest.approx(4 / 24)                         # 2 groups x 2 simds
+    regs = roofline.occupancy(on_chip, roofline.OnChipWork(
+        groups=8, threads=8 * 1024, local_array_bytes=256 * 4), 32)
+    assert regs.limit == "registers" and regs.groups_per_core == 1   # 1 KiB+ x 1024 threads
+    narrow = roofline.OnChipWork(groups=1, threads=32, threadgroup_memory_bytes=30 * 1024)
+    slow = roofline.model(roofline.CHIPS["M1"], device_bytes=10**8, flops=0, launches=1,
+                          minimum_bytes=10**8, work=narrow)              # 2 simds per core
+    fast = roofline.model(roofline.CHIPS["M1"], device_bytes=10**8, flops=0, launches=1,
+                          minimum_bytes=10**8, work=roofline.OnChipWork(groups=1, threads=1024))
+    assert fast.occupancy == 1.0 and slow.occupancy == pytest.approx(2 / 24)
+    assert slow.memory_seconds == pytest.approx(12 * fast.memory_seconds)
+
+
+def test_local_array_bytes_reads_thread_arrays_not_threadgroup_ones():
+    msl = ("kernel void k() {\n  threadgroup float red_buf[16];\n  float x[28];\n"
+           "  half h[2][4];\n  float s;\n  const device float* p = q;\n}\n")
+    assert roofline.local_array_bytes(msl) == 28 * 4 + 8 * 2
+
+
 # -- counters and selection ----------------------------------------------------------------
 
 def test_aggregate_sums_launches_and_buffers():
