@@ -37,7 +37,7 @@ Where each figure comes from (docs/bench.md has the table, with every source):
     counterparts").
   - on-chip figures per GPU family (`OnChip`): register file ~208 KB, threadgroup memory
     ~60 KB and at most 3072 threads (96 simdgroups) per core, ALU latency hidden from 24
-    simdgroups per core, 4 schedulers per core, a simd shuffle issued every 2.04 cycles
+    simdgroups per core (also the fewest registers can leave: the compiler spills rather), 4 schedulers per core, a simd shuffle issued every 2.04 cycles
     per scheduler (256 B/cycle of shuffle bandwidth per core): philipturner/metal-benchmarks,
     measured on Apple7/8 (M1, M2). Threadgroup-memory bandwidth (64 B/cycle per core, the
     on-core data bandwidth metal-benchmarks lists; it gives no figure of its own for
@@ -200,19 +200,27 @@ class Occupancy:
 
 def occupancy(on_chip: OnChip, work: OnChipWork, simd_width: int) -> Occupancy:
     """Resident threadgroups per core: the fewest that its threads, its threadgroup memory
-    and its register file allow (at least one: a kernel that launches runs)."""
+    and its register file allow (at least one: a kernel that launches runs). Registers
+    never push a core below `simds_to_hide_latency` simdgroups: the Metal compiler spills
+    to device memory rather (metal-benchmarks), so a kernel needing more is marked
+    "registers (spills)" and keeps that floor; the spill traffic is not modeled."""
     regs = on_chip.register_allowance_bytes + work.local_array_bytes
     if not work.groups or not work.threads:
         return Occupancy(0, "none", 0, 1.0, regs)
     per_group = max(1, round(work.threads / work.groups))
+    simds_per_group = -(-per_group // simd_width)
+    floor = -(-on_chip.simds_to_hide_latency // simds_per_group)
+    by_registers = on_chip.register_file_bytes // (regs * per_group)
     limits = {"threads": on_chip.max_threads // per_group,
-              "registers": on_chip.register_file_bytes // (regs * per_group)}
+              "registers": by_registers if by_registers >= floor else floor}
     if work.threadgroup_memory_bytes:
         limits["threadgroup memory"] = (on_chip.threadgroup_memory_bytes
                                         // work.threadgroup_memory_bytes)
     limit = min(limits, key=limits.get)
     groups = max(1, limits[limit])
-    simds = groups * -(-per_group // simd_width)
+    if limit == "registers" and by_registers < floor:
+        limit = "registers (spills)"
+    simds = groups * simds_per_group
     return Occupancy(groups, limit, simds, min(1.0, simds / on_chip.simds_to_hide_latency),
                      regs)
 

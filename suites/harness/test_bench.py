@@ -63,7 +63,11 @@ def test_occupancy_is_limited_by_threadgroup_memory_and_registers():
     assert tg.factor == pytest.approx(4 / 24)                         # 2 groups x 2 simds
     regs = roofline.occupancy(on_chip, roofline.OnChipWork(
         groups=8, threads=8 * 1024, local_array_bytes=256 * 4), 32)
-    assert regs.limit == "registers" and regs.groups_per_core == 1   # 1 KiB+ x 1024 threads
+    assert regs.limit == "registers (spills)"        # 1 KiB+ x 1024 threads: 208 KB / core
+    assert regs.simdgroups_per_core >= 24            # the compiler spills rather than go below
+    fits = roofline.occupancy(on_chip, roofline.OnChipWork(
+        groups=8, threads=8 * 256, local_array_bytes=40 * 4), 32)
+    assert (fits.groups_per_core, fits.limit) == (3, "registers")   # 208 KiB / (224 B x 256)
     narrow = roofline.OnChipWork(groups=1, threads=32, threadgroup_memory_bytes=30 * 1024)
     slow = roofline.model(roofline.CHIPS["M1"], device_bytes=10**8, flops=0, launches=1,
                           minimum_bytes=10**8, work=narrow)              # 2 simds per core
