@@ -184,6 +184,93 @@ def reference_table(results: dict) -> Table | None:
     return table
 
 
+# Generated / hand-tuned, per counter group: (column, counters summed on each side).
+HAND_TUNED_COLUMNS = (
+    ("device bytes", ("device_bytes_read", "device_bytes_written")),
+    ("device ld+st ops", ("device_load_ops", "device_store_ops")),
+    ("threadgroup bytes", ("threadgroup_bytes_read", "threadgroup_bytes_written")),
+    ("threadgroup ld+st ops", ("threadgroup_load_ops", "threadgroup_store_ops")),
+    ("threadgroup memory", ("threadgroup_memory_bytes",)),
+    ("barriers", ("barriers",)),
+    ("simd ops", ("simd_ops",)),
+    ("thread arrays", ("local_array_bytes",)),
+)
+HAND_TUNED_TARGET = (1.25, 1.0)      # counters at most 1.25x hand-tuned, modeled time 1.0x
+
+
+def _times(ratio, digits: int = 2) -> str:
+    return "-" if ratio is None else f"{ratio:.{digits}f}x"
+
+
+def hand_tuned_rows(results: dict) -> list[list[str]]:
+    """Per case with a hand-tuned reference: the kernel and its geometry, its status, then
+    generated / hand-tuned per counter group and per chip's modeled time, and the counters
+    and chips that miss the target (counters <= 1.25x, modeled time <= 1.0x)."""
+    results = _document(results)
+    chips = list(results["chips"])
+    rows = []
+    for c in results["cases"]:
+        hand = c.get("hand_tuned")
+        if not hand:
+            continue
+        gen, ref = c.get("counters") or {}, hand.get("counters") or {}
+        cells, misses = [], []
+        for column, keys in HAND_TUNED_COLUMNS:
+            g, r = sum(gen.get(k, 0) for k in keys), sum(ref.get(k, 0) for k in keys)
+            ratio = (g / r if r else (1.0 if not g else None)) if gen and ref else None
+            cells.append(_times(ratio) if ratio is not None or not (gen and ref)
+                         else "ref 0")
+            if (ratio is None and g and ref) or (ratio or 0) > HAND_TUNED_TARGET[0]:
+                misses.append(column)
+        for chip in chips:
+            ratio = hand.get("modeled_ratios", {}).get(chip)
+            cells.append(_times(ratio, 3))          # a miss by 0.1% shows
+            if ratio is not None and ratio > HAND_TUNED_TARGET[1] * (1 + 1e-9):
+                misses.append(f"modeled {chip}")
+        target = "-" if not ref else ("met" if not misses else ", ".join(misses))
+        rows.append([c["name"], f"{hand['file']}:{hand['kernel']} ({hand['geometry']})",
+                     hand["status"], *cells, target])
+    return rows
+
+
+def hand_tuned_header(chips: list) -> list[str]:
+    return ["case", "hand-tuned kernel", "status",
+            *[column for column, _ in HAND_TUNED_COLUMNS],
+            *[f"modeled {chip}" for chip in chips], "misses the target"]
+
+
+HAND_TUNED_NOTE = ("Generated / hand-tuned at the same shape and inputs: each generated kernel "
+                   "beside our own hand-written MSL for the same computation "
+                   "(harness/reference_kernels/), both run on the emulator with every check "
+                   "and compared with the same oracle. Below 1x the generated kernel does "
+                   "less. Target: every counter at most 1.25x, modeled time at most 1.0x. "
+                   "The gate tracks these ratios: one that grows fails it.")
+
+
+def hand_tuned_table(results: dict) -> Table | None:
+    """The console's compact form of `hand_tuned_rows`: short headers, one chip's modeled
+    ratio, the number of misses (bench.md has every column)."""
+    rows = hand_tuned_rows(results)
+    if not rows:
+        return None
+    chips = list(_document(results)["chips"])
+    chip = _breakdown_chip(chips)
+    table = Table(title="generated / hand-tuned reference (same shape and inputs; target "
+                  "counters <= 1.25x, modeled <= 1.0x)", title_justify="left")
+    short = ("dev B", "dev ops", "tg B", "tg ops", "tg mem", "barriers", "simd", "arrays")
+    for col in ("case", "status", *short, f"modeled {chip}", "misses"):
+        table.add_column(col, justify="left" if col in ("case", "status") else "right",
+                         no_wrap=True)
+    first_chip = 3 + len(HAND_TUNED_COLUMNS)
+    for row in rows:
+        misses = row[-1]
+        count = "0" if misses == "met" else ("-" if misses == "-"
+                                             else str(len(misses.split(", "))))
+        table.add_row(row[0], row[2], *row[3:first_chip],
+                      row[first_chip + chips.index(chip)], count)
+    return table
+
+
 def changes_table(changes: list) -> Table:
     table = Table(title="changes against the baseline", title_justify="left")
     for col in ("case", "metric", "baseline", "current", "change", "verdict", "detail"):
@@ -288,6 +375,10 @@ def _sections(results: dict, changes: list, baseline_path: str | None) -> list[t
     if rows:
         out.append((f"Modeled time term by term ({chip})", ["case", *TERM_HEADER], rows,
                     TERM_NOTE))
+    rows = hand_tuned_rows({"cases": cases, "chips": results["chips"]})
+    if rows:
+        out.append(("Generated against hand-tuned reference kernels",
+                    hand_tuned_header(chips), rows, HAND_TUNED_NOTE))
     rows = reference_rows({"cases": cases})
     if rows:
         out.append(("Modeled time against measured references", REFERENCE_HEADER, rows,

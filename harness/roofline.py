@@ -282,26 +282,55 @@ def model(chip: Chip, *, device_bytes: int, flops: int, launches: int,
                    bound=bound, ideal_seconds=ideal)
 
 
-# A thread-local array of the MSL text: `float x[28];` (not `threadgroup`, not a pointer).
+# A thread-local array of the MSL text: `float x[28];`, `float4 v[ITEMS];` (not
+# `threadgroup`, not a pointer); and the object-like #defines its extents may name.
 _LOCAL_ARRAY = re.compile(r"^\s*(?:const\s+)?([A-Za-z_]\w*)\s+[A-Za-z_]\w*\s*"
-                          r"((?:\[\d+\])+)\s*(?:=[^;]*)?;", re.M)
+                          r"((?:\[[^\]\n]+\])+)\s*(?:=[^;]*)?;", re.M)
+_DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)\s+(.+?)\s*$", re.M)
+_INTEGER_EXPR = re.compile(r"^[\d\s()+\-*/%]+$")
 
 
-def local_array_bytes(msl: str) -> int:
-    """Bytes of the thread-local arrays one thread of `msl` declares (all kernels of the
-    text summed; arrays of element types outside the dtype table count 4 bytes an element).
-    The register estimate of the occupancy term: a fragment held in registers."""
+def _extent(text: str, defines: dict, depth: int = 0) -> int | None:
+    """An array extent as an integer: a literal, or integer arithmetic over #defines
+    (C's `/` on positive ints is Python's `//`); None when it is anything else."""
+    expanded = re.sub(r"[A-Za-z_]\w*", lambda m: f"({defines[m.group(0)]})"
+                      if m.group(0) in defines else m.group(0), text)
+    if expanded != text and depth < 8:
+        return _extent(expanded, defines, depth + 1)
+    if not _INTEGER_EXPR.match(expanded):
+        return None
+    return int(eval(expanded.replace("/", "//"), {"__builtins__": {}}))  # digits only
+
+
+def local_array_bytes(msl: str, kernel: str | None = None) -> int:
+    """Bytes of the thread-local arrays one thread of `msl` declares: of the function
+    `kernel` (its text up to the next kernel), or of the whole text; scalar and 2-4 vector
+    element types of the dtype table, others 4 bytes an element; extents may be #define
+    arithmetic. The register estimate of the occupancy term: a fragment held in registers."""
     from core.target import DTYPES
     by_msl = {d.msl: d.bytes for d in DTYPES.values()}
+    by_msl.update({f"{d.msl}{n}": d.bytes * n for d in DTYPES.values() for n in (2, 3, 4)})
+    defines = dict(_DEFINE.findall(msl))
+    body = msl
+    if kernel is not None:
+        start = re.search(rf"\bvoid\s+{re.escape(kernel)}\s*\(", msl)
+        if start is None:
+            raise ValueError(f"no kernel function '{kernel}' in the MSL text")
+        after = re.search(r"\[\[\s*kernel|\bkernel\s+void", msl[start.end():])
+        body = msl[start.start():start.end() + after.start() if after else len(msl)]
     total = 0
-    for m in _LOCAL_ARRAY.finditer(msl):
+    for m in _LOCAL_ARRAY.finditer(body):
         elem, dims = m.group(1), m.group(2)
-        if elem in ("threadgroup", "device", "constant", "return"):
+        if elem in ("threadgroup", "device", "constant", "return", "typedef"):
             continue
         count = 1
-        for d in re.findall(r"\d+", dims):
-            count *= int(d)
-        total += count * by_msl.get(elem, 4)
+        for d in re.findall(r"\[([^\]]+)\]", dims):
+            extent = _extent(d, defines)
+            if extent is None:
+                break
+            count *= extent
+        else:
+            total += count * by_msl.get(elem, 4)
     return total
 
 
