@@ -237,8 +237,8 @@ CASES = (
     BenchCase("gemv/decode-f16", "gemv",
               {"M": 8, "N": 2048, "K": 3584, "bM": 8, "bN": 16, "bK": 128, "threads": 32,
                "dtype": "float16", "out_dtype": "float16"},
-              "decode up-projection (8 tokens) as a GEMV: threads split K, simd_shuffle "
-              "butterflies, no simdgroup matrices; Qwen2.5-7B 3584 -> 18944, weights N x K, "
+              "decode up-projection (8 tokens) as a GEMV: threads split K, simd_sum "
+              "combines, no simdgroup matrices; Qwen2.5-7B 3584 -> 18944, weights N x K, "
               "f16", "N 2048 of 18944; tokens and K real", 18944 / 2048),
     # Quantized matmuls at the seed's execution patterns (issue 9). The seed's M2 figures
     # come without their shapes; the real shapes below are Qwen3's, stated as such.
