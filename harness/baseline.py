@@ -7,8 +7,9 @@
 
 The baseline ("metaltile-bench-baseline/1") holds per case the family, params, counters,
 minimum traffic, flops and modeled seconds per chip, and for a case with a hand-tuned
-reference that kernel's counters and the generated / hand-tuned ratios; no wall-clock time, so it changes
-only when counters do, and a rewrite of unchanged counters is byte-identical.
+reference that kernel's counters and the generated / hand-tuned ratios; no wall-clock
+time, so it changes only when counters do, and a rewrite of unchanged counters is
+byte-identical.
 """
 
 from __future__ import annotations

@@ -37,9 +37,10 @@ Where each figure comes from (docs/bench.md has the table, with every source):
     counterparts").
   - on-chip figures per GPU family (`OnChip`): register file ~208 KB, threadgroup memory
     ~60 KB and at most 3072 threads (96 simdgroups) per core, ALU latency hidden from 24
-    simdgroups per core (also the fewest registers can leave: the compiler spills rather), 4 schedulers per core, a simd shuffle issued every 2.04 cycles
-    per scheduler (256 B/cycle of shuffle bandwidth per core): philipturner/metal-benchmarks,
-    measured on Apple7/8 (M1, M2). Threadgroup-memory bandwidth (64 B/cycle per core, the
+    simdgroups per core (also the fewest registers can leave: the compiler spills rather),
+    4 schedulers per core, a simd shuffle issued every 2.04 cycles per scheduler (256
+    B/cycle of shuffle bandwidth per core): philipturner/metal-benchmarks, measured on
+    Apple7/8 (M1, M2). Threadgroup-memory bandwidth (64 B/cycle per core, the
     on-core data bandwidth metal-benchmarks lists; it gives no figure of its own for
     threadgroup memory, only that it is "narrow") and the barrier cost (32 cycles) are
     estimates, not measurements. Apple9 (M3, M4) allocates registers and threadgroup memory
@@ -253,8 +254,11 @@ class Modeled:
                 "barrier": self.barrier_seconds, "launch": self.launch_seconds}
 
 
+NO_ON_CHIP_WORK = OnChipWork()      # a device-and-ALU-only model
+
+
 def model(chip: Chip, *, device_bytes: int, flops: int, launches: int,
-          minimum_bytes: int, half: bool = False, work: OnChipWork = OnChipWork(),
+          minimum_bytes: int, half: bool = False, work: OnChipWork = NO_ON_CHIP_WORK,
           simd_width: int | None = None) -> Modeled:
     if simd_width is None:
         from core.target import METAL
