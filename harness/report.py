@@ -427,8 +427,9 @@ TERM_HEADER = ["total us", "device memory us", "ALU us", "threadgroup memory us"
                "simd ops us", "barriers us", "launches us", "groups / core (limit)",
                "occupancy", "bound"]
 TERM_NOTE = ("Each term of harness/roofline.py at the shape that ran: device memory and ALU "
-             "are divided by the occupancy factor (resident simdgroups per core / 24, at most "
-             "1); the four throughput terms overlap (the largest binds), barriers and "
+             "are divided by the occupancy factor (the fraction of peak throughput measured "
+             "with that many resident simdgroups per core: 37% at 4, 64% at 8, 100% from 24); "
+             "the four throughput terms overlap (the largest binds), barriers and "
              "launches add. groups / core: threadgroups one core holds at once and what "
              "limits them (threads, threadgroup memory, registers: thread-local arrays plus "
              "an allowance). The on-chip constants and their sources are in docs/bench.md; "

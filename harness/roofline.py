@@ -6,7 +6,8 @@ bytes, barriers, simd operations, launches, threadgroups and threads, threadgrou
 threadgroup) plus the kernel's arithmetic (`Built.flops`) and the bytes of its thread-local
 arrays (`local_array_bytes`, read from the MSL: the register estimate). Output: per chip
 
-    occupancy   = resident simdgroups per core / simds_to_hide_latency, at most 1, from
+    occupancy   = the throughput a core reaches with its resident simdgroups (measured
+                  points, interpolated: 4 -> 37%, 8 -> 64%, 24 or more -> 100%), from
                   the threadgroups a core holds at once (limited by its threads, its
                   threadgroup memory and its register file; a property of the kernel, as
                   if the grid filled the GPU, which the real shapes do)
@@ -37,7 +38,9 @@ Where each figure comes from (docs/bench.md has the table, with every source):
     counterparts").
   - on-chip figures per GPU family (`OnChip`): register file ~208 KB, threadgroup memory
     ~60 KB and at most 3072 threads (96 simdgroups) per core, ALU latency hidden from 24
-    simdgroups per core (also the fewest registers can leave: the compiler spills rather),
+    simdgroups per core (also the fewest registers can leave: the compiler spills rather;
+    below it, the fraction of peak FFMA throughput measured at ILP 4 with 4 and 8 simdgroups
+    per core, 37% and 64%, interpolated, and applied to device bandwidth too),
     4 schedulers per core, a simd shuffle issued every 2.04 cycles per scheduler (256
     B/cycle of shuffle bandwidth per core): philipturner/metal-benchmarks, measured on
     Apple7/8 (M1, M2). Threadgroup-memory bandwidth (64 B/cycle per core, the
@@ -78,6 +81,7 @@ class OnChip:
     threadgroup_memory_bytes: int     # per core, shared by its resident threadgroups
     max_threads: int                  # resident threads per core
     simds_to_hide_latency: int        # resident simdgroups per core for full ALU use
+    occupancy_points: tuple           # (resident simdgroups, fraction of peak) measured
     schedulers: int                   # per core, each issues for one simdgroup
     simd_op_cycles: float             # cycles per simd shuffle per scheduler (throughput)
     threadgroup_bytes_per_cycle: int  # threadgroup-memory bandwidth per core (estimate)
@@ -89,8 +93,12 @@ class OnChip:
 _MB_ONCHIP = ("philipturner/metal-benchmarks (register file, threadgroup memory, threads, "
               "simds for full ALU use, schedulers, shuffle throughput); threadgroup bandwidth, "
               "barrier cycles and the register allowance are estimates")
-_APPLE7 = OnChip("apple7/8", 208 * 1024, 60 * 1024, 3072, 24, 4, 2.04, 64, 32, 64, _MB_ONCHIP)
-_APPLE9 = OnChip("apple9", 208 * 1024, 60 * 1024, 3072, 24, 4, 2.04, 64, 32, 64,
+# FFMA at ILP 4 (tile code has independent accumulators): 2.75 cycles at 4 simds/core,
+# 1.60 at 8, 1.02 at 88 (metal-benchmarks); utilization is full from 24 simds/core.
+_OCCUPANCY = ((4, 1.02 / 2.75), (8, 1.02 / 1.60), (24, 1.0))
+_APPLE7 = OnChip("apple7/8", 208 * 1024, 60 * 1024, 3072, 24, _OCCUPANCY, 4, 2.04, 64, 32, 64,
+                 _MB_ONCHIP)
+_APPLE9 = OnChip("apple9", 208 * 1024, 60 * 1024, 3072, 24, _OCCUPANCY, 4, 2.04, 64, 32, 64,
                  "estimate: Apple7/8 figures (no Apple9 microbenchmark found; Apple9 "
                  "allocates registers and threadgroup memory dynamically)")
 
@@ -195,7 +203,7 @@ class Occupancy:
     groups_per_core: int
     limit: str                       # "threads", "threadgroup memory", "registers", "none"
     simdgroups_per_core: int
-    factor: float                    # min(1, simdgroups / simds_to_hide_latency)
+    factor: float                    # fraction of peak throughput (`occupancy_factor`)
     register_bytes_per_thread: int
 
 
@@ -222,8 +230,18 @@ def occupancy(on_chip: OnChip, work: OnChipWork, simd_width: int) -> Occupancy:
     if limit == "registers" and by_registers < floor:
         limit = "registers (spills)"
     simds = groups * simds_per_group
-    return Occupancy(groups, limit, simds, min(1.0, simds / on_chip.simds_to_hide_latency),
-                     regs)
+    return Occupancy(groups, limit, simds, occupancy_factor(on_chip, simds), regs)
+
+
+def occupancy_factor(on_chip: OnChip, simds: int) -> float:
+    """Fraction of peak throughput with `simds` resident simdgroups per core: linear
+    between the measured `occupancy_points` (and from 0 at 0), 1.0 from the last one."""
+    lo_s, lo_f = 0, 0.0
+    for hi_s, hi_f in on_chip.occupancy_points:
+        if simds <= hi_s:
+            return lo_f + (hi_f - lo_f) * (simds - lo_s) / (hi_s - lo_s)
+        lo_s, lo_f = hi_s, hi_f
+    return 1.0
 
 
 @dataclass(frozen=True)
