@@ -224,7 +224,7 @@ def hand_tuned_rows(results: dict) -> list[list[str]]:
                 misses.append(column)
         for chip in chips:
             ratio = hand.get("modeled_ratios", {}).get(chip)
-            cells.append(_times(ratio, 3))          # a miss by 0.1% shows
+            cells.append(_times(ratio, 4))          # a miss by 0.01% shows
             if ratio is not None and ratio > HAND_TUNED_TARGET[1] * (1 + 1e-9):
                 misses.append(f"modeled {chip}")
         target = "-" if not ref else ("met" if not misses else ", ".join(misses))
