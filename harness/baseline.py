@@ -6,8 +6,10 @@
     write_pytest_benchmark_json(run, out_dir)           # pytest-benchmark's format
 
 The baseline ("metaltile-bench-baseline/1") holds per case the family, params, counters,
-minimum traffic, flops and modeled seconds per chip; no wall-clock time, so it changes
-only when counters do, and a rewrite of unchanged counters is byte-identical.
+minimum traffic, flops and modeled seconds per chip, and for a case with a hand-tuned
+reference that kernel's counters and the generated / hand-tuned ratios; no wall-clock
+time, so it changes only when counters do, and a rewrite of unchanged counters is
+byte-identical.
 """
 
 from __future__ import annotations
@@ -23,9 +25,16 @@ DEFAULT_OUT = ROOT / "reports" / "out"
 
 
 def baseline_entry(case: CaseMeasurement) -> dict:
-    return {"family": case.family, "params": case.params, "counters": case.counters,
-            "minimum": case.minimum, "flops": case.flops,
-            "modeled_seconds": {k: v["seconds"] for k, v in case.modeled.items()}}
+    entry = {"family": case.family, "params": case.params, "counters": case.counters,
+             "minimum": case.minimum, "flops": case.flops,
+             "modeled_seconds": {k: v["seconds"] for k, v in case.modeled.items()}}
+    hand = case.hand_tuned
+    if hand and hand.get("counters"):
+        entry["hand_tuned"] = {"kernel": f"{hand['file']}:{hand['kernel']}",
+                               "threads": hand["threads"], "counters": hand["counters"],
+                               "ratios": hand["ratios"],
+                               "modeled_ratios": hand["modeled_ratios"]}
+    return entry
 
 
 def update_baseline(results: BenchRun | dict, path: Path) -> tuple[dict, list[str]]:
@@ -39,7 +48,7 @@ def update_baseline(results: BenchRun | dict, path: Path) -> tuple[dict, list[st
     cases = dict(old["cases"]) if old else {}
     left_out = []
     for case in results.cases:
-        if case.status == "pass":
+        if case.status == "pass" and (case.hand_tuned or {}).get("status", "pass") == "pass":
             cases[case.name] = baseline_entry(case)
         elif case.status != "skip":
             left_out.append(case.name)

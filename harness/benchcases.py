@@ -65,6 +65,28 @@ class Reference:
 
 
 @dataclass(frozen=True)
+class HandTuned:
+    """Our best hand-written MSL for what a case's generated kernel computes, run beside it
+    on the emulator at the same shape with the same inputs, oracle and checks; the bench
+    reports generated / hand-tuned per counter and per modeled time, and the gate tracks
+    those ratios (harness/gate.py). The kernels are in harness/reference_kernels/.
+
+    file, kernel    harness/reference_kernels/<file>, the kernel function in it
+    threads         threadgroup size (any multiple of the simdgroup width); the grid is one
+                    threadgroup per row (the case's param M), rows of length N (a multiple
+                    of 4): the case's params give T/T4 (dtype), N and these #defines
+    constants       case params passed as float #defines of the same name in capitals
+                    (("eps",) -> EPS)
+    geometry        the launch in words, for the report
+    """
+    file: str
+    kernel: str
+    threads: int
+    constants: tuple = ()
+    geometry: str = ""
+
+
+@dataclass(frozen=True)
 class BenchCase:
     name: str             # "family/what", unique; the key in baselines and reports
     family: str           # harness/gen family name
@@ -73,6 +95,7 @@ class BenchCase:
     scaling: str          # what was scaled down for the emulator, honestly
     full_scale: float = 1.0   # work at the real shape / work at this one
     reference: Reference | None = None   # a measured figure to set beside the model
+    hand_tuned: HandTuned | None = None  # hand-written MSL run beside the generated kernel
 
 
 # The seed implementation's measured M2 figures (issue 9), set beside the QMM cases' models.
@@ -246,8 +269,8 @@ CASES = (
     BenchCase("gemv/decode-f16", "gemv",
               {"M": 8, "N": 2048, "K": 3584, "bM": 8, "bN": 16, "bK": 128, "threads": 32,
                "dtype": "float16", "out_dtype": "float16"},
-              "decode up-projection (8 tokens) as a GEMV: threads split K, simd_shuffle "
-              "butterflies, no simdgroup matrices; Qwen2.5-7B 3584 -> 18944, weights N x K, "
+              "decode up-projection (8 tokens) as a GEMV: threads split K, simd_sum "
+              "combines, no simdgroup matrices; Qwen2.5-7B 3584 -> 18944, weights N x K, "
               "f16", "N 2048 of 18944; tokens and K real", 18944 / 2048),
     # Quantized matmuls at the seed's execution patterns (issue 9). The seed's M2 figures
     # come without their shapes; the real shapes below are Qwen3's, stated as such.
@@ -320,6 +343,51 @@ CASES = (
               "2048, expert intermediate 768, f16, 9 launches",
               "tokens 8 of a prefill; expert intermediate 64 of 768; hidden real", 768 / 64),
 )
+
+
+# Generated kernels against our hand-tuned MSL (issue 13), at the shapes the issue names:
+# Qwen2.5/Qwen3 hidden sizes 4096 and 3584, attention rows of 1024 keys, a 32000-entry
+# vocabulary (the looped softmax). The generated side uses metaltile's best tiling for each
+# (one row per threadgroup, the most threads its power-of-two rule allows without idle
+# lanes); the hand-tuned side its own geometry, stated per case.
+_VS = "generated vs hand-tuned"
+HAND_TUNED_CASES = (
+    BenchCase("rmsnorm/vs-hand-tuned-4096-f32", "rmsnorm",
+              {"M": 32, "N": 4096, "dtype": "float32", "eps": 1e-6, "weight": "global",
+               "bM": 1, "threads": 512},
+              f"RMSNorm 32 x 4096 (Qwen3-8B hidden), f32, {_VS}", "the issue's shape, real",
+              1.0, hand_tuned=HandTuned("rmsnorm.metal", "rmsnorm_row", 512, ("eps",),
+                                        "one row per threadgroup, 512 threads x 2 float4")),
+    BenchCase("rmsnorm/vs-hand-tuned-3584-f16", "rmsnorm",
+              {"M": 8, "N": 3584, "dtype": "float16", "eps": 1e-6, "weight": "global",
+               "bM": 1, "threads": 512},
+              f"RMSNorm 8 x 3584 (Qwen2.5-7B hidden), f16, {_VS}", "the issue's shape, real",
+              1.0, hand_tuned=HandTuned("rmsnorm.metal", "rmsnorm_row", 448, ("eps",),
+                                        "one row per threadgroup, 448 threads x 2 half4 "
+                                        "(no power of two fits 3584 exactly)")),
+    BenchCase("softmax/vs-hand-tuned-1024-f16", "softmax",
+              {"M": 64, "N": 1024, "dtype": "float16", "scale": 1.0, "bM": 1,
+               "threads": 256},
+              f"softmax 64 x 1024 (attention rows), f16, {_VS}", "the issue's shape, real",
+              1.0, hand_tuned=HandTuned("softmax.metal", "softmax_row", 256, ("scale",),
+                                        "one row per threadgroup, 256 threads x 1 half4")),
+    BenchCase("softmax/vs-hand-tuned-looped-32000-f32", "softmax",
+              {"M": 4, "N": 32000, "dtype": "float32", "scale": 1.0, "bM": 1,
+               "threads": 512},
+              f"softmax over a 32000-entry vocabulary, f32, {_VS} (looped: online "
+              "max/sum pass, then a normalizing pass)",
+              "rows 4 of the issue's 16; row length real", 16 / 4,
+              hand_tuned=HandTuned("softmax.metal", "softmax_looped", 1024, ("scale",),
+                                   "one row per threadgroup, 1024 threads streaming float4, "
+                                   "the row read twice")),
+    BenchCase("layernorm/vs-hand-tuned-4096-f16", "layernorm",
+              {"M": 32, "N": 4096, "dtype": "float16", "eps": 1e-5, "bM": 1,
+               "threads": 512},
+              f"layer_norm 32 x 4096, f16, {_VS}", "the issue's shape, real", 1.0,
+              hand_tuned=HandTuned("layernorm.metal", "layernorm_row", 512, ("eps",),
+                                   "one row per threadgroup, 512 threads x 2 half4")),
+)
+CASES = CASES + HAND_TUNED_CASES
 
 
 # -- selection -----------------------------------------------------------------------------

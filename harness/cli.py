@@ -520,6 +520,9 @@ def _print_outcome(out, outcome, baseline_path) -> int:
     references = report.reference_table(results)
     if references is not None:
         out.print(references)
+    hand_tuned = report.hand_tuned_table(results)
+    if hand_tuned is not None:
+        out.print(hand_tuned)
     if results.against:
         if results.against.get("error"):
             out.print(Text(f"A/B: {results.against['error']}", "red"))

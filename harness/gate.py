@@ -6,7 +6,11 @@
 Rules: a case that does not pass is a "failure"; every gated counter (`GATED`) gates
 exactly: an increase is a "regression", a decrease an "improvement" to list; modeled times
 gate past `MODELED_THRESHOLD` (they derive from the counters, so this only absorbs float
-rounding); new, changed-params and missing cases and another clang are "note"s. Compile
+rounding); new, changed-params and missing cases and another clang are "note"s. A case
+with a hand-tuned reference (`BenchCase.hand_tuned`) fails when that kernel does not pass,
+and its generated / hand-tuned ratios gate like counters: a ratio that grows is a
+"regression" (the generated kernel lost ground on hand-written code, or the reference got
+better), per counter exactly and per modeled time past `MODELED_THRESHOLD`. Compile
 wall times are never compared with a baseline recorded on another machine (26% noise
 between machines was measured): they are compared A/B within one run by
 `harness bench --against GITREF` (harness/against.py), whose verdicts become Changes here.
@@ -24,7 +28,7 @@ MODELED_THRESHOLD = 0.01      # relative; modeled time derives from exact counte
 GATED = ("launches", "device_bytes_read", "device_bytes_written", "device_load_ops",
          "device_store_ops", "threadgroup_bytes_read", "threadgroup_bytes_written",
          "threadgroup_load_ops", "threadgroup_store_ops", "threadgroup_memory_bytes",
-         "barriers", "simd_ops", "atomic_ops")
+         "barriers", "simd_ops", "atomic_ops", "local_array_bytes")
 INFORMATIONAL = ("groups", "threads", "simdgroups", "device_unique_bytes_read",
                  "device_unique_bytes_written")
 
@@ -75,6 +79,10 @@ def compare(results: BenchRun | dict, baseline: dict | None) -> list[Change]:
         if status != "pass":
             changes.append(Change(name, "status", "failure", None, status,
                                   case.message.splitlines()[0] if case.message else ""))
+        hand = case.hand_tuned
+        if hand and hand["status"] != "pass":
+            changes.append(Change(name, "hand-tuned status", "failure", None, hand["status"],
+                                  hand["message"].splitlines()[0] if hand["message"] else ""))
         base = base_cases.get(name)
         if base is None:
             if status == "pass" and baseline is not None:
@@ -103,6 +111,7 @@ def compare(results: BenchRun | dict, baseline: dict | None) -> list[Change]:
             elif rel < -MODELED_THRESHOLD:
                 changes.append(Change(name, f"modeled {chip}", "improvement", b,
                                       m["seconds"]))
+        changes.extend(_hand_tuned_changes(case, base))
     ran = {c.name for c in results.cases}
     selected = results.options.get("cases")
     for name in sorted(set(base_cases) - ran):
@@ -111,6 +120,34 @@ def compare(results: BenchRun | dict, baseline: dict | None) -> list[Change]:
                                   "the registry any more"))
     changes.extend(_ab_changes(results.against))
     return changes
+
+
+def _hand_tuned_changes(case, base: dict) -> list[Change]:
+    """The generated / hand-tuned ratios of a case against the baseline's."""
+    hand = case.hand_tuned
+    if not hand or hand["status"] != "pass":       # a failing reference: failed above
+        return []
+    old = base.get("hand_tuned")
+    if old is None:
+        return [Change(case.name, "hand-tuned", "new", detail="no baseline of the "
+                       "generated / hand-tuned ratios yet (harness bench --update-baseline)")]
+    out = []
+    for key, ratio in hand["ratios"].items():
+        b = old["ratios"].get(key)
+        if b is None or ratio is None or abs(ratio - b) <= 1e-9 * max(abs(b), 1.0):
+            continue
+        out.append(Change(case.name, f"generated/hand-tuned {key}",
+                          "regression" if ratio > b else "improvement", b, ratio))
+    for chip, ratio in hand["modeled_ratios"].items():
+        b = old["modeled_ratios"].get(chip)
+        if b is None:
+            continue
+        rel = ratio / b - 1.0 if b else 0.0
+        if abs(rel) > MODELED_THRESHOLD:
+            out.append(Change(case.name, f"generated/hand-tuned modeled {chip}",
+                              "regression" if rel > 0 else "improvement", b, ratio,
+                              f"> {MODELED_THRESHOLD:.0%} threshold" if rel > 0 else ""))
+    return out
 
 
 def _clang_major(toolchain: str | None) -> str | None:

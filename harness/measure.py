@@ -12,7 +12,10 @@ Per case (`measure_case` -> `CaseMeasurement`):
              and inputs are fixed, so two runs of one compiler give identical counters.
   minimum    the traffic no kernel can avoid: every input read once, every output written
              once (the ratio counted/minimum shows re-reads and spills)
-  modeled    `harness.roofline` time per chip from those counters (docs/bench.md)
+  modeled    `harness.roofline` time per chip and its terms (device memory, ALU,
+             threadgroup memory, simd operations, barriers, launches, occupancy) from
+             those counters and `local_array_bytes`, the thread-local array bytes the MSL
+             declares (the register estimate; docs/bench.md)
   compile    DSL -> MSL wall time (build the family's kernel, which parses the DSL, then
              `core.compile(..., cache=False)`), `rounds` rounds after one warm-up, summarized
              by pytest-benchmark's own `Stats`
@@ -39,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import roofline
-from harness.benchcases import BenchCase
+from harness.benchcases import BenchCase, HandTuned
 
 SCHEMA = "metaltile-bench/1"
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +53,12 @@ DEFAULT_ROUNDS = 5
 SUMMED = ("groups", "threads", "simdgroups", "barriers", "simd_ops", "atomic_ops",
           "threadgroup_bytes_read", "threadgroup_bytes_written", "device_load_ops",
           "device_store_ops", "threadgroup_load_ops", "threadgroup_store_ops")
+REFERENCE_KERNELS = Path(__file__).resolve().parent / "reference_kernels"
+# Counters set as generated / hand-tuned (all gated counters that either side can have).
+RATIO_COUNTERS = ("device_bytes_read", "device_bytes_written", "device_load_ops",
+                  "device_store_ops", "threadgroup_bytes_read", "threadgroup_bytes_written",
+                  "threadgroup_load_ops", "threadgroup_store_ops", "threadgroup_memory_bytes",
+                  "barriers", "simd_ops", "local_array_bytes")
 PER_BUFFER = ("device_bytes_read", "device_bytes_written", "device_unique_bytes_read",
               "device_unique_bytes_written")
 
@@ -75,6 +84,7 @@ class CaseMeasurement:
     gpu: dict | None = None
     msl: str = ""
     reference: dict | None = None     # benchcases.Reference.as_dict(): informational
+    hand_tuned: dict | None = None    # `measure_hand_tuned`: the reference run and the ratios
 
     @classmethod
     def of(cls, case: BenchCase) -> "CaseMeasurement":
@@ -157,15 +167,24 @@ def _half_only(built) -> bool:
 
 
 def modeled(counters: dict, minimum: dict, flops: int, chip_names, half=False) -> dict:
+    """The roofline model (harness/roofline.py) per chip from one program's counters: the
+    modeled seconds, each term, the occupancy, which throughput term binds, the ideal."""
     out = {}
+    work = roofline.OnChipWork.of(counters)
     for chip in roofline.chips(chip_names):
         m = roofline.model(chip, device_bytes=counters["device_bytes_read"]
                            + counters["device_bytes_written"], flops=flops,
                            launches=counters["launches"],
-                           minimum_bytes=minimum["read"] + minimum["written"], half=half)
+                           minimum_bytes=minimum["read"] + minimum["written"], half=half,
+                           work=work)
         out[chip.name] = {"seconds": m.seconds, "memory_seconds": m.memory_seconds,
                           "compute_seconds": m.compute_seconds,
-                          "launch_seconds": m.launch_seconds, "bound": m.bound,
+                          "threadgroup_seconds": m.threadgroup_seconds,
+                          "simd_seconds": m.simd_seconds,
+                          "barrier_seconds": m.barrier_seconds,
+                          "launch_seconds": m.launch_seconds, "occupancy": m.occupancy,
+                          "groups_per_core": m.groups_per_core,
+                          "occupancy_limit": m.occupancy_limit, "bound": m.bound,
                           "ideal_seconds": m.ideal_seconds, "efficiency": m.efficiency}
     return out
 
@@ -246,6 +265,85 @@ def time_gpu(fam, params: dict, rounds: int):
     return stats
 
 
+def hand_tuned_source(hand: HandTuned, params: dict) -> str:
+    """The reference kernel's MSL as it runs: the element type (typedefs T and T4, and
+    to_T4, a float4 converted to T4), the #defines (row length, threads, simdgroup width,
+    the case's float constants), then the file."""
+    from core.target import DTYPES, METAL
+    msl = DTYPES[params["dtype"]].msl
+    defines = {"N": params["N"], "THREADS": hand.threads, "SIMD_WIDTH": METAL.simd_width}
+    defines.update({name.upper(): f"{float(params[name])!r}f" for name in hand.constants})
+    head = ["#include <metal_stdlib>", "using namespace metal;", f"typedef {msl} T;",
+            f"typedef {msl}4 T4;", f"inline T4 to_T4(float4 v) {{ return {msl}4(v); }}",
+            *(f"#define {k} {v}" for k, v in defines.items())]
+    return "\n".join(head) + "\n" + (REFERENCE_KERNELS / hand.file).read_text()
+
+
+def generated_over_reference(generated, reference):
+    """generated / reference; 1.0 when both are 0, None when only the reference is 0."""
+    if not reference:
+        return 1.0 if not generated else None
+    return generated / reference
+
+
+def measure_hand_tuned(case: BenchCase, built, generated: "CaseMeasurement",
+                       chip_names, half: bool) -> dict:
+    """Run the case's hand-written kernel (`BenchCase.hand_tuned`) on the emulator with
+    every check, on the inputs the generated kernel ran on, compare with the same oracle
+    and tolerance, and set generated / hand-tuned per counter and per modeled time.
+    Never raises: the status says what happened."""
+    import torch
+
+    from core.errors import MetaltileError
+    from core.runtime.emu import run_msl
+    from harness.diff import assert_close
+
+    hand = case.hand_tuned
+    p = case.params
+    out = {"file": hand.file, "kernel": hand.kernel, "threads": hand.threads,
+           "grid": p["M"], "geometry": hand.geometry, "status": "pass", "message": "",
+           "findings": [], "counters": None, "modeled": None, "ratios": {},
+           "modeled_ratios": {}}
+    if p["N"] % 4:
+        out["status"] = "launch_error"
+        out["message"] = (f"hand-tuned kernel '{hand.kernel}' of case '{case.name}' reads "
+                          f"rows as 4-vectors: N={p['N']} is not a multiple of 4")
+        return out
+    inputs = built.inputs(SEED)
+    expected = built.oracle(inputs)
+    outputs = [torch.full_like(e, float("nan")) for e in expected]
+    try:
+        res = run_msl(hand_tuned_source(hand, p), hand.kernel, grid=(p["M"], 1, 1),
+                      threadgroup=(hand.threads, 1, 1), buffers=[*inputs, *outputs],
+                      seed=SEED)
+    except MetaltileError as err:
+        out["status"], out["message"] = "launch_error", f"{type(err).__name__}: {err}"
+        return out
+    out["findings"] = [str(f) for f in res.findings[:20]]
+    try:
+        for i, (got, want) in enumerate(zip(outputs, expected)):
+            assert_close(got, want, built.tolerance_dtypes[i] or None, built.reduction_length,
+                         what=f"hand-tuned output {i}:", op_class=built.op_class)
+    except AssertionError as err:
+        out["status"], out["message"] = "mismatch", str(err)
+    if res.findings and out["status"] == "pass":
+        out["status"] = "finding"
+        out["message"] = f"{len(res.findings)} finding(s); first: {res.findings[0]}"
+    counters = aggregate([res.stats])
+    counters["local_array_bytes"] = roofline.local_array_bytes(hand_tuned_source(hand, p),
+                                                               hand.kernel)
+    out["counters"] = counters
+    out["modeled"] = modeled(counters, generated.minimum, generated.flops, chip_names, half)
+    if generated.counters:
+        out["ratios"] = {k: generated_over_reference(generated.counters.get(k, 0),
+                                                     counters.get(k, 0))
+                         for k in RATIO_COUNTERS}
+    if generated.modeled:
+        out["modeled_ratios"] = {chip: generated.modeled[chip]["seconds"] / m["seconds"]
+                                 for chip, m in out["modeled"].items()}
+    return out
+
+
 def measure_case(case: BenchCase, *, rounds: int = DEFAULT_ROUNDS, disable=(),
                  replace=None, chip_names=roofline.DEFAULT_CHIPS, gpu: bool = False,
                  gpu_rounds: int = 20) -> CaseMeasurement:
@@ -276,11 +374,15 @@ def measure_case(case: BenchCase, *, rounds: int = DEFAULT_ROUNDS, disable=(),
     try:
         if result.stats:
             out.counters = aggregate(result.stats)
+            out.counters["local_array_bytes"] = roofline.local_array_bytes(result.msl)
             built = fam.build(dict(case.params))
             out.minimum = _minimum(built)
             out.flops = int(built.flops)
             out.modeled = modeled(out.counters, out.minimum, out.flops, chip_names,
                                   half=_half_only(built))
+            if case.hand_tuned:
+                out.hand_tuned = measure_hand_tuned(case, built, out, chip_names,
+                                                    _half_only(built))
         if result.status in ("pass", "mismatch", "finding", "timeout", "crash",
                              "launch_error"):
             out.compile = timing_summary(time_compile(fam, case.params, rounds, disable,

@@ -1,51 +1,106 @@
-"""A roofline model of Apple GPUs: modeled kernel time from the emulator's counters.
+"""A model of Apple GPUs that sees device traffic and on-chip work: modeled kernel time from
+the emulator's counters.
 
-Input: the deterministic counters of one checked emulator run (device bytes read and
-written, launches) and the kernel's arithmetic (`Built.flops`). Output: per chip
+Input: the deterministic counters of one checked emulator run (device bytes, threadgroup
+bytes, barriers, simd operations, launches, threadgroups and threads, threadgroup memory per
+threadgroup) plus the kernel's arithmetic (`Built.flops`) and the bytes of its thread-local
+arrays (`local_array_bytes`, read from the MSL: the register estimate). Output: per chip
 
-    time = max(device_bytes / bandwidth, flops / peak_flops) + launches * LAUNCH_OVERHEAD_S
+    occupancy   = the throughput a core reaches with its resident simdgroups (measured
+                  points, interpolated: 4 -> 37%, 8 -> 64%, 24 or more -> 100%), from
+                  the threadgroups a core holds at once (limited by its threads, its
+                  threadgroup memory and its register file; a property of the kernel, as
+                  if the grid filled the GPU, which the real shapes do)
+    throughput  = max(device bytes / bandwidth / occupancy,
+                      flops / peak flops / occupancy,
+                      threadgroup bytes / threadgroup-memory bandwidth,
+                      simd ops x cycles per simd op / simd issue rate)
+    barriers    = barrier events x BARRIER_CYCLES / (clock x cores x resident threadgroups)
+    time        = throughput + barriers + launches x LAUNCH_OVERHEAD_S
 
-and its parts (which roof binds). `ideal` is the same formula over the minimum traffic
-(every input read once, every output written once) and one launch: the time no schedule
-of this computation can beat on that chip, so `modeled / ideal` is the cost of the
-compiler's choices as the model sees them.
+and every term (`Modeled`), so a report can show which one binds. The throughput terms are
+different units of the GPU working at once, so they overlap (max); a barrier is latency
+that only other resident threadgroups can hide, so it adds. `ideal` is the device-and-ALU
+roofline over the minimum traffic (every input read once, every output written once) and one
+launch: the time no schedule of this computation can beat on that chip, so
+`modeled / ideal` is the cost of the compiler's choices as the model sees them.
 
-Where the figures come from (README.md, "harness bench", has the table; docs/bench.md the model):
+Where each figure comes from (docs/bench.md has the table, with every source):
   - bandwidth: Apple's published unified-memory bandwidth per chip (M2, M3, M4 and all
     Pro/Max chips); for M1, which Apple never stated, LPDDR4X-4266 on a 128-bit bus
     (4266 MT/s x 16 B = 68.25 GB/s), consistent with Apple's "M2: 100GB/s, 50 percent more
     than M1".
-  - peak FP32: derived as GPU cores x 128 ALUs per core x clock x 2 (an FMA is two
-    operations). Cores are Apple's (the configuration with the most GPU cores of each
-    chip); clocks: M1/M2 families from philipturner/metal-benchmarks (1278/1296/1398 MHz),
-    which matches Apple's own "2.6 teraflops" (M1), "5.2/10.4 teraflops" (M1 Pro/Max);
-    M3 and M4 clocks (1398, 1470 MHz) are third-party figures (Apple publishes neither
-    clock nor TFLOPS for them) and the least certain numbers here.
-  - peak FP16 = peak FP32: Apple7+ GPUs run half arithmetic at the float rate
-    (metal-benchmarks: "F16/I16 arithmetic is not faster than 32-bit counterparts").
-  - LAUNCH_OVERHEAD_S = 5 us per dispatch is an assumption, not a measurement: the order
-    of magnitude of back-to-back dispatches encoded in one command buffer (how LLM
-    runtimes launch); a command buffer waited on alone costs far more (Apple's MPS tuning
-    hints: up to 2.5 ms). `harness bench` on a Mac measures GPU time to check it.
+  - peak FP32: GPU cores x 128 ALUs per core x clock x 2 (an FMA is two operations). Cores
+    are Apple's; clocks: M1/M2 families from philipturner/metal-benchmarks (1278/1296/1398
+    MHz), which matches Apple's "2.6 teraflops" (M1), "5.2/10.4 teraflops" (M1 Pro/Max);
+    M3 and M4 clocks (1398, 1470 MHz) are third-party figures, the least certain here.
+  - peak FP16 = peak FP32 (metal-benchmarks: "F16/I16 arithmetic is not faster than 32-bit
+    counterparts").
+  - on-chip figures per GPU family (`OnChip`): register file ~208 KB, threadgroup memory
+    ~60 KB and at most 3072 threads (96 simdgroups) per core, ALU latency hidden from 24
+    simdgroups per core (also the fewest registers can leave: the compiler spills rather;
+    below it, the fraction of peak FFMA throughput measured at ILP 4 with 4 and 8 simdgroups
+    per core, 37% and 64%, interpolated, and applied to device bandwidth too),
+    4 schedulers per core, a simd shuffle issued every 2.04 cycles per scheduler (256
+    B/cycle of shuffle bandwidth per core): philipturner/metal-benchmarks, measured on
+    Apple7/8 (M1, M2). Threadgroup-memory bandwidth (64 B/cycle per core, the
+    on-core data bandwidth metal-benchmarks lists; it gives no figure of its own for
+    threadgroup memory, only that it is "narrow") and the barrier cost (32 cycles) are
+    estimates, not measurements. Apple9 (M3, M4) allocates registers and threadgroup memory
+    dynamically ("Dynamic Caching"); no microbenchmark of it was found, so it takes the
+    Apple7/8 figures, marked as an estimate.
+  - LAUNCH_OVERHEAD_S = 5 us per dispatch is an assumption: back-to-back dispatches encoded
+    in one command buffer; `harness bench` on a Mac measures GPU time to check it.
 
-Limitations, plainly: no caches (every counted device byte is DRAM traffic; kernels that
-re-read data from L1/L2 or the SLC are modeled slower than they run), peak bandwidth and
-peak ALU rate are never reached in practice (real kernels get ~70-90% of bandwidth), no
-occupancy, latency, threadgroup-memory bandwidth, barrier or simd-shuffle cost (those are
-gated exactly as counters instead: a barrier's cost depends on latency hiding the model
-has no way to know), one roof for the whole program even when it has several launches,
-and integer and transcendental operations count like FMAs. It ranks compiler changes by
-the traffic and launches they cause; it does not predict absolute times to better than a
-factor of ~2.
+Limitations, plainly: no caches (every counted device byte is DRAM traffic), peak rates are
+never reached in practice (real kernels get ~70-90% of bandwidth), every simd operation
+costs a shuffle's issue slot (metal-benchmarks measures `simd_sum` at ~14.5 cycles, seven
+shuffles: the counters do not tell a reduction from a shuffle, so a kernel of `simd_sum`s is
+modeled too fast), registers are estimated from thread-local arrays plus a fixed allowance
+for scalars (what the Metal compiler really allocates is unknown off a Mac), one occupancy
+for the whole program (threads and groups summed over its launches), integer and
+transcendental operations count like FMAs. It ranks compiler changes; it does not predict
+absolute times to better than a factor of ~2.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 
 ALUS_PER_CORE = 128          # FP32 lanes per Apple GPU core (metal-benchmarks, Apple7-9)
 LAUNCH_OVERHEAD_S = 5e-6     # assumed per dispatch, see above
 DEFAULT_CHIPS = ("M1", "M2", "M3", "M4")
+
+
+@dataclass(frozen=True)
+class OnChip:
+    """Per-core figures of one Apple GPU family (docs/bench.md cites each)."""
+    family: str
+    register_file_bytes: int          # per core
+    threadgroup_memory_bytes: int     # per core, shared by its resident threadgroups
+    max_threads: int                  # resident threads per core
+    simds_to_hide_latency: int        # resident simdgroups per core for full ALU use
+    occupancy_points: tuple           # (resident simdgroups, fraction of peak) measured
+    schedulers: int                   # per core, each issues for one simdgroup
+    simd_op_cycles: float             # cycles per simd shuffle per scheduler (throughput)
+    threadgroup_bytes_per_cycle: int  # threadgroup-memory bandwidth per core (estimate)
+    barrier_cycles: int               # one threadgroup barrier (estimate)
+    register_allowance_bytes: int     # scalars, addresses, indices per thread (estimate)
+    source: str
+
+
+_MB_ONCHIP = ("philipturner/metal-benchmarks (register file, threadgroup memory, threads, "
+              "simds for full ALU use, schedulers, shuffle throughput); threadgroup bandwidth, "
+              "barrier cycles and the register allowance are estimates")
+# FFMA at ILP 4 (tile code has independent accumulators): 2.75 cycles at 4 simds/core,
+# 1.60 at 8, 1.02 at 88 (metal-benchmarks); utilization is full from 24 simds/core.
+_OCCUPANCY = ((4, 1.02 / 2.75), (8, 1.02 / 1.60), (24, 1.0))
+_APPLE7 = OnChip("apple7/8", 208 * 1024, 60 * 1024, 3072, 24, _OCCUPANCY, 4, 2.04, 64, 32, 64,
+                 _MB_ONCHIP)
+_APPLE9 = OnChip("apple9", 208 * 1024, 60 * 1024, 3072, 24, _OCCUPANCY, 4, 2.04, 64, 32, 64,
+                 "estimate: Apple7/8 figures (no Apple9 microbenchmark found; Apple9 "
+                 "allocates registers and threadgroup memory dynamically)")
 
 
 @dataclass(frozen=True)
@@ -55,6 +110,7 @@ class Chip:
     clock_mhz: float
     bandwidth_gbs: float
     source: str                      # where the cores/bandwidth and the clock come from
+    on_chip: OnChip = _APPLE7
     fp16_rate: float = 1.0           # FP16 : FP32 throughput
 
     @property
@@ -70,9 +126,24 @@ class Chip:
     def bandwidth(self) -> float:
         return self.bandwidth_gbs * 1e9
 
+    @property
+    def cycles_per_second(self) -> float:
+        """Core-cycles per second over the whole GPU (clock x cores)."""
+        return self.clock_mhz * 1e6 * self.gpu_cores
+
+    @property
+    def threadgroup_bandwidth(self) -> float:
+        return self.cycles_per_second * self.on_chip.threadgroup_bytes_per_cycle
+
+    @property
+    def simd_ops_per_second(self) -> float:
+        return self.cycles_per_second * self.on_chip.schedulers / self.on_chip.simd_op_cycles
+
     def describe(self) -> dict:
         return {**asdict(self), "fp32_tflops": round(self.fp32_flops / 1e12, 3),
-                "fp16_tflops": round(self.fp16_flops / 1e12, 3)}
+                "fp16_tflops": round(self.fp16_flops / 1e12, 3),
+                "threadgroup_gbs": round(self.threadgroup_bandwidth / 1e9, 1),
+                "simd_gops": round(self.simd_ops_per_second / 1e9, 2)}
 
 
 _APPLE = "Apple newsroom/tech specs (cores, bandwidth)"
@@ -87,41 +158,202 @@ CHIPS = {c.name: c for c in (
     Chip("M2", 10, 1398, 100, f"{_APPLE}; {_MB}"),
     Chip("M2 Pro", 19, 1398, 200, f"{_APPLE}; {_MB} (>= 1398 MHz)"),
     Chip("M2 Max", 38, 1398, 400, f"{_APPLE}; {_MB} (>= 1398 MHz)"),
-    Chip("M3", 10, 1398, 100, f"{_APPLE}; {_THIRD}"),
-    Chip("M3 Pro", 18, 1398, 150, f"{_APPLE}; {_THIRD}"),
-    Chip("M3 Max", 40, 1398, 400, f"{_APPLE}; {_THIRD}"),
-    Chip("M4", 10, 1470, 120, f"{_APPLE}; {_THIRD}"),
-    Chip("M4 Pro", 20, 1470, 273, f"{_APPLE}; {_THIRD}"),
-    Chip("M4 Max", 40, 1470, 546, f"{_APPLE}; {_THIRD}"),
+    Chip("M3", 10, 1398, 100, f"{_APPLE}; {_THIRD}", _APPLE9),
+    Chip("M3 Pro", 18, 1398, 150, f"{_APPLE}; {_THIRD}", _APPLE9),
+    Chip("M3 Max", 40, 1398, 400, f"{_APPLE}; {_THIRD}", _APPLE9),
+    Chip("M4", 10, 1470, 120, f"{_APPLE}; {_THIRD}", _APPLE9),
+    Chip("M4 Pro", 20, 1470, 273, f"{_APPLE}; {_THIRD}", _APPLE9),
+    Chip("M4 Max", 40, 1470, 546, f"{_APPLE}; {_THIRD}", _APPLE9),
 )}
 
 
 @dataclass(frozen=True)
+class OnChipWork:
+    """The counters of a run that the on-chip terms read (all zero: a device-only model).
+
+    threadgroup_bytes           read + written, summed over threads and launches
+    barriers                    barrier events (one per threadgroup per barrier reached)
+    simd_ops                    simd collectives (one per simdgroup per collective)
+    groups, threads             threadgroups and threads launched (threads / groups is
+                                the threadgroup size)
+    threadgroup_memory_bytes    declared per threadgroup (the largest launch's)
+    local_array_bytes           thread-local arrays per thread (`local_array_bytes`)
+    """
+    threadgroup_bytes: int = 0
+    barriers: int = 0
+    simd_ops: int = 0
+    groups: int = 0
+    threads: int = 0
+    threadgroup_memory_bytes: int = 0
+    local_array_bytes: int = 0
+
+    @classmethod
+    def of(cls, counters: dict) -> "OnChipWork":
+        return cls(threadgroup_bytes=counters.get("threadgroup_bytes_read", 0)
+                   + counters.get("threadgroup_bytes_written", 0),
+                   barriers=counters.get("barriers", 0), simd_ops=counters.get("simd_ops", 0),
+                   groups=counters.get("groups", 0), threads=counters.get("threads", 0),
+                   threadgroup_memory_bytes=counters.get("threadgroup_memory_bytes", 0),
+                   local_array_bytes=counters.get("local_array_bytes", 0))
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """How many threadgroups of this kernel one core holds at once, and what limits it."""
+    groups_per_core: int
+    limit: str                       # "threads", "threadgroup memory", "registers", "none"
+    simdgroups_per_core: int
+    factor: float                    # fraction of peak throughput (`occupancy_factor`)
+    register_bytes_per_thread: int
+
+
+def occupancy(on_chip: OnChip, work: OnChipWork, simd_width: int) -> Occupancy:
+    """Resident threadgroups per core: the fewest that its threads, its threadgroup memory
+    and its register file allow (at least one: a kernel that launches runs). Registers
+    never push a core below `simds_to_hide_latency` simdgroups: the Metal compiler spills
+    to device memory rather (metal-benchmarks), so a kernel needing more is marked
+    "registers (spills)" and keeps that floor; the spill traffic is not modeled."""
+    regs = on_chip.register_allowance_bytes + work.local_array_bytes
+    if not work.groups or not work.threads:
+        return Occupancy(0, "none", 0, 1.0, regs)
+    per_group = max(1, round(work.threads / work.groups))
+    simds_per_group = -(-per_group // simd_width)
+    floor = -(-on_chip.simds_to_hide_latency // simds_per_group)
+    by_registers = on_chip.register_file_bytes // (regs * per_group)
+    limits = {"threads": on_chip.max_threads // per_group,
+              "registers": by_registers if by_registers >= floor else floor}
+    if work.threadgroup_memory_bytes:
+        limits["threadgroup memory"] = (on_chip.threadgroup_memory_bytes
+                                        // work.threadgroup_memory_bytes)
+    limit = min(limits, key=limits.get)
+    groups = max(1, limits[limit])
+    if limit == "registers" and by_registers < floor:
+        limit = "registers (spills)"
+    simds = groups * simds_per_group
+    return Occupancy(groups, limit, simds, occupancy_factor(on_chip, simds), regs)
+
+
+def occupancy_factor(on_chip: OnChip, simds: int) -> float:
+    """Fraction of peak throughput with `simds` resident simdgroups per core: linear
+    between the measured `occupancy_points` (and from 0 at 0), 1.0 from the last one."""
+    lo_s, lo_f = 0, 0.0
+    for hi_s, hi_f in on_chip.occupancy_points:
+        if simds <= hi_s:
+            return lo_f + (hi_f - lo_f) * (simds - lo_s) / (hi_s - lo_s)
+        lo_s, lo_f = hi_s, hi_f
+    return 1.0
+
+
+@dataclass(frozen=True)
 class Modeled:
-    """Modeled time of one kernel instance on one chip, and its parts (seconds)."""
+    """Modeled time of one kernel instance on one chip, and its terms (seconds)."""
     seconds: float
-    memory_seconds: float
-    compute_seconds: float
+    memory_seconds: float            # device bytes / bandwidth / occupancy factor
+    compute_seconds: float           # flops / peak / occupancy factor
+    threadgroup_seconds: float
+    simd_seconds: float
+    barrier_seconds: float
     launch_seconds: float
-    bound: str                       # "memory" or "compute"
-    ideal_seconds: float             # minimum traffic, one launch
+    occupancy: float                 # the factor (1.0: latency fully hidden)
+    groups_per_core: int
+    occupancy_limit: str
+    bound: str                       # the largest throughput term's name
+    ideal_seconds: float             # minimum traffic, one launch, device and ALU only
 
     @property
     def efficiency(self) -> float:
         """ideal / modeled: 1.0 means the kernel moves only what it must."""
         return self.ideal_seconds / self.seconds if self.seconds else 1.0
 
+    def terms(self) -> dict:
+        """Each term's seconds, in the order the report shows them."""
+        return {"memory": self.memory_seconds, "compute": self.compute_seconds,
+                "threadgroup": self.threadgroup_seconds, "simd": self.simd_seconds,
+                "barrier": self.barrier_seconds, "launch": self.launch_seconds}
+
+
+NO_ON_CHIP_WORK = OnChipWork()      # a device-and-ALU-only model
+
 
 def model(chip: Chip, *, device_bytes: int, flops: int, launches: int,
-          minimum_bytes: int, half: bool = False) -> Modeled:
+          minimum_bytes: int, half: bool = False, work: OnChipWork = NO_ON_CHIP_WORK,
+          simd_width: int | None = None) -> Modeled:
+    if simd_width is None:
+        from core.target import METAL
+        simd_width = METAL.simd_width
     peak = chip.fp16_flops if half else chip.fp32_flops
-    memory = device_bytes / chip.bandwidth
-    compute = flops / peak
+    occ = occupancy(chip.on_chip, work, simd_width)
+    throughput = {
+        "memory": device_bytes / chip.bandwidth / occ.factor,
+        "compute": flops / peak / occ.factor,
+        "threadgroup": work.threadgroup_bytes / chip.threadgroup_bandwidth,
+        "simd": work.simd_ops / chip.simd_ops_per_second,
+    }
+    bound = max(throughput, key=throughput.get)
+    barrier = (work.barriers * chip.on_chip.barrier_cycles
+               / (chip.cycles_per_second * max(1, occ.groups_per_core)))
     launch = launches * LAUNCH_OVERHEAD_S
-    ideal = max(minimum_bytes / chip.bandwidth, compute) + (LAUNCH_OVERHEAD_S if launches else 0)
-    return Modeled(seconds=max(memory, compute) + launch, memory_seconds=memory,
-                   compute_seconds=compute, launch_seconds=launch,
-                   bound="memory" if memory >= compute else "compute", ideal_seconds=ideal)
+    ideal = max(minimum_bytes / chip.bandwidth, flops / peak) + (LAUNCH_OVERHEAD_S
+                                                                  if launches else 0)
+    return Modeled(seconds=throughput[bound] + barrier + launch,
+                   memory_seconds=throughput["memory"], compute_seconds=throughput["compute"],
+                   threadgroup_seconds=throughput["threadgroup"],
+                   simd_seconds=throughput["simd"], barrier_seconds=barrier,
+                   launch_seconds=launch, occupancy=occ.factor,
+                   groups_per_core=occ.groups_per_core, occupancy_limit=occ.limit,
+                   bound=bound, ideal_seconds=ideal)
+
+
+# A thread-local array of the MSL text: `float x[28];`, `float4 v[ITEMS];` (not
+# `threadgroup`, not a pointer); and the object-like #defines its extents may name.
+_LOCAL_ARRAY = re.compile(r"^\s*(?:const\s+)?([A-Za-z_]\w*)\s+[A-Za-z_]\w*\s*"
+                          r"((?:\[[^\]\n]+\])+)\s*(?:=[^;]*)?;", re.M)
+_DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)\s+(.+?)\s*$", re.M)
+_INTEGER_EXPR = re.compile(r"^[\d\s()+\-*/%]+$")
+
+
+def _extent(text: str, defines: dict, depth: int = 0) -> int | None:
+    """An array extent as an integer: a literal, or integer arithmetic over #defines
+    (C's `/` on positive ints is Python's `//`); None when it is anything else."""
+    expanded = re.sub(r"[A-Za-z_]\w*", lambda m: f"({defines[m.group(0)]})"
+                      if m.group(0) in defines else m.group(0), text)
+    if expanded != text and depth < 8:
+        return _extent(expanded, defines, depth + 1)
+    if not _INTEGER_EXPR.match(expanded):
+        return None
+    return int(eval(expanded.replace("/", "//"), {"__builtins__": {}}))  # digits only
+
+
+def local_array_bytes(msl: str, kernel: str | None = None) -> int:
+    """Bytes of the thread-local arrays one thread of `msl` declares: of the function
+    `kernel` (its text up to the next kernel), or of the whole text; scalar and 2-4 vector
+    element types of the dtype table, others 4 bytes an element; extents may be #define
+    arithmetic. The register estimate of the occupancy term: a fragment held in registers."""
+    from core.target import DTYPES
+    by_msl = {d.msl: d.bytes for d in DTYPES.values()}
+    by_msl.update({f"{d.msl}{n}": d.bytes * n for d in DTYPES.values() for n in (2, 3, 4)})
+    defines = dict(_DEFINE.findall(msl))
+    body = msl
+    if kernel is not None:
+        start = re.search(rf"\bvoid\s+{re.escape(kernel)}\s*\(", msl)
+        if start is None:
+            raise ValueError(f"no kernel function '{kernel}' in the MSL text")
+        after = re.search(r"\[\[\s*kernel|\bkernel\s+void", msl[start.end():])
+        body = msl[start.start():start.end() + after.start() if after else len(msl)]
+    total = 0
+    for m in _LOCAL_ARRAY.finditer(body):
+        elem, dims = m.group(1), m.group(2)
+        if elem in ("threadgroup", "device", "constant", "return", "typedef"):
+            continue
+        count = 1
+        for d in re.findall(r"\[([^\]]+)\]", dims):
+            extent = _extent(d, defines)
+            if extent is None:
+                break
+            count *= extent
+        else:
+            total += count * by_msl.get(elem, 4)
+    return total
 
 
 def chips(names=DEFAULT_CHIPS) -> list[Chip]:

@@ -73,7 +73,8 @@ INTRINSICS = {  # TIR op -> MSL function
     "tirx.pow": "pow", "tirx.fmod": "fmod", "tirx.round": "rint", "tirx.trunc": "trunc",
     "tirx.isnan": "isnan",      # T.isinf is fabs(x) == inf: TIR has no isinf call
     "tirx.log10": "log10", "prim.log2": "log2", "prim.ceil": "ceil",  # TVM 0.27's names
-    "tl.simd_shuffle_xor": "simd_shuffle_xor",
+    "tl.simd_shuffle_xor": "simd_shuffle_xor", "tl.simd_sum": "simd_sum",
+    "tl.simd_max": "simd_max", "tl.simd_min": "simd_min",
 }
 BARRIER = "threadgroup_barrier(mem_flags::mem_threadgroup);"
 # simdgroup 8x8 matrices (core/ir/matrix.py; buffers of scope MATRIX_SCOPE): types, intrinsics

@@ -23,6 +23,7 @@ Each tile op is a TIR `Op` registered from Python (`tvm.ir.register_op_attr`), u
                                                     before the update (dtype: dst's)
     tl.threadgroup_barrier()                        (lowered) threadgroup_barrier(mem_threadgroup)
     tl.simd_shuffle_xor(value, mask)                (lowered) value of lane (lane ^ mask)
+    tl.simd_sum/max/min(value)                      (lowered) over the simdgroup's lanes
 
 `Region` is the decoded, plain-Python view of a `tl.region` call.
 """
@@ -41,7 +42,8 @@ TILE_OPS = ("tl.region", "tl.copy", "tl.fill", "tl.parallel_scope", "tl.gemm", "
 INTRINSICS = ("tl.threadgroup_barrier",
               # simdgroup 8x8 matrices (core/ir/matrix.py)
               "tl.simdgroup_fill", "tl.simdgroup_load", "tl.simdgroup_store", "tl.simdgroup_mma",
-              "tl.simd_shuffle_xor",  # reductions (core/transform/lower_reduce.py)
+              # reductions (core/transform/lower_reduce.py)
+              "tl.simd_shuffle_xor", "tl.simd_sum", "tl.simd_max", "tl.simd_min",
               "tl.atomic")            # T.atomic_add/max/min (core/language/atomic.py)
 _OPAQUE = 3  # CallEffectKind.Opaque: never removed or reordered by TVM's passes
 

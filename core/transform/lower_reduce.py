@@ -17,12 +17,17 @@ under thread-dependent control flow):
     acc[k] = identity                         k < dst slots (the dst layout's, per thread)
     for each source element x the thread holds (the source layout's rounds and runs):
         acc[dst slot of x's output] = op(acc[...], x)
-    for k: for m in 2**lo .. 2**(min(hi, 5) - 1):       XOR butterfly inside the simdgroup
+    for k: when lo == 0 and hi >= 5 (the group holds the whole simdgroup):
+        acc[k] = simd_sum / simd_max / simd_min(acc[k])   the hardware's reduction
+    else for m in 2**lo .. 2**(min(hi, 5) - 1):         XOR butterfly inside the simdgroup
         acc[k] = op(acc[k], simd_shuffle_xor(acc[k], m))  (f32 for f16/bf16 sources)
     when hi > 5 (the group spans simdgroups), through threadgroup buffer `red_buf`:
         for k: if lane is its in-simd group's first: red_buf[k * W + w(tid)] = acc[k]
-        for k: acc[k] = combination, in a fixed order, of the 2**(hi - max(lo, 5))
-                        partials of the thread's group (every replica gets the same bits)
+        for k: acc[k] = combination of the 2**(hi - max(lo, 5)) partials of the thread's
+                        group (every replica gets the same bits): when lo == 0 and the
+                        partials sit in bits [5, hi), lane c reads partial c (c < their
+                        count) and one simd reduction combines them in every simdgroup;
+                        else every thread reads them all, in a fixed order
     for k (existing slots only): dst[k] = cast(acc[k])   or   cast(op(dst[k], acc[k]))
 
 `red_buf` is an ordinary "shared" buffer: thread_sync places the barrier between its
@@ -57,6 +62,9 @@ from core.transform.layout_inference import fragment_layout
 from core.target import DTYPES, METAL
 
 SIMD_BITS = METAL.simd_width.bit_length() - 1   # thread-id bits below it select the lane
+# The hardware's reduction over a whole simdgroup, per kind (|x| is taken per element before)
+SIMD_REDUCE = {"sum": "tl.simd_sum", "abssum": "tl.simd_sum", "max": "tl.simd_max",
+               "absmax": "tl.simd_max", "min": "tl.simd_min"}
 STAGE = "red_buf"
 
 
@@ -392,10 +400,14 @@ class ReduceLowering:
                  self.partials(plan, src_local, src_layout, acc)]
         lo, ibits = plan.simd_bits
         if ibits:
-            def butterfly(k):
+            def within(k):
+                if (lo, ibits) == (0, SIMD_BITS) and DTYPES[plan.acc_dtype].bits <= 32:
+                    # the whole simdgroup: the hardware's reduction (32-bit types only)
+                    return tirx.BufferStore(acc, ops.call(SIMD_REDUCE[plan.kind], at(k),
+                                                          dtype=plan.acc_dtype), [k])
                 return seq([tirx.BufferStore(acc, combine(plan.kind, at(k), shuffle_xor(
                     at(k), 1 << b, plan.acc_dtype)), [k]) for b in range(lo, lo + ibits)])
-            stmts.append(self.loop(slots, butterfly))
+            stmts.append(self.loop(slots, within))
         if plan.cross_bits[1]:
             stmts += self.across_simdgroups(plan, acc)
         stmts.append(self.store(plan, acc))
@@ -445,16 +457,31 @@ class ReduceLowering:
                 write = tirx.IfThenElse(_bits_of(tid, lo, ibits) == 0, write, None)
             return write
 
+        def part(k, c):
+            return tirx.BufferLoad(stage, [plan.stage_offset + k * width + group +
+                                           c * (1 << c_at)])
+
+        def gather_by_lanes(k):
+            # whole-simdgroup groups over whole simdgroups: lane c reads partial c, and one
+            # simd reduction combines them in every simdgroup (no broadcast, no 2nd barrier)
+            lane = tirx.floormod(tid, 1 << SIMD_BITS)
+            return seq([tirx.BufferStore(acc, identity(plan.kind, plan.acc_dtype), [k]),
+                        tirx.IfThenElse(lane < (1 << cbits),
+                                        tirx.BufferStore(acc, part(k, lane), [k]), None),
+                        tirx.BufferStore(acc, ops.call(SIMD_REDUCE[plan.kind],
+                                                       tirx.BufferLoad(acc, [k]),
+                                                       dtype=plan.acc_dtype), [k])])
+
         def gather(k):
-            def part(c):
-                return tirx.BufferLoad(stage, [plan.stage_offset + k * width + group +
-                                               c * (1 << c_at)])
-            first = tirx.BufferStore(acc, part(_i32(0)), [k])
+            first = tirx.BufferStore(acc, part(k, _i32(0)), [k])
             rest = self.loop(1 << cbits, lambda c: tirx.BufferStore(
-                acc, combine(plan.kind, tirx.BufferLoad(acc, [k]), part(c)), [k]), start=1)
+                acc, combine(plan.kind, tirx.BufferLoad(acc, [k]), part(k, c)), [k]), start=1)
             return seq([first, rest])
 
-        return [self.loop(slots, publish), self.loop(slots, gather)]
+        by_lanes = (lo, ibits, c_lo) == (0, SIMD_BITS, SIMD_BITS) and \
+            DTYPES[plan.acc_dtype].bits <= 32   # MSL's simd reductions take 32-bit types
+        return [self.loop(slots, publish),
+                self.loop(slots, gather_by_lanes if by_lanes else gather)]
 
     def store(self, plan, acc):
         """dst := the reduction (or op(dst, reduction)) for every slot the thread holds."""

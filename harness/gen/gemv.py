@@ -1,7 +1,8 @@
 """Family `gemv`: Y = X W^T for decode shapes (a few rows of X), written as a GEMV: the
 threads of a row split K, the weight rows come straight from device memory in vector
-loads into fragments, and T.reduce_sum combines the partial dot products (simd_shuffle_xor
-butterflies; through `red_buf` only when a row spans simdgroups). No simdgroup matrices,
+loads into fragments, and T.reduce_sum combines the partial dot products (simd_sum over a
+whole simdgroup, simd_shuffle_xor butterflies over part of one; through `red_buf` only
+when a row spans simdgroups). No simdgroup matrices,
 no threadgroup staging of the operands.
 
 Params:

@@ -170,11 +170,32 @@ def test_result_dtype_rounds_once(dtype, out_dtype, run):
     check_reductions(run, 9, 128, 4, 128, dtype, 1, out_dtype=out_dtype)
 
 
-def test_bf16_and_f16_shuffle_a_float32_accumulator(run):
+def test_bf16_and_f16_combine_a_float32_accumulator(run):
     kernel = check_reductions(run, 4, 256, 2, 128, "bfloat16", 1)
-    assert "tl.simd_shuffle_xor" in ops.INTRINSICS
-    assert msl.INTRINSICS["tl.simd_shuffle_xor"] == "simd_shuffle_xor" in kernel.msl
+    assert {"tl.simd_sum", "tl.simd_max", "tl.simd_min"} <= set(ops.INTRINSICS)
+    assert msl.INTRINSICS["tl.simd_sum"] + "(red_acc" in kernel.msl   # whole simdgroups
     assert "bfloat red_acc" not in kernel.msl and "float red_acc" in kernel.msl
+
+
+def test_a_group_smaller_than_a_simdgroup_keeps_the_butterfly(run):
+    kernel = check_reductions(run, *ROW_SPREADS["16-lanes"], "float32", 1)
+    assert msl.INTRINSICS["tl.simd_shuffle_xor"] == "simd_shuffle_xor" in kernel.msl
+    assert "simd_sum" not in kernel.msl and "simd_max" not in kernel.msl
+
+
+def test_the_cross_simdgroup_step_reads_each_partial_once_per_simdgroup(run):
+    # 256 threads hold 2 rows (a slot each); a row's partials are the 8 simdgroups'. Lane
+    # c < 8 of each simdgroup reads partial c and one simd reduction combines them: no
+    # thread reads all partials (that was 8 loads per thread per slot), no 2nd barrier.
+    M, N, bM, threads = 4, 1024, 2, 256
+    a = rand((M, N), "float32")
+    kernel = core.compile(softmax_kernel(M, N, bM, threads, "float32"), out_idx=[1])
+    assert_close(run(kernel, a), norm.softmax(a), "float32", op_class="transcendental")
+    assert kernel.msl.count("threadgroup_barrier") == 2                   # one per reduction
+    stats = kernel.last_run.stats[0]
+    groups, reductions, simdgroups = M // bM, 2, threads // 32
+    assert stats["threadgroup_load_ops"] == groups * reductions * bM * simdgroups * simdgroups
+    assert stats["simd_ops"] == groups * reductions * bM * simdgroups * 2   # 2 per slot
 
 
 # ---- where the operands live ----------------------------------------------------------------
@@ -494,7 +515,8 @@ def test_every_reduction_barrier_is_necessary(build, args, count, run):
 def test_no_barrier_or_threadgroup_memory_inside_one_simdgroup():
     kernel = core.compile(softmax_kernel(37, 128, 16, 128, "float32"), out_idx=[1])
     assert "threadgroup_barrier" not in kernel.msl and "red_buf" not in kernel.msl
-    assert kernel.msl.count("simd_shuffle_xor") == 10   # 5 XOR steps per reduction
+    assert kernel.msl.count("simd_max(") == 1 and kernel.msl.count("simd_sum(") == 1
+    assert "simd_shuffle_xor" not in kernel.msl        # a whole simdgroup: one simd reduction
 
 
 # ---- clear errors ---------------------------------------------------------------------------

@@ -20,7 +20,8 @@ from harness.gen import family as families
 
 NAMES = [f.name for f in families.families()]
 EXAMPLES = {"elementwise": 20, "cast": 20, "copy": 20, "conditional": 20, "multikernel": 15,
-            "scalars": 15, "reduce": 20, "softmax": 12, "rmsnorm": 12, "gemm": 15, "gemv": 15,
+            "scalars": 15, "reduce": 20, "softmax": 12, "rmsnorm": 12, "layernorm": 12,
+            "gemm": 15, "gemv": 15,
             "qmm_fp8": 15, "qmm_fp4": 12,
             "gdn_decode": 10, "moe": 8}
 
@@ -48,6 +49,8 @@ LARGE = {
                 "threads": 256},
     "rmsnorm": {"M": 4096, "N": 4096, "dtype": "bfloat16", "eps": 1e-6, "weight": "shared",
                 "bM": 1, "threads": 256},
+    "layernorm": {"M": 4096, "N": 4096, "dtype": "float16", "eps": 1e-5, "bM": 1,
+                  "threads": 256},
     "gemm": {"M": 4096, "N": 4096, "K": 4096, "bM": 64, "bN": 64, "bK": 32,
              "threads": 256, "dtype": "float16", "out_dtype": "float16", "trans_A": False,
              "trans_B": True, "num_stages": 2, "init": "clear"},

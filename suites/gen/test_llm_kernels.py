@@ -22,7 +22,7 @@ GEMV = {"M": 5, "N": 24, "K": 200, "bM": 4, "bN": 8, "bK": 128, "threads": 64,
 
 def test_gemv_splits_k_over_lanes_without_barriers_or_matrices():
     msl = _msl("gemv", GEMV)
-    assert "simd_shuffle_xor" in msl and "simdgroup_" not in msl
+    assert "simd_sum(" in msl and "simdgroup_" not in msl      # 32 lanes per row: simd_sum
     assert "threadgroup_barrier" not in msl and "threadgroup " not in msl
     assert "(const device half4*)(W" in msl                 # weight rows in vector loads
 

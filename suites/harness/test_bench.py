@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from harness import against, bench, report, roofline
+from harness import against, bench, measure, report, roofline
 from harness.cli import main
 
 
@@ -35,6 +35,61 @@ def test_model_takes_the_binding_roof_plus_launch_overhead():
                          minimum_bytes=1000)
     assert alu.bound == "compute" and alu.compute_seconds == pytest.approx(1.0, rel=1e-3)
     assert alu.efficiency == pytest.approx(1.0)
+
+
+def test_on_chip_terms_come_from_the_counters():
+    m2 = roofline.CHIPS["M2"]
+    core_cycles = 10 * 1398e6                                      # cores x clock
+    work = roofline.OnChipWork(threadgroup_bytes=int(64 * core_cycles), barriers=1000,
+                               simd_ops=int(4 / 2.04 * core_cycles), groups=100,
+                               threads=100 * 256)
+    m = roofline.model(m2, device_bytes=1000, flops=1000, launches=1, minimum_bytes=1000,
+                       work=work)
+    assert m.threadgroup_seconds == pytest.approx(1.0, rel=1e-6)      # 64 B/cycle/core
+    assert m.simd_seconds == pytest.approx(1.0, rel=1e-3)             # a shuffle per 2.04 cycles
+    assert m.groups_per_core == 12 and m.occupancy_limit == "threads"  # 3072 / 256
+    assert m.barrier_seconds == pytest.approx(1000 * 32 / core_cycles / 12)
+    assert m.bound == "threadgroup"
+    assert m.seconds == pytest.approx(m.threadgroup_seconds + m.barrier_seconds
+                                      + roofline.LAUNCH_OVERHEAD_S)
+    assert set(m.terms()) == {"memory", "compute", "threadgroup", "simd", "barrier", "launch"}
+
+
+def test_occupancy_is_limited_by_threadgroup_memory_and_registers():
+    on_chip = roofline.CHIPS["M1"].on_chip
+    tg = roofline.occupancy(on_chip, roofline.OnChipWork(
+        groups=8, threads=8 * 64, threadgroup_memory_bytes=30 * 1024), 32)
+    assert (tg.groups_per_core, tg.limit) == (2, "threadgroup memory")
+    assert tg.factor == pytest.approx(1.02 / 2.75)            # 2 groups x 2 simds: measured
+    assert roofline.occupancy_factor(on_chip, 6) == pytest.approx((1.02 / 2.75 + 1.02 / 1.6) / 2)
+    assert roofline.occupancy_factor(on_chip, 2) == pytest.approx(1.02 / 2.75 / 2)
+    assert roofline.occupancy_factor(on_chip, 24) == roofline.occupancy_factor(on_chip, 96) == 1
+    regs = roofline.occupancy(on_chip, roofline.OnChipWork(
+        groups=8, threads=8 * 1024, local_array_bytes=256 * 4), 32)
+    assert regs.limit == "registers (spills)"        # 1 KiB+ x 1024 threads: 208 KB / core
+    assert regs.simdgroups_per_core >= 24            # the compiler spills rather than go below
+    fits = roofline.occupancy(on_chip, roofline.OnChipWork(
+        groups=8, threads=8 * 256, local_array_bytes=40 * 4), 32)
+    assert (fits.groups_per_core, fits.limit) == (3, "registers")   # 208 KiB / (224 B x 256)
+    narrow = roofline.OnChipWork(groups=1, threads=32, threadgroup_memory_bytes=30 * 1024)
+    slow = roofline.model(roofline.CHIPS["M1"], device_bytes=10**8, flops=0, launches=1,
+                          minimum_bytes=10**8, work=narrow)              # 2 simds per core
+    fast = roofline.model(roofline.CHIPS["M1"], device_bytes=10**8, flops=0, launches=1,
+                          minimum_bytes=10**8, work=roofline.OnChipWork(groups=1, threads=1024))
+    assert fast.occupancy == 1.0 and slow.occupancy == pytest.approx(1.02 / 2.75 / 2)
+    assert slow.memory_seconds == pytest.approx(fast.memory_seconds / slow.occupancy)
+
+
+def test_local_array_bytes_reads_thread_arrays_not_threadgroup_ones():
+    msl = ("kernel void k() {\n  threadgroup float red_buf[16];\n  float x[28];\n"
+           "  half h[2][4];\n  float s;\n  const device float* p = q;\n}\n")
+    assert roofline.local_array_bytes(msl) == 28 * 4 + 8 * 2
+    looped = ("#define N 3584\n#define THREADS 448\n#define ITEMS ((N / 4 + THREADS - 1) / "
+              "THREADS)\nkernel void k() {\n  float4 v[ITEMS];\n}\n")
+    assert roofline.local_array_bytes(looped) == 2 * 16                 # 896 / 448 float4s
+    two = looped + "kernel void j() {\n  float w[3];\n}\n"
+    assert roofline.local_array_bytes(two, "j") == 12
+    assert roofline.local_array_bytes(two, "k") == 32
 
 
 # -- counters and selection ----------------------------------------------------------------
@@ -135,6 +190,53 @@ def test_a_failing_case_fails_the_gate_even_with_equal_counters(baseline):
                             baseline)
     assert [(c.kind, c.current) for c in changes] == [("failure", "finding")]
     assert bench.gate_failed(changes)
+
+
+def _with_hand_tuned(case, status="pass", **ref_counters):
+    """`case` with a hand-tuned reference whose counters are the case's, changed by
+    `ref_counters`, and the ratios measure.py would set."""
+    ref = {**case["counters"], **ref_counters}
+    case["hand_tuned"] = {
+        "file": "k.metal", "kernel": "k", "threads": 64, "grid": 1, "geometry": "g",
+        "status": status, "message": "" if status == "pass" else "race in kernel 'k'",
+        "findings": [], "counters": ref, "modeled": case["modeled"],
+        "ratios": {k: measure.generated_over_reference(case["counters"].get(k, 0),
+                                                       ref.get(k, 0))
+                   for k in measure.RATIO_COUNTERS},
+        "modeled_ratios": {chip: 1.0 for chip in case["modeled"]}}
+    return case
+
+
+def test_generated_over_hand_tuned_ratios_gate_like_counters(tmp_path):
+    path = tmp_path / "baseline.json"
+    bench.update_baseline(_results(_with_hand_tuned(_case("fam/a", barriers=2),
+                                                    barriers=2)), path)
+    baseline = bench.load_baseline(path)
+    assert baseline["cases"]["fam/a"]["hand_tuned"]["ratios"]["barriers"] == 1.0
+    # the reference got better (one barrier): the generated kernel now does 2x its work
+    changes = bench.compare(_results(_with_hand_tuned(_case("fam/a", barriers=2),
+                                                      barriers=1)), baseline)
+    assert [(c.metric, c.kind, c.baseline, c.current) for c in changes] == [
+        ("generated/hand-tuned barriers", "regression", 1.0, 2.0)]
+    assert bench.gate_failed(changes)
+    failing = bench.compare(_results(_with_hand_tuned(_case("fam/a", barriers=2),
+                                                      status="finding", barriers=2)),
+                            baseline)
+    assert [(c.metric, c.kind, c.current) for c in failing] == [
+        ("hand-tuned status", "failure", "finding")]
+
+
+def test_report_shows_ratios_and_misses_of_the_target():
+    case = _with_hand_tuned(_case("fam/a", threadgroup_bytes_read=300,
+                                  threadgroup_bytes_written=20),
+                            threadgroup_bytes_read=10, threadgroup_bytes_written=10)
+    rows = report.hand_tuned_rows(_results(case))
+    assert len(rows) == 1
+    row = dict(zip(report.hand_tuned_header(["M1", "M2"]), rows[0]))
+    assert row["threadgroup bytes"] == "16.00x" and row["device bytes"] == "1.00x"
+    assert row["misses the target"] == "threadgroup bytes"
+    assert "Generated against hand-tuned reference kernels" in report.markdown(
+        _results(case), [])
 
 
 def test_new_changed_and_missing_cases_are_noted_not_gated(baseline):

@@ -18,7 +18,7 @@ from harness import bench
 from harness.cli import main
 
 TRANSPOSE = "copy/k-transpose-f16"       # threadgroup tile, one barrier per group, float4 I/O
-REDUCE = "reduce/row-sum-f16"             # T.reduce_sum across simdgroups (simd_shuffle_xor)
+REDUCE = "reduce/row-sum-f16"             # T.reduce_sum across simdgroups (simd_sum, red_buf)
 
 
 @pytest.fixture(autouse=True)
