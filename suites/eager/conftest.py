@@ -3,7 +3,8 @@
 every check on, failing on any finding.
 
     out = run_eager(f, a, b, block_M=32)     # f is a @core.jit eager function
-    out = run(kernel, a, b)                  # a compiled kernel (f.compile(...))
+    out = run(kernel, a, b)                  # a compiled kernel (f.compile(...)): the
+                                             # root `run` fixture (suites/conftest.py)
 """
 
 from __future__ import annotations
@@ -12,19 +13,12 @@ import importlib
 
 import pytest
 
-from suites.core.conftest import run_checked
-
 
 def run_eager(f, *args, **kwargs):
     out = f(*args, backend="emu", **kwargs)
     findings = f.last_run.findings
     assert findings == [], f"emulator findings: {findings[:3]}"
     return out
-
-
-@pytest.fixture
-def run():
-    return run_checked
 
 
 @pytest.fixture(autouse=True)
