@@ -97,13 +97,18 @@ REDUCE = {"M": 3, "N": 256, "dim": 1, "kind": "sum", "dtype": "float32",
           "out_dtype": "float32", "clear": True, "keepdim": False, "block": 1,
           "threads": 128}
 REDUCE_ATOMIC = {**REDUCE, "combine": "atomic", "splits": 4}
+# rows of 16 over 4 threads: groups smaller than a simdgroup combine with a butterfly
+REDUCE_PARTIAL = {**REDUCE, "M": 32, "N": 16, "block": 8}
 FAMILY_CALLS = {
     "tl.simdgroup_fill": ("gemm", GEMM, "make_filled_simdgroup_matrix<float, 8, 8>("),
     "tl.simdgroup_load": ("gemm", GEMM, "simdgroup_load("),
     "tl.simdgroup_store": ("gemm", GEMM, "simdgroup_store("),
     "tl.simdgroup_mma": ("gemm", GEMM, "simdgroup_multiply_accumulate("),
     "tirx.address_of": ("gemm", GEMM, ", &"),
-    "tl.simd_shuffle_xor": ("reduce", REDUCE, "simd_shuffle_xor("),
+    "tl.simd_shuffle_xor": ("reduce", REDUCE_PARTIAL, "simd_shuffle_xor("),
+    "tl.simd_sum": ("reduce", REDUCE, "simd_sum("),
+    "tl.simd_max": ("reduce", {**REDUCE, "kind": "max"}, "simd_max("),
+    "tl.simd_min": ("reduce", {**REDUCE, "kind": "min"}, "simd_min("),
     "tl.atomic": ("reduce", REDUCE_ATOMIC, "atomic_fetch_add_explicit("),
 }
 
