@@ -14,7 +14,16 @@
 // is not supported here), so every lane keeps the whole 8x8 tile. Load and store are
 // collectives: the lanes meet, check that pointer, stride, origin and transpose agree, and
 // one lane (the lowest active) performs the recorded memory accesses for the simdgroup;
-// the other lanes read the same tile without recording, and do not store.
+// the other lanes do not record, and do not store.
+//
+// One operation per simdgroup, not per lane: every tile carries a tag naming its value
+// (0: unknown). A uniform load is tagged with its meeting; a fill with its type and value;
+// a multiply-accumulate with a hash of its operands' tags and types. The first lane to
+// produce a tagged tile puts it in the worker's memo (mt_runtime.h); the other lanes find
+// it there by tag and copy it instead of reading the tile again or doing the 512
+// multiply-adds again. Lanes whose operands are untagged or differ compute on their own, as
+// every lane did before. Counters and findings are unchanged: the recording lane still
+// performs every recorded access itself.
 #pragma once
 #include "mt_runtime.h"
 #include "mt_sync.h"
@@ -25,11 +34,9 @@ template <class T, int Cols, int Rows>
 struct simdgroup_matrix {
   static_assert(Cols == 8 && Rows == 8, "simdgroup_matrix: only 8x8 matrices exist in MSL");
   T e[Rows][Cols];
+  ulong __tag = 0;  // names the value (see the file comment); 0: unknown
   simdgroup_matrix() = default;
-  explicit simdgroup_matrix(T diagonal) {
-    for (int r = 0; r < Rows; ++r)
-      for (int c = 0; c < Cols; ++c) e[r][c] = r == c ? diagonal : T(0);
-  }
+  explicit simdgroup_matrix(T diagonal);
   template <class U = T>
   void thread_elements() const {
     static_assert(sizeof(U) == 0,
@@ -42,11 +49,40 @@ typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
 typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
 typedef simdgroup_matrix<bfloat, 8, 8> simdgroup_bfloat8x8;
 
+namespace __mt {
+
+// Tags: top two bits say what named the value (fill 10, load 01, multiply 11).
+constexpr ulong kTagFill = ulong(2) << 62, kTagLoad = ulong(1) << 62, kTagMultiply = ulong(3) << 62;
+template <class T> constexpr ulong type_code() {
+  return __is_same(T, float) ? 1 : __is_same(T, half) ? 2 : __is_same(T, bfloat) ? 3 : 4;
+}
+template <class T> __MT_INLINE ulong fill_tag(T value, bool diagonal) {
+  uint32_t bits = 0;
+  __builtin_memcpy(&bits, &value, sizeof(T) < 4 ? sizeof(T) : 4);
+  return kTagFill | (type_code<T>() << 40) | (ulong(diagonal) << 39) | bits;
+}
+__MT_INLINE ulong mix(ulong h, ulong v) {
+  h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+  h ^= h >> 31;
+  h *= 0xBF58476D1CE4E5B9ull;
+  return h ^ (h >> 29);
+}
+
+}  // namespace __mt
+
+template <class T, int Cols, int Rows>
+simdgroup_matrix<T, Cols, Rows>::simdgroup_matrix(T diagonal) {
+  for (int r = 0; r < Rows; ++r)
+    for (int c = 0; c < Cols; ++c) e[r][c] = r == c ? diagonal : T(0);
+  __tag = __mt::fill_tag(diagonal, true);
+}
+
 template <class T, int Cols, int Rows>
 __MT_INLINE simdgroup_matrix<T, Cols, Rows> make_filled_simdgroup_matrix(T value) {
   simdgroup_matrix<T, Cols, Rows> m;
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < Cols; ++c) m.e[r][c] = value;
+  m.__tag = __mt::fill_tag(value, false);
   return m;
 }
 
@@ -56,11 +92,16 @@ struct matrix_access {
   const void* ptr;
   ulong elements_per_row;
   ulong origin_x, origin_y;
-  bool transpose;
+  ulong transpose;  // a full word: no padding bytes, so equal arguments deposit equal bytes
 };
 
-// Meets the simdgroup, checks the uniform arguments; returns true in the lane that records.
-__MT_INLINE bool matrix_meet(__mt_site at, const matrix_access& a, unsigned kind) {
+struct matrix_meeting {
+  bool records;   // this lane performs the recorded accesses
+  ulong tag;      // the loaded tile's tag when the arguments are uniform, else 0
+};
+
+// Meets the simdgroup and checks the uniform arguments.
+__MT_INLINE matrix_meeting matrix_meet(__mt_site at, const matrix_access& a, unsigned kind) {
   __mt_simd_table t = __mt_simd_meet(&a, sizeof(a), kind, at);
   unsigned first = unsigned(__builtin_ctz(t.active));
   matrix_access lead;
@@ -68,7 +109,7 @@ __MT_INLINE bool matrix_meet(__mt_site at, const matrix_access& a, unsigned kind
   if (lead.ptr != a.ptr || lead.elements_per_row != a.elements_per_row ||
       lead.origin_x != a.origin_x || lead.origin_y != a.origin_y || lead.transpose != a.transpose)
     __mt_simd_nonuniform(kind, "pointer, elements_per_row, matrix_origin and transpose_matrix");
-  return t.lane == first;
+  return matrix_meeting{t.lane == first, t.uniform ? kTagLoad | t.meet_id : 0};
 }
 
 __MT_INLINE ulong matrix_offset(const matrix_access& a, int r, int c) {
@@ -83,11 +124,20 @@ __MT_INLINE void simdgroup_load(__mt_site at, simdgroup_matrix<T, Cols, Rows>& d
                                 ulong elements_per_row = Cols, ulong2 matrix_origin = 0,
                                 bool transpose_matrix = false) {
   __mt::matrix_access a{src, elements_per_row, matrix_origin.x, matrix_origin.y, transpose_matrix};
-  bool records = __mt::matrix_meet(at, a, __MT_SIMD_MATRIX_LOAD);
-  if (!records) __mt_hooks_suppress(1);
+  __mt::matrix_meeting m = __mt::matrix_meet(at, a, __MT_SIMD_MATRIX_LOAD);
+  const ulong code = __mt::type_code<T>();
+  d.__tag = m.tag;
+  if (!m.records && m.tag) {
+    if (const void* tile = __mt_matrix_memo_find(m.tag, 0, 0, code)) {
+      __builtin_memcpy(&d.e[0][0], tile, sizeof d.e);
+      return;
+    }
+  }
+  if (!m.records) __mt_hooks_suppress(1);
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < Cols; ++c) d.e[r][c] = src[__mt::matrix_offset(a, r, c)];
-  if (!records) __mt_hooks_suppress(0);
+  if (!m.records) __mt_hooks_suppress(0);
+  if (m.tag) __builtin_memcpy(__mt_matrix_memo_slot(m.tag, 0, 0, code), &d.e[0][0], sizeof d.e);
 }
 
 template <class T, int Cols, int Rows>
@@ -95,7 +145,7 @@ __MT_INLINE void simdgroup_store(__mt_site at, const simdgroup_matrix<T, Cols, R
                                  ulong elements_per_row = Cols, ulong2 matrix_origin = 0,
                                  bool transpose_matrix = false) {
   __mt::matrix_access a{dst, elements_per_row, matrix_origin.x, matrix_origin.y, transpose_matrix};
-  if (!__mt::matrix_meet(at, a, __MT_SIMD_MATRIX_STORE)) return;
+  if (!__mt::matrix_meet(at, a, __MT_SIMD_MATRIX_STORE).records) return;
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < Cols; ++c) dst[__mt::matrix_offset(a, r, c)] = m.e[r][c];
 }
@@ -105,6 +155,18 @@ __MT_INLINE void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8>& d,
                                                const simdgroup_matrix<TAB, 8, 8>& a,
                                                const simdgroup_matrix<TAB, 8, 8>& b,
                                                const simdgroup_matrix<TD, 8, 8>& c) {
+  const ulong ta = a.__tag, tb = b.__tag, tc = c.__tag;
+  const ulong types = (__mt::type_code<TD>() << 8) | __mt::type_code<TAB>();
+  const bool tagged = ta && tb && tc;
+  const ulong tag = tagged ? __mt::kTagMultiply | (__mt::mix(__mt::mix(__mt::mix(__mt::mix(
+                                 0, ta), tb), tc), types) >> 2) : 0;
+  if (tagged) {
+    if (const void* tile = __mt_matrix_memo_find(ta, tb, tc, types)) {
+      __builtin_memcpy(&d.e[0][0], tile, sizeof d.e);
+      d.__tag = tag;
+      return;
+    }
+  }
   simdgroup_matrix<TD, 8, 8> out;
   for (int i = 0; i < 8; ++i)
     for (int j = 0; j < 8; ++j) {
@@ -112,7 +174,9 @@ __MT_INLINE void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8>& d,
       for (int k = 0; k < 8; ++k) acc += float(a.e[i][k]) * float(b.e[k][j]);
       out.e[i][j] = TD(acc);
     }
+  out.__tag = tag;
   d = out;
+  if (tagged) __builtin_memcpy(__mt_matrix_memo_slot(ta, tb, tc, types), &d.e[0][0], sizeof d.e);
 }
 
 template <class TD, class TAB>

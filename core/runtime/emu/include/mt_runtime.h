@@ -50,6 +50,8 @@ struct __mt_simd_table {
   uint32_t active;             // bit i set: lane i took part
   uint32_t lane;               // the calling lane
   uint32_t width;              // lanes in this simdgroup (the last one may be partial)
+  uint32_t uniform;            // 1: every taking part deposited the same bytes
+  uint64_t meet_id;            // names this meeting: unique within the run's worker thread
 };
 enum : unsigned { __MT_SIMD_SLOT = 64 };
 
@@ -65,6 +67,16 @@ void __mt_simd_nonuniform(unsigned kind, const char* what);
 
 // Storage of the `threadgroup` variable number `slot`, shared by the group's threads.
 void* __mt_tg_slot(unsigned slot, unsigned size, unsigned align);
+
+// Simdgroup-matrix value sharing (mt_matrix.h). Every lane holds the whole 8x8 tile, so the
+// lanes of a simdgroup compute the same tiles; a per-worker memo keyed by the tiles' value
+// tags lets the first lane compute a tile and the others copy it (one operation per
+// simdgroup instead of one per lane). find: the tile stored under the key, or null; slot:
+// where to store the tile (up to 256 bytes) for the key. The key goes by value and the
+// tile is copied by the caller, so that no pointer to the kernel's own tiles escapes (an
+// escaping local would have every access to it instrumented).
+const void* __mt_matrix_memo_find(uint64_t k0, uint64_t k1, uint64_t k2, uint64_t k3);
+void* __mt_matrix_memo_slot(uint64_t k0, uint64_t k1, uint64_t k2, uint64_t k3);
 
 // While set, memory accesses of the calling thread are not recorded (used so that only
 // one lane records a simdgroup-wide matrix access).

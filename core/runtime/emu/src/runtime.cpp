@@ -58,6 +58,7 @@ constexpr uint32_t kSimdWidth = 32;
 constexpr uint32_t kMaxThreadgroupMemory = 32 * 1024;
 constexpr uint32_t kRedZone = 64;  // bytes between threadgroup variables
 constexpr uint32_t kMaxSlots = 4096;  // threadgroup variables per kernel
+constexpr uint32_t kMemoSets = 1024, kMemoWays = 4, kMemoTileBytes = 256;  // matrix memo
 
 struct JobBuffer {
   uint64_t offset, size;
@@ -174,6 +175,15 @@ struct Worker {
   uint64_t dev_loads = 0, dev_stores = 0, tg_loads = 0, tg_stores = 0;
   uint64_t groups_run = 0, threads_run = 0;
   uint64_t rng = 0;
+  uint64_t meetings = 0;                       // names each simd meeting (meet_id)
+  // Simdgroup-matrix memo (mt_matrix.h), allocated on first use: set-associative, keyed by
+  // the tiles' tags; a way is replaced round-robin within its set.
+  struct MemoSet {
+    uint64_t key[kMemoWays][4];
+    uint32_t next;
+  };
+  std::vector<MemoSet> memo;
+  std::vector<unsigned char> memo_data;        // kMemoTileBytes per way
 };
 
 thread_local Worker* t_worker = nullptr;
@@ -481,22 +491,25 @@ bool resolve_simd(Worker* w) {
     if (first < 0) continue;
     unsigned site = w->fibers[first].site.id;
     unsigned kind = w->fibers[first].kind;
-    uint32_t active = 0;
+    uint32_t active = 0, uniform = 1;
     unsigned char* slots = &w->simd_slots[size_t(sg) * kSimdWidth * __MT_SIMD_SLOT];
     for (uint32_t i = lo; i < hi; ++i) {
       Fiber& f = w->fibers[i];
       if (f.state == kAtSimd && f.site.id == site) {
         active |= 1u << (i - lo);
         std::memcpy(slots + (i - lo) * __MT_SIMD_SLOT, f.deposit, __MT_SIMD_SLOT);
+        if (uniform && std::memcmp(f.deposit, w->fibers[first].deposit, __MT_SIMD_SLOT) != 0)
+          uniform = 0;
       }
     }
     for (uint32_t i = lo; i < hi; ++i) {
       Fiber& f = w->fibers[i];
       if (f.state == kAtSimd && f.site.id == site) {
-        f.table = __mt_simd_table{slots, active, i - lo, hi - lo};
+        f.table = __mt_simd_table{slots, active, i - lo, hi - lo, uniform, w->meetings + 1};
         f.state = kReady;
       }
     }
+    ++w->meetings;
     if (kind == 0) ++w->simd_epoch[sg];  // simdgroup_barrier
     else ++w->simd_ops;
     progressed = true;
@@ -906,6 +919,56 @@ void* __mt_tg_slot(unsigned slot, unsigned size, unsigned align) {
   if (slot >= w->slot_ptr.size()) w->slot_ptr.resize(slot + 1, nullptr);
   w->slot_ptr[slot] = w->arena + offset;
   return w->slot_ptr[slot];
+}
+
+namespace {
+// The set of the memo `key` falls in; its way holding `key`, or -1.
+Worker::MemoSet& memo_set(Worker* w, const uint64_t key[4], int* way) {
+  if (w->memo.empty()) {
+    w->memo.assign(kMemoSets, Worker::MemoSet{});
+    w->memo_data.assign(size_t(kMemoSets) * kMemoWays * kMemoTileBytes, 0);
+  }
+  uint64_t h = key[0] * 0x9E3779B97F4A7C15ull ^ key[1] * 0xC2B2AE3D27D4EB4Full ^
+               key[2] * 0x165667B19E3779F9ull ^ key[3];
+  h ^= h >> 29;
+  h *= 0xBF58476D1CE4E5B9ull;
+  Worker::MemoSet& set = w->memo[(h ^ (h >> 32)) % kMemoSets];
+  *way = -1;
+  for (uint32_t i = 0; i < kMemoWays; ++i)
+    if (set.key[i][0] == key[0] && set.key[i][1] == key[1] && set.key[i][2] == key[2] &&
+        set.key[i][3] == key[3]) {
+      *way = int(i);
+      break;
+    }
+  return set;
+}
+unsigned char* memo_tile(Worker* w, const Worker::MemoSet& set, int way) {
+  size_t index = size_t(&set - w->memo.data()) * kMemoWays + size_t(way);
+  return w->memo_data.data() + index * kMemoTileBytes;
+}
+}  // namespace
+
+const void* __mt_matrix_memo_find(uint64_t k0, uint64_t k1, uint64_t k2, uint64_t k3) {
+  Worker* w = t_worker;
+  if (!w) return nullptr;
+  const uint64_t key[4] = {k0, k1, k2, k3};
+  int way;
+  Worker::MemoSet& set = memo_set(w, key, &way);
+  return way < 0 ? nullptr : memo_tile(w, set, way);
+}
+
+void* __mt_matrix_memo_slot(uint64_t k0, uint64_t k1, uint64_t k2, uint64_t k3) {
+  static unsigned char scratch[kMemoTileBytes];  // outside a worker: nothing to share
+  Worker* w = t_worker;
+  if (!w) return scratch;
+  const uint64_t key[4] = {k0, k1, k2, k3};
+  int way;
+  Worker::MemoSet& set = memo_set(w, key, &way);
+  if (way < 0) {
+    way = int(set.next++ % kMemoWays);
+    std::memcpy(set.key[way], key, sizeof key);
+  }
+  return memo_tile(w, set, way);
 }
 
 void __mt_hooks_suppress(int on) {
