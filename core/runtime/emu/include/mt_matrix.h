@@ -18,7 +18,7 @@
 //
 // One operation per simdgroup, not per lane: every tile carries a tag naming its value
 // (0: unknown). A uniform load is tagged with its meeting; a fill with its type and value;
-// a multiply-accumulate with a hash of its operands' tags and types. The first lane to
+// a multiply-accumulate with a hash of its operands' tags and types (the runtime's). The first lane to
 // produce a tagged tile puts it in the worker's memo (mt_runtime.h); the other lanes find
 // it there by tag and copy it instead of reading the tile again or doing the 512
 // multiply-adds again. Lanes whose operands are untagged or differ compute on their own, as
@@ -60,12 +60,6 @@ template <class T> __MT_INLINE ulong fill_tag(T value, bool diagonal) {
   uint32_t bits = 0;
   __builtin_memcpy(&bits, &value, sizeof(T) < 4 ? sizeof(T) : 4);
   return kTagFill | (type_code<T>() << 40) | (ulong(diagonal) << 39) | bits;
-}
-__MT_INLINE ulong mix(ulong h, ulong v) {
-  h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
-  h ^= h >> 31;
-  h *= 0xBF58476D1CE4E5B9ull;
-  return h ^ (h >> 29);
 }
 
 }  // namespace __mt
@@ -128,7 +122,7 @@ __MT_INLINE void simdgroup_load(__mt_site at, simdgroup_matrix<T, Cols, Rows>& d
   const ulong code = __mt::type_code<T>();
   d.__tag = m.tag;
   if (!m.records && m.tag) {
-    if (const void* tile = __mt_matrix_memo_find(m.tag, 0, 0, code)) {
+    if (const void* tile = __mt_matrix_memo_find(m.tag, 0, 0, code).tile) {
       __builtin_memcpy(&d.e[0][0], tile, sizeof d.e);
       return;
     }
@@ -137,7 +131,7 @@ __MT_INLINE void simdgroup_load(__mt_site at, simdgroup_matrix<T, Cols, Rows>& d
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < Cols; ++c) d.e[r][c] = src[__mt::matrix_offset(a, r, c)];
   if (!m.records) __mt_hooks_suppress(0);
-  if (m.tag) __builtin_memcpy(__mt_matrix_memo_slot(m.tag, 0, 0, code), &d.e[0][0], sizeof d.e);
+  if (m.tag) __builtin_memcpy(__mt_matrix_memo_slot(m.tag, 0, 0, code).tile, &d.e[0][0], sizeof d.e);
 }
 
 template <class T, int Cols, int Rows>
@@ -158,25 +152,34 @@ __MT_INLINE void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8>& d,
   const ulong ta = a.__tag, tb = b.__tag, tc = c.__tag;
   const ulong types = (__mt::type_code<TD>() << 8) | __mt::type_code<TAB>();
   const bool tagged = ta && tb && tc;
-  const ulong tag = tagged ? __mt::kTagMultiply | (__mt::mix(__mt::mix(__mt::mix(__mt::mix(
-                                 0, ta), tb), tc), types) >> 2) : 0;
   if (tagged) {
-    if (const void* tile = __mt_matrix_memo_find(ta, tb, tc, types)) {
-      __builtin_memcpy(&d.e[0][0], tile, sizeof d.e);
-      d.__tag = tag;
+    __mt_memo_tile found = __mt_matrix_memo_find(ta, tb, tc, types);
+    if (found.tile) {
+      __builtin_memcpy(&d.e[0][0], found.tile, sizeof d.e);
+      d.__tag = found.tag;
       return;
     }
   }
+  // d(i, :) = c(i, :) + sum over k in order of a(i, k) * b(k, :), in float: eight lanes of
+  // a row at once, each element summed in the same order as one at a time (no contraction).
+  typedef float row8 __attribute__((ext_vector_type(8)));
+  row8 brow[8];
+  for (int k = 0; k < 8; ++k)
+    for (int j = 0; j < 8; ++j) brow[k][j] = float(b.e[k][j]);
   simdgroup_matrix<TD, 8, 8> out;
-  for (int i = 0; i < 8; ++i)
-    for (int j = 0; j < 8; ++j) {
-      float acc = float(c.e[i][j]);
-      for (int k = 0; k < 8; ++k) acc += float(a.e[i][k]) * float(b.e[k][j]);
-      out.e[i][j] = TD(acc);
-    }
-  out.__tag = tag;
+  for (int i = 0; i < 8; ++i) {
+    row8 acc;
+    for (int j = 0; j < 8; ++j) acc[j] = float(c.e[i][j]);
+    for (int k = 0; k < 8; ++k) acc = acc + float(a.e[i][k]) * brow[k];
+    for (int j = 0; j < 8; ++j) out.e[i][j] = TD(acc[j]);
+  }
+  out.__tag = 0;
+  if (tagged) {
+    __mt_memo_tile slot = __mt_matrix_memo_slot(ta, tb, tc, types);
+    __builtin_memcpy(slot.tile, &out.e[0][0], sizeof out.e);
+    out.__tag = slot.tag;
+  }
   d = out;
-  if (tagged) __builtin_memcpy(__mt_matrix_memo_slot(ta, tb, tc, types), &d.e[0][0], sizeof d.e);
 }
 
 template <class TD, class TAB>

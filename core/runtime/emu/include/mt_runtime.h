@@ -71,12 +71,14 @@ void* __mt_tg_slot(unsigned slot, unsigned size, unsigned align);
 // Simdgroup-matrix value sharing (mt_matrix.h). Every lane holds the whole 8x8 tile, so the
 // lanes of a simdgroup compute the same tiles; a per-worker memo keyed by the tiles' value
 // tags lets the first lane compute a tile and the others copy it (one operation per
-// simdgroup instead of one per lane). find: the tile stored under the key, or null; slot:
-// where to store the tile (up to 256 bytes) for the key. The key goes by value and the
-// tile is copied by the caller, so that no pointer to the kernel's own tiles escapes (an
-// escaping local would have every access to it instrumented).
-const void* __mt_matrix_memo_find(uint64_t k0, uint64_t k1, uint64_t k2, uint64_t k3);
-void* __mt_matrix_memo_slot(uint64_t k0, uint64_t k1, uint64_t k2, uint64_t k3);
+// simdgroup instead of one per lane). find: the tile stored under the key (null if none);
+// slot: where to store the tile (up to 256 bytes) for the key. Both give the tag naming the
+// value the key describes (a 62-bit hash of the key under the multiply tag bits). The key
+// goes by value and the caller copies the tile, so that no pointer to the kernel's own
+// tiles escapes (an escaping local would have every access to it instrumented).
+struct __mt_memo_tile { void* tile; uint64_t tag; };
+__mt_memo_tile __mt_matrix_memo_find(uint64_t k0, uint64_t k1, uint64_t k2, uint64_t k3);
+__mt_memo_tile __mt_matrix_memo_slot(uint64_t k0, uint64_t k1, uint64_t k2, uint64_t k3);
 
 // While set, memory accesses of the calling thread are not recorded (used so that only
 // one lane records a simdgroup-wide matrix access).

@@ -58,7 +58,7 @@ constexpr uint32_t kSimdWidth = 32;
 constexpr uint32_t kMaxThreadgroupMemory = 32 * 1024;
 constexpr uint32_t kRedZone = 64;  // bytes between threadgroup variables
 constexpr uint32_t kMaxSlots = 4096;  // threadgroup variables per kernel
-constexpr uint32_t kMemoSets = 1024, kMemoWays = 4, kMemoTileBytes = 256;  // matrix memo
+constexpr uint32_t kMemoSets = 256, kMemoWays = 4, kMemoTileBytes = 256;  // matrix memo
 
 struct JobBuffer {
   uint64_t offset, size;
@@ -284,7 +284,9 @@ void device_race(Worker* w, bool write, int b, uint64_t off, uint64_t other, boo
   add_finding(w, std::move(f));
 }
 
-void device_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc) {
+// Out of line, as tg_access: the hooks' common path (an address outside device and
+// threadgroup memory: the fiber's own stack) stays a few instructions with no frame.
+__attribute__((noinline)) void device_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc) {
   const uint32_t checks = g_launch.job->checks;
   int b = find_buffer(a);
   if (b < 0 || a + n > reinterpret_cast<uintptr_t>(g_launch.buffers[b]) + g_launch.job->buffers[b].size) {
@@ -352,7 +354,7 @@ void device_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc)
 
 inline bool same_simdgroup(uint32_t a, uint32_t b) { return a / kSimdWidth == b / kSimdWidth; }
 
-void tg_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc) {
+__attribute__((noinline)) void tg_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc) {
   const uint32_t checks = g_launch.job->checks;
   Fiber* f = w->current;
   const uint64_t base = a - w->arena_lo;
@@ -434,7 +436,7 @@ void tg_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc) {
   }
 }
 
-inline void on_access(uintptr_t a, unsigned n, bool write, uintptr_t pc) {
+__attribute__((always_inline)) inline void on_access(uintptr_t a, unsigned n, bool write, uintptr_t pc) {
   Worker* w = t_worker;
   if (!w || !w->current || w->current->suppress) return;
   if (a - g_launch.dev_lo < g_launch.dev_span)
@@ -625,6 +627,18 @@ unsigned char* map_stack(size_t bytes) {
 }
 
 std::vector<Worker*> g_workers;
+
+// Zeroed shadow memory, mapped lazily. Large maps ask for transparent huge pages: a
+// checked run touches much of the shadow of the buffers it reads, and 2 MiB pages turn
+// thousands of page faults and TLB misses into a few.
+void* map_shadow(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+#ifdef MADV_HUGEPAGE
+  if (p != MAP_FAILED && bytes >= (size_t(2) << 20)) madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+  return p;
+}
 
 void worker_main(Worker* w) {
   t_worker = w;
@@ -922,53 +936,63 @@ void* __mt_tg_slot(unsigned slot, unsigned size, unsigned align) {
 }
 
 namespace {
-// The set of the memo `key` falls in; its way holding `key`, or -1.
-Worker::MemoSet& memo_set(Worker* w, const uint64_t key[4], int* way) {
+// 64-bit hash of a memo key: picks the set, and names the value. Each word goes through
+// its own splitmix64 finalizer (four independent chains the CPU overlaps), then they are
+// combined with distinct rotations.
+inline uint64_t memo_mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+inline uint64_t memo_hash(const uint64_t key[4]) {
+  return memo_mix(key[0]) ^ rotl(memo_mix(key[1] ^ 0x5851F42D4C957F2Dull), 17) ^
+         rotl(memo_mix(key[2] ^ 0x14057B7EF767814Full), 31) ^
+         rotl(memo_mix(key[3] ^ 0x2545F4914F6CDD1Dull), 47);
+}
+constexpr uint64_t kTagMultiply = uint64_t(3) << 62;  // mt_matrix.h's tag kinds
+
+// The memo tile for `key`: found (or, with `insert`, a slot claimed for it), or null.
+__mt_memo_tile memo_lookup(const uint64_t key[4], bool insert) {
+  Worker* w = t_worker;
+  const uint64_t h = memo_hash(key);
+  __mt_memo_tile r{nullptr, kTagMultiply | (h >> 2)};
+  if (!w) return r;
   if (w->memo.empty()) {
     w->memo.assign(kMemoSets, Worker::MemoSet{});
     w->memo_data.assign(size_t(kMemoSets) * kMemoWays * kMemoTileBytes, 0);
   }
-  uint64_t h = key[0] * 0x9E3779B97F4A7C15ull ^ key[1] * 0xC2B2AE3D27D4EB4Full ^
-               key[2] * 0x165667B19E3779F9ull ^ key[3];
-  h ^= h >> 29;
-  h *= 0xBF58476D1CE4E5B9ull;
-  Worker::MemoSet& set = w->memo[(h ^ (h >> 32)) % kMemoSets];
-  *way = -1;
+  const size_t set_index = (h ^ (h >> 32)) % kMemoSets;
+  Worker::MemoSet& set = w->memo[set_index];
+  int way = -1;
   for (uint32_t i = 0; i < kMemoWays; ++i)
     if (set.key[i][0] == key[0] && set.key[i][1] == key[1] && set.key[i][2] == key[2] &&
         set.key[i][3] == key[3]) {
-      *way = int(i);
+      way = int(i);
       break;
     }
-  return set;
-}
-unsigned char* memo_tile(Worker* w, const Worker::MemoSet& set, int way) {
-  size_t index = size_t(&set - w->memo.data()) * kMemoWays + size_t(way);
-  return w->memo_data.data() + index * kMemoTileBytes;
+  if (way < 0) {
+    if (!insert) return r;
+    way = int(set.next++ % kMemoWays);
+    std::memcpy(set.key[way], key, 4 * sizeof(uint64_t));
+  }
+  r.tile = w->memo_data.data() + (set_index * kMemoWays + size_t(way)) * kMemoTileBytes;
+  return r;
 }
 }  // namespace
 
-const void* __mt_matrix_memo_find(uint64_t k0, uint64_t k1, uint64_t k2, uint64_t k3) {
-  Worker* w = t_worker;
-  if (!w) return nullptr;
+__mt_memo_tile __mt_matrix_memo_find(uint64_t k0, uint64_t k1, uint64_t k2, uint64_t k3) {
   const uint64_t key[4] = {k0, k1, k2, k3};
-  int way;
-  Worker::MemoSet& set = memo_set(w, key, &way);
-  return way < 0 ? nullptr : memo_tile(w, set, way);
+  return memo_lookup(key, false);
 }
 
-void* __mt_matrix_memo_slot(uint64_t k0, uint64_t k1, uint64_t k2, uint64_t k3) {
-  static unsigned char scratch[kMemoTileBytes];  // outside a worker: nothing to share
-  Worker* w = t_worker;
-  if (!w) return scratch;
+__mt_memo_tile __mt_matrix_memo_slot(uint64_t k0, uint64_t k1, uint64_t k2, uint64_t k3) {
+  static thread_local unsigned char scratch[kMemoTileBytes];  // outside a worker: not shared
   const uint64_t key[4] = {k0, k1, k2, k3};
-  int way;
-  Worker::MemoSet& set = memo_set(w, key, &way);
-  if (way < 0) {
-    way = int(set.next++ % kMemoWays);
-    std::memcpy(set.key[way], key, sizeof key);
-  }
-  return memo_tile(w, set, way);
+  __mt_memo_tile r = memo_lookup(key, true);
+  if (!r.tile) r.tile = scratch;
+  return r;
 }
 
 void __mt_hooks_suppress(int on) {
@@ -1111,13 +1135,10 @@ int main(int argc, char** argv) {
   g_launch.dev_span = g_launch.map_size - sizeof(JobHeader);
   for (uint32_t b = 0; b < job->nbuffers; ++b) {
     size_t n = job->buffers[b].size ? job->buffers[b].size : 1;
-    g_launch.touched[b] = static_cast<std::atomic<uint8_t>*>(
-        mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+    g_launch.touched[b] = static_cast<std::atomic<uint8_t>*>(map_shadow(n));
     if (job->checks & kCheckRaces) {
-      g_launch.dev_writer[b] = static_cast<std::atomic<uint64_t>*>(mmap(
-          nullptr, n * 8, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
-      g_launch.dev_reader[b] = static_cast<std::atomic<uint64_t>*>(mmap(
-          nullptr, n * 8, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+      g_launch.dev_writer[b] = static_cast<std::atomic<uint64_t>*>(map_shadow(n * 8));
+      g_launch.dev_reader[b] = static_cast<std::atomic<uint64_t>*>(map_shadow(n * 8));
       if (g_launch.dev_writer[b] == MAP_FAILED || g_launch.dev_reader[b] == MAP_FAILED)
         fail_launch("cannot map race-checker shadow memory for buffer %u (%zu bytes)", b, n * 16);
     }
