@@ -139,6 +139,7 @@ struct Fiber {
   unsigned kind = 0;    // simd kind or barrier flags
   uintptr_t pc = 0;     // return address of that call, for findings
   unsigned char deposit[__MT_SIMD_SLOT];
+  uint32_t deposit_bytes = 0;  // how many of them this meeting deposited
   __mt_simd_table table{};
   __mt_thread_pos pos{};
   unsigned char* stack = nullptr;
@@ -155,6 +156,8 @@ struct Worker {
   std::vector<Fiber> fibers;
   void* scheduler_sp = nullptr;
   Fiber* current = nullptr;
+  std::vector<uint32_t> order;                 // this round's schedule
+  uint32_t cursor = 0;                         // position of the running fiber in it
   uint64_t group = 0;
   uint32_t tg_epoch = 1, dev_epoch = 1;        // current barrier intervals
   std::vector<uint32_t> simd_epoch;            // per simdgroup
@@ -448,23 +451,40 @@ __attribute__((always_inline)) inline void on_access(uintptr_t a, unsigned n, bo
 // ---------------------------------------------------------------------------------------
 // Scheduling
 
+// Leaves fiber `f` for the next ready fiber of this round (in schedule order), or for the
+// scheduler when the round is over. Switching fiber to fiber, rather than through the
+// scheduler, halves the switches per meeting point and keeps the scheduler's stack cold.
+void switch_from(Worker* w, Fiber* f) {
+  const uint32_t T = g_launch.threads;
+  while (++w->cursor < T) {
+    Fiber& next = w->fibers[w->order[w->cursor]];
+    if (next.state == kReady) {
+      w->current = &next;
+      mt_fiber_switch(&f->sp, next.sp);
+      return;
+    }
+  }
+  w->current = nullptr;
+  mt_fiber_switch(&f->sp, w->scheduler_sp);
+}
+
 void fiber_main(void* arg) {
   Fiber* f = static_cast<Fiber*>(arg);
   Worker* w = t_worker;
   g_launch.kernel->entry(g_launch.buffers, &f->pos);
   f->state = kDone;
-  mt_fiber_switch(&f->sp, w->scheduler_sp);
+  switch_from(w, f);
   __builtin_trap();  // a finished fiber is never resumed
 }
 
-// Called on the fiber: park it and return to the scheduler until released.
+// Called on the fiber: park it until the meeting point releases it.
 void park(Worker* w, FiberState state, __mt_site site, unsigned kind, uintptr_t pc) {
   Fiber* f = w->current;
   f->state = state;
   f->site = site;
   f->kind = kind;
   f->pc = pc;
-  mt_fiber_switch(&f->sp, w->scheduler_sp);
+  switch_from(w, f);
 }
 
 uint64_t next_random(uint64_t& s) {  // splitmix64: deterministic per (seed, group, round)
@@ -499,8 +519,10 @@ bool resolve_simd(Worker* w) {
       Fiber& f = w->fibers[i];
       if (f.state == kAtSimd && f.site.id == site) {
         active |= 1u << (i - lo);
-        std::memcpy(slots + (i - lo) * __MT_SIMD_SLOT, f.deposit, __MT_SIMD_SLOT);
-        if (uniform && std::memcmp(f.deposit, w->fibers[first].deposit, __MT_SIMD_SLOT) != 0)
+        // Lanes at one call site deposit values of one type: the same number of bytes.
+        std::memcpy(slots + (i - lo) * __MT_SIMD_SLOT, f.deposit, f.deposit_bytes);
+        if (uniform && (f.deposit_bytes != w->fibers[first].deposit_bytes ||
+                        std::memcmp(f.deposit, w->fibers[first].deposit, f.deposit_bytes) != 0))
           uniform = 0;
       }
     }
@@ -561,6 +583,12 @@ void reset_arena(Worker* w) {
   std::memset(w->arena_shadow.data(), 0, used * sizeof(TgShadow));
 }
 
+// Stacks are mapped at page multiples, so without an offset every fiber's hot top of
+// stack would fall in the same L1 cache sets and evict the others' at every switch.
+// Each stack is mapped kStackColors bytes larger, so the kernel keeps its stack_bytes.
+constexpr size_t kStackColors = 4096;
+inline size_t stack_color(uint32_t tid) { return size_t(tid % 61) * 64; }
+
 void run_group(Worker* w, uint64_t g) {
   const JobHeader* job = g_launch.job;
   const uint32_t T = g_launch.threads;
@@ -590,9 +618,11 @@ void run_group(Worker* w, uint64_t g) {
     p.simdgroup_index_in_threadgroup = i / kSimdWidth;
     p.simdgroups_per_threadgroup = g_launch.simdgroups;
     p.threads_per_simdgroup = kSimdWidth;
-    f.sp = mt_fiber_prepare(f.stack + job->stack_bytes, fiber_main, &f);
+    f.sp = mt_fiber_prepare(f.stack + job->stack_bytes + kStackColors - stack_color(i),
+                            fiber_main, &f);
   }
-  std::vector<uint32_t> order(T);
+  std::vector<uint32_t>& order = w->order;
+  order.resize(T);
   for (uint64_t round = 0;; ++round) {
     for (uint32_t i = 0; i < T; ++i) order[i] = i;
     if (job->schedule == kScheduleReverse) {
@@ -601,12 +631,15 @@ void run_group(Worker* w, uint64_t g) {
       uint64_t s = job->seed ^ (g * 0xD1B54A32D192ED03ull) ^ (round * 0x8CB92BA72F3D8DD7ull);
       for (uint32_t i = T; i > 1; --i) std::swap(order[i - 1], order[next_random(s) % i]);
     }
-    for (uint32_t i : order) {
-      Fiber& f = w->fibers[i];
+    // Run the round: the first ready fiber, which hands on to the next (switch_from); the
+    // last one of the round switches back here.
+    for (w->cursor = 0; w->cursor < T; ++w->cursor) {
+      Fiber& f = w->fibers[order[w->cursor]];
       if (f.state != kReady) continue;
       w->current = &f;
       mt_fiber_switch(&w->scheduler_sp, f.sp);
       w->current = nullptr;
+      break;
     }
     bool done = true;
     for (uint32_t i = 0; i < T && done; ++i) done = w->fibers[i].state == kDone;
@@ -649,7 +682,7 @@ void worker_main(Worker* w) {
     f.tid = i;
     f.lane = i % kSimdWidth;
     f.simdgroup = i / kSimdWidth;
-    f.stack = map_stack(g_launch.job->stack_bytes);
+    f.stack = map_stack(g_launch.job->stack_bytes + kStackColors);
   }
   w->simd_epoch.assign(g_launch.simdgroups, 0);
   w->simd_slots.assign(size_t(g_launch.simdgroups) * kSimdWidth * __MT_SIMD_SLOT, 0);
@@ -879,8 +912,8 @@ void __mt_simdgroup_barrier(unsigned flags, __mt_site site) {
 __mt_simd_table __mt_simd_meet(const void* mine, unsigned nbytes, unsigned kind, __mt_site site) {
   Worker* w = t_worker;
   Fiber* f = w->current;
-  std::memset(f->deposit, 0, sizeof f->deposit);
-  std::memcpy(f->deposit, mine, nbytes < __MT_SIMD_SLOT ? nbytes : __MT_SIMD_SLOT);
+  f->deposit_bytes = nbytes < __MT_SIMD_SLOT ? nbytes : __MT_SIMD_SLOT;
+  std::memcpy(f->deposit, mine, f->deposit_bytes);
   park(w, kAtSimd, site, kind, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
   return f->table;
 }
