@@ -33,6 +33,7 @@
 #include <atomic>
 #include <cinttypes>
 #include <cstdarg>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -108,8 +109,6 @@ struct Launch {
   // Device shadow (races): per byte, last writer and reader words; see encode_dev().
   std::atomic<uint64_t>* dev_writer[kMaxBuffers] = {};
   std::atomic<uint64_t>* dev_reader[kMaxBuffers] = {};
-  // Unique-byte maps for the stats: bit 0 read, bit 1 written.
-  std::atomic<uint8_t>* touched[kMaxBuffers] = {};
   std::atomic<uint64_t> next_group{0};
   // Threadgroup variable layout, shared by all workers (decided on first request, under
   // slot_mutex). Fixed arrays, never reallocated: other workers read them without the lock
@@ -178,6 +177,9 @@ struct Worker {
   uint64_t dev_loads = 0, dev_stores = 0, tg_loads = 0, tg_stores = 0;
   uint64_t groups_run = 0, threads_run = 0;
   uint64_t rng = 0;
+  // Unique-byte maps for the stats, one per worker (no atomic updates; merged at the end):
+  // per device byte, bit 0 read, bit 1 written.
+  uint8_t* touched[kMaxBuffers] = {};
   uint64_t meetings = 0;                       // names each simd meeting (meet_id)
   // Simdgroup-matrix memo (mt_matrix.h), allocated on first use: set-associative, keyed by
   // the tiles' tags; a way is replaced round-robin within its set.
@@ -308,11 +310,9 @@ __attribute__((noinline)) void device_access(Worker* w, uintptr_t a, unsigned n,
   uint64_t off = a - reinterpret_cast<uintptr_t>(g_launch.buffers[b]);
   (write ? w->dev_written : w->dev_read)[b] += n;
   ++(write ? w->dev_stores : w->dev_loads);
-  std::atomic<uint8_t>* touched = g_launch.touched[b] + off;
+  uint8_t* touched = w->touched[b] + off;
   const uint8_t bit = write ? 2 : 1;
-  for (unsigned i = 0; i < n; ++i)
-    if (!(touched[i].load(std::memory_order_relaxed) & bit))
-      touched[i].fetch_or(bit, std::memory_order_relaxed);
+  for (unsigned i = 0; i < n; ++i) touched[i] |= bit;
   if (!(checks & kCheckRaces)) return;
 
   const uint32_t t = w->current->tid, e = w->dev_epoch;
@@ -390,8 +390,16 @@ __attribute__((noinline)) void tg_access(Worker* w, uintptr_t a, unsigned n, boo
   const uint16_t s = uint16_t(w->simd_epoch[f->simdgroup]);
   const uint64_t var_off = base - g_launch.slot_offset[slot];
   bool reported_uninit = false;
-  for (unsigned i = 0; i < n; ++i) {
-    TgShadow& sh = w->arena_shadow[base + i];
+  // Bytes of one access usually share one shadow state (a float written and read whole):
+  // then the first byte's outcome is every byte's, and its new state is copied to the rest.
+  TgShadow* cells = &w->arena_shadow[base];
+  constexpr size_t kCellBytes = offsetof(TgShadow, many_readers) + 1;
+  bool same_state = n > 1;
+  for (unsigned i = 1; i < n && same_state; ++i)
+    same_state = std::memcmp(&cells[i], &cells[0], kCellBytes) == 0;
+  const unsigned visit = same_state ? 1 : n;
+  for (unsigned i = 0; i < visit; ++i) {
+    TgShadow& sh = cells[i];
     if (!write && !sh.initialized && (checks & kCheckUninit) && !reported_uninit) {
       reported_uninit = true;  // once per access, not once per byte
       add_finding(w, make_finding(w, kUninit, false, slot, var_off + i, pc,
@@ -436,6 +444,8 @@ __attribute__((noinline)) void tg_access(Worker* w, uintptr_t a, unsigned n, boo
     } else if (sh.reader != t) {
       sh.many_readers = 1;
     }
+    if (same_state)
+      for (unsigned j = 1; j < n; ++j) cells[j] = cells[0];
   }
 }
 
@@ -684,6 +694,11 @@ void worker_main(Worker* w) {
     f.simdgroup = i / kSimdWidth;
     f.stack = map_stack(g_launch.job->stack_bytes + kStackColors);
   }
+  for (uint32_t b = 0; b < g_launch.job->nbuffers; ++b) {
+    void* p = map_shadow(g_launch.job->buffers[b].size ? g_launch.job->buffers[b].size : 1);
+    if (p == MAP_FAILED) fail_launch("cannot map the access map of buffer %u", b);
+    w->touched[b] = static_cast<uint8_t*>(p);
+  }
   w->simd_epoch.assign(g_launch.simdgroups, 0);
   w->simd_slots.assign(size_t(g_launch.simdgroups) * kSimdWidth * __MT_SIMD_SLOT, 0);
   const size_t arena_cap = 2 * kMaxThreadgroupMemory + 64 * kRedZone;
@@ -787,8 +802,11 @@ void write_results() {
       else if (k == 1) v = total.dev_written[b];
       else {
         uint8_t bit = k == 2 ? 1 : 2;
-        for (uint64_t i = 0; i < job->buffers[b].size; ++i)
-          v += (g_launch.touched[b][i].load(std::memory_order_relaxed) & bit) != 0;
+        for (uint64_t i = 0; i < job->buffers[b].size; ++i) {
+          uint8_t any = 0;
+          for (Worker* w : g_workers) any |= w->touched[b][i];
+          v += (any & bit) != 0;
+        }
       }
       fprintf(out, "%s%" PRIu64, b ? "," : "", v);
     }
@@ -1168,7 +1186,6 @@ int main(int argc, char** argv) {
   g_launch.dev_span = g_launch.map_size - sizeof(JobHeader);
   for (uint32_t b = 0; b < job->nbuffers; ++b) {
     size_t n = job->buffers[b].size ? job->buffers[b].size : 1;
-    g_launch.touched[b] = static_cast<std::atomic<uint8_t>*>(map_shadow(n));
     if (job->checks & kCheckRaces) {
       g_launch.dev_writer[b] = static_cast<std::atomic<uint64_t>*>(map_shadow(n * 8));
       g_launch.dev_reader[b] = static_cast<std::atomic<uint64_t>*>(map_shadow(n * 8));
