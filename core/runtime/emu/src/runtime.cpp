@@ -391,7 +391,7 @@ __attribute__((noinline)) void tg_access(Worker* w, uintptr_t a, unsigned n, boo
   const uint64_t var_off = base - g_launch.slot_offset[slot];
   bool reported_uninit = false;
   // Bytes of one access usually share one shadow state (a float written and read whole):
-  // then the first byte's outcome is every byte's, and its new state is copied to the rest.
+  // then the first byte's checks stand for every byte's, and all get the same update.
   TgShadow* cells = &w->arena_shadow[base];
   constexpr size_t kCellBytes = offsetof(TgShadow, many_readers) + 1;
   bool same_state = n > 1;
@@ -431,21 +431,23 @@ __attribute__((noinline)) void tg_access(Worker* w, uintptr_t a, unsigned n, boo
         break;
       }
     }
-    if (write) {
-      sh.write_epoch = e;
-      sh.writer = t;
-      sh.write_sepoch = s;
-      sh.initialized = 1;
-    } else if (sh.read_epoch != e) {
-      sh.read_epoch = e;
-      sh.reader = t;
-      sh.read_sepoch = s;
-      sh.many_readers = 0;
-    } else if (sh.reader != t) {
-      sh.many_readers = 1;
+    // The new state: of this byte, or of every byte when they share one.
+    for (unsigned j = same_state ? 0 : i; j < (same_state ? n : i + 1); ++j) {
+      TgShadow& u = cells[j];
+      if (write) {
+        u.write_epoch = e;
+        u.writer = t;
+        u.write_sepoch = s;
+        u.initialized = 1;
+      } else if (u.read_epoch != e) {
+        u.read_epoch = e;
+        u.reader = t;
+        u.read_sepoch = s;
+        u.many_readers = 0;
+      } else if (u.reader != t) {
+        u.many_readers = 1;
+      }
     }
-    if (same_state)
-      for (unsigned j = 1; j < n; ++j) cells[j] = cells[0];
   }
 }
 
