@@ -869,6 +869,8 @@ void crash_handler(int sig, siginfo_t* info, void* uctx) {
   pc = uintptr_t(static_cast<ucontext_t*>(uctx)->uc_mcontext.gregs[REG_RIP]);
 #elif defined(__aarch64__) && defined(__APPLE__)
   pc = uintptr_t(static_cast<ucontext_t*>(uctx)->uc_mcontext->__ss.__pc);
+#elif defined(__aarch64__) && defined(__linux__)
+  pc = uintptr_t(static_cast<ucontext_t*>(uctx)->uc_mcontext.pc);
 #else
   (void)uctx;
 #endif
