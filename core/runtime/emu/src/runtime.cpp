@@ -385,6 +385,7 @@ __attribute__((noinline)) void tg_access(Worker* w, uintptr_t a, unsigned n, boo
   }
   (write ? w->tg_written : w->tg_read) += n;
   ++(write ? w->tg_stores : w->tg_loads);
+  if (!(checks & (kCheckRaces | kCheckUninit))) return;  // the shadow serves only these
   const uint32_t e = w->tg_epoch;
   const uint16_t t = uint16_t(f->tid);
   const uint16_t s = uint16_t(w->simd_epoch[f->simdgroup]);
