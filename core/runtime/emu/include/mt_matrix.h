@@ -18,12 +18,12 @@
 //
 // One operation per simdgroup, not per lane: every tile carries a tag naming its value
 // (0: unknown). A uniform load is tagged with its meeting; a fill with its type and value;
-// a multiply-accumulate with a hash of its operands' tags and types (the runtime's). The first lane to
-// produce a tagged tile puts it in the worker's memo (mt_runtime.h); the other lanes find
-// it there by tag and copy it instead of reading the tile again or doing the 512
-// multiply-adds again. Lanes whose operands are untagged or differ compute on their own, as
-// every lane did before. Counters and findings are unchanged: the recording lane still
-// performs every recorded access itself.
+// a multiply-accumulate with a hash of its operands' tags and types (the runtime's). The first
+// lane to load a tile leaves it in the simdgroup's scratch; the first to multiply puts the
+// product in the worker's memo (mt_runtime.h); the other lanes copy instead of reading the
+// tile again or doing the 512 multiply-adds again. Lanes whose operands are untagged or
+// differ compute on their own, as every lane did before. Counters and findings are
+// unchanged: the recording lane still performs every recorded access itself.
 #pragma once
 #include "mt_runtime.h"
 #include "mt_sync.h"
@@ -92,6 +92,8 @@ struct matrix_access {
 struct matrix_meeting {
   bool records;   // this lane performs the recorded accesses
   ulong tag;      // the loaded tile's tag when the arguments are uniform, else 0
+  ulong id;       // the meeting
+  __mt_simd_shared* shared;
 };
 
 // Meets the simdgroup and checks the uniform arguments.
@@ -103,7 +105,8 @@ __MT_INLINE matrix_meeting matrix_meet(__mt_site at, const matrix_access& a, uns
   if (lead.ptr != a.ptr || lead.elements_per_row != a.elements_per_row ||
       lead.origin_x != a.origin_x || lead.origin_y != a.origin_y || lead.transpose != a.transpose)
     __mt_simd_nonuniform(kind, "pointer, elements_per_row, matrix_origin and transpose_matrix");
-  return matrix_meeting{t.lane == first, t.uniform ? kTagLoad | t.meet_id : 0};
+  return matrix_meeting{t.lane == first, t.uniform ? kTagLoad | t.meet_id : 0, t.meet_id,
+                        t.shared};
 }
 
 __MT_INLINE ulong matrix_offset(const matrix_access& a, int r, int c) {
@@ -119,19 +122,23 @@ __MT_INLINE void simdgroup_load(__mt_site at, simdgroup_matrix<T, Cols, Rows>& d
                                 bool transpose_matrix = false) {
   __mt::matrix_access a{src, elements_per_row, matrix_origin.x, matrix_origin.y, transpose_matrix};
   __mt::matrix_meeting m = __mt::matrix_meet(at, a, __MT_SIMD_MATRIX_LOAD);
-  const ulong code = __mt::type_code<T>();
   d.__tag = m.tag;
-  if (!m.records && m.tag) {
-    if (const void* tile = __mt_matrix_memo_find(m.tag, 0, 0, code).tile) {
-      __builtin_memcpy(&d.e[0][0], tile, sizeof d.e);
-      return;
-    }
+  static_assert(sizeof d.e <= sizeof m.shared->bytes, "simdgroup_load: tile too large");
+  // A uniform load: the first lane to resume reads the tile and leaves it in the
+  // simdgroup's scratch; the others copy it from there. The recording lane always
+  // performs (and so records) every access itself.
+  if (!m.records && m.tag && m.shared->meet_id == m.id) {
+    __builtin_memcpy(&d.e[0][0], m.shared->bytes, sizeof d.e);
+    return;
   }
   if (!m.records) __mt_hooks_suppress(1);
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < Cols; ++c) d.e[r][c] = src[__mt::matrix_offset(a, r, c)];
   if (!m.records) __mt_hooks_suppress(0);
-  if (m.tag) __builtin_memcpy(__mt_matrix_memo_slot(m.tag, 0, 0, code).tile, &d.e[0][0], sizeof d.e);
+  if (m.tag && m.shared->meet_id != m.id) {
+    __builtin_memcpy(m.shared->bytes, &d.e[0][0], sizeof d.e);
+    m.shared->meet_id = m.id;
+  }
 }
 
 template <class T, int Cols, int Rows>

@@ -44,6 +44,13 @@ enum : unsigned {
   __MT_SIMD_MATRIX_LOAD = 5, __MT_SIMD_MATRIX_STORE = 6, __MT_SIMD_BROADCAST = 7,
 };
 
+// Scratch shared by the lanes of one simdgroup from one meeting to its next (mt_matrix.h
+// passes a loaded tile through it): `meet_id` says which meeting's data `bytes` hold.
+struct __mt_simd_shared {
+  uint64_t meet_id;
+  alignas(16) unsigned char bytes[256];
+};
+
 // Result of a simd collective: every participating lane's deposited bytes.
 struct __mt_simd_table {
   const unsigned char* slots;  // lane i's bytes at slots + i * __MT_SIMD_SLOT
@@ -52,6 +59,7 @@ struct __mt_simd_table {
   uint32_t width;              // lanes in this simdgroup (the last one may be partial)
   uint32_t uniform;            // 1: every taking part deposited the same bytes
   uint64_t meet_id;            // names this meeting: unique within the run's worker thread
+  __mt_simd_shared* shared;    // the simdgroup's scratch until its next meeting
 };
 enum : unsigned { __MT_SIMD_SLOT = 64 };
 

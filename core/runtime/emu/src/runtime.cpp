@@ -161,6 +161,7 @@ struct Worker {
   uint32_t tg_epoch = 1, dev_epoch = 1;        // current barrier intervals
   std::vector<uint32_t> simd_epoch;            // per simdgroup
   std::vector<unsigned char> simd_slots;       // per simdgroup, kSimdWidth slots
+  std::vector<__mt_simd_shared> simd_shared;   // per simdgroup
   // Threadgroup arena: variables at g_launch.slot_offset with red zones in between.
   unsigned char* arena = nullptr;
   uintptr_t arena_lo = 0, arena_span = 0;
@@ -542,7 +543,8 @@ bool resolve_simd(Worker* w) {
     for (uint32_t i = lo; i < hi; ++i) {
       Fiber& f = w->fibers[i];
       if (f.state == kAtSimd && f.site.id == site) {
-        f.table = __mt_simd_table{slots, active, i - lo, hi - lo, uniform, w->meetings + 1};
+        f.table = __mt_simd_table{slots, active, i - lo, hi - lo, uniform, w->meetings + 1,
+                                  &w->simd_shared[sg]};
         f.state = kReady;
       }
     }
@@ -704,6 +706,7 @@ void worker_main(Worker* w) {
   }
   w->simd_epoch.assign(g_launch.simdgroups, 0);
   w->simd_slots.assign(size_t(g_launch.simdgroups) * kSimdWidth * __MT_SIMD_SLOT, 0);
+  w->simd_shared.assign(g_launch.simdgroups, __mt_simd_shared{});
   const size_t arena_cap = 2 * kMaxThreadgroupMemory + 64 * kRedZone;
   w->arena = static_cast<unsigned char*>(aligned_alloc(64, arena_cap));
   w->arena_lo = reinterpret_cast<uintptr_t>(w->arena);
