@@ -59,7 +59,10 @@ constexpr uint32_t kSimdWidth = 32;
 constexpr uint32_t kMaxThreadgroupMemory = 32 * 1024;
 constexpr uint32_t kRedZone = 64;  // bytes between threadgroup variables
 constexpr uint32_t kMaxSlots = 4096;  // threadgroup variables per kernel
-constexpr uint32_t kMemoSets = 256, kMemoWays = 4, kMemoTileBytes = 256;  // matrix memo
+// Matrix memo: kMemoWays-way sets, kMemoSetsPerSimdgroup per simdgroup (room for 256 live
+// tiles each, which the accumulators of a 128x128 tile per simdgroup would fill), tiles of
+// at most kMemoTileBytes.
+constexpr uint32_t kMemoSetsPerSimdgroup = 64, kMemoWays = 4, kMemoTileBytes = 256;
 
 struct JobBuffer {
   uint64_t offset, size;
@@ -1019,10 +1022,11 @@ __mt_memo_tile memo_lookup(const uint64_t key[4], bool insert) {
   __mt_memo_tile r{nullptr, kTagMultiply | (h >> 2)};
   if (!w) return r;
   if (w->memo.empty()) {
-    w->memo.assign(kMemoSets, Worker::MemoSet{});
-    w->memo_data.assign(size_t(kMemoSets) * kMemoWays * kMemoTileBytes, 0);
+    const size_t sets = size_t(std::max<uint32_t>(g_launch.simdgroups, 4)) * kMemoSetsPerSimdgroup;
+    w->memo.assign(sets, Worker::MemoSet{});
+    w->memo_data.assign(sets * kMemoWays * kMemoTileBytes, 0);
   }
-  const size_t set_index = (h ^ (h >> 32)) % kMemoSets;
+  const size_t set_index = (h ^ (h >> 32)) % w->memo.size();
   Worker::MemoSet& set = w->memo[set_index];
   int way = -1;
   for (uint32_t i = 0; i < kMemoWays; ++i)
