@@ -117,3 +117,129 @@ def test_block_reduction(benchmark, mode, groups):
     benchmark(lambda: emu.run_msl(REDUCE, "block_sum", **kw))
     assert_close(out, x.reshape(groups, 256).sum(1, dtype=np.float64), "float32",
                  reduction_length=256, op_class="accumulation")
+
+
+# -- kernel shapes that matter: tiled GEMM and row softmax, against a plain C++ anchor ------
+#
+# The emulator's own cost on real kernels, with and without checks (cached build, process
+# warm: the timed call is `kernel(...)` as a user makes it). The anchor is the same 256^3
+# GEMM as one plain C++ loop (f16 converted to f32 first, i-k-j order, -O2, one thread)
+# built by the emulator's clang: the emulator's time over the anchor's is the overhead of
+# emulating 128 threads per group with checks. To see the effect of an emulator change, run
+# this group from a checkout of the old code and of the new one, alternating, and compare
+# ratios measured in one session.
+
+def _softmax_rows(M, N, bM, threads=256):
+    import core.language as T
+
+    @T.prim_func
+    def softmax(A: T.Tensor((M, N), "float16"), B: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(M, bM), threads=threads) as bx:
+            x = T.alloc_fragment((bM, N), "float32")
+            mx = T.alloc_fragment((bM,), "float32")
+            s = T.alloc_fragment((bM,), "float32")
+            T.copy(A[bx * bM, 0], x)
+            T.reduce_max(x, mx, dim=1)
+            for i, j in T.Parallel(bM, N):
+                x[i, j] = T.exp(x[i, j] - mx[i])
+            T.reduce_sum(x, s, dim=1)
+            for i, j in T.Parallel(bM, N):
+                x[i, j] = x[i, j] / s[i]
+            T.copy(x, B[bx * bM, 0])
+    return softmax
+
+
+@pytest.mark.parametrize("checks", ["checks", "no-checks"])
+@pytest.mark.parametrize("n", [256, 512])
+@pytest.mark.benchmark(group="kernel shapes: gemm f16->f32 64x64x32 t128 stages=2")
+def test_gemm_shape(benchmark, n, checks):
+    import torch
+
+    import core
+    from harness.diff import assert_close
+    from oracles.gemm import gemm as gemm_oracle
+    from suites.core.test_gemm import matmul
+
+    kernel = core.compile(matmul(n, n, n, 64, 64, 32, 128, "float16", "float32", stages=2),
+                          out_idx=[2])
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(n, n, generator=gen).half()
+    b = torch.randn(n, n, generator=gen).half()
+    ck = emu.ALL_CHECKS if checks == "checks" else ()
+    kernel(a, b, backend="emu", checks=ck)  # build outside the timing
+    c = benchmark.pedantic(lambda: kernel(a, b, backend="emu", checks=ck), rounds=3,
+                           iterations=1)
+    assert kernel.last_run.findings == []
+    assert_close(c, gemm_oracle(a, b), reduction_length=n, what="gemm", op_class="accumulation")
+    benchmark.extra_info["threadgroups"] = (n // 64) ** 2
+
+
+@pytest.mark.parametrize("checks", ["checks", "no-checks"])
+@pytest.mark.benchmark(group="kernel shapes: softmax f16 256x1024, 64 groups of 256")
+def test_softmax_shape(benchmark, checks):
+    import torch
+
+    import core
+    from harness.diff import assert_close
+    from oracles.norm import softmax as softmax_oracle
+
+    kernel = core.compile(_softmax_rows(256, 1024, 4), out_idx=[1])
+    x = torch.randn(256, 1024, generator=torch.Generator().manual_seed(0)).half()
+    ck = emu.ALL_CHECKS if checks == "checks" else ()
+    kernel(x, backend="emu", checks=ck)
+    y = benchmark.pedantic(lambda: kernel(x, backend="emu", checks=ck), rounds=10, iterations=1)
+    assert kernel.last_run.findings == []
+    assert_close(y, softmax_oracle(x, dim=-1, out_dtype=torch.float16), reduction_length=1024,
+                 what="softmax", op_class="transcendental")
+
+
+ANCHOR = r"""
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+// The physical anchor: C = A @ B, 256^3, f16 inputs converted to f32 first, i-k-j order.
+int main() {
+  const int n = 256;
+  std::vector<_Float16> ah(n * n), bh(n * n);
+  for (int i = 0; i < n * n; ++i) {
+    ah[i] = _Float16((i * 7919 % 2003) / 1001.0f - 1.0f);
+    bh[i] = _Float16((i * 104729 % 1999) / 999.0f - 1.0f);
+  }
+  double best = 1e30, check = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<float> a(ah.begin(), ah.end()), b(bh.begin(), bh.end()), c(n * n, 0.0f);
+    for (int i = 0; i < n; ++i)
+      for (int k = 0; k < n; ++k) {
+        const float aik = a[i * n + k];
+        for (int j = 0; j < n; ++j) c[i * n + j] += aik * b[k * n + j];
+      }
+    auto t1 = std::chrono::steady_clock::now();
+    double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+    if (ms < best) best = ms;
+    check = c[n * n / 2 + 3];
+  }
+  double ref = 0;  // one element recomputed in double: the loop really ran
+  for (int k = 0; k < n; ++k) ref += double(float(ah[(n / 2) * n + k])) * float(bh[k * n + 3]);
+  std::printf("%.4f %.6f %.6f\n", best, check, ref);
+  return 0;
+}
+"""
+
+
+@pytest.mark.benchmark(group="kernel shapes: gemm f16->f32 64x64x32 t128 stages=2")
+def test_gemm_plain_cpp_anchor(benchmark, tmp_path):
+    src = tmp_path / "anchor.cpp"
+    src.write_text(ANCHOR)
+    exe = tmp_path / "anchor"
+    cxx = build.default_builder().toolchain.cxx
+    subprocess.run([cxx, "-O2", "-std=c++17", *build._arch_flags(), str(src), "-o", str(exe)],
+                   check=True)
+    runs = []
+    benchmark.pedantic(lambda: runs.append(subprocess.run([str(exe)], capture_output=True,
+                                                          text=True, check=True).stdout.split()),
+                       rounds=3, iterations=1)
+    ms, got, ref = (float(v) for v in runs[-1])
+    assert abs(got - ref) <= 1e-3 * (1 + abs(ref))
+    benchmark.extra_info["anchor_ms_min"] = min(float(r[0]) for r in runs)

@@ -34,7 +34,7 @@ from pathlib import Path
 from core.cache import cache_root
 from core.errors import MSLCompileError, ToolchainError
 
-from . import launcher
+from . import cross, launcher
 from .toolchain import Toolchain, find_toolchain
 from .translate import SOURCE_NAME, Translation
 
@@ -72,7 +72,14 @@ RUNTIME_FLAGS = ["-std=c++17", "-O2", "-fno-pie", "-Wall", "-Wno-unused-function
 
 
 def _arch_flags() -> list[str]:
+    if cross.target():  # another CPU (cross.py): its own defaults, no x86 extensions
+        return cross.compile_flags()
     return ["-mf16c"] if platform.machine() in ("x86_64", "AMD64") else []
+
+
+def _arm64() -> bool:
+    t = cross.target()
+    return t.startswith("aarch64") if t else platform.machine() in ("arm64", "aarch64")
 
 
 def _link_flags() -> list[str]:
@@ -128,13 +135,20 @@ class Builder:
         # The PCH records the headers' absolute paths, so a checkout elsewhere (CI's clone)
         # gets its own artifacts.
         self._tool_tag = _digest(tc.cxx, ".".join(map(str, tc.version)), platform.machine(),
-                                 str(INCLUDE_DIR))
+                                 str(INCLUDE_DIR), cross.target() or "host")
         self._headers = _files_digest(INCLUDE_DIR.glob("*.h"))
 
     # -- shared artifacts ---------------------------------------------------------------
 
     def _flags(self, checked: bool) -> list[str]:
-        return COMMON_FLAGS + _arch_flags() + (CHECKED_FLAGS if checked else [])
+        common = COMMON_FLAGS
+        if _arm64():
+            # clang's driver takes -fexcess-precision=16 only for x86; the cc1 options
+            # behind it say the same (every half and bfloat operation rounded) on arm64.
+            common = [f for f in COMMON_FLAGS if f != "-fexcess-precision=16"] + [
+                "-Xclang", "-ffloat16-excess-precision=none",
+                "-Xclang", "-fbfloat16-excess-precision=none"]
+        return common + _arch_flags() + (CHECKED_FLAGS if checked else [])
 
     def _shared_artifact(self, key: str, target: Path, what: str, command) -> Path:
         """Build `target` with `command(tmp_path)` unless cached; atomic, memoized."""
@@ -214,7 +228,7 @@ class Builder:
         src = tmp.with_suffix(".cpp")
         src.write_text(unit)
         cmd = [self.toolchain.cxx, *flags, "-I", str(INCLUDE_DIR), "-include-pch", str(pch),
-               "-x", "c++", str(src), "-x", "none", str(runtime), *_link_flags(),
+               "-x", "c++", str(src), "-x", "none", str(runtime), *_link_flags(), *_arch_flags(),
                *(["-fno-sanitize-link-runtime"] if checked else []),
                "-o", str(tmp)]
         try:

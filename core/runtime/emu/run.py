@@ -23,6 +23,7 @@ import numpy as np
 
 from core.errors import KernelCrashError, KernelTimeoutError, LaunchError, MSLCompileError
 
+from . import cross
 from . import job as jobfile
 from .build import default_builder
 from .translate import SOURCE_NAME, Translation, translate
@@ -248,7 +249,8 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
     result_path = job.path + ".result.json"
     try:
         try:
-            proc = subprocess.run([str(exe.path), job.path, kernel_name, result_path],
+            proc = subprocess.run([*cross.run_prefix(), str(exe.path), job.path, kernel_name,
+                                   result_path],
                                   capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise KernelTimeoutError(

@@ -14,7 +14,16 @@
 // is not supported here), so every lane keeps the whole 8x8 tile. Load and store are
 // collectives: the lanes meet, check that pointer, stride, origin and transpose agree, and
 // one lane (the lowest active) performs the recorded memory accesses for the simdgroup;
-// the other lanes read the same tile without recording, and do not store.
+// the other lanes do not record, and do not store.
+//
+// One operation per simdgroup, not per lane: every tile carries a tag naming its value
+// (0: unknown). A uniform load is tagged with its meeting; a fill with its type and value;
+// a multiply-accumulate with a hash of its operands' tags and types (the runtime's). The first
+// lane to load a tile leaves it in the simdgroup's scratch; the first to multiply puts the
+// product in the worker's memo (mt_runtime.h); the other lanes copy instead of reading the
+// tile again or doing the 512 multiply-adds again. Lanes whose operands are untagged or
+// differ compute on their own, as every lane did before. Counters and findings are
+// unchanged: the recording lane still performs every recorded access itself.
 #pragma once
 #include "mt_runtime.h"
 #include "mt_sync.h"
@@ -26,11 +35,9 @@ struct simdgroup_matrix {
   static_assert(MT_MATRIX_TILE == 8, "core/target.py: matrix_tile is not MSL's 8x8");
   static_assert(Cols == 8 && Rows == 8, "simdgroup_matrix: only 8x8 matrices exist in MSL");
   T e[Rows][Cols];
+  ulong __tag = 0;  // names the value (see the file comment); 0: unknown
   simdgroup_matrix() = default;
-  explicit simdgroup_matrix(T diagonal) {
-    for (int r = 0; r < Rows; ++r)
-      for (int c = 0; c < Cols; ++c) e[r][c] = r == c ? diagonal : T(0);
-  }
+  explicit simdgroup_matrix(T diagonal);
   template <class U = T>
   void thread_elements() const {
     static_assert(sizeof(U) == 0,
@@ -43,11 +50,34 @@ typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
 typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
 typedef simdgroup_matrix<bfloat, 8, 8> simdgroup_bfloat8x8;
 
+namespace __mt {
+
+// Tags: top two bits say what named the value (fill 10, load 01, multiply 11).
+constexpr ulong kTagFill = ulong(2) << 62, kTagLoad = ulong(1) << 62, kTagMultiply = ulong(3) << 62;
+template <class T> constexpr ulong type_code() {
+  return __is_same(T, float) ? 1 : __is_same(T, half) ? 2 : __is_same(T, bfloat) ? 3 : 4;
+}
+template <class T> __MT_INLINE ulong fill_tag(T value, bool diagonal) {
+  uint32_t bits = 0;
+  __builtin_memcpy(&bits, &value, sizeof(T) < 4 ? sizeof(T) : 4);
+  return kTagFill | (type_code<T>() << 40) | (ulong(diagonal) << 39) | bits;
+}
+
+}  // namespace __mt
+
+template <class T, int Cols, int Rows>
+simdgroup_matrix<T, Cols, Rows>::simdgroup_matrix(T diagonal) {
+  for (int r = 0; r < Rows; ++r)
+    for (int c = 0; c < Cols; ++c) e[r][c] = r == c ? diagonal : T(0);
+  __tag = __mt::fill_tag(diagonal, true);
+}
+
 template <class T, int Cols, int Rows>
 __MT_INLINE simdgroup_matrix<T, Cols, Rows> make_filled_simdgroup_matrix(T value) {
   simdgroup_matrix<T, Cols, Rows> m;
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < Cols; ++c) m.e[r][c] = value;
+  m.__tag = __mt::fill_tag(value, false);
   return m;
 }
 
@@ -57,11 +87,18 @@ struct matrix_access {
   const void* ptr;
   ulong elements_per_row;
   ulong origin_x, origin_y;
-  bool transpose;
+  ulong transpose;  // a full word: no padding bytes, so equal arguments deposit equal bytes
 };
 
-// Meets the simdgroup, checks the uniform arguments; returns true in the lane that records.
-__MT_INLINE bool matrix_meet(__mt_site at, const matrix_access& a, unsigned kind) {
+struct matrix_meeting {
+  bool records;   // this lane performs the recorded accesses
+  ulong tag;      // the loaded tile's tag when the arguments are uniform, else 0
+  ulong id;       // the meeting
+  __mt_simd_shared* shared;
+};
+
+// Meets the simdgroup and checks the uniform arguments.
+__MT_INLINE matrix_meeting matrix_meet(__mt_site at, const matrix_access& a, unsigned kind) {
   __mt_simd_table t = __mt_simd_meet(&a, sizeof(a), kind, at);
   unsigned first = unsigned(__builtin_ctz(t.active));
   matrix_access lead;
@@ -69,7 +106,8 @@ __MT_INLINE bool matrix_meet(__mt_site at, const matrix_access& a, unsigned kind
   if (lead.ptr != a.ptr || lead.elements_per_row != a.elements_per_row ||
       lead.origin_x != a.origin_x || lead.origin_y != a.origin_y || lead.transpose != a.transpose)
     __mt_simd_nonuniform(kind, "pointer, elements_per_row, matrix_origin and transpose_matrix");
-  return t.lane == first;
+  return matrix_meeting{t.lane == first, t.uniform ? kTagLoad | t.meet_id : 0, t.meet_id,
+                        t.shared};
 }
 
 __MT_INLINE ulong matrix_offset(const matrix_access& a, int r, int c) {
@@ -84,11 +122,24 @@ __MT_INLINE void simdgroup_load(__mt_site at, simdgroup_matrix<T, Cols, Rows>& d
                                 ulong elements_per_row = Cols, ulong2 matrix_origin = 0,
                                 bool transpose_matrix = false) {
   __mt::matrix_access a{src, elements_per_row, matrix_origin.x, matrix_origin.y, transpose_matrix};
-  bool records = __mt::matrix_meet(at, a, __MT_SIMD_MATRIX_LOAD);
-  if (!records) __mt_hooks_suppress(1);
+  __mt::matrix_meeting m = __mt::matrix_meet(at, a, __MT_SIMD_MATRIX_LOAD);
+  d.__tag = m.tag;
+  static_assert(sizeof d.e <= sizeof m.shared->bytes, "simdgroup_load: tile too large");
+  // A uniform load: the first lane to resume reads the tile and leaves it in the
+  // simdgroup's scratch; the others copy it from there. The recording lane always
+  // performs (and so records) every access itself.
+  if (!m.records && m.tag && m.shared->meet_id == m.id) {
+    __builtin_memcpy(&d.e[0][0], m.shared->bytes, sizeof d.e);
+    return;
+  }
+  if (!m.records) __mt_hooks_suppress(1);
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < Cols; ++c) d.e[r][c] = src[__mt::matrix_offset(a, r, c)];
-  if (!records) __mt_hooks_suppress(0);
+  if (!m.records) __mt_hooks_suppress(0);
+  if (m.tag && m.shared->meet_id != m.id) {
+    __builtin_memcpy(m.shared->bytes, &d.e[0][0], sizeof d.e);
+    m.shared->meet_id = m.id;
+  }
 }
 
 template <class T, int Cols, int Rows>
@@ -96,7 +147,7 @@ __MT_INLINE void simdgroup_store(__mt_site at, const simdgroup_matrix<T, Cols, R
                                  ulong elements_per_row = Cols, ulong2 matrix_origin = 0,
                                  bool transpose_matrix = false) {
   __mt::matrix_access a{dst, elements_per_row, matrix_origin.x, matrix_origin.y, transpose_matrix};
-  if (!__mt::matrix_meet(at, a, __MT_SIMD_MATRIX_STORE)) return;
+  if (!__mt::matrix_meet(at, a, __MT_SIMD_MATRIX_STORE).records) return;
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < Cols; ++c) dst[__mt::matrix_offset(a, r, c)] = m.e[r][c];
 }
@@ -106,13 +157,36 @@ __MT_INLINE void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8>& d,
                                                const simdgroup_matrix<TAB, 8, 8>& a,
                                                const simdgroup_matrix<TAB, 8, 8>& b,
                                                const simdgroup_matrix<TD, 8, 8>& c) {
-  simdgroup_matrix<TD, 8, 8> out;
-  for (int i = 0; i < 8; ++i)
-    for (int j = 0; j < 8; ++j) {
-      float acc = float(c.e[i][j]);
-      for (int k = 0; k < 8; ++k) acc += float(a.e[i][k]) * float(b.e[k][j]);
-      out.e[i][j] = TD(acc);
+  const ulong ta = a.__tag, tb = b.__tag, tc = c.__tag;
+  const ulong types = (__mt::type_code<TD>() << 8) | __mt::type_code<TAB>();
+  const bool tagged = ta && tb && tc;
+  if (tagged) {
+    __mt_memo_tile found = __mt_matrix_memo_find(ta, tb, tc, types);
+    if (found.tile) {
+      __builtin_memcpy(&d.e[0][0], found.tile, sizeof d.e);
+      d.__tag = found.tag;
+      return;
     }
+  }
+  // d(i, :) = c(i, :) + sum over k in order of a(i, k) * b(k, :), in float: eight lanes of
+  // a row at once, each element summed in the same order as one at a time (no contraction).
+  typedef float row8 __attribute__((ext_vector_type(8)));
+  row8 brow[8];
+  for (int k = 0; k < 8; ++k)
+    for (int j = 0; j < 8; ++j) brow[k][j] = float(b.e[k][j]);
+  simdgroup_matrix<TD, 8, 8> out;
+  for (int i = 0; i < 8; ++i) {
+    row8 acc;
+    for (int j = 0; j < 8; ++j) acc[j] = float(c.e[i][j]);
+    for (int k = 0; k < 8; ++k) acc = acc + float(a.e[i][k]) * brow[k];
+    for (int j = 0; j < 8; ++j) out.e[i][j] = TD(acc[j]);
+  }
+  out.__tag = 0;
+  if (tagged) {
+    __mt_memo_tile slot = __mt_matrix_memo_slot(ta, tb, tc, types);
+    __builtin_memcpy(slot.tile, &out.e[0][0], sizeof out.e);
+    out.__tag = slot.tag;
+  }
   d = out;
 }
 

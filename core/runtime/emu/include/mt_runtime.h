@@ -44,12 +44,22 @@ enum : unsigned {
   __MT_SIMD_MATRIX_LOAD = 5, __MT_SIMD_MATRIX_STORE = 6, __MT_SIMD_BROADCAST = 7,
 };
 
+// Scratch shared by the lanes of one simdgroup from one meeting to its next (mt_matrix.h
+// passes a loaded tile through it): `meet_id` says which meeting's data `bytes` hold.
+struct __mt_simd_shared {
+  uint64_t meet_id;
+  alignas(16) unsigned char bytes[256];
+};
+
 // Result of a simd collective: every participating lane's deposited bytes.
 struct __mt_simd_table {
   const unsigned char* slots;  // lane i's bytes at slots + i * __MT_SIMD_SLOT
   uint32_t active;             // bit i set: lane i took part
   uint32_t lane;               // the calling lane
   uint32_t width;              // lanes in this simdgroup (the last one may be partial)
+  uint32_t uniform;            // 1: every taking part deposited the same bytes
+  uint64_t meet_id;            // names this meeting: unique within the run's worker thread
+  __mt_simd_shared* shared;    // the simdgroup's scratch until its next meeting
 };
 enum : unsigned { __MT_SIMD_SLOT = 64 };
 
@@ -65,6 +75,18 @@ void __mt_simd_nonuniform(unsigned kind, const char* what);
 
 // Storage of the `threadgroup` variable number `slot`, shared by the group's threads.
 void* __mt_tg_slot(unsigned slot, unsigned size, unsigned align);
+
+// Simdgroup-matrix value sharing (mt_matrix.h). Every lane holds the whole 8x8 tile, so the
+// lanes of a simdgroup compute the same tiles; a per-worker memo keyed by the tiles' value
+// tags lets the first lane compute a tile and the others copy it (one operation per
+// simdgroup instead of one per lane). find: the tile stored under the key (null if none);
+// slot: where to store the tile (up to 256 bytes) for the key. Both give the tag naming the
+// value the key describes (a 62-bit hash of the key under the multiply tag bits). The key
+// goes by value and the caller copies the tile, so that no pointer to the kernel's own
+// tiles escapes (an escaping local would have every access to it instrumented).
+struct __mt_memo_tile { void* tile; uint64_t tag; };
+__mt_memo_tile __mt_matrix_memo_find(uint64_t k0, uint64_t k1, uint64_t k2, uint64_t k3);
+__mt_memo_tile __mt_matrix_memo_slot(uint64_t k0, uint64_t k1, uint64_t k2, uint64_t k3);
 
 // While set, memory accesses of the calling thread are not recorded (used so that only
 // one lane records a simdgroup-wide matrix access).

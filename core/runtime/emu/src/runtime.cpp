@@ -34,6 +34,7 @@
 #include <atomic>
 #include <cinttypes>
 #include <cstdarg>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -61,6 +62,10 @@ constexpr uint32_t kMaxThreadgroupMemory = MT_THREADGROUP_MEMORY_BYTES;
 constexpr uint32_t kMaxThreadsPerGroup = MT_MAX_THREADS_PER_GROUP;
 constexpr uint32_t kRedZone = 64;  // bytes between threadgroup variables
 constexpr uint32_t kMaxSlots = 4096;  // threadgroup variables per kernel
+// Matrix memo: kMemoWays-way sets, kMemoSetsPerSimdgroup per simdgroup (room for 256 live
+// tiles each, which the accumulators of a 128x128 tile per simdgroup would fill), tiles of
+// at most kMemoTileBytes.
+constexpr uint32_t kMemoSetsPerSimdgroup = 64, kMemoWays = 4, kMemoTileBytes = 256;
 
 struct JobBuffer {
   uint64_t offset, size;
@@ -112,8 +117,6 @@ struct Launch {
   std::atomic<uint64_t>* dev_reader[kMaxBuffers] = {};
   // Atomic accesses per byte: encode_atomic() words (who, when, whether an update).
   std::atomic<uint64_t>* dev_atomic[kMaxBuffers] = {};
-  // Unique-byte maps for the stats: bit 0 read, bit 1 written.
-  std::atomic<uint8_t>* touched[kMaxBuffers] = {};
   std::atomic<uint64_t> next_group{0};
   std::atomic<bool> any_device_atomic{false};  // plain accesses look at dev_atomic only then
   // Threadgroup variable layout, shared by all workers (decided on first request, under
@@ -144,6 +147,7 @@ struct Fiber {
   unsigned kind = 0;    // simd kind or barrier flags
   uintptr_t pc = 0;     // return address of that call, for findings
   unsigned char deposit[__MT_SIMD_SLOT];
+  uint32_t deposit_bytes = 0;  // how many of them this meeting deposited
   __mt_simd_table table{};
   __mt_thread_pos pos{};
   unsigned char* stack = nullptr;
@@ -164,10 +168,13 @@ struct Worker {
   std::vector<Fiber> fibers;
   void* scheduler_sp = nullptr;
   Fiber* current = nullptr;
+  std::vector<uint32_t> order;                 // this round's schedule
+  uint32_t cursor = 0;                         // position of the running fiber in it
   uint64_t group = 0;
   uint32_t tg_epoch = 1, dev_epoch = 1;        // current barrier intervals
   std::vector<uint32_t> simd_epoch;            // per simdgroup
   std::vector<unsigned char> simd_slots;       // per simdgroup, kSimdWidth slots
+  std::vector<__mt_simd_shared> simd_shared;   // per simdgroup
   // Threadgroup arena: variables at g_launch.slot_offset with red zones in between.
   unsigned char* arena = nullptr;
   uintptr_t arena_lo = 0, arena_span = 0;
@@ -184,6 +191,18 @@ struct Worker {
   uint64_t dev_loads = 0, dev_stores = 0, tg_loads = 0, tg_stores = 0;
   uint64_t groups_run = 0, threads_run = 0;
   uint64_t rng = 0;
+  // Unique-byte maps for the stats, one per worker (no atomic updates; merged at the end):
+  // per device byte, bit 0 read, bit 1 written.
+  uint8_t* touched[kMaxBuffers] = {};
+  uint64_t meetings = 0;                       // names each simd meeting (meet_id)
+  // Simdgroup-matrix memo (mt_matrix.h), allocated on first use: set-associative, keyed by
+  // the tiles' tags; a way is replaced round-robin within its set.
+  struct MemoSet {
+    uint64_t key[kMemoWays][4];
+    uint32_t next;
+  };
+  std::vector<MemoSet> memo;
+  std::vector<unsigned char> memo_data;        // kMemoTileBytes per way
 };
 
 thread_local Worker* t_worker = nullptr;
@@ -312,7 +331,9 @@ void atomic_race(Worker* w, const char* what, int b, uint64_t off, uint64_t othe
   add_finding(w, std::move(f));
 }
 
-void device_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc) {
+// Out of line, as tg_access: the hooks' common path (an address outside device and
+// threadgroup memory: the fiber's own stack) stays a few instructions with no frame.
+__attribute__((noinline)) void device_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc) {
   const uint32_t checks = g_launch.job->checks;
   int b = find_buffer(a);
   if (b < 0 || a + n > reinterpret_cast<uintptr_t>(g_launch.buffers[b]) + g_launch.job->buffers[b].size) {
@@ -331,11 +352,9 @@ void device_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc)
   uint64_t off = a - reinterpret_cast<uintptr_t>(g_launch.buffers[b]);
   (write ? w->dev_written : w->dev_read)[b] += n;
   ++(write ? w->dev_stores : w->dev_loads);
-  std::atomic<uint8_t>* touched = g_launch.touched[b] + off;
+  uint8_t* touched = w->touched[b] + off;
   const uint8_t bit = write ? 2 : 1;
-  for (unsigned i = 0; i < n; ++i)
-    if (!(touched[i].load(std::memory_order_relaxed) & bit))
-      touched[i].fetch_or(bit, std::memory_order_relaxed);
+  for (unsigned i = 0; i < n; ++i) touched[i] |= bit;
   if (!(checks & kCheckRaces)) return;
 
   const uint32_t t = w->current->tid, e = w->dev_epoch;
@@ -387,7 +406,7 @@ void device_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc)
 
 inline bool same_simdgroup(uint32_t a, uint32_t b) { return a / kSimdWidth == b / kSimdWidth; }
 
-void tg_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc) {
+__attribute__((noinline)) void tg_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc) {
   const uint32_t checks = g_launch.job->checks;
   Fiber* f = w->current;
   const uint64_t base = a - w->arena_lo;
@@ -415,13 +434,22 @@ void tg_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc) {
   }
   (write ? w->tg_written : w->tg_read) += n;
   ++(write ? w->tg_stores : w->tg_loads);
+  if (!(checks & (kCheckRaces | kCheckUninit))) return;  // the shadow serves only these
   const uint32_t e = w->tg_epoch;
   const uint16_t t = uint16_t(f->tid);
   const uint16_t s = uint16_t(w->simd_epoch[f->simdgroup]);
   const uint64_t var_off = base - g_launch.slot_offset[slot];
   bool reported_uninit = false;
-  for (unsigned i = 0; i < n; ++i) {
-    TgShadow& sh = w->arena_shadow[base + i];
+  // Bytes of one access usually share one shadow state (a float written and read whole):
+  // then the first byte's checks stand for every byte's, and all get the same update.
+  TgShadow* cells = &w->arena_shadow[base];
+  constexpr size_t kCellBytes = offsetof(TgShadow, many_readers) + 1;
+  bool same_state = n > 1;
+  for (unsigned i = 1; i < n && same_state; ++i)
+    same_state = std::memcmp(&cells[i], &cells[0], kCellBytes) == 0;
+  const unsigned visit = same_state ? 1 : n;
+  for (unsigned i = 0; i < visit; ++i) {
+    TgShadow& sh = cells[i];
     if (!write && !sh.initialized && (checks & kCheckUninit) && !reported_uninit) {
       reported_uninit = true;  // once per access, not once per byte
       add_finding(w, make_finding(w, kUninit, false, slot, var_off + i, pc,
@@ -465,23 +493,27 @@ void tg_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc) {
         break;
       }
     }
-    if (write) {
-      sh.write_epoch = e;
-      sh.writer = t;
-      sh.write_sepoch = s;
-      sh.initialized = 1;
-    } else if (sh.read_epoch != e) {
-      sh.read_epoch = e;
-      sh.reader = t;
-      sh.read_sepoch = s;
-      sh.many_readers = 0;
-    } else if (sh.reader != t) {
-      sh.many_readers = 1;
+    // The new state: of this byte, or of every byte when they share one.
+    for (unsigned j = same_state ? 0 : i; j < (same_state ? n : i + 1); ++j) {
+      TgShadow& u = cells[j];
+      if (write) {
+        u.write_epoch = e;
+        u.writer = t;
+        u.write_sepoch = s;
+        u.initialized = 1;
+      } else if (u.read_epoch != e) {
+        u.read_epoch = e;
+        u.reader = t;
+        u.read_sepoch = s;
+        u.many_readers = 0;
+      } else if (u.reader != t) {
+        u.many_readers = 1;
+      }
     }
   }
 }
 
-inline void on_access(uintptr_t a, unsigned n, bool write, uintptr_t pc) {
+__attribute__((always_inline)) inline void on_access(uintptr_t a, unsigned n, bool write, uintptr_t pc) {
   Worker* w = t_worker;
   if (!w || !w->current || w->current->suppress) return;
   if (a - g_launch.dev_lo < g_launch.dev_span)
@@ -493,23 +525,40 @@ inline void on_access(uintptr_t a, unsigned n, bool write, uintptr_t pc) {
 // ---------------------------------------------------------------------------------------
 // Scheduling
 
+// Leaves fiber `f` for the next ready fiber of this round (in schedule order), or for the
+// scheduler when the round is over. Switching fiber to fiber, rather than through the
+// scheduler, halves the switches per meeting point and keeps the scheduler's stack cold.
+void switch_from(Worker* w, Fiber* f) {
+  const uint32_t T = g_launch.threads;
+  while (++w->cursor < T) {
+    Fiber& next = w->fibers[w->order[w->cursor]];
+    if (next.state == kReady) {
+      w->current = &next;
+      mt_fiber_switch(&f->sp, next.sp);
+      return;
+    }
+  }
+  w->current = nullptr;
+  mt_fiber_switch(&f->sp, w->scheduler_sp);
+}
+
 void fiber_main(void* arg) {
   Fiber* f = static_cast<Fiber*>(arg);
   Worker* w = t_worker;
   g_launch.kernel->entry(g_launch.buffers, &f->pos);
   f->state = kDone;
-  mt_fiber_switch(&f->sp, w->scheduler_sp);
+  switch_from(w, f);
   __builtin_trap();  // a finished fiber is never resumed
 }
 
-// Called on the fiber: park it and return to the scheduler until released.
+// Called on the fiber: park it until the meeting point releases it.
 void park(Worker* w, FiberState state, __mt_site site, unsigned kind, uintptr_t pc) {
   Fiber* f = w->current;
   f->state = state;
   f->site = site;
   f->kind = kind;
   f->pc = pc;
-  mt_fiber_switch(&f->sp, w->scheduler_sp);
+  switch_from(w, f);
 }
 
 uint64_t next_random(uint64_t& s) {  // splitmix64: deterministic per (seed, group, round)
@@ -538,22 +587,28 @@ bool resolve_simd(Worker* w) {
     if (first < 0) continue;
     unsigned site = w->fibers[first].site.id;
     unsigned kind = w->fibers[first].kind;
-    uint32_t active = 0;
+    uint32_t active = 0, uniform = 1;
     unsigned char* slots = &w->simd_slots[size_t(sg) * kSimdWidth * __MT_SIMD_SLOT];
     for (uint32_t i = lo; i < hi; ++i) {
       Fiber& f = w->fibers[i];
       if (f.state == kAtSimd && f.site.id == site) {
         active |= 1u << (i - lo);
-        std::memcpy(slots + (i - lo) * __MT_SIMD_SLOT, f.deposit, __MT_SIMD_SLOT);
+        // Lanes at one call site deposit values of one type: the same number of bytes.
+        std::memcpy(slots + (i - lo) * __MT_SIMD_SLOT, f.deposit, f.deposit_bytes);
+        if (uniform && (f.deposit_bytes != w->fibers[first].deposit_bytes ||
+                        std::memcmp(f.deposit, w->fibers[first].deposit, f.deposit_bytes) != 0))
+          uniform = 0;
       }
     }
     for (uint32_t i = lo; i < hi; ++i) {
       Fiber& f = w->fibers[i];
       if (f.state == kAtSimd && f.site.id == site) {
-        f.table = __mt_simd_table{slots, active, i - lo, hi - lo};
+        f.table = __mt_simd_table{slots, active, i - lo, hi - lo, uniform, w->meetings + 1,
+                                  &w->simd_shared[sg]};
         f.state = kReady;
       }
     }
+    ++w->meetings;
     if (kind == 0) ++w->simd_epoch[sg];  // simdgroup_barrier
     else ++w->simd_ops;
     progressed = true;
@@ -603,6 +658,12 @@ void reset_arena(Worker* w) {
   std::memset(w->arena_shadow.data(), 0, used * sizeof(TgShadow));
 }
 
+// Stacks are mapped at page multiples, so without an offset every fiber's hot top of
+// stack would fall in the same L1 cache sets and evict the others' at every switch.
+// Each stack is mapped kStackColors bytes larger, so the kernel keeps its stack_bytes.
+constexpr size_t kStackColors = 4096;
+inline size_t stack_color(uint32_t tid) { return size_t(tid % 61) * 64; }
+
 void run_group(Worker* w, uint64_t g) {
   const JobHeader* job = g_launch.job;
   const uint32_t T = g_launch.threads;
@@ -632,9 +693,11 @@ void run_group(Worker* w, uint64_t g) {
     p.simdgroup_index_in_threadgroup = i / kSimdWidth;
     p.simdgroups_per_threadgroup = g_launch.simdgroups;
     p.threads_per_simdgroup = kSimdWidth;
-    f.sp = mt_fiber_prepare(f.stack + job->stack_bytes, fiber_main, &f);
+    f.sp = mt_fiber_prepare(f.stack + job->stack_bytes + kStackColors - stack_color(i),
+                            fiber_main, &f);
   }
-  std::vector<uint32_t> order(T);
+  std::vector<uint32_t>& order = w->order;
+  order.resize(T);
   for (uint64_t round = 0;; ++round) {
     for (uint32_t i = 0; i < T; ++i) order[i] = i;
     if (job->schedule == kScheduleReverse) {
@@ -643,12 +706,15 @@ void run_group(Worker* w, uint64_t g) {
       uint64_t s = job->seed ^ (g * 0xD1B54A32D192ED03ull) ^ (round * 0x8CB92BA72F3D8DD7ull);
       for (uint32_t i = T; i > 1; --i) std::swap(order[i - 1], order[next_random(s) % i]);
     }
-    for (uint32_t i : order) {
-      Fiber& f = w->fibers[i];
+    // Run the round: the first ready fiber, which hands on to the next (switch_from); the
+    // last one of the round switches back here.
+    for (w->cursor = 0; w->cursor < T; ++w->cursor) {
+      Fiber& f = w->fibers[order[w->cursor]];
       if (f.state != kReady) continue;
       w->current = &f;
       mt_fiber_switch(&w->scheduler_sp, f.sp);
       w->current = nullptr;
+      break;
     }
     bool done = true;
     for (uint32_t i = 0; i < T && done; ++i) done = w->fibers[i].state == kDone;
@@ -670,6 +736,18 @@ unsigned char* map_stack(size_t bytes) {
 
 std::vector<Worker*> g_workers;
 
+// Zeroed shadow memory, mapped lazily. Large maps ask for transparent huge pages: a
+// checked run touches much of the shadow of the buffers it reads, and 2 MiB pages turn
+// thousands of page faults and TLB misses into a few.
+void* map_shadow(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+#ifdef MADV_HUGEPAGE
+  if (p != MAP_FAILED && bytes >= (size_t(2) << 20)) madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+  return p;
+}
+
 void worker_main(Worker* w) {
   t_worker = w;
   const uint32_t T = g_launch.threads;
@@ -679,10 +757,16 @@ void worker_main(Worker* w) {
     f.tid = i;
     f.lane = i % kSimdWidth;
     f.simdgroup = i / kSimdWidth;
-    f.stack = map_stack(g_launch.job->stack_bytes);
+    f.stack = map_stack(g_launch.job->stack_bytes + kStackColors);
+  }
+  for (uint32_t b = 0; b < g_launch.job->nbuffers; ++b) {
+    void* p = map_shadow(g_launch.job->buffers[b].size ? g_launch.job->buffers[b].size : 1);
+    if (p == MAP_FAILED) fail_launch("cannot map the access map of buffer %u", b);
+    w->touched[b] = static_cast<uint8_t*>(p);
   }
   w->simd_epoch.assign(g_launch.simdgroups, 0);
   w->simd_slots.assign(size_t(g_launch.simdgroups) * kSimdWidth * __MT_SIMD_SLOT, 0);
+  w->simd_shared.assign(g_launch.simdgroups, __mt_simd_shared{});
   const size_t arena_cap = 2 * kMaxThreadgroupMemory + 64 * kRedZone;
   w->arena = static_cast<unsigned char*>(aligned_alloc(64, arena_cap));
   w->arena_lo = reinterpret_cast<uintptr_t>(w->arena);
@@ -784,8 +868,11 @@ void write_results() {
       else if (k == 1) v = total.dev_written[b];
       else {
         uint8_t bit = k == 2 ? 1 : 2;
-        for (uint64_t i = 0; i < job->buffers[b].size; ++i)
-          v += (g_launch.touched[b][i].load(std::memory_order_relaxed) & bit) != 0;
+        for (uint64_t i = 0; i < job->buffers[b].size; ++i) {
+          uint8_t any = 0;
+          for (Worker* w : g_workers) any |= w->touched[b][i];
+          v += (any & bit) != 0;
+        }
       }
       fprintf(out, "%s%" PRIu64, b ? "," : "", v);
     }
@@ -846,6 +933,8 @@ void crash_handler(int sig, siginfo_t* info, void* uctx) {
   pc = uintptr_t(static_cast<ucontext_t*>(uctx)->uc_mcontext.gregs[REG_RIP]);
 #elif defined(__aarch64__) && defined(__APPLE__)
   pc = uintptr_t(static_cast<ucontext_t*>(uctx)->uc_mcontext->__ss.__pc);
+#elif defined(__aarch64__) && defined(__linux__)
+  pc = uintptr_t(static_cast<ucontext_t*>(uctx)->uc_mcontext.pc);
 #else
   (void)uctx;
 #endif
@@ -960,8 +1049,8 @@ void __mt_simdgroup_barrier(unsigned flags, __mt_site site) {
 __mt_simd_table __mt_simd_meet(const void* mine, unsigned nbytes, unsigned kind, __mt_site site) {
   Worker* w = t_worker;
   Fiber* f = w->current;
-  std::memset(f->deposit, 0, sizeof f->deposit);
-  std::memcpy(f->deposit, mine, nbytes < __MT_SIMD_SLOT ? nbytes : __MT_SIMD_SLOT);
+  f->deposit_bytes = nbytes < __MT_SIMD_SLOT ? nbytes : __MT_SIMD_SLOT;
+  std::memcpy(f->deposit, mine, f->deposit_bytes);
   park(w, kAtSimd, site, kind, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
   return f->table;
 }
@@ -1014,6 +1103,67 @@ void* __mt_tg_slot(unsigned slot, unsigned size, unsigned align) {
   if (slot >= w->slot_ptr.size()) w->slot_ptr.resize(slot + 1, nullptr);
   w->slot_ptr[slot] = w->arena + offset;
   return w->slot_ptr[slot];
+}
+
+namespace {
+// 64-bit hash of a memo key: picks the set, and names the value. Each word goes through
+// its own splitmix64 finalizer (four independent chains the CPU overlaps), then they are
+// combined with distinct rotations.
+inline uint64_t memo_mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+inline uint64_t memo_hash(const uint64_t key[4]) {
+  return memo_mix(key[0]) ^ rotl(memo_mix(key[1] ^ 0x5851F42D4C957F2Dull), 17) ^
+         rotl(memo_mix(key[2] ^ 0x14057B7EF767814Full), 31) ^
+         rotl(memo_mix(key[3] ^ 0x2545F4914F6CDD1Dull), 47);
+}
+constexpr uint64_t kTagMultiply = uint64_t(3) << 62;  // mt_matrix.h's tag kinds
+
+// The memo tile for `key`: found (or, with `insert`, a slot claimed for it), or null.
+__mt_memo_tile memo_lookup(const uint64_t key[4], bool insert) {
+  Worker* w = t_worker;
+  const uint64_t h = memo_hash(key);
+  __mt_memo_tile r{nullptr, kTagMultiply | (h >> 2)};
+  if (!w) return r;
+  if (w->memo.empty()) {
+    const size_t sets = size_t(std::max<uint32_t>(g_launch.simdgroups, 4)) * kMemoSetsPerSimdgroup;
+    w->memo.assign(sets, Worker::MemoSet{});
+    w->memo_data.assign(sets * kMemoWays * kMemoTileBytes, 0);
+  }
+  const size_t set_index = (h ^ (h >> 32)) % w->memo.size();
+  Worker::MemoSet& set = w->memo[set_index];
+  int way = -1;
+  for (uint32_t i = 0; i < kMemoWays; ++i)
+    if (set.key[i][0] == key[0] && set.key[i][1] == key[1] && set.key[i][2] == key[2] &&
+        set.key[i][3] == key[3]) {
+      way = int(i);
+      break;
+    }
+  if (way < 0) {
+    if (!insert) return r;
+    way = int(set.next++ % kMemoWays);
+    std::memcpy(set.key[way], key, 4 * sizeof(uint64_t));
+  }
+  r.tile = w->memo_data.data() + (set_index * kMemoWays + size_t(way)) * kMemoTileBytes;
+  return r;
+}
+}  // namespace
+
+__mt_memo_tile __mt_matrix_memo_find(uint64_t k0, uint64_t k1, uint64_t k2, uint64_t k3) {
+  const uint64_t key[4] = {k0, k1, k2, k3};
+  return memo_lookup(key, false);
+}
+
+__mt_memo_tile __mt_matrix_memo_slot(uint64_t k0, uint64_t k1, uint64_t k2, uint64_t k3) {
+  static thread_local unsigned char scratch[kMemoTileBytes];  // outside a worker: not shared
+  const uint64_t key[4] = {k0, k1, k2, k3};
+  __mt_memo_tile r = memo_lookup(key, true);
+  if (!r.tile) r.tile = scratch;
+  return r;
 }
 
 void __mt_hooks_suppress(int on) {
@@ -1262,15 +1412,10 @@ int main(int argc, char** argv) {
   g_launch.dev_span = g_launch.map_size - sizeof(JobHeader);
   for (uint32_t b = 0; b < job->nbuffers; ++b) {
     size_t n = job->buffers[b].size ? job->buffers[b].size : 1;
-    g_launch.touched[b] = static_cast<std::atomic<uint8_t>*>(
-        mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
     if (job->checks & kCheckRaces) {
-      g_launch.dev_writer[b] = static_cast<std::atomic<uint64_t>*>(mmap(
-          nullptr, n * 8, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
-      g_launch.dev_reader[b] = static_cast<std::atomic<uint64_t>*>(mmap(
-          nullptr, n * 8, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
-      g_launch.dev_atomic[b] = static_cast<std::atomic<uint64_t>*>(mmap(
-          nullptr, n * 8, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+      g_launch.dev_writer[b] = static_cast<std::atomic<uint64_t>*>(map_shadow(n * 8));
+      g_launch.dev_reader[b] = static_cast<std::atomic<uint64_t>*>(map_shadow(n * 8));
+      g_launch.dev_atomic[b] = static_cast<std::atomic<uint64_t>*>(map_shadow(n * 8));
       if (g_launch.dev_writer[b] == MAP_FAILED || g_launch.dev_reader[b] == MAP_FAILED ||
           g_launch.dev_atomic[b] == MAP_FAILED)
         fail_launch("cannot map race-checker shadow memory for buffer %u (%zu bytes)", b, n * 24);
