@@ -45,7 +45,7 @@ grid = _tvm_script.grid
 # eager style (core/language/eager.py): T.Tensor[[M, N], dtype], T.StridedTensor[...]
 Tensor = _TensorType(Tensor)
 StridedTensor = _TensorType(Tensor._make, strided=True)
-float = float32  # noqa: A001 - TileLang's alias (T.float)
+float = dtype("float32")  # noqa: A001 - TileLang's alias (T.float)
 Buffer = Tensor
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -86,7 +86,7 @@ def test_float64_is_rejected_with_reason():
 def _scalar_kernel(dtype):
     @T.prim_func
     def k(A: T.Tensor((32,), dtype), B: T.Tensor((32,), dtype), s: getattr(T, dtype)):
-        with T.Kernel(1, threads=32) as bx:
+        with T.Kernel(1, threads=32):
             for i in T.Parallel(32):
                 B[i] = A[i] * s
     return core.compile(k, out_idx=[1])

@@ -18,5 +18,6 @@ from core.errors import (KernelCrashError, KernelTimeoutError, LaunchError, MSLC
 
 from .run import ALL_CHECKS, EmuResult, Finding, kernel_signatures, run_msl
 
-__all__ = ["run_msl", "kernel_signatures", "EmuResult", "Finding", "ALL_CHECKS", "MSLCompileError", "LaunchError",
-           "KernelCrashError", "KernelTimeoutError", "ToolchainError"]
+__all__ = ["run_msl", "kernel_signatures", "EmuResult", "Finding", "ALL_CHECKS",
+           "MSLCompileError", "LaunchError", "KernelCrashError", "KernelTimeoutError",
+           "ToolchainError"]

@@ -220,7 +220,8 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
             raise LaunchError(f"parameter '{param.name}' is bound to [[threadgroup("
                               f"{param.threadgroup_index})]] but no length was given; pass "
                               f"threadgroup_memory={{{param.threadgroup_index}: nbytes}}",
-                              kernel=kernel_name, construct=f"threadgroup {param.threadgroup_index}")
+                              kernel=kernel_name,
+                              construct=f"threadgroup {param.threadgroup_index}")
     threads = tg3[0] * tg3[1] * tg3[2]
     if threads > METAL.max_threads_per_group:
         raise LaunchError(f"threadgroup {tg3} has {threads} threads; Apple GPUs allow at most "

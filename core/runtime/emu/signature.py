@@ -1,8 +1,9 @@
 """Kernel signatures read from clang's AST of the translated MSL.
 
-Contract: `read_kernels(translation, kernel_hint)` returns the `KernelSignature` of every kernel of the
-translated source (translate.py), by the name the host calls it by. It runs clang on the
-translated source (`-ast-dump=json`, the same flags and precompiled shim as a plain build),
+Contract: `read_kernels(translation, kernel_hint)` returns the `KernelSignature` of every
+kernel of the translated source (translate.py), by the name the host calls it by. It runs
+clang on the translated source (`-ast-dump=json`, the same flags and precompiled shim as a
+plain build),
 so qualifiers, attributes, macros, typedefs and line breaks are read the way the compiler
 reads them. MSL attributes reach the AST as `clang::annotate("metal", name, args...)`
 (translate.rewrite_attributes); the `kernel` keyword is one of them (metal_stdlib.h).
