@@ -279,6 +279,7 @@ __attribute__((noinline)) void tg_access(Worker* w, uintptr_t a, unsigned n, boo
     }
   }
 }
+
 // Atomics (mt_atomic.h): counted, bounds-checked, and checked against plain accesses. An
 // atomic never races with another atomic; it races with a plain access to the same bytes by
 // another thread in the same barrier interval (or by another threadgroup): an update with
@@ -393,4 +394,5 @@ void tg_atomic(Worker* w, uintptr_t a, unsigned n, int kind, uintptr_t pc) {
     if (kind != 0) sh.initialized = 1;
   }
 }
+
 }  // namespace mt

@@ -54,6 +54,7 @@ Finding make_finding(Worker* w, FindingKind kind, bool device, int32_t buffer, u
   f.detail = std::move(detail);
   return f;
 }
+
 // ---------------------------------------------------------------------------------------
 // Results
 
@@ -193,4 +194,5 @@ void write_error(const char* status, const std::string& message) {
   write_error("launch_error", buf);
   _exit(3);
 }
+
 }  // namespace mt

@@ -49,15 +49,6 @@ namespace mt {
 
 Launch g_launch;
 __thread Worker* t_worker = nullptr;
-__attribute__((always_inline)) inline void on_access(uintptr_t a, unsigned n, bool write, uintptr_t pc) {
-  Worker* w = t_worker;
-  if (!w || !w->current || w->current->suppress) return;
-  if (a - g_launch.dev_lo < g_launch.dev_span)
-    device_access(w, a, n, write, pc);
-  else if (a - w->arena_lo < w->arena_span)
-    tg_access(w, a, n, write, pc);
-}
-
 // ---------------------------------------------------------------------------------------
 // Scheduling
 
@@ -563,71 +554,6 @@ __mt_memo_tile __mt_matrix_memo_slot(uint64_t k0, uint64_t k1, uint64_t k2, uint
   if (!r.tile) r.tile = scratch;
   return r;
 }
-
-void __mt_hooks_suppress(int on) {
-  Worker* w = t_worker;
-  if (w && w->current) w->current->suppress = on != 0;
-}
-
-void __mt_atomic_access(const void* p, unsigned size, int kind) {
-  Worker* w = t_worker;
-  if (!w || !w->current) return;
-  ++w->atomics;
-  uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  uintptr_t pc = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
-  if (a - g_launch.dev_lo < g_launch.dev_span)
-    device_atomic(w, a, size, kind, pc);
-  else if (a - w->arena_lo < w->arena_span)
-    tg_atomic(w, a, size, kind, pc);
-}
-
-// Thread-sanitizer instrumentation entry points (clang -fsanitize=thread without its
-// runtime). Every load/store of kernel code lands here with its size.
-#define MT_PC reinterpret_cast<uintptr_t>(__builtin_return_address(0))
-#define MT_HOOKS(N)                                                                             \
-  void __tsan_read##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, false, MT_PC); }  \
-  void __tsan_write##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, true, MT_PC); }  \
-  void __tsan_unaligned_read##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, false, MT_PC); } \
-  void __tsan_unaligned_write##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, true, MT_PC); } \
-  void __tsan_volatile_read##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, false, MT_PC); } \
-  void __tsan_volatile_write##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, true, MT_PC); } \
-  void __tsan_unaligned_volatile_read##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, false, MT_PC); } \
-  void __tsan_unaligned_volatile_write##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, true, MT_PC); }
-MT_HOOKS(1)
-MT_HOOKS(2)
-MT_HOOKS(4)
-MT_HOOKS(8)
-MT_HOOKS(16)
-#undef MT_HOOKS
-
-void __tsan_read_range(void* a, unsigned long n) {
-  on_access(reinterpret_cast<uintptr_t>(a), unsigned(n), false, MT_PC);
-}
-void __tsan_write_range(void* a, unsigned long n) {
-  on_access(reinterpret_cast<uintptr_t>(a), unsigned(n), true, MT_PC);
-}
-void* __tsan_memcpy(void* d, const void* s, unsigned long n) {
-  on_access(reinterpret_cast<uintptr_t>(s), unsigned(n), false, MT_PC);
-  on_access(reinterpret_cast<uintptr_t>(d), unsigned(n), true, MT_PC);
-  return memcpy(d, s, n);
-}
-void* __tsan_memmove(void* d, const void* s, unsigned long n) {
-  on_access(reinterpret_cast<uintptr_t>(s), unsigned(n), false, MT_PC);
-  on_access(reinterpret_cast<uintptr_t>(d), unsigned(n), true, MT_PC);
-  return memmove(d, s, n);
-}
-void* __tsan_memset(void* d, int c, unsigned long n) {
-  on_access(reinterpret_cast<uintptr_t>(d), unsigned(n), true, MT_PC);
-  return memset(d, c, n);
-}
-void __tsan_init() {}
-void __tsan_func_entry(void*) {}
-void __tsan_func_exit() {}
-void __tsan_vptr_read(void**) {}
-void __tsan_vptr_update(void**, void*) {}
-void __tsan_ignore_thread_begin() {}
-void __tsan_ignore_thread_end() {}
-#undef MT_PC
 
 // float -> bfloat with round-to-nearest-even; libgcc 12 lacks it, clang emits calls to it.
 uint16_t __truncsfbf2_bits(float f) {
