@@ -1,47 +1,19 @@
-// runtime.cpp — the emulator's runtime: job loading, threadgroup scheduling on fibers,
-// meeting points, and the memory checker behind the race-instrumentation hooks.
+// launch.cpp: one dispatch, from the job file to the result.
 //
-// Built once per toolchain WITHOUT instrumentation and linked into every kernel binary.
-// The binary is run by core/runtime/emu/run.py as `kernel.bin JOB KERNEL RESULT`:
-//   JOB     a file (job.py writes it) holding the launch header and every buffer, mapped
-//           shared so the caller sees the kernel's writes;
+// Built once per toolchain WITHOUT instrumentation, with the other files of src/, and
+// linked into every kernel binary. The binary is run by core/runtime/emu/run.py as
+// `kernel.bin JOB KERNEL RESULT`:
+//   JOB     a file (job.py writes it; layout in job.h) holding the launch header and every
+//           buffer, mapped shared so the caller sees the kernel's writes;
 //   KERNEL  the kernel function to launch (the launcher's __mt_kernels table);
 //   RESULT  where a JSON document with stats and findings (or the error) is written.
 // Exit status: 0 ran (findings may exist), 3 launch error, 4 crash or out-of-bounds index
 // into an array of known size (JSON says where).
 //
-// Execution model (docs/emulator.md): threads of a threadgroup are fibers on one
-// OS thread; threadgroups are spread over worker OS threads. Between meeting points the
-// order of fibers follows the schedule (forward, reverse, seeded random).
-//
-// Checker model, after Oclgrind and compute-sanitizer: clang's thread-sanitizer
-// instrumentation calls __tsan_readN/__tsan_writeN before every load and store of kernel
-// code; those hooks are defined here. For threadgroup memory every byte remembers its last
-// writer and reader with the barrier interval they touched it in: two different threads in
-// the same interval, one of them writing, is a race whatever the schedule. Device memory
-// uses the same rule inside a threadgroup and reports any two threadgroups touching one byte
-// with a write (nothing orders threadgroups within a dispatch). Threadgroup bytes start
-// poisoned (0xFF: NaN for floats) and unwritten: reading one is an "uninit" finding.
-// Accesses in the red zones around buffers and threadgroup variables are "bounds" findings.
+// What Metal checks at dispatch is checked here before any thread runs, as a launch error:
+// every [[buffer(i)]] a kernel parameter is bound to is given and large enough, and the
+// threadgroup holds 1 to MT_MAX_THREADS_PER_GROUP threads.
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <algorithm>
-#include <atomic>
-#include <cinttypes>
-#include <cstdarg>
-#include <cstddef>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <mutex>
-#include <string>
-#include <thread>
-#include <vector>
 #include "runtime.h"
 
 namespace mt {
@@ -64,13 +36,6 @@ void* map_shadow(size_t bytes) {
 }  // namespace mt
 
 using namespace mt;
-
-// ---------------------------------------------------------------------------------------
-// The ABI of mt_runtime.h
-
-extern "C" {
-
-}  // extern "C"
 
 // ---------------------------------------------------------------------------------------
 
