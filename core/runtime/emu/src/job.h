@@ -5,6 +5,7 @@
 // padding the struct format does not state.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace mt {
@@ -26,5 +27,18 @@ struct JobHeader {
   uint32_t max_findings, reserved;
   JobBuffer buffers[kMaxBuffers];
 };
+
+// The layout job.py packs (its FIELDS); suites/emu/test_job_abi.py checks the same offsets
+// against job.py's, so a field changed on one side only fails there or here.
+static_assert(sizeof(JobBuffer) == 16, "JobBuffer: (offset, size), two uint64");
+static_assert(offsetof(JobHeader, magic) == 0 && offsetof(JobHeader, grid) == 8 &&
+                  offsetof(JobHeader, threadgroup) == 20 && offsetof(JobHeader, schedule) == 32 &&
+                  offsetof(JobHeader, checks) == 36 && offsetof(JobHeader, workers) == 40 &&
+                  offsetof(JobHeader, nbuffers) == 44 && offsetof(JobHeader, seed) == 48 &&
+                  offsetof(JobHeader, stack_bytes) == 56 && offsetof(JobHeader, max_findings) == 64 &&
+                  offsetof(JobHeader, reserved) == 68 && offsetof(JobHeader, buffers) == 72,
+              "JobHeader's field offsets differ from core/runtime/emu/job.py's FIELDS");
+static_assert(sizeof(JobHeader) == 72 + 16 * kMaxBuffers && sizeof(JobHeader) == 568,
+              "JobHeader's size differs from core/runtime/emu/job.py's HEADER.size");
 
 }  // namespace mt
