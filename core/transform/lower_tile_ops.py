@@ -433,7 +433,8 @@ def _align_origin(region, other):
     """An operand given by its origin only (`A[by * bM, bx * bN]`) takes the other
     operand's extents, aligned to its last dimensions (TileLang's rule), unit extents
     included: against a (bM, 1) tile it covers A[by*bM : +bM, bx*bN : +1]. Dropping the
-    unit extents first would put the bM elements along A's last dimension instead."""
+    unit extents first would put the bM elements along A's last dimension instead (the
+    reduce family's keepdim and N = 1 tiles: suites/regressions/reduce-mismatch-*.json)."""
     if region.extents is not None or other.extents is None:
         return region
     ext = list(other.extents)

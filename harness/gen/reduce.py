@@ -68,19 +68,18 @@ def _kernel(p):
     dst = ((block, 1) if rows else (1, block)) if keepdim else (block,)
     grid = T.ceildiv(M, block) if rows else T.ceildiv(N, block)
 
+    # Tiles given by their origin only (TileLang's form): T.copy takes the extents from
+    # the other operand, unit extents included (lower_tile_ops._align_origin), so the
+    # (bM, 1) keepdim tiles and the (bM, 1) input tiles of N = 1 land where their slices
+    # would; dropping the unit extents put the bM elements along the last dimension
+    # (suites/regressions/reduce-mismatch-e74c14ab98.json, -e0a471b491.json).
     def origin(X, b):
-        # Explicit slices: a tile with a trailing unit extent given by its origin only is
-        # placed along the wrong dimension by the core (see harness/gen/copy.py).
-        if rows:
-            return X[b * block:(b + 1) * block, 0:N]
-        return X[0:M, b * block:(b + 1) * block]
+        return X[b * block, 0] if rows else X[0, b * block]
 
     def out_tile(Y, b):
         if not keepdim:
             return Y[b * block]
-        if rows:
-            return Y[b * block:(b + 1) * block, 0:1]
-        return Y[0:1, b * block:(b + 1) * block]
+        return Y[b * block, 0] if rows else Y[0, b * block]
 
     local = p.get("dst", "fragment") == "local"
     extent = M if rows else N

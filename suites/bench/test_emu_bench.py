@@ -41,7 +41,7 @@ _counter = itertools.count()
 def test_cold_build_with_pch(benchmark):
     builder = build.default_builder()
     builder.precompiled_header(True)
-    builder.runtime_object()
+    builder.runtime_objects()
 
     def fresh():
         # A kernel never built before: its source differs in a constant.

@@ -3,14 +3,15 @@
 Three artifacts, each cached under the user cache directory by the hash of everything that
 goes into it (toolchain, flags, shim headers, runtime sources, translated MSL):
 
-- the runtime object (src/runtime.cpp: scheduler and checker), built once per toolchain;
+- the runtime objects (src/*.cpp: job loading, scheduler, checker, hooks, results; one
+  object per file), built once per toolchain;
 - the precompiled shim header (include/metal_stdlib.h), built once per flavour; it is what
   brings a kernel build to about half a second;
 - the kernel executable: the translated MSL plus its launcher, compiled against the PCH
   and linked with the runtime object.
 
 Flavours: "checked" builds add clang's thread-sanitizer instrumentation (no sanitizer
-runtime: src/runtime.cpp defines the hooks) and line tables for mapping findings to MSL
+runtime: src/hooks.cpp defines the hooks) and line tables for mapping findings to MSL
 lines; "plain" builds have neither and serve runs without checks or counters.
 
 Every artifact is written to a temporary name and renamed into place, so concurrent
@@ -40,7 +41,9 @@ from .translate import SOURCE_NAME, Translation
 
 HERE = Path(__file__).resolve().parent
 INCLUDE_DIR = HERE / "include"
-RUNTIME_SOURCES = (HERE / "src" / "runtime.cpp", HERE / "src" / "fiber.h",
+RUNTIME_DIR = HERE / "src"
+RUNTIME_UNITS = tuple(sorted(RUNTIME_DIR.glob("*.cpp")))  # one object each
+RUNTIME_SOURCES = (*RUNTIME_UNITS, *sorted(RUNTIME_DIR.glob("*.h")),
                    INCLUDE_DIR / "mt_runtime.h", INCLUDE_DIR / "mt_target.h")
 
 # MSL semantics the flags implement: no double (literals are rewritten to float), 32-bit
@@ -62,7 +65,7 @@ COMMON_FLAGS = [
 ]
 # Checked builds: thread-sanitizer instrumentation (the checker's hooks) and array-bounds
 # checks on every index into an array of known size (thread arrays, struct members), which
-# stop the run with a bounds report (src/runtime.cpp) before the access.
+# stop the run with a bounds report (src/crash.cpp) before the access.
 CHECKED_FLAGS = [
     "-fsanitize=thread,array-bounds", "-fno-sanitize-recover=array-bounds",
     "-mllvm", "-tsan-instrument-atomics=0",
@@ -165,12 +168,19 @@ class Builder:
         self._memo[key] = target
         return target
 
-    def runtime_object(self) -> Path:
-        key = _digest("rt", self._tool_tag, _files_digest(RUNTIME_SOURCES), *RUNTIME_FLAGS)
-        return self._shared_artifact(
-            key, cache_dir() / f"runtime-{key}.o", "emulator runtime",
-            lambda tmp: [self.toolchain.cxx, *RUNTIME_FLAGS, *_arch_flags(), "-c",
-                         str(HERE / "src" / "runtime.cpp"), "-o", str(tmp)])
+    def runtime_objects(self) -> list[Path]:
+        """One object per runtime source file; every one is keyed by all the sources (they
+        share runtime.h)."""
+        sources = _files_digest(RUNTIME_SOURCES)
+        objects = []
+        for unit in RUNTIME_UNITS:
+            key = _digest("rt", self._tool_tag, sources, unit.name, *RUNTIME_FLAGS)
+            objects.append(self._shared_artifact(
+                key, cache_dir() / f"runtime-{unit.stem}-{key}.o",
+                f"emulator runtime ({unit.name})",
+                lambda tmp, unit=unit: [self.toolchain.cxx, *RUNTIME_FLAGS, *_arch_flags(),
+                                        "-c", str(unit), "-o", str(tmp)]))
+        return objects
 
     def precompiled_header(self, checked: bool) -> Path:
         flags = self._flags(checked)
@@ -223,12 +233,12 @@ class Builder:
     def _compile(self, unit: str, target: Path, flags: list[str], checked: bool,
                  translation: Translation, kernel_hint: str | None) -> None:
         pch = self.precompiled_header(checked)
-        runtime = self.runtime_object()
+        runtime = self.runtime_objects()
         tmp = _atomic_target(target)
         src = tmp.with_suffix(".cpp")
         src.write_text(unit)
         cmd = [self.toolchain.cxx, *flags, "-I", str(INCLUDE_DIR), "-include-pch", str(pch),
-               "-x", "c++", str(src), "-x", "none", str(runtime), *_link_flags(), *_arch_flags(),
+               "-x", "c++", str(src), "-x", "none", *map(str, runtime), *_link_flags(), *_arch_flags(),
                *(["-fno-sanitize-link-runtime"] if checked else []),
                "-o", str(tmp)]
         try:

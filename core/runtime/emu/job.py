@@ -1,6 +1,6 @@
 """The job file: one launch's parameters and buffers, shared with the emulator process.
 
-Layout (kept in sync with `JobHeader` in src/runtime.cpp): a 568-byte header, then every
+Layout (kept in sync with `JobHeader` in src/job.h): a 568-byte header, then every
 buffer at a page-aligned offset, each followed by a red zone of unmapped-for-use bytes
 (at least 64 KiB, and at least the buffer's own size up to 16 MiB) so that an access
 past the end of a buffer lands in a red zone, where the checker reports it, instead of in
@@ -20,13 +20,31 @@ import numpy as np
 
 MAGIC = b"MTJOB01\0"
 MAX_BUFFERS = 31
-HEADER = struct.Struct("<8s3I3I4IQQII" + "QQ" * MAX_BUFFERS)
+# The header's fields in order, as (name in src/job.h's JobHeader, struct format); packed
+# little-endian with no padding, which job.h's static_asserts pin on the C++ side and
+# suites/emu/test_job_abi.py compares with these offsets.
+FIELDS = (
+    ("magic", "8s"), ("grid", "3I"), ("threadgroup", "3I"), ("schedule", "I"),
+    ("checks", "I"), ("workers", "I"), ("nbuffers", "I"), ("seed", "Q"),
+    ("stack_bytes", "Q"), ("max_findings", "I"), ("reserved", "I"),
+    ("buffers", "QQ" * MAX_BUFFERS),   # (offset, size) per buffer
+)
+HEADER = struct.Struct("<" + "".join(f for _, f in FIELDS))
 PAGE = 4096
 MIN_RED_ZONE = 64 * 1024
 MAX_RED_ZONE = 16 * 1024 * 1024
 
 SCHEDULES = {"forward": 0, "reverse": 1, "random": 2}
 CHECKS = {"races": 1, "uninit": 2, "bounds": 4}
+
+
+def field_offsets() -> dict[str, int]:
+    """Byte offset of every header field, from FIELDS."""
+    offsets, at = {}, 0
+    for name, fmt in FIELDS:
+        offsets[name] = at
+        at += struct.calcsize("<" + fmt)
+    return offsets
 
 
 def _align(n: int, a: int = PAGE) -> int:

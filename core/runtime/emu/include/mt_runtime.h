@@ -1,10 +1,11 @@
 // mt_runtime.h — the ABI between emulated kernel code and the emulator runtime.
 //
 // Kernel code (the user's MSL, rewritten and compiled as C++) never touches scheduler
-// state directly: it calls these C entry points, which live in src/runtime.cpp, a
-// translation unit compiled WITHOUT race instrumentation. Each emulated Metal thread is a
-// fiber; every function here that is a "meeting point" (barriers, simd collectives)
-// switches back to the group's scheduler until the participating threads have arrived.
+// state directly: it calls these C entry points, which live in src/ (scheduler.cpp,
+// hooks.cpp, ...), translation units compiled WITHOUT race instrumentation. Each emulated
+// Metal thread is a fiber; every function here that is a "meeting point" (barriers, simd
+// collectives) switches back to the group's scheduler until the participating threads
+// have arrived.
 #pragma once
 #include <cstdint>
 

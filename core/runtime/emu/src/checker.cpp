@@ -1,0 +1,398 @@
+// checker.cpp: the memory checker behind the instrumentation hooks (hooks.cpp).
+//
+// MSL's rules it enforces, after Oclgrind and compute-sanitizer: threads of a threadgroup
+// see each other's threadgroup writes only across a threadgroup_barrier with
+// mem_flags::mem_threadgroup (mem_device for device memory), and lanes of a simdgroup
+// across a simdgroup_barrier; nothing orders two threadgroups of one dispatch. So every
+// threadgroup byte remembers its last writer and reader with the barrier interval they
+// touched it in: two different threads in the same interval, one of them writing, is a race
+// whatever the schedule. Device memory uses the same rule inside a threadgroup and reports
+// any two threadgroups touching one byte with a write. Atomics order only atomics: a plain
+// access racing an atomic one is reported like any race. Threadgroup memory starts
+// unspecified in MSL: its bytes start poisoned (0xFF: NaN for floats) and unwritten, and
+// reading one is an "uninit" finding. Accesses in the red zones around buffers and
+// threadgroup variables are "bounds" findings.
+
+#include "runtime.h"
+
+namespace mt {
+
+// ---------------------------------------------------------------------------------------
+// Device memory checks
+
+// Shadow word: bit 63 valid | group (31 bits) << 32 | many-threads bit 31 | epoch (21 bits)
+// << 10 | thread (10 bits). Group kManyGroups marks bytes read by several threadgroups.
+constexpr uint64_t kValid = uint64_t(1) << 63;
+constexpr uint64_t kManyGroups = 0x7FFFFFFFu;
+constexpr uint64_t kManyThreads = uint64_t(1) << 31;
+inline uint64_t encode_dev(uint64_t group, uint32_t thread, uint32_t epoch) {
+  return kValid | ((group & kManyGroups) << 32) | (uint64_t(epoch & 0x1FFFFF) << 10) | thread;
+}
+inline uint64_t dev_group(uint64_t w) { return (w >> 32) & kManyGroups; }
+inline uint32_t dev_thread(uint64_t w) { return uint32_t(w & 0x3FF); }
+inline uint32_t dev_epoch(uint64_t w) { return uint32_t((w >> 10) & 0x1FFFFF); }
+
+int find_buffer(uintptr_t a) {
+  const JobHeader* job = g_launch.job;
+  for (uint32_t i = 0; i < job->nbuffers; ++i) {
+    uintptr_t lo = reinterpret_cast<uintptr_t>(g_launch.buffers[i]);
+    if (a >= lo && a < lo + job->buffers[i].size) return int(i);
+  }
+  return -1;
+}
+
+// The buffer whose red zone holds `a`: the nearest buffer below it (or the first one).
+int nearest_buffer(uintptr_t a, int64_t* offset) {
+  const JobHeader* job = g_launch.job;
+  int best = 0;
+  for (uint32_t i = 0; i < job->nbuffers; ++i)
+    if (reinterpret_cast<uintptr_t>(g_launch.buffers[i]) <= a) best = int(i);
+  *offset = int64_t(a) - int64_t(reinterpret_cast<uintptr_t>(g_launch.buffers[best]));
+  return best;
+}
+
+void device_race(Worker* w, bool write, int b, uint64_t off, uint64_t other, bool other_write,
+                 uintptr_t pc) {
+  Finding f = make_finding(w, kRace, true, b, off, pc, "");
+  uint64_t og = dev_group(other);
+  bool cross = og != (w->group & kManyGroups);
+  f.other_thread = (other & kManyThreads) || og == kManyGroups ? -1 : int32_t(dev_thread(other));
+  f.other_group = cross && og != kManyGroups ? int64_t(og) : -1;
+  const char* me = write ? "write" : "read";
+  const char* them = other_write ? "a write" : "a read";
+  if (cross)
+    f.detail = format("%s conflicts with %s by another threadgroup (nothing orders threadgroups "
+                      "within a dispatch)", me, them);
+  else
+    f.detail = format("%s conflicts with %s by another thread of the threadgroup in the same "
+                      "barrier interval (no threadgroup_barrier with mem_flags::mem_device "
+                      "between them)", me, them);
+  add_finding(w, std::move(f));
+}
+
+// Atomic shadow word (dev_atomic): encode_dev() of the last atomic access with bit 30 (the
+// top epoch bit, so epochs compare modulo 2^20 here) set when any access was an update; the
+// many-threads bit or group kManyGroups when several threads or groups made them.
+constexpr uint64_t kAtomicUpdate = uint64_t(1) << 30;
+inline uint32_t atomic_epoch(uint64_t w) { return uint32_t((w >> 10) & 0xFFFFF); }
+
+// A plain access conflicts with atomics by another thread in the same interval (or by
+// another threadgroup at all): a write with any atomic, a read with an atomic update.
+inline bool plain_conflicts_atomic(uint64_t a, bool write, uint64_t g, uint32_t t, uint32_t e) {
+  if (!(a & kValid) || (!write && !(a & kAtomicUpdate))) return false;
+  if (dev_group(a) != g) return true;
+  return ((a & kManyThreads) || dev_thread(a) != t) && atomic_epoch(a) == (e & 0xFFFFF);
+}
+
+void atomic_race(Worker* w, const char* what, int b, uint64_t off, uint64_t other, uintptr_t pc) {
+  Finding f = make_finding(w, kRace, true, b, off, pc, "");
+  uint64_t og = dev_group(other);
+  bool cross = og != (w->group & kManyGroups);
+  f.other_thread = (other & kManyThreads) || og == kManyGroups ? -1 : int32_t(dev_thread(other));
+  f.other_group = cross && og != kManyGroups ? int64_t(og) : -1;
+  f.detail = format("%s conflicts with an atomic %s by %s (atomics order only atomics; a plain "
+                    "access to the same bytes needs a barrier or a separate dispatch)", what,
+                    (other & kAtomicUpdate) ? "update" : "load",
+                    cross ? "another threadgroup" : "another thread of the threadgroup in the same "
+                    "barrier interval");
+  add_finding(w, std::move(f));
+}
+
+// Out of line, as tg_access: the hooks' common path (an address outside device and
+// threadgroup memory: the fiber's own stack) stays a few instructions with no frame.
+__attribute__((noinline)) void device_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc) {
+  const uint32_t checks = g_launch.job->checks;
+  int b = find_buffer(a);
+  if (b < 0 || a + n > reinterpret_cast<uintptr_t>(g_launch.buffers[b]) + g_launch.job->buffers[b].size) {
+    if (checks & kCheckBounds) {
+      int64_t off = 0;
+      int nb = b >= 0 ? b : nearest_buffer(a, &off);
+      if (b >= 0) off = int64_t(a - reinterpret_cast<uintptr_t>(g_launch.buffers[b]));
+      add_finding(w, make_finding(w, kBounds, true, nb, uint64_t(off), pc,
+                                  format("%u-byte %s at byte offset %" PRId64
+                                         " of buffer %d, which holds %" PRIu64 " bytes",
+                                         n, write ? "write" : "read", off, nb,
+                                         g_launch.job->buffers[nb].size)));
+    }
+    return;
+  }
+  uint64_t off = a - reinterpret_cast<uintptr_t>(g_launch.buffers[b]);
+  (write ? w->dev_written : w->dev_read)[b] += n;
+  ++(write ? w->dev_stores : w->dev_loads);
+  uint8_t* touched = w->touched[b] + off;
+  const uint8_t bit = write ? 2 : 1;
+  for (unsigned i = 0; i < n; ++i) touched[i] |= bit;
+  if (!(checks & kCheckRaces)) return;
+
+  const uint32_t t = w->current->tid, e = w->dev_epoch;
+  const uint64_t me = encode_dev(w->group, t, e);
+  const uint64_t g = w->group & kManyGroups;
+  const bool atomics = g_launch.any_device_atomic.load(std::memory_order_relaxed);
+  for (unsigned i = 0; i < n; ++i) {
+    std::atomic<uint64_t>& W = g_launch.dev_writer[b][off + i];
+    std::atomic<uint64_t>& R = g_launch.dev_reader[b][off + i];
+    if (atomics && plain_conflicts_atomic(g_launch.dev_atomic[b][off + i].load(std::memory_order_relaxed),
+                                          write, g, t, e)) {
+      atomic_race(w, write ? "plain write" : "plain read", b, off + i,
+                  g_launch.dev_atomic[b][off + i].load(std::memory_order_relaxed), pc);
+      break;
+    }
+    if (write) {
+      uint64_t old = W.exchange(me);
+      if ((old & kValid) && (dev_group(old) != g || (dev_thread(old) != t && dev_epoch(old) == (e & 0x1FFFFF)))) {
+        device_race(w, true, b, off + i, old, true, pc);
+        break;
+      }
+      uint64_t r = R.load(std::memory_order_relaxed);
+      if ((r & kValid) && (dev_group(r) != g ||
+                           ((dev_thread(r) != t || (r & kManyThreads)) && dev_epoch(r) == (e & 0x1FFFFF)))) {
+        device_race(w, true, b, off + i, r, false, pc);
+        break;
+      }
+    } else {
+      uint64_t old = W.load(std::memory_order_relaxed);
+      if ((old & kValid) && (dev_group(old) != g || (dev_thread(old) != t && dev_epoch(old) == (e & 0x1FFFFF)))) {
+        device_race(w, false, b, off + i, old, true, pc);
+        break;
+      }
+      uint64_t r = R.load(std::memory_order_relaxed);
+      uint64_t next = r;
+      if (!(r & kValid) || (dev_group(r) == g && dev_epoch(r) != (e & 0x1FFFFF)))
+        next = me;
+      else if (dev_group(r) != g)
+        next = kValid | (kManyGroups << 32);
+      else if (dev_thread(r) != t)
+        next = r | kManyThreads;
+      if (next != r) R.store(next, std::memory_order_relaxed);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Threadgroup memory checks
+
+inline bool same_simdgroup(uint32_t a, uint32_t b) { return a / kSimdWidth == b / kSimdWidth; }
+
+__attribute__((noinline)) void tg_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc) {
+  const uint32_t checks = g_launch.job->checks;
+  Fiber* f = w->current;
+  const uint64_t base = a - w->arena_lo;
+  int slot = base < w->arena_owner.size() ? w->arena_owner[base] : -1;
+  bool inside = slot >= 0 && base + n <= g_launch.slot_offset[slot] + g_launch.slot_size[slot];
+  if (!inside) {
+    if (checks & kCheckBounds) {
+      // Name the variable just below the address: its red zone was hit.
+      int near = -1;
+      const uint32_t count = g_launch.slot_count.load();
+      for (uint32_t s = 0; s < count; ++s) {
+        const uint32_t o = g_launch.slot_offset[s];
+        if (o != UINT32_MAX && o <= base && (near < 0 || o > g_launch.slot_offset[near]))
+          near = int(s);
+      }
+      if (near < 0) near = 0;
+      int64_t off = int64_t(base) - int64_t(count == 0 ? 0 : g_launch.slot_offset[near].load());
+      add_finding(w, make_finding(w, kBounds, false, near, uint64_t(off), pc,
+                                  format("%u-byte %s at byte offset %" PRId64
+                                         " of threadgroup variable #%d, which holds %u bytes",
+                                         n, write ? "write" : "read", off, near,
+                                         count == 0 ? 0u : g_launch.slot_size[near].load())));
+    }
+    return;
+  }
+  (write ? w->tg_written : w->tg_read) += n;
+  ++(write ? w->tg_stores : w->tg_loads);
+  if (!(checks & (kCheckRaces | kCheckUninit))) return;  // the shadow serves only these
+  const uint32_t e = w->tg_epoch;
+  const uint16_t t = uint16_t(f->tid);
+  const uint16_t s = uint16_t(w->simd_epoch[f->simdgroup]);
+  const uint64_t var_off = base - g_launch.slot_offset[slot];
+  bool reported_uninit = false;
+  // Bytes of one access usually share one shadow state (a float written and read whole):
+  // then the first byte's checks stand for every byte's, and all get the same update.
+  TgShadow* cells = &w->arena_shadow[base];
+  constexpr size_t kCellBytes = offsetof(TgShadow, many_readers) + 1;
+  bool same_state = n > 1;
+  for (unsigned i = 1; i < n && same_state; ++i)
+    same_state = std::memcmp(&cells[i], &cells[0], kCellBytes) == 0;
+  const unsigned visit = same_state ? 1 : n;
+  for (unsigned i = 0; i < visit; ++i) {
+    TgShadow& sh = cells[i];
+    if (!write && !sh.initialized && (checks & kCheckUninit) && !reported_uninit) {
+      reported_uninit = true;  // once per access, not once per byte
+      add_finding(w, make_finding(w, kUninit, false, slot, var_off + i, pc,
+                                  format("%u-byte read of threadgroup memory that no thread "
+                                         "has written in this threadgroup", n)));
+    }
+    if (checks & kCheckRaces) {
+      // Ordered by a simdgroup_barrier: same simdgroup, different simd interval.
+      auto ordered = [&](uint16_t other, uint16_t other_sepoch) {
+        return same_simdgroup(other, t) && other_sepoch != s;
+      };
+      if (sh.atomic_epoch == e && (sh.atomic_many || sh.atomic_thread != t) &&
+          (write || sh.atomic_update)) {
+        Finding r = make_finding(w, kRace, false, slot, var_off + i, pc,
+                                 format("plain %s conflicts with an atomic %s by %s in the same "
+                                        "barrier interval (atomics order only atomics)",
+                                        write ? "write" : "read",
+                                        sh.atomic_update ? "update" : "load",
+                                        sh.atomic_many ? "other threads" : "another thread"));
+        r.other_thread = sh.atomic_many ? -1 : sh.atomic_thread;
+        add_finding(w, std::move(r));
+        break;
+      }
+      if (sh.write_epoch == e && sh.writer != t && !ordered(sh.writer, sh.write_sepoch)) {
+        Finding r = make_finding(w, kRace, false, slot, var_off + i, pc,
+                                 format("%s conflicts with a write by thread %u in the same "
+                                        "barrier interval", write ? "write" : "read", sh.writer));
+        r.other_thread = sh.writer;
+        add_finding(w, std::move(r));
+        break;
+      }
+      if (write && sh.read_epoch == e && (sh.many_readers || sh.reader != t) &&
+          !(!sh.many_readers && ordered(sh.reader, sh.read_sepoch))) {
+        Finding r = make_finding(w, kRace, false, slot, var_off + i, pc,
+                                 sh.many_readers
+                                     ? format("write conflicts with reads by other threads in the same barrier interval")
+                                     : format("write conflicts with a read by thread %u in the same "
+                                              "barrier interval", sh.reader));
+        r.other_thread = sh.many_readers ? -1 : sh.reader;
+        add_finding(w, std::move(r));
+        break;
+      }
+    }
+    // The new state: of this byte, or of every byte when they share one.
+    for (unsigned j = same_state ? 0 : i; j < (same_state ? n : i + 1); ++j) {
+      TgShadow& u = cells[j];
+      if (write) {
+        u.write_epoch = e;
+        u.writer = t;
+        u.write_sepoch = s;
+        u.initialized = 1;
+      } else if (u.read_epoch != e) {
+        u.read_epoch = e;
+        u.reader = t;
+        u.read_sepoch = s;
+        u.many_readers = 0;
+      } else if (u.reader != t) {
+        u.many_readers = 1;
+      }
+    }
+  }
+}
+
+// Atomics (mt_atomic.h): counted, bounds-checked, and checked against plain accesses. An
+// atomic never races with another atomic; it races with a plain access to the same bytes by
+// another thread in the same barrier interval (or by another threadgroup): an update with
+// plain reads and writes, a load with plain writes. kind: 0 load, 1 read-modify-write, 2 store.
+void device_atomic(Worker* w, uintptr_t a, unsigned n, int kind, uintptr_t pc) {
+  const uint32_t checks = g_launch.job->checks;
+  int b = find_buffer(a);
+  if (b < 0 || a + n > reinterpret_cast<uintptr_t>(g_launch.buffers[b]) + g_launch.job->buffers[b].size) {
+    if (checks & kCheckBounds) {
+      int64_t off = 0;
+      int nb = b >= 0 ? b : nearest_buffer(a, &off);
+      if (b >= 0) off = int64_t(a - reinterpret_cast<uintptr_t>(g_launch.buffers[b]));
+      add_finding(w, make_finding(w, kBounds, true, nb, uint64_t(off), pc,
+                                  format("%u-byte atomic %s at byte offset %" PRId64 " of buffer %d, "
+                                         "which holds %" PRIu64 " bytes", n,
+                                         kind ? "update" : "load", off, nb,
+                                         g_launch.job->buffers[nb].size)));
+    }
+    return;
+  }
+  if (!(checks & kCheckRaces)) return;
+  if (!g_launch.any_device_atomic.load(std::memory_order_relaxed))
+    g_launch.any_device_atomic.store(true, std::memory_order_relaxed);
+  const uint64_t off = a - reinterpret_cast<uintptr_t>(g_launch.buffers[b]);
+  const uint32_t t = w->current->tid, e = w->dev_epoch;
+  const uint64_t g = w->group & kManyGroups;
+  const bool update = kind != 0;
+  const uint64_t me = encode_dev(w->group, t, e & 0xFFFFF) | (update ? kAtomicUpdate : 0);
+  for (unsigned i = 0; i < n; ++i) {
+    uint64_t W = g_launch.dev_writer[b][off + i].load(std::memory_order_relaxed);
+    uint64_t R = g_launch.dev_reader[b][off + i].load(std::memory_order_relaxed);
+    bool w_conflict = (W & kValid) && (dev_group(W) != g ||
+                                       (dev_thread(W) != t && dev_epoch(W) == (e & 0x1FFFFF)));
+    bool r_conflict = update && (R & kValid) &&
+                      (dev_group(R) != g || ((dev_thread(R) != t || (R & kManyThreads)) &&
+                                             dev_epoch(R) == (e & 0x1FFFFF)));
+    if (w_conflict || r_conflict) {
+      uint64_t other = w_conflict ? W : R;
+      Finding f = make_finding(w, kRace, true, b, off + i, pc, "");
+      uint64_t og = dev_group(other);
+      bool cross = og != g;
+      f.other_thread = (other & kManyThreads) || og == kManyGroups ? -1 : int32_t(dev_thread(other));
+      f.other_group = cross && og != kManyGroups ? int64_t(og) : -1;
+      f.detail = format("atomic %s conflicts with a plain %s by %s (atomics order only atomics)",
+                        update ? "update" : "load", w_conflict ? "write" : "read",
+                        cross ? "another threadgroup" : "another thread of the threadgroup in the "
+                        "same barrier interval");
+      add_finding(w, std::move(f));
+      break;
+    }
+    std::atomic<uint64_t>& A = g_launch.dev_atomic[b][off + i];
+    uint64_t old = A.load(std::memory_order_relaxed), next;
+    do {
+      if (!(old & kValid) || (dev_group(old) == g && atomic_epoch(old) != (e & 0xFFFFF)))
+        next = me;
+      else if (dev_group(old) != g)
+        next = kValid | (kManyGroups << 32) | ((old | me) & kAtomicUpdate);
+      else if (dev_thread(old) != t)
+        next = old | kManyThreads | (me & kAtomicUpdate);
+      else
+        next = old | (me & kAtomicUpdate);
+    } while (next != old && !A.compare_exchange_weak(old, next, std::memory_order_relaxed));
+  }
+}
+
+void tg_atomic(Worker* w, uintptr_t a, unsigned n, int kind, uintptr_t pc) {
+  const uint32_t checks = g_launch.job->checks;
+  const uint64_t base = a - w->arena_lo;
+  int slot = base < w->arena_owner.size() ? w->arena_owner[base] : -1;
+  if (slot < 0 || base + n > g_launch.slot_offset[slot] + g_launch.slot_size[slot]) {
+    if (checks & kCheckBounds)
+      add_finding(w, make_finding(w, kBounds, false, slot < 0 ? 0 : slot, base, pc,
+                                  format("%u-byte atomic %s outside every threadgroup variable",
+                                         n, kind ? "update" : "load")));
+    return;
+  }
+  const uint32_t e = w->tg_epoch;
+  const uint16_t t = uint16_t(w->current->tid);
+  const uint64_t var_off = base - g_launch.slot_offset[slot];
+  for (unsigned i = 0; i < n; ++i) {
+    TgShadow& sh = w->arena_shadow[base + i];
+    if (kind != 2 && !sh.initialized && (checks & kCheckUninit)) {
+      add_finding(w, make_finding(w, kUninit, false, slot, var_off + i, pc,
+                                  format("%u-byte atomic %s of threadgroup memory that no thread "
+                                         "has written in this threadgroup", n,
+                                         kind ? "update" : "load")));
+      break;
+    }
+    if (checks & kCheckRaces) {
+      bool w_conflict = sh.write_epoch == e && sh.writer != t;
+      bool r_conflict = kind != 0 && sh.read_epoch == e && (sh.many_readers || sh.reader != t);
+      if (w_conflict || r_conflict) {
+        Finding r = make_finding(w, kRace, false, slot, var_off + i, pc,
+                                 format("atomic %s conflicts with a plain %s by %s in the same "
+                                        "barrier interval (atomics order only atomics)",
+                                        kind ? "update" : "load", w_conflict ? "write" : "read",
+                                        !w_conflict && sh.many_readers ? "other threads" : "another thread"));
+        r.other_thread = w_conflict ? sh.writer : (sh.many_readers ? -1 : sh.reader);
+        add_finding(w, std::move(r));
+        break;
+      }
+    }
+    if (sh.atomic_epoch != e) {
+      sh.atomic_epoch = e;
+      sh.atomic_thread = t;
+      sh.atomic_many = 0;
+      sh.atomic_update = 0;
+    } else if (sh.atomic_thread != t) {
+      sh.atomic_many = 1;
+    }
+    if (kind != 0) sh.atomic_update = 1;
+    if (kind != 0) sh.initialized = 1;
+  }
+}
+
+}  // namespace mt

@@ -1,0 +1,96 @@
+// hooks.cpp: the entry points that instrumented kernel code calls on every memory access.
+//
+// Checked builds compile the kernel with clang's thread-sanitizer instrumentation and no
+// sanitizer runtime: __tsan_readN/__tsan_writeN (and the memcpy/memset forms) are defined
+// here and hand device and threadgroup addresses to the checker (checker.cpp). MSL's
+// address spaces are one flat space on the CPU, so the address range tells them apart;
+// thread-private memory (the fiber's own stack) is not checked. __mt_atomic_access is the
+// hook of MSL's atomic_* functions (mt_atomic.h); __mt_hooks_suppress stops recording the
+// accesses of a lane whose part of a simdgroup matrix load another lane records
+// (mt_matrix.h: the operation belongs to the whole simdgroup).
+
+#include "runtime.h"
+
+namespace mt {
+
+__attribute__((always_inline)) inline void on_access(uintptr_t a, unsigned n, bool write, uintptr_t pc) {
+  Worker* w = t_worker;
+  if (!w || !w->current || w->current->suppress) return;
+  if (a - g_launch.dev_lo < g_launch.dev_span)
+    device_access(w, a, n, write, pc);
+  else if (a - w->arena_lo < w->arena_span)
+    tg_access(w, a, n, write, pc);
+}
+
+}  // namespace mt
+
+using namespace mt;
+
+extern "C" {
+
+void __mt_hooks_suppress(int on) {
+  Worker* w = t_worker;
+  if (w && w->current) w->current->suppress = on != 0;
+}
+
+void __mt_atomic_access(const void* p, unsigned size, int kind) {
+  Worker* w = t_worker;
+  if (!w || !w->current) return;
+  ++w->atomics;
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uintptr_t pc = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  if (a - g_launch.dev_lo < g_launch.dev_span)
+    device_atomic(w, a, size, kind, pc);
+  else if (a - w->arena_lo < w->arena_span)
+    tg_atomic(w, a, size, kind, pc);
+}
+
+// Thread-sanitizer instrumentation entry points (clang -fsanitize=thread without its
+// runtime). Every load/store of kernel code lands here with its size.
+#define MT_PC reinterpret_cast<uintptr_t>(__builtin_return_address(0))
+#define MT_HOOKS(N)                                                                             \
+  void __tsan_read##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, false, MT_PC); }  \
+  void __tsan_write##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, true, MT_PC); }  \
+  void __tsan_unaligned_read##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, false, MT_PC); } \
+  void __tsan_unaligned_write##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, true, MT_PC); } \
+  void __tsan_volatile_read##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, false, MT_PC); } \
+  void __tsan_volatile_write##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, true, MT_PC); } \
+  void __tsan_unaligned_volatile_read##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, false, MT_PC); } \
+  void __tsan_unaligned_volatile_write##N(void* a) { on_access(reinterpret_cast<uintptr_t>(a), N, true, MT_PC); }
+MT_HOOKS(1)
+MT_HOOKS(2)
+MT_HOOKS(4)
+MT_HOOKS(8)
+MT_HOOKS(16)
+#undef MT_HOOKS
+
+void __tsan_read_range(void* a, unsigned long n) {
+  on_access(reinterpret_cast<uintptr_t>(a), unsigned(n), false, MT_PC);
+}
+void __tsan_write_range(void* a, unsigned long n) {
+  on_access(reinterpret_cast<uintptr_t>(a), unsigned(n), true, MT_PC);
+}
+void* __tsan_memcpy(void* d, const void* s, unsigned long n) {
+  on_access(reinterpret_cast<uintptr_t>(s), unsigned(n), false, MT_PC);
+  on_access(reinterpret_cast<uintptr_t>(d), unsigned(n), true, MT_PC);
+  return memcpy(d, s, n);
+}
+void* __tsan_memmove(void* d, const void* s, unsigned long n) {
+  on_access(reinterpret_cast<uintptr_t>(s), unsigned(n), false, MT_PC);
+  on_access(reinterpret_cast<uintptr_t>(d), unsigned(n), true, MT_PC);
+  return memmove(d, s, n);
+}
+void* __tsan_memset(void* d, int c, unsigned long n) {
+  on_access(reinterpret_cast<uintptr_t>(d), unsigned(n), true, MT_PC);
+  return memset(d, c, n);
+}
+void __tsan_init() {}
+void __tsan_func_entry(void*) {}
+void __tsan_func_exit() {}
+void __tsan_vptr_read(void**) {}
+void __tsan_vptr_update(void**, void*) {}
+void __tsan_ignore_thread_begin() {}
+void __tsan_ignore_thread_end() {}
+#undef MT_PC
+
+}  // extern "C"

@@ -1,0 +1,198 @@
+// results.cpp: findings and the result document.
+//
+// What a run reports (docs/emulator.md): each finding (race, uninit, bounds, divergence)
+// names the lowest (threadgroup, thread) it occurred in and counts the
+// others, deduplicated by (kind, pc, other pc, address space, buffer), so a finding's
+// text does not depend on how threadgroups were spread over workers. The stats count
+// what MSL's memory model distinguishes: device and threadgroup bytes and accesses,
+// threadgroup_barrier and simd meetings, atomics. A launch error (what Metal would refuse
+// at dispatch) is a result document with its message and exit status 3.
+
+#include "runtime.h"
+
+namespace mt {
+
+// ---------------------------------------------------------------------------------------
+// Findings: deduplicated by (kind, pc, other pc, address space, buffer).
+
+void add_finding(Worker* w, Finding f) {
+  for (Finding& g : w->findings)
+    if (g.kind == f.kind && g.pc == f.pc && g.other_pc == f.other_pc && g.device == f.device &&
+        g.buffer == f.buffer) {
+      ++g.count;
+      return;
+    }
+  if (w->findings.size() >= g_launch.job->max_findings) {
+    ++w->dropped_findings;
+    return;
+  }
+  w->findings.push_back(std::move(f));
+}
+
+std::string format(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return buf;
+}
+
+Finding make_finding(Worker* w, FindingKind kind, bool device, int32_t buffer, uint64_t offset,
+                     uintptr_t pc, std::string detail) {
+  Finding f;
+  f.kind = kind;
+  f.group = w->group;
+  f.thread = w->current ? w->current->tid : 0;
+  f.other_thread = -1;
+  f.other_group = -1;
+  f.device = device;
+  f.buffer = buffer;
+  f.offset = offset;
+  f.pc = pc;
+  f.other_pc = 0;
+  f.detail = std::move(detail);
+  return f;
+}
+
+// ---------------------------------------------------------------------------------------
+// Results
+
+void json_string(FILE* out, const std::string& s) {
+  fputc('"', out);
+  for (char c : s) {
+    if (c == '"' || c == '\\') fprintf(out, "\\%c", c);
+    else if (c == '\n') fputs("\\n", out);
+    else if (uint8_t(c) < 0x20) fprintf(out, "\\u%04x", c);
+    else fputc(c, out);
+  }
+  fputc('"', out);
+}
+
+void write_position(FILE* out, uint64_t linear, const uint32_t* dims) {
+  fprintf(out, "[%" PRIu64 ",%" PRIu64 ",%" PRIu64 "]", linear % dims[0], linear / dims[0] % dims[1],
+          linear / (uint64_t(dims[0]) * dims[1]));
+}
+
+void write_results() {
+  const JobHeader* job = g_launch.job;
+  std::vector<Finding> all;
+  uint64_t dropped = 0;
+  Worker total;
+  for (Worker* w : g_workers) {
+    for (Finding& f : w->findings) {
+      bool merged = false;
+      for (Finding& a : all)
+        if (a.kind == f.kind && a.pc == f.pc && a.other_pc == f.other_pc && a.device == f.device &&
+            a.buffer == f.buffer) {
+          a.count += f.count;
+          if (f.group < a.group || (f.group == a.group && f.thread < a.thread)) {
+            uint64_t c = a.count;
+            a = f;
+            a.count = c;
+          }
+          merged = true;
+          break;
+        }
+      if (!merged) all.push_back(f);
+    }
+    dropped += w->dropped_findings;
+    for (uint32_t b = 0; b < kMaxBuffers; ++b) {
+      total.dev_read[b] += w->dev_read[b];
+      total.dev_written[b] += w->dev_written[b];
+    }
+    total.tg_read += w->tg_read;
+    total.tg_written += w->tg_written;
+    total.barriers += w->barriers;
+    total.simd_ops += w->simd_ops;
+    total.atomics += w->atomics;
+    total.dev_loads += w->dev_loads;
+    total.dev_stores += w->dev_stores;
+    total.tg_loads += w->tg_loads;
+    total.tg_stores += w->tg_stores;
+    total.groups_run += w->groups_run;
+    total.threads_run += w->threads_run;
+  }
+  std::sort(all.begin(), all.end(), [](const Finding& a, const Finding& b) {
+    if (a.kind != b.kind) return a.kind < b.kind;
+    if (a.group != b.group) return a.group < b.group;
+    if (a.thread != b.thread) return a.thread < b.thread;
+    return a.pc < b.pc;
+  });
+  std::string tmp = g_launch.result_path + ".part";
+  FILE* out = fopen(tmp.c_str(), "w");
+  if (!out) _exit(5);
+  fprintf(out, "{\"status\":\"ok\",\"stats\":{");
+  fprintf(out, "\"groups\":%" PRIu64 ",\"threads\":%" PRIu64 ",\"simdgroups\":%" PRIu64
+               ",\"barriers\":%" PRIu64 ",\"simd_ops\":%" PRIu64 ",\"atomic_ops\":%" PRIu64
+               ",\"threadgroup_bytes_read\":%" PRIu64 ",\"threadgroup_bytes_written\":%" PRIu64
+               ",\"threadgroup_memory_bytes\":%u,\"device_load_ops\":%" PRIu64
+               ",\"device_store_ops\":%" PRIu64 ",\"threadgroup_load_ops\":%" PRIu64
+               ",\"threadgroup_store_ops\":%" PRIu64,
+          total.groups_run, total.threads_run, total.groups_run * g_launch.simdgroups,
+          total.barriers, total.simd_ops, total.atomics, total.tg_read, total.tg_written,
+          g_launch.arena_bytes.load(), total.dev_loads, total.dev_stores, total.tg_loads,
+          total.tg_stores);
+  const char* names[4] = {"device_bytes_read", "device_bytes_written", "device_unique_bytes_read",
+                          "device_unique_bytes_written"};
+  for (int k = 0; k < 4; ++k) {
+    fprintf(out, ",\"%s\":[", names[k]);
+    for (uint32_t b = 0; b < job->nbuffers; ++b) {
+      uint64_t v = 0;
+      if (k == 0) v = total.dev_read[b];
+      else if (k == 1) v = total.dev_written[b];
+      else {
+        uint8_t bit = k == 2 ? 1 : 2;
+        for (uint64_t i = 0; i < job->buffers[b].size; ++i) {
+          uint8_t any = 0;
+          for (Worker* w : g_workers) any |= w->touched[b][i];
+          v += (any & bit) != 0;
+        }
+      }
+      fprintf(out, "%s%" PRIu64, b ? "," : "", v);
+    }
+    fputc(']', out);
+  }
+  fprintf(out, "},\"dropped_findings\":%" PRIu64 ",\"findings\":[", dropped);
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Finding& f = all[i];
+    fprintf(out, "%s{\"kind\":\"%s\",\"group\":", i ? "," : "", kKindNames[f.kind]);
+    write_position(out, f.group, job->grid);
+    fprintf(out, ",\"thread\":");
+    write_position(out, f.thread, job->threadgroup);
+    fprintf(out, ",\"thread_index\":%u,\"other_thread\":%d,\"other_group\":", f.thread, f.other_thread);
+    if (f.other_group >= 0) write_position(out, uint64_t(f.other_group), job->grid);
+    else fputs("null", out);
+    fprintf(out, ",\"space\":\"%s\",\"buffer\":%d,\"offset\":%" PRIu64
+                 ",\"pc\":%" PRIuPTR ",\"other_pc\":%" PRIuPTR ",\"count\":%" PRIu64 ",\"detail\":",
+            f.device ? "device" : "threadgroup", f.buffer, f.offset, f.pc, f.other_pc, f.count);
+    json_string(out, f.detail);
+    fputc('}', out);
+  }
+  fprintf(out, "]}\n");
+  fclose(out);
+  rename(tmp.c_str(), g_launch.result_path.c_str());
+}
+
+void write_error(const char* status, const std::string& message) {
+  std::string tmp = g_launch.result_path + ".part";
+  FILE* out = fopen(tmp.c_str(), "w");
+  if (!out) return;
+  fprintf(out, "{\"status\":\"%s\",\"message\":", status);
+  json_string(out, message);
+  fprintf(out, "}\n");
+  fclose(out);
+  rename(tmp.c_str(), g_launch.result_path.c_str());
+}
+
+[[noreturn]] void fail_launch(const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  write_error("launch_error", buf);
+  _exit(3);
+}
+
+}  // namespace mt

@@ -1,0 +1,310 @@
+// scheduler.cpp: threadgroups on fibers, and the meeting points of MSL's collectives.
+//
+// Execution model (docs/emulator.md): the threads of a threadgroup are fibers on one OS
+// thread; threadgroups are spread over worker OS threads, in no order (MSL promises none).
+// A fiber runs until it reaches a meeting point: threadgroup_barrier (every thread of the
+// threadgroup must reach the same call, else a "divergence" finding), simdgroup_barrier
+// and the simd_* collectives (the active lanes of a simdgroup at one call site meet and
+// exchange their values). Between meeting points the order of fibers follows the
+// schedule (forward, reverse, seeded random), so a kernel whose result depends on the
+// order of threads between barriers shows it under another schedule. Thread position
+// attributes ([[thread_position_in_threadgroup]] and the rest) are filled here from the
+// grid and threadgroup sizes, with simdgroups of MT_SIMD_WIDTH consecutive threads.
+
+#include "fiber.h"
+#include "runtime.h"
+
+namespace mt {
+
+__thread Worker* t_worker = nullptr;
+
+// ---------------------------------------------------------------------------------------
+// Scheduling
+
+// Leaves fiber `f` for the next ready fiber of this round (in schedule order), or for the
+// scheduler when the round is over. Switching fiber to fiber, rather than through the
+// scheduler, halves the switches per meeting point and keeps the scheduler's stack cold.
+void switch_from(Worker* w, Fiber* f) {
+  const uint32_t T = g_launch.threads;
+  while (++w->cursor < T) {
+    Fiber& next = w->fibers[w->order[w->cursor]];
+    if (next.state == kReady) {
+      w->current = &next;
+      mt_fiber_switch(&f->sp, next.sp);
+      return;
+    }
+  }
+  w->current = nullptr;
+  mt_fiber_switch(&f->sp, w->scheduler_sp);
+}
+
+void fiber_main(void* arg) {
+  Fiber* f = static_cast<Fiber*>(arg);
+  Worker* w = t_worker;
+  g_launch.kernel->entry(g_launch.buffers, &f->pos);
+  f->state = kDone;
+  switch_from(w, f);
+  __builtin_trap();  // a finished fiber is never resumed
+}
+
+// Called on the fiber: park it until the meeting point releases it.
+void park(Worker* w, FiberState state, __mt_site site, unsigned kind, uintptr_t pc) {
+  Fiber* f = w->current;
+  f->state = state;
+  f->site = site;
+  f->kind = kind;
+  f->pc = pc;
+  switch_from(w, f);
+}
+
+uint64_t next_random(uint64_t& s) {  // splitmix64: deterministic per (seed, group, round)
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+void divergence(Worker* w, uint32_t tid, uintptr_t pc, std::string detail) {
+  Fiber* saved = w->current;
+  w->current = &w->fibers[tid];
+  add_finding(w, make_finding(w, kDivergence, false, -1, 0, pc, std::move(detail)));
+  w->current = saved;
+}
+
+// Completes one simd collective per simdgroup whose live lanes are all parked.
+bool resolve_simd(Worker* w) {
+  bool progressed = false;
+  const uint32_t T = g_launch.threads;
+  for (uint32_t sg = 0; sg < g_launch.simdgroups; ++sg) {
+    uint32_t lo = sg * kSimdWidth, hi = std::min(T, lo + kSimdWidth);
+    int first = -1;
+    for (uint32_t i = lo; i < hi; ++i)
+      if (w->fibers[i].state == kAtSimd) { first = int(i); break; }
+    if (first < 0) continue;
+    unsigned site = w->fibers[first].site.id;
+    unsigned kind = w->fibers[first].kind;
+    uint32_t active = 0, uniform = 1;
+    unsigned char* slots = &w->simd_slots[size_t(sg) * kSimdWidth * __MT_SIMD_SLOT];
+    for (uint32_t i = lo; i < hi; ++i) {
+      Fiber& f = w->fibers[i];
+      if (f.state == kAtSimd && f.site.id == site) {
+        active |= 1u << (i - lo);
+        // Lanes at one call site deposit values of one type: the same number of bytes.
+        std::memcpy(slots + (i - lo) * __MT_SIMD_SLOT, f.deposit, f.deposit_bytes);
+        if (uniform && (f.deposit_bytes != w->fibers[first].deposit_bytes ||
+                        std::memcmp(f.deposit, w->fibers[first].deposit, f.deposit_bytes) != 0))
+          uniform = 0;
+      }
+    }
+    for (uint32_t i = lo; i < hi; ++i) {
+      Fiber& f = w->fibers[i];
+      if (f.state == kAtSimd && f.site.id == site) {
+        f.table = __mt_simd_table{slots, active, i - lo, hi - lo, uniform, w->meetings + 1,
+                                  &w->simd_shared[sg]};
+        f.state = kReady;
+      }
+    }
+    ++w->meetings;
+    if (kind == 0) ++w->simd_epoch[sg];  // simdgroup_barrier
+    else ++w->simd_ops;
+    progressed = true;
+  }
+  return progressed;
+}
+
+void resolve_barrier(Worker* w) {
+  const uint32_t T = g_launch.threads;
+  int first = -1;
+  uint32_t waiting = 0;
+  unsigned flags = 0;
+  for (uint32_t i = 0; i < T; ++i) {
+    Fiber& f = w->fibers[i];
+    if (f.state != kAtBarrier) continue;
+    if (first < 0) first = int(i);
+    ++waiting;
+    flags |= f.kind;
+  }
+  if (first < 0) return;
+  const __mt_site site = w->fibers[first].site;
+  for (uint32_t i = 0; i < T; ++i) {
+    Fiber& f = w->fibers[i];
+    if (f.state == kAtBarrier && f.site.id != site.id) {
+      divergence(w, i, f.pc,
+                 format("threads of one threadgroup wait at different threadgroup_barrier calls "
+                        "(thread %u at the one on MSL line %u, thread %d at the one on line %u)",
+                        i, f.site.line, first, site.line));
+      break;
+    }
+  }
+  if (waiting < T)
+    divergence(w, uint32_t(first), w->fibers[first].pc,
+               format("threadgroup_barrier reached by %u of %u threads; the others have "
+                      "returned without reaching it", waiting, T));
+  if (flags & __MT_MEM_THREADGROUP) ++w->tg_epoch;
+  if (flags & __MT_MEM_DEVICE) ++w->dev_epoch;
+  ++w->barriers;
+  for (uint32_t i = 0; i < T; ++i)
+    if (w->fibers[i].state == kAtBarrier) w->fibers[i].state = kReady;
+}
+
+void reset_arena(Worker* w) {
+  uint32_t used = g_launch.arena_bytes.load();
+  if (!used) return;
+  std::memset(w->arena, 0xFF, used);
+  std::memset(w->arena_shadow.data(), 0, used * sizeof(TgShadow));
+}
+
+// Stacks are mapped at page multiples, so without an offset every fiber's hot top of
+// stack would fall in the same L1 cache sets and evict the others' at every switch.
+// Each stack is mapped kStackColors bytes larger, so the kernel keeps its stack_bytes.
+constexpr size_t kStackColors = 4096;
+inline size_t stack_color(uint32_t tid) { return size_t(tid % 61) * 64; }
+
+void run_group(Worker* w, uint64_t g) {
+  const JobHeader* job = g_launch.job;
+  const uint32_t T = g_launch.threads;
+  w->group = g;
+  w->tg_epoch = w->dev_epoch = 1;
+  std::fill(w->simd_epoch.begin(), w->simd_epoch.end(), 0);
+  reset_arena(w);
+  uint32_t gp[3] = {uint32_t(g % job->grid[0]), uint32_t(g / job->grid[0] % job->grid[1]),
+                    uint32_t(g / (uint64_t(job->grid[0]) * job->grid[1]))};
+  for (uint32_t i = 0; i < T; ++i) {
+    Fiber& f = w->fibers[i];
+    f.state = kReady;
+    f.suppress = false;
+    __mt_thread_pos& p = f.pos;
+    uint32_t lp[3] = {i % job->threadgroup[0], i / job->threadgroup[0] % job->threadgroup[1],
+                      i / (job->threadgroup[0] * job->threadgroup[1])};
+    for (int d = 0; d < 3; ++d) {
+      p.thread_position_in_threadgroup[d] = lp[d];
+      p.threadgroup_position_in_grid[d] = gp[d];
+      p.threads_per_threadgroup[d] = job->threadgroup[d];
+      p.threadgroups_per_grid[d] = job->grid[d];
+      p.threads_per_grid[d] = job->grid[d] * job->threadgroup[d];
+      p.thread_position_in_grid[d] = gp[d] * job->threadgroup[d] + lp[d];
+    }
+    p.thread_index_in_threadgroup = i;
+    p.thread_index_in_simdgroup = i % kSimdWidth;
+    p.simdgroup_index_in_threadgroup = i / kSimdWidth;
+    p.simdgroups_per_threadgroup = g_launch.simdgroups;
+    p.threads_per_simdgroup = kSimdWidth;
+    f.sp = mt_fiber_prepare(f.stack + job->stack_bytes + kStackColors - stack_color(i),
+                            fiber_main, &f);
+  }
+  std::vector<uint32_t>& order = w->order;
+  order.resize(T);
+  for (uint64_t round = 0;; ++round) {
+    for (uint32_t i = 0; i < T; ++i) order[i] = i;
+    if (job->schedule == kScheduleReverse) {
+      std::reverse(order.begin(), order.end());
+    } else if (job->schedule == kScheduleRandom) {
+      uint64_t s = job->seed ^ (g * 0xD1B54A32D192ED03ull) ^ (round * 0x8CB92BA72F3D8DD7ull);
+      for (uint32_t i = T; i > 1; --i) std::swap(order[i - 1], order[next_random(s) % i]);
+    }
+    // Run the round: the first ready fiber, which hands on to the next (switch_from); the
+    // last one of the round switches back here.
+    for (w->cursor = 0; w->cursor < T; ++w->cursor) {
+      Fiber& f = w->fibers[order[w->cursor]];
+      if (f.state != kReady) continue;
+      w->current = &f;
+      mt_fiber_switch(&w->scheduler_sp, f.sp);
+      w->current = nullptr;
+      break;
+    }
+    bool done = true;
+    for (uint32_t i = 0; i < T && done; ++i) done = w->fibers[i].state == kDone;
+    if (done) break;
+    if (!resolve_simd(w)) resolve_barrier(w);
+  }
+  ++w->groups_run;
+  w->threads_run += T;
+}
+
+unsigned char* map_stack(size_t bytes) {
+  // One guard page below the stack turns an overflow into a fault the handler names.
+  size_t page = size_t(sysconf(_SC_PAGESIZE));
+  void* p = mmap(nullptr, bytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) fail_launch("cannot map a %zu-byte fiber stack", bytes);
+  mprotect(p, page, PROT_NONE);
+  return static_cast<unsigned char*>(p) + page;
+}
+
+void worker_main(Worker* w) {
+  t_worker = w;
+  const uint32_t T = g_launch.threads;
+  w->fibers.resize(T);
+  for (uint32_t i = 0; i < T; ++i) {
+    Fiber& f = w->fibers[i];
+    f.tid = i;
+    f.lane = i % kSimdWidth;
+    f.simdgroup = i / kSimdWidth;
+    f.stack = map_stack(g_launch.job->stack_bytes + kStackColors);
+  }
+  for (uint32_t b = 0; b < g_launch.job->nbuffers; ++b) {
+    void* p = map_shadow(g_launch.job->buffers[b].size ? g_launch.job->buffers[b].size : 1);
+    if (p == MAP_FAILED) fail_launch("cannot map the access map of buffer %u", b);
+    w->touched[b] = static_cast<uint8_t*>(p);
+  }
+  w->simd_epoch.assign(g_launch.simdgroups, 0);
+  w->simd_slots.assign(size_t(g_launch.simdgroups) * kSimdWidth * __MT_SIMD_SLOT, 0);
+  w->simd_shared.assign(g_launch.simdgroups, __mt_simd_shared{});
+  const size_t arena_cap = 2 * kMaxThreadgroupMemory + 64 * kRedZone;
+  w->arena = static_cast<unsigned char*>(aligned_alloc(64, arena_cap));
+  w->arena_lo = reinterpret_cast<uintptr_t>(w->arena);
+  w->arena_span = arena_cap;
+  w->arena_owner.assign(arena_cap, -1);
+  w->arena_shadow.assign(arena_cap, TgShadow{});
+  for (;;) {
+    uint64_t g = g_launch.next_group.fetch_add(1);
+    if (g >= g_launch.groups) break;
+    run_group(w, g);
+  }
+}
+
+}  // namespace mt
+
+using namespace mt;
+
+extern "C" {
+
+void __mt_threadgroup_barrier(unsigned flags, __mt_site site) {
+  Worker* w = t_worker;
+  park(w, kAtBarrier, site, flags, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+}
+
+void __mt_simdgroup_barrier(unsigned flags, __mt_site site) {
+  (void)flags;
+  Worker* w = t_worker;
+  park(w, kAtSimd, site, 0, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+}
+
+__mt_simd_table __mt_simd_meet(const void* mine, unsigned nbytes, unsigned kind, __mt_site site) {
+  Worker* w = t_worker;
+  Fiber* f = w->current;
+  f->deposit_bytes = nbytes < __MT_SIMD_SLOT ? nbytes : __MT_SIMD_SLOT;
+  std::memcpy(f->deposit, mine, f->deposit_bytes);
+  park(w, kAtSimd, site, kind, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+  return f->table;
+}
+
+void __mt_simd_inactive_lane(unsigned kind, unsigned src_lane) {
+  Worker* w = t_worker;
+  const char* what = kind == __MT_SIMD_BROADCAST ? "simd_broadcast" : "simd_shuffle";
+  add_finding(w, make_finding(w, kDivergence, false, -1, 0,
+                              reinterpret_cast<uintptr_t>(__builtin_return_address(0)),
+                              format("%s reads lane %u, which is not active in this simdgroup "
+                                     "(undefined in MSL); the lane's own value was returned",
+                                     what, src_lane)));
+}
+
+void __mt_simd_nonuniform(unsigned kind, const char* what) {
+  Worker* w = t_worker;
+  add_finding(w, make_finding(w, kDivergence, false, -1, 0,
+                              reinterpret_cast<uintptr_t>(__builtin_return_address(0)),
+                              format("simdgroup matrix %s: lanes disagree on %s, which must be "
+                                     "uniform across the simdgroup",
+                                     kind == __MT_SIMD_MATRIX_LOAD ? "load" : "store", what)));
+}
+
+}  // extern "C"
