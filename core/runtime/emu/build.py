@@ -238,7 +238,8 @@ class Builder:
         src = tmp.with_suffix(".cpp")
         src.write_text(unit)
         cmd = [self.toolchain.cxx, *flags, "-I", str(INCLUDE_DIR), "-include-pch", str(pch),
-               "-x", "c++", str(src), "-x", "none", *map(str, runtime), *_link_flags(), *_arch_flags(),
+               "-x", "c++", str(src), "-x", "none", *map(str, runtime), *_link_flags(),
+               *_arch_flags(),
                *(["-fno-sanitize-link-runtime"] if checked else []),
                "-o", str(tmp)]
         try:
