@@ -66,6 +66,53 @@ ROWS = 8                    # gathered token rows per expert GEMM tile (T.gemm's
 GEMM_TILES = ((32, 128), (16, 64), (64, 128), (32, 32), (64, 256))
 
 
+# The two programs end alike: the same down projection and combine, as macros (inlined
+# where called, so each program's TIR is what it would be written out).
+@T.macro
+def _down_projection(H, Wd, Active, ActiveRows, Slots, TopW, Yd, D, I, A, topk, dtype, bN,
+                     bK, threads):
+    """Yd[slot] = H[slot] Wd[e]^T * the slot's routing weight, per active expert."""
+    with T.Kernel(T.ceildiv(D, bN), A, threads=threads) as (bx, a):
+        hs = T.alloc_shared((ROWS, bK), dtype)
+        ws = T.alloc_shared((bN, bK), dtype)
+        acc = T.alloc_fragment((ROWS, bN), "float32")
+        out = T.alloc_shared((ROWS, bN), "float32")
+        e = T.alloc_var("int32")        # read once: indices and guards use them per element
+        e = Active[a]
+        rows = T.alloc_var("int32")
+        rows = ActiveRows[a]
+        for rb in T.serial(T.ceildiv(ActiveRows[a], ROWS)):
+            T.clear(acc)
+            for ko in T.serial(T.ceildiv(I, bK)):
+                for r, kk in T.Parallel(ROWS, bK):
+                    hs[r, kk] = T.if_then_else(
+                        rb * ROWS + r < rows and ko * bK + kk < I,
+                        H[Slots[e, rb * ROWS + r], ko * bK + kk], T.cast(0, dtype))
+                for n, kk in T.Parallel(bN, bK):
+                    ws[n, kk] = T.if_then_else(bx * bN + n < D and ko * bK + kk < I,
+                                               Wd[e, bx * bN + n, ko * bK + kk],
+                                               T.cast(0, dtype))
+                T.gemm(hs, ws, acc, transpose_B=True)
+            T.copy(acc, out)
+            for r, n in T.Parallel(ROWS, bN):
+                if rb * ROWS + r < rows and bx * bN + n < D:
+                    Yd[Slots[e, rb * ROWS + r], bx * bN + n] = out[r, n] * TopW[
+                        Slots[e, rb * ROWS + r] // topk, Slots[e, rb * ROWS + r] % topk]
+
+
+@T.macro
+def _combine(Yd, Y, M, D, topk, dtype, bN, threads):
+    """Y[m] = the sum of token m's top-k expert outputs."""
+    with T.Kernel(T.ceildiv(D, bN), M, threads=threads) as (bx, m):
+        for n in T.Parallel(bN):
+            if bx * bN + n < D:
+                acc = T.alloc_var("float32")
+                acc = 0.0
+                for j in T.serial(topk):
+                    acc = acc + Yd[m * topk + j, bx * bN + n]
+                Y[m, bx * bN + n] = T.cast(acc, dtype)
+
+
 def _multi(M, D, I, E, topk, renorm, dtype, bM, bE, rthreads, bN, bK, threads):
     MK = M * topk
     A = min(E, MK)              # experts that can receive tokens
@@ -235,41 +282,10 @@ def _multi(M, D, I, E, topk, renorm, dtype, bM, bE, rthreads, bN, bK, threads):
                         G[s, bx * bN + n] * T.sigmoid(G[s, bx * bN + n]) * U[s, bx * bN + n],
                         dtype)
         # 8: down projection, times the routing weight
-        with T.Kernel(T.ceildiv(D, bN), A, threads=threads) as (bx, a):
-            hs = T.alloc_shared((ROWS, bK), dtype)
-            ws = T.alloc_shared((bN, bK), dtype)
-            acc = T.alloc_fragment((ROWS, bN), "float32")
-            out = T.alloc_shared((ROWS, bN), "float32")
-            e = T.alloc_var("int32")        # read once: indices and guards use them per element
-            e = Active[a]
-            rows = T.alloc_var("int32")
-            rows = ActiveRows[a]
-            for rb in T.serial(T.ceildiv(ActiveRows[a], ROWS)):
-                T.clear(acc)
-                for ko in T.serial(T.ceildiv(I, bK)):
-                    for r, kk in T.Parallel(ROWS, bK):
-                        hs[r, kk] = T.if_then_else(
-                            rb * ROWS + r < rows and ko * bK + kk < I,
-                            H[Slots[e, rb * ROWS + r], ko * bK + kk], T.cast(0, dtype))
-                    for n, kk in T.Parallel(bN, bK):
-                        ws[n, kk] = T.if_then_else(bx * bN + n < D and ko * bK + kk < I,
-                                                   Wd[e, bx * bN + n, ko * bK + kk],
-                                                   T.cast(0, dtype))
-                    T.gemm(hs, ws, acc, transpose_B=True)
-                T.copy(acc, out)
-                for r, n in T.Parallel(ROWS, bN):
-                    if rb * ROWS + r < rows and bx * bN + n < D:
-                        Yd[Slots[e, rb * ROWS + r], bx * bN + n] = out[r, n] * TopW[
-                            Slots[e, rb * ROWS + r] // topk, Slots[e, rb * ROWS + r] % topk]
+        _down_projection(H, Wd, Active, ActiveRows, Slots, TopW, Yd, D, I, A, topk, dtype, bN,
+                         bK, threads)
         # 9: combine
-        with T.Kernel(T.ceildiv(D, bN), M, threads=threads) as (bx, m):
-            for n in T.Parallel(bN):
-                if bx * bN + n < D:
-                    acc = T.alloc_var("float32")
-                    acc = 0.0
-                    for j in T.serial(topk):
-                        acc = acc + Yd[m * topk + j, bx * bN + n]
-                    Y[m, bx * bN + n] = T.cast(acc, dtype)
+        _combine(Yd, Y, M, D, topk, dtype, bN, threads)
     return moe_multi
 
 
@@ -404,41 +420,10 @@ def _fused(M, D, I, E, topk, renorm, dtype, bM, bE, rthreads, bN, bK, threads):
                         H[Slots[e, rb * ROWS + r], bx * bN + n] = T.cast(
                             out_g[r, n] * T.sigmoid(out_g[r, n]) * out_u[r, n], dtype)
         # 3: down projection, times the routing weight
-        with T.Kernel(T.ceildiv(D, bN), A, threads=threads) as (bx, a):
-            hs = T.alloc_shared((ROWS, bK), dtype)
-            ws = T.alloc_shared((bN, bK), dtype)
-            acc = T.alloc_fragment((ROWS, bN), "float32")
-            out = T.alloc_shared((ROWS, bN), "float32")
-            e = T.alloc_var("int32")        # read once: indices and guards use them per element
-            e = Active[a]
-            rows = T.alloc_var("int32")
-            rows = ActiveRows[a]
-            for rb in T.serial(T.ceildiv(ActiveRows[a], ROWS)):
-                T.clear(acc)
-                for ko in T.serial(T.ceildiv(I, bK)):
-                    for r, kk in T.Parallel(ROWS, bK):
-                        hs[r, kk] = T.if_then_else(
-                            rb * ROWS + r < rows and ko * bK + kk < I,
-                            H[Slots[e, rb * ROWS + r], ko * bK + kk], T.cast(0, dtype))
-                    for n, kk in T.Parallel(bN, bK):
-                        ws[n, kk] = T.if_then_else(bx * bN + n < D and ko * bK + kk < I,
-                                                   Wd[e, bx * bN + n, ko * bK + kk],
-                                                   T.cast(0, dtype))
-                    T.gemm(hs, ws, acc, transpose_B=True)
-                T.copy(acc, out)
-                for r, n in T.Parallel(ROWS, bN):
-                    if rb * ROWS + r < rows and bx * bN + n < D:
-                        Yd[Slots[e, rb * ROWS + r], bx * bN + n] = out[r, n] * TopW[
-                            Slots[e, rb * ROWS + r] // topk, Slots[e, rb * ROWS + r] % topk]
+        _down_projection(H, Wd, Active, ActiveRows, Slots, TopW, Yd, D, I, A, topk, dtype, bN,
+                         bK, threads)
         # 4: combine
-        with T.Kernel(T.ceildiv(D, bN), M, threads=threads) as (bx, m):
-            for n in T.Parallel(bN):
-                if bx * bN + n < D:
-                    acc = T.alloc_var("float32")
-                    acc = 0.0
-                    for j in T.serial(topk):
-                        acc = acc + Yd[m * topk + j, bx * bN + n]
-                    Y[m, bx * bN + n] = T.cast(acc, dtype)
+        _combine(Yd, Y, M, D, topk, dtype, bN, threads)
     return moe_fused
 
 
