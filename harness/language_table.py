@@ -36,8 +36,10 @@ LIMITS = {
                  "barriers are planned by the compiler; order/stage/sync/group are ignored",
     "copy": "edge tiles masked; a gemm accumulator is staged through threadgroup memory; "
             + _HINTS.format("coalesced_width, disable_tma, eviction_policy"),
-    "gemm": "A and B in shared memory or fragments of one float dtype, C a float32 "
-            "fragment or shared tile (C in device memory is rejected); tiles multiples of 8; "
+    "gemm": "A and B in shared memory, fragments or device tiles of one float dtype (a "
+            "device A/B tile must provably lie inside its tensor), C a float32 fragment or "
+            "shared tile or a float32/float16/bfloat16 device tile (edges masked through a "
+            "float32 stage); tiles multiples of 8; "
             "threads a multiple of 32 that splits the tiles evenly; staging within 32 KiB "
             "(epilogues over the accumulator alone run in chunks); "
             + _HINTS.format("policy, k_pack, wg_wait"),

@@ -1,6 +1,7 @@
 """The harness families use the new constructs (so fuzzing covers them): the reduce
-family's split-K atomic variant and the gemm family's shared accumulator, each run through
-`harness.diff.run_case` (every emulator check, the family's oracle)."""
+family's split-K atomic variant and the gemm family's shared accumulator and C in device
+memory, each run through `harness.diff.run_case` (every emulator check, the family's
+oracle)."""
 
 import pytest
 
@@ -33,3 +34,22 @@ def test_gemm_family_shared_accumulator(epilogue, init, pad):
     res = run_case("gemm", p)
     assert res.status == "pass", res.message
     assert "simdgroup_store(C_local_mat" in res.msl
+
+
+@pytest.mark.parametrize("dtype, out_dtype, trans_B, a_operand, M, N", [
+    ("float16", "float32", False, "shared", 48, 40),      # ragged: edge tiles staged
+    ("float16", "float32", True, "fragment", 64, 64),     # every tile straight to device
+    ("bfloat16", "bfloat16", False, "shared", 40, 56),    # half C: through the float stage
+    ("float32", "float32", True, "shared", 56, 24)])
+def test_gemm_family_c_in_device_memory(dtype, out_dtype, trans_B, a_operand, M, N):
+    p = {**GEMM, "M": M, "N": N, "dtype": dtype, "out_dtype": out_dtype, "trans_B": trans_B,
+         "a_operand": a_operand, "accum": "global", "init": "clear_accum",
+         "epilogue": "none", "pad": 0}
+    res = run_case("gemm", p)
+    assert res.status == "pass", res.message
+    # the family names C's tile C_local in every variant: here it is C's device tile
+    assert "simdgroup_store(C_local_mat" in res.msl
+    assert "threadgroup float C_local[" not in res.msl          # no on-chip accumulator
+    device_stores = [ln for ln in res.msl.splitlines()
+                     if "simdgroup_store(" in ln and "&C_local[" in ln]
+    assert bool(device_stores) == (out_dtype == "float32")  # never through a half pointer
