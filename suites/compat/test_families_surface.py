@@ -53,3 +53,15 @@ def test_gemm_family_c_in_device_memory(dtype, out_dtype, trans_B, a_operand, M,
     device_stores = [ln for ln in res.msl.splitlines()
                      if "simdgroup_store(" in ln and "&C_local[" in ln]
     assert bool(device_stores) == (out_dtype == "float32")  # never through a half pointer
+
+
+@pytest.mark.parametrize("M, N, K, bM, bN, threads, dtype", [
+    (3, 37, 200, 2, 4, 64, "float16"),       # reduce over 16 lanes: a butterfly
+    (1, 9, 300, 1, 1, 128, "float32"),       # over 4 simdgroups: simd_sum + the stage
+    (5, 20, 77, 4, 8, 256, "bfloat16")])     # 32 strided lanes: shuffles, then the stage
+def test_gemv_family_thread_allreduce(M, N, K, bM, bN, threads, dtype):
+    p = {"M": M, "N": N, "K": K, "bM": bM, "bN": bN, "bK": 64, "threads": threads,
+         "dtype": dtype, "out_dtype": dtype, "form": "allreduce"}
+    res = run_case("gemv", p)
+    assert res.status == "pass", res.message
+    assert "allreduce_buf" in res.msl or "simd_shuffle_xor" in res.msl
