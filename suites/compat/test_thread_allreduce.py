@@ -8,7 +8,8 @@ import torch
 import core
 import core.language as T
 from core.language.errors import KernelDefinitionError
-from harness.diff import assert_close
+from harness.barriers import check_barriers
+from harness.diff import assert_close, run_case
 
 
 def rand(shape, dtype):
@@ -185,3 +186,22 @@ def test_other_attr_is_a_clear_error():
                 tx = T.get_thread_binding(0)
                 with T.attr(0, "pragma_unroll", 1):
                     O[tx] = 1.0
+
+
+def test_every_barrier_of_an_allreduce_is_necessary():
+    N, K = 24, 300
+    kernel = core.compile(gemv_allreduce(N, K, 8, 64))     # 16 simdgroups: the stage
+    report = check_barriers(kernel, (rand((K,), "float16"), rand((N, K), "float16"),
+                                     torch.zeros(N, dtype=torch.float16)))
+    assert report.ok, report.summary()
+    assert len(report.barriers) >= 1
+
+
+def test_allreduces_in_a_loop_reuse_the_stage_safely():
+    """One all-reduce per row in a serial loop (the gemv family's form): the stage is
+    written again in the next iteration, after every thread read this one's partials."""
+    res = run_case("gemv", {"M": 6, "N": 5, "K": 130, "bM": 4, "bN": 1, "bK": 64,
+                            "threads": 128, "dtype": "float32", "out_dtype": "float32",
+                            "form": "allreduce"})
+    assert res.status == "pass", res.message
+    assert res.msl.count("threadgroup_barrier") >= 2
