@@ -210,9 +210,12 @@ class GemmLowering:
             if dst.buffer in accs and not self._direct_source(src):
                 need_full[dst.buffer] = None
         full = {a: _nbytes(a.ty.shape, "float32") for a in accs}
-        fixed = uses.shared_bytes + operand_bytes + sum(full[a] for a in need_full)
+        device_c = self._device_c_stages(uses.gemms)
+        fixed = uses.shared_bytes + operand_bytes + sum(full[a] for a in need_full) + \
+            sum(device_c.values())
         if fixed > METAL.threadgroup_memory_bytes:
-            staged = ", ".join(f"'{a.name}' ({full[a]} bytes)" for a in need_full)
+            staged = ", ".join([f"'{a.name}' ({full[a]} bytes)" for a in need_full] +
+                               [f"device C '{n}' ({b} bytes)" for n, b in device_c.items()])
             self.fail("T.gemm", f"the float32 staging buffers of accumulators {staged}, "
                                 f"the threadgroup copies of fragment operands ({operand_bytes}"
                                 f" bytes) and the kernel's threadgroup buffers "
@@ -227,6 +230,24 @@ class GemmLowering:
             rows = self._stage_rows(a, share) if a in chunked else int(a.ty.shape[0])
             mats = matrix.matrices(layout.count, "float32", a.name)
             self.accumulators[a] = _Accumulator(a, layout, mats, rows)
+
+    def _device_c_stages(self, gemms) -> dict:
+        """{C name: bytes} of the float32 stages T.gemm into device tiles will need: a
+        float16/bfloat16 C always, a float32 C whose tile may cross the tensor's edge
+        (judged from the launch ranges alone: conservative)."""
+        out = {}
+        for call in gemms:
+            C = ops.decode_region(call.args[2])
+            if C.scope != "global":
+                continue
+            tile = tuple(int(d) for d in matrix.operand_tile(C))
+            rank = len(C.buffer.ty.shape)
+            dims = _tile_dims(C)
+            if ops.buffer_dtype(C.buffer) == "float32" and dims == (rank - 2, rank - 1) \
+                    and self.inside(C, dims, tile):
+                continue
+            out[C.name] = max(out.get(C.name, 0), _nbytes(tile, "float32"))
+        return out
 
     def _check_shape(self, call):
         (a, b, c) = (matrix.operand_tile(ops.decode_region(x)) for x in call.args[:3])

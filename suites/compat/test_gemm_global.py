@@ -224,3 +224,9 @@ def test_port_gemm_v2_global_c(run, accum_dtype, swizzle_panel, swizzle_order, M
     run(kernel, a, b, c)
     assert_close(c, oracle(a, b), dtype=accum_dtype if accum_dtype != "float32" else "float16",
                  reduction_length=K, op_class="accumulation")
+
+
+def test_a_device_c_stage_beyond_threadgroup_memory_is_a_clear_error():
+    # a float16 C goes through a float32 stage of the whole 128 x 128 tile: 64 KiB
+    with pytest.raises(LoweringError, match=r"device C 'C' \(65536 bytes\).*exceed"):
+        core.compile(gemm_global(256, 256, 32, 128, 128, 16, "float16", "float16"))
