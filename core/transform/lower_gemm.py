@@ -384,21 +384,21 @@ class GemmLowering:
         reverse of copy_out: directly for a float32 tile provably inside its buffer; tile
         by tile for a float32 buffer that may end inside (the matrices wholly inside
         directly, those across the edge from the stage after an element-wise copy of just
-        their elements, zero-padded, those wholly outside as zeros); otherwise the whole
-        tile through the stage (converting, zero-padded at the edges)."""
+        their elements, zero-padded, those wholly outside as zeros; no stage when no
+        matrix can straddle the edge); otherwise the whole tile through the stage
+        (converting, zero-padded at the edges)."""
         M, N = acc.layout.shape
         rank = len(src.buffer.ty.shape)
         dims = _tile_dims(src)
         float32 = ops.buffer_dtype(src.buffer) == "float32" and dims == (rank - 2, rank - 1)
         if float32 and self.inside(src, dims, (M, N)):
             return self.load_all(acc, src)
-        stage = self.stage(acc)
         if not float32:
+            stage = self.stage(acc)
             return seq([self.k.copy(src, stage), self.load_all(acc, stage)])
         shape = src.buffer.ty.shape
         r0, c0 = src.mins[dims[0]], src.mins[dims[1]]
         d_ptr, d_stride = self.tile_pointer(src)
-        s_ptr, s_stride = self.tile_pointer(stage)
 
         def inside(row, col):
             return tirx.And(r0 + row + TILE <= shape[dims[0]], c0 + col + TILE <= shape[dims[1]])
@@ -407,6 +407,15 @@ class GemmLowering:
             return tirx.And(r0 + row < shape[dims[0]], c0 + col < shape[dims[1]])
 
         zero = tirx.const(0.0, "float32")
+        analyzer = self._analyzer()
+        if all(analyzer.can_prove(tirx.floormod(self._known(x), TILE) == 0)
+               for x in (r0, c0, shape[dims[0]], shape[dims[1]])):
+            # no tile straddles the edge (as in store_edges_staged): no stage, no barrier
+            return self._each_matrix(acc, lambda mat, row, col: tirx.IfThenElse(
+                inside(row, col), matrix.load(mat, d_ptr, d_stride, col, row),
+                matrix.fill(mat, zero)))
+        stage = self.stage(acc)
+        s_ptr, s_stride = self.tile_pointer(stage)
 
         def make(mat, row, col):
             return tirx.IfThenElse(inside(row, col),

@@ -5,7 +5,10 @@ oracle)."""
 
 import pytest
 
+import core
+from harness.barriers import check_barriers
 from harness.diff import run_case
+from harness.gen.family import REGISTRY
 
 REDUCE = {"M": 13, "N": 24, "keepdim": False, "dst": "fragment", "block": 4, "threads": 64,
           "combine": "atomic"}
@@ -65,3 +68,19 @@ def test_gemv_family_thread_allreduce(M, N, K, bM, bN, threads, dtype):
     res = run_case("gemv", p)
     assert res.status == "pass", res.message
     assert "allreduce_buf" in res.msl or "simd_shuffle_xor" in res.msl
+
+
+def test_gemm_family_device_c_barriers_are_necessary():
+    """Found by the fuzzer (seed 15): the family's M, N are multiples of 8, so no 8x8 tile
+    straddles C's edge and loading C's tiles needs no stage and no barrier (ragged edges
+    that do: suites/compat/test_gemm_global.py)."""
+    p = {"M": 56, "N": 64, "K": 112, "bM": 32, "bN": 16, "bK": 16, "threads": 32,
+         "dtype": "float32", "out_dtype": "float32", "trans_A": False, "trans_B": False,
+         "num_stages": 0, "init": "clear_accum", "a_operand": "fragment", "epilogue": "none",
+         "accum": "global", "pad": 0, "window": [0, 3, 1, 13], "swizzle": 3,
+         "swizzle_order": "row"}
+    built = REGISTRY["gemm"].build(p)
+    kernel = core.compile(built.func, out_idx=built.out_idx)
+    report = check_barriers(kernel, built.inputs(0))
+    assert report.ok, report.summary()
+    assert "C_local_stage" not in kernel.msl

@@ -68,10 +68,10 @@ def test_float32_c_in_device_memory(run, M, N, K):
 
 
 def test_float32_tiles_inside_are_stored_directly():
-    src = core.compile(gemm_global(40, 56, 48, 32, 32, 16, "float16")).msl
+    src = core.compile(gemm_global(36, 20, 48, 32, 32, 16, "float16")).msl
     assert "simdgroup_store(C_mat[" in src and ", &C[" in src       # straight to device
     assert "simdgroup_load(C_mat[" in src                           # and back from it
-    assert "threadgroup float C_stage" in src                       # the edge tiles
+    assert "threadgroup float C_stage" in src                       # the straddling tiles
 
 
 @pytest.mark.parametrize("out_dtype", ["float16", "bfloat16"])
@@ -230,3 +230,10 @@ def test_a_device_c_stage_beyond_threadgroup_memory_is_a_clear_error():
     # a float16 C goes through a float32 stage of the whole 128 x 128 tile: 64 KiB
     with pytest.raises(LoweringError, match=r"device C 'C' \(65536 bytes\).*exceed"):
         core.compile(gemm_global(256, 256, 32, 128, 128, 16, "float16", "float16"))
+
+
+@pytest.mark.parametrize("M, N", [(40, 56), (36, 20)])
+def test_edge_stage_only_when_a_tile_can_straddle(M, N):
+    src = core.compile(gemm_global(M, N, 32, 32, 32, 16, "float16")).msl
+    straddles = M % 8 != 0 or N % 8 != 0
+    assert ("C_stage" in src) == straddles
