@@ -205,3 +205,49 @@ def test_allreduces_in_a_loop_reuse_the_stage_safely():
                             "form": "allreduce"})
     assert res.status == "pass", res.message
     assert res.msl.count("threadgroup_barrier") >= 2
+
+
+def gemv_allreduce_exact(N, K, BLOCK_N, reduce_threads, dtype="float16",
+                         accum_dtype="float32"):
+    """The same example closer to its text: 128 bits per thread per step and no masking
+    (N and K multiples of the block), the all-reduce, then the store. Its
+    `for k in T.vectorized(TILE_K)` is written T.serial: metaltile rejects explicit vector
+    loops (docs/language.md) and vectorizes the proven-safe accesses itself."""
+    TILE_K = 128 // {"float16": 16, "bfloat16": 16, "float32": 32}[dtype]
+    BLOCK_K = reduce_threads * TILE_K
+
+    @T.prim_func
+    def gemv(A: T.Tensor((K,), dtype), B: T.Tensor((N, K), dtype), C: T.Tensor((N,), dtype)):
+        with T.Kernel(T.ceildiv(N, BLOCK_N), threads=(BLOCK_N, reduce_threads)) as bn:
+            tn = T.get_thread_binding(0)
+            tk = T.get_thread_binding(1)
+            A_local = T.alloc_local((TILE_K,), dtype)
+            B_local = T.alloc_local((TILE_K,), dtype)
+            C_accum = T.alloc_local((1,), accum_dtype)
+            T.clear(C_accum)
+            for bk in T.serial(T.ceildiv(K, BLOCK_K)):
+                for k in T.serial(TILE_K):
+                    A_local[k] = A[bk * BLOCK_K + tk * TILE_K + k]
+                    B_local[k] = B[bn * BLOCK_N + tn, bk * BLOCK_K + tk * TILE_K + k]
+                for k in T.serial(TILE_K):
+                    C_accum[0] += A_local[k].astype(accum_dtype) * B_local[k].astype(accum_dtype)
+            C_reduced = T.alloc_local((1,), accum_dtype)
+            with T.attr(T.comm_reducer(lambda x, y: x + y, [T.cast(0, accum_dtype)]),
+                        "reduce_scope", T.reinterpret(T.uint64(0), dtype="handle")):
+                T.evaluate(T.tvm_thread_allreduce(T.uint32(1), C_accum[0], True,
+                                                  C_reduced[0], tk, dtype="handle"))
+            if tk == 0:
+                C[bn * BLOCK_N + tn] = C_reduced[0]
+
+    return gemv
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_gemv_example_vectorized_port(run, dtype):
+    N, K, BLOCK_N, reduce_threads = 16, 512, 4, 32
+    kernel = core.compile(gemv_allreduce_exact(N, K, BLOCK_N, reduce_threads, dtype))
+    a, b = rand((K,), dtype), rand((N, K), dtype)
+    c = torch.zeros(N, dtype=getattr(torch, dtype))
+    run(kernel, a, b, c)
+    assert_close(c, b.double() @ a.double(), dtype=dtype, reduction_length=K,
+                 op_class="accumulation")
