@@ -112,6 +112,8 @@ def once_assigned_scalars(body) -> dict:
         if isinstance(s, tirx.SeqStmt):
             for t in s.seq:
                 flatten(t)
+        elif isinstance(s, tirx.AttrStmt):    # T.use_swizzle's scope, for one
+            flatten(s.body)
         else:
             top.append(s)
 

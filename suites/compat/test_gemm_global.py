@@ -211,6 +211,7 @@ def gemm_v2_global_c(M, N, K, bM, bN, dtype="float16", accum_dtype="float32", th
 @pytest.mark.parametrize("accum_dtype, swizzle_panel, swizzle_order, M", [
     ("float32", 0, "row", 64),            # test_gemm_v2_cooperative_tensor_global_c
     ("float32", 2, "row", 64),
+    ("float16", 2, "column", 96),
     ("float16", 4, "mlx", 64),            # ..._global_c_fp16_mlx_swizzle
     ("float16", 4, "mlx", 96),            # ..._multirow (sizes cut for the CPU)
 ])
