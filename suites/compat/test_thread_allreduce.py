@@ -251,3 +251,29 @@ def test_gemv_example_vectorized_port(run, dtype):
     run(kernel, a, b, c)
     assert_close(c, b.double() @ a.double(), dtype=dtype, reduction_length=K,
                  op_class="accumulation")
+
+
+def test_evaluate_of_anything_else_is_a_clear_error():
+    with pytest.raises(KernelDefinitionError, match=r"T.evaluate.*takes only "
+                                                    r"T.tvm_thread_allreduce"):
+        @T.prim_func
+        def other(O: T.Tensor((32,), "float32")):
+            with T.Kernel(1, threads=32):
+                tx = T.get_thread_binding(0)
+                T.evaluate(O[tx] + 1.0)
+                O[tx] = 1.0
+
+
+def test_two_values_at_once_is_a_clear_error():
+    with pytest.raises(KernelDefinitionError, match=r"T.tvm_thread_allreduce.*one value"):
+        @T.prim_func
+        def two(O: T.Tensor((32,), "float32")):
+            with T.Kernel(1, threads=32):
+                tx = T.get_thread_binding(0)
+                r = T.alloc_local((2,), "float32")
+                with T.attr(T.comm_reducer(lambda x, y: x + y, [T.float32(0)]),
+                            "reduce_scope", T.reinterpret(T.uint64(0), dtype="handle")):
+                    T.evaluate(T.tvm_thread_allreduce(T.uint32(2), T.float32(1),
+                                                      T.float32(2), True, r[0], r[1], tx,
+                                                      dtype="handle"))
+                O[tx] = r[0]
