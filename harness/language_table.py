@@ -36,8 +36,10 @@ LIMITS = {
                  "barriers are planned by the compiler; order/stage/sync/group are ignored",
     "copy": "edge tiles masked; a gemm accumulator is staged through threadgroup memory; "
             + _HINTS.format("coalesced_width, disable_tma, eviction_policy"),
-    "gemm": "A and B in shared memory or fragments of one float dtype, C a float32 "
-            "fragment or shared tile (C in device memory is rejected); tiles multiples of 8; "
+    "gemm": "A and B in shared memory, fragments or device tiles of one float dtype (a "
+            "device A/B tile must provably lie inside its tensor), C a float32 fragment or "
+            "shared tile or a float32/float16/bfloat16 device tile (edges masked through a "
+            "float32 stage); tiles multiples of 8; "
             "threads a multiple of 32 that splits the tiles evenly; staging within 32 KiB "
             "(epilogues over the accumulator alone run in chunks); "
             + _HINTS.format("policy, k_pack, wg_wait"),
@@ -53,8 +55,18 @@ LIMITS = {
     "atomic_max": "as atomic_add; float max/min are compare-exchange loops (MSL has no "
                   "atomic_float min/max)",
     "atomic_addx2": "2 (x4: 4) scalar atomics: MSL has no vector atomics",
-    "alloc_reducer": "threads a power of two up to 32 or whole simdgroups; "
-                     "T.comm_reducer / T.tvm_thread_allreduce are not supported",
+    "alloc_reducer": "threads a power of two up to 32 or whole simdgroups",
+    "tvm_thread_allreduce": "inside `with T.attr(T.comm_reducer(...), \"reduce_scope\", "
+                            "...)`: one value into a T.alloc_local element; the reduced "
+                            "thread dims consecutive, their extent and stride powers of two; "
+                            "condition True only",
+    # (TVMScript names: their rows are merged on details with T.* names masked, so these
+    # name the constructs without the T. prefix)
+    "comm_reducer": "combiners x + y (identity 0), max(x, y), min(x, y); one value; for "
+                    "tvm_thread_allreduce only",
+    "attr": "only the thread all-reduce scope (comm_reducer, \"reduce_scope\"); other "
+            "attributes are rejected",
+    "evaluate": "only evaluate(tvm_thread_allreduce(...))",
     "annotate_layout": "checked (the buffer's shape, a bijection), then without effect: "
                        "buffers stay row-major; any layout on a fragment is rejected",
     "Layout": "for T.annotate_layout on shared or global buffers only",

@@ -38,6 +38,9 @@ MATRIX_SCOPE = "metal.simdgroup"
 ACCUMULATOR = keys.SIMDGROUP_ACCUMULATOR   # set by layout_inference (core/ir/annotations.py)
 TILE = METAL.matrix_tile
 INPUT_DTYPES = METAL.matrix_dtypes
+# dtypes of a T.gemm C in device memory: float32 matrices are stored there directly; the
+# others through a float32 threadgroup stage that converts
+GLOBAL_C_DTYPES = ("float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)

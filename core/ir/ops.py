@@ -18,6 +18,11 @@ Each tile op is a TIR `Op` registered from Python (`tvm.ir.register_op_attr`), u
     tl.finalize_reducer(region)                     combine every thread's copy of a reducer
                                                     (T.alloc_reducer, a local buffer annotated
                                                     tl.reducer with its op)
+    tl.thread_allreduce(kind, value, dst_region, lo, nbits)
+                                                    dst (a local scalar) := `value` combined
+                                                    over the threads whose linear ids differ
+                                                    in bits [lo, lo + nbits) (TileLang's
+                                                    T.tvm_thread_allreduce)
     tl.atomic(kind, dst_element, value)             one atomic update of the BufferLoad
                                                     `dst_element`; its value is the element
                                                     before the update (dtype: dst's)
@@ -37,7 +42,7 @@ import tvm_ffi
 from tvm.ir import Op, register_op_attr
 
 TILE_OPS = ("tl.region", "tl.copy", "tl.fill", "tl.parallel_scope", "tl.gemm", "tl.reduce",
-            "tl.atomic_tile", "tl.finalize_reducer")
+            "tl.atomic_tile", "tl.finalize_reducer", "tl.thread_allreduce")
 # Lowered (non-tile) intrinsics of our own, printed by the MSL printer.
 INTRINSICS = ("tl.threadgroup_barrier",
               # simdgroup 8x8 matrices (core/ir/matrix.py)

@@ -12,6 +12,8 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+from core.ir import ops
+
 
 def seq(stmts) -> tirx.Stmt:
     """A SeqStmt of `stmts` with nested sequences flattened (one stmt: itself)."""
@@ -95,6 +97,31 @@ def loads(node) -> list:
     out = []
     tvm_ffi.structural_walk(node, (tvm.ir.TensorLoad, out.append))
     return out
+
+
+def once_assigned_scalars(body) -> dict:
+    """{buffer: value} for the one-element local scalars a kernel body assigns exactly
+    once, at its top level (TileLang's `ty = by * panel + bx % panel` before the tile
+    ops): a load of one means its value everywhere after the store."""
+    stores = {}
+    walk(body, lambda s: stores.setdefault(s.buffer, []).append(s)
+         if isinstance(s, tirx.BufferStore) else None)
+    top = []
+
+    def flatten(s):
+        if isinstance(s, tirx.SeqStmt):
+            for t in s.seq:
+                flatten(t)
+        elif isinstance(s, tirx.AttrStmt):    # T.use_swizzle's scope, for one
+            flatten(s.body)
+        else:
+            top.append(s)
+
+    flatten(body)
+    return {s.buffer: s.value for s in top
+            if isinstance(s, tirx.BufferStore) and len(stores[s.buffer]) == 1
+            and ops.buffer_scope(s.buffer) == "local"
+            and tuple(as_int(d) for d in s.buffer.ty.shape) == (1,)}
 
 
 def as_int(e):

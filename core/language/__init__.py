@@ -6,6 +6,7 @@ Parsing goes through TVMScript (frontend.py); tile ops are TIR ops (core/ir/ops.
 
 from tvm.script import tirx as _tvm_script
 
+from core.language.allreduce import attr, comm_reducer, evaluate, tvm_thread_allreduce
 from core.language.atomic import (atomic_add, atomic_addx2, atomic_addx4, atomic_max,
                                   atomic_min)
 from core.language.buffers import (Tensor, alloc_fragment, alloc_local, alloc_shared,

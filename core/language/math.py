@@ -111,7 +111,11 @@ shift_right = _integer_op(tvm.tirx.shift_right, "shift_right", 2)
 
 def reinterpret(value, dtype):
     """The bits of `value` read as `dtype` of the same size (MSL `as_type`); TileLang's
-    argument order."""
+    argument order. `dtype="handle"` makes only the (unused) value of TileLang's thread
+    all-reduce scope, `T.attr(..., "reduce_scope", T.reinterpret(T.uint64(0), "handle"))`."""
+    if str(dtype) == "handle":
+        from core.language.allreduce import ScopeHandle  # noqa: PLC0415 - no import cycle
+        return ScopeHandle(value)
     value = _expr(value)
     dt = dtype_name(dtype, construct="T.reinterpret")
     src = str(value.ty.dtype)

@@ -15,11 +15,18 @@ accumulator C [M, N] becomes `AccumulatorLayout.count` simdgroup matrices per si
                        stride = the buffer's last extent; transposes through the load's
                        transpose flag) and multiply-accumulates its sm x sn C matrices.
                        A or B in a fragment is first copied into a threadgroup buffer of
-                       its own dtype and shape; clear_accum fills C with zeros first.
+                       its own dtype and shape; A or B in device memory is loaded from
+                       there directly (only a tile provably inside its tensor: there is no
+                       masked simdgroup_load); clear_accum fills C with zeros first.
     T.gemm(A, B, C_s)  C_s a float32 threadgroup tile (T.alloc_shared, TileLang's Metal
                        path): the simdgroups load their matrices of C_s (clear_accum: fill
                        zeros), multiply-accumulate as above, and simdgroup_store them back
                        at C_s's row stride; every other use of C_s is plain memory.
+    T.gemm(A, B, C_g)  C_g a tile of a float32/float16/bfloat16 device tensor: C_g's
+                       matrices are brought in (clear_accum: zeros) the way T.copy(C_g, acc)
+                       does, multiply-accumulated, and written back as T.copy(acc, C_g)
+                       does (below): float32 tiles inside C_g directly, edge tiles and half
+                       types through the float32 stage, element-wise and masked.
     T.fill / T.clear   make_filled_simdgroup_matrix.
     T.copy(C, dst)     simdgroup_store straight into dst when dst is float32 threadgroup
                        memory, or float32 device memory that provably holds the whole tile;
@@ -44,7 +51,8 @@ are not placed here: stages are ordinary threadgroup buffers, and the planner
 Errors (LoweringError, before any code runs): M, N or K not a multiple of 8; a thread
 count that is not whole simdgroups or whose simdgroups cannot split the C tile evenly;
 staging buffers that do not fit into 32 KiB of threadgroup memory; a tile op other than
-T.copy / T.fill / T.gemm on an accumulator.
+T.copy / T.fill / T.gemm on an accumulator; an A or B tile of device memory not provably
+inside its tensor.
 """
 
 from __future__ import annotations
@@ -59,7 +67,7 @@ from tvm.sym import Analyzer
 
 from core.ir import matrix, ops
 from core.ir.matrix import TILE, AccumulatorLayout
-from core.ir.stmt import as_int, loads, rewrite, seq, substitute, walk
+from core.ir.stmt import as_int, loads, once_assigned_scalars, rewrite, seq, substitute, walk
 from core.language.buffers import FRAGMENT
 from core.language.dtypes import bits
 from core.language.errors import LoweringError
@@ -168,6 +176,7 @@ class GemmLowering:
         self.operand_mats = {}      # (dtype, count, role) -> MATRIX_SCOPE buffer
         self.shared_accumulators = {}  # (threadgroup C buffer, tile) -> _Accumulator
         self.allocations = []       # AllocBuffers to place at the start of the kernel
+        self.scalars = once_assigned_scalars(body)  # kernel scalars (`ty = by * p + bx % p`)
         self._plan(body)
 
     def fail(self, construct, reason):
@@ -190,7 +199,8 @@ class GemmLowering:
             for r in _regions(call)[:2]:
                 if r.buffer in accs:
                     need_full[r.buffer] = None
-                elif r.scope != "shared" and r.buffer not in self.operand_stages:
+                elif r.scope not in ("shared", "global") and \
+                        r.buffer not in self.operand_stages:
                     self.operand_stages[r.buffer] = None
                     operand_bytes += _nbytes(r.buffer.ty.shape, ops.buffer_dtype(r.buffer))
         for src, dst in uses.copies:
@@ -200,9 +210,12 @@ class GemmLowering:
             if dst.buffer in accs and not self._direct_source(src):
                 need_full[dst.buffer] = None
         full = {a: _nbytes(a.ty.shape, "float32") for a in accs}
-        fixed = uses.shared_bytes + operand_bytes + sum(full[a] for a in need_full)
+        device_c = self._device_c_stages(uses.gemms)
+        fixed = uses.shared_bytes + operand_bytes + sum(full[a] for a in need_full) + \
+            sum(device_c.values())
         if fixed > METAL.threadgroup_memory_bytes:
-            staged = ", ".join(f"'{a.name}' ({full[a]} bytes)" for a in need_full)
+            staged = ", ".join([f"'{a.name}' ({full[a]} bytes)" for a in need_full] +
+                               [f"device C '{n}' ({b} bytes)" for n, b in device_c.items()])
             self.fail("T.gemm", f"the float32 staging buffers of accumulators {staged}, "
                                 f"the threadgroup copies of fragment operands ({operand_bytes}"
                                 f" bytes) and the kernel's threadgroup buffers "
@@ -217,6 +230,24 @@ class GemmLowering:
             rows = self._stage_rows(a, share) if a in chunked else int(a.ty.shape[0])
             mats = matrix.matrices(layout.count, "float32", a.name)
             self.accumulators[a] = _Accumulator(a, layout, mats, rows)
+
+    def _device_c_stages(self, gemms) -> dict:
+        """{C name: bytes} of the float32 stages T.gemm into device tiles will need: a
+        float16/bfloat16 C always, a float32 C whose tile may cross the tensor's edge
+        (judged from the launch ranges alone: conservative)."""
+        out = {}
+        for call in gemms:
+            C = ops.decode_region(call.args[2])
+            if C.scope != "global":
+                continue
+            tile = tuple(int(d) for d in matrix.operand_tile(C))
+            rank = len(C.buffer.ty.shape)
+            dims = _tile_dims(C)
+            if ops.buffer_dtype(C.buffer) == "float32" and dims == (rank - 2, rank - 1) \
+                    and self.inside(C, dims, tile):
+                continue
+            out[C.name] = max(out.get(C.name, 0), _nbytes(tile, "float32"))
+        return out
 
     def _check_shape(self, call):
         (a, b, c) = (matrix.operand_tile(ops.decode_region(x)) for x in call.args[:3])
@@ -278,6 +309,8 @@ class GemmLowering:
         trans_a, trans_b, clear = (bool(as_int(f)) for f in call.args[3:6])
         if C.scope == "shared":
             return self.gemm_shared_c(A, B, C, trans_a, trans_b, clear)
+        if C.scope == "global":
+            return self.gemm_global_c(A, B, C, trans_a, trans_b, clear)
         acc = self.accumulators[C.buffer]
         fill = self.fill(acc, tirx.const(0.0, "float32")) if clear else None
         return seq([fill, self.mma(A, B, trans_a, trans_b, acc)])
@@ -325,9 +358,95 @@ class GemmLowering:
         first = self.fill(acc, tirx.const(0.0, "float32")) if clear else self.load_all(acc, C)
         return seq([first, self.mma(A, B, trans_a, trans_b, acc), self.store_all(acc, C)])
 
+    def gemm_global_c(self, A, B, C, trans_a, trans_b, clear):
+        """T.gemm into a tile of device memory: C[tile] = op(A) @ op(B), plus C[tile]'s
+        previous values unless clear_accum. Each simdgroup brings its matrices of the tile
+        in (zeros for clear_accum), multiply-accumulates, and writes them back as
+        T.copy(accumulator, C) does: float32 tiles wholly inside C straight from and to
+        device memory with simdgroup_load/store; tiles across C's edge, and every tile of
+        a float16/bfloat16 C, through the float32 threadgroup stage with an element-wise,
+        masked, converting copy (a float matrix never goes through a half pointer)."""
+        tile = tuple(int(d) for d in matrix.operand_tile(C))
+        key = (C.buffer, tile)
+        acc = self.shared_accumulators.get(key)
+        if acc is None:
+            layout = AccumulatorLayout.for_tile(tile, self.k.threads, kernel=self.k.name,
+                                                name=C.name)
+            mats = matrix.matrices(layout.count, "float32", f"{C.name}_mat")
+            self.allocations.append(tirx.AllocBuffer(mats))
+            acc = _Accumulator(C.buffer, layout, mats, tile[0])
+            self.shared_accumulators[key] = acc
+        first = self.fill(acc, tirx.const(0.0, "float32")) if clear else self.load_device(acc, C)
+        return seq([first, self.mma(A, B, trans_a, trans_b, acc), self.copy_out(acc, C)])
+
+    def load_device(self, acc, src):
+        """simdgroup_load the accumulator's matrices from the device tile `src`, the
+        reverse of copy_out: directly for a float32 tile provably inside its buffer; tile
+        by tile for a float32 buffer that may end inside (the matrices wholly inside
+        directly, those across the edge from the stage after an element-wise copy of just
+        their elements, zero-padded, those wholly outside as zeros; no stage when no
+        matrix can straddle the edge); otherwise the whole tile through the stage
+        (converting, zero-padded at the edges)."""
+        M, N = acc.layout.shape
+        rank = len(src.buffer.ty.shape)
+        dims = _tile_dims(src)
+        float32 = ops.buffer_dtype(src.buffer) == "float32" and dims == (rank - 2, rank - 1)
+        if float32 and self.inside(src, dims, (M, N)):
+            return self.load_all(acc, src)
+        if not float32:
+            stage = self.stage(acc)
+            return seq([self.k.copy(src, stage), self.load_all(acc, stage)])
+        shape = src.buffer.ty.shape
+        r0, c0 = src.mins[dims[0]], src.mins[dims[1]]
+        d_ptr, d_stride = self.tile_pointer(src)
+
+        def inside(row, col):
+            return tirx.And(r0 + row + TILE <= shape[dims[0]], c0 + col + TILE <= shape[dims[1]])
+
+        def touches(row, col):
+            return tirx.And(r0 + row < shape[dims[0]], c0 + col < shape[dims[1]])
+
+        zero = tirx.const(0.0, "float32")
+        analyzer = self._analyzer()
+        if all(analyzer.can_prove(tirx.floormod(self._known(x), TILE) == 0)
+               for x in (r0, c0, shape[dims[0]], shape[dims[1]])):
+            # no tile straddles the edge (as in store_edges_staged): no stage, no barrier
+            return self._each_matrix(acc, lambda mat, row, col: tirx.IfThenElse(
+                inside(row, col), matrix.load(mat, d_ptr, d_stride, col, row),
+                matrix.fill(mat, zero)))
+        stage = self.stage(acc)
+        s_ptr, s_stride = self.tile_pointer(stage)
+
+        def make(mat, row, col):
+            return tirx.IfThenElse(inside(row, col),
+                                   matrix.load(mat, d_ptr, d_stride, col, row),
+                                   tirx.IfThenElse(touches(row, col),
+                                                   matrix.load(mat, s_ptr, s_stride, col, row),
+                                                   matrix.fill(mat, zero)))
+
+        def edge(tile_idx):
+            row, col = (tirx.floordiv(t, TILE) * TILE for t in tile_idx[-2:])
+            return tirx.And(tirx.Not(inside(row, col)), touches(row, col))
+
+        return seq([self.k.copy(src, stage, when=edge), self._each_matrix(acc, make)])
+
     def operand(self, region):
         """(statements, threadgroup region) holding a gemm operand for simdgroup_load."""
         if region.scope == "shared":
+            return [], region
+        if region.scope == "global":
+            # simdgroup_load straight from device memory (TileLang's direct global-operand
+            # gemm); a tile that may end inside its tensor would read past it
+            rank = len(region.buffer.ty.shape)
+            dims = _tile_dims(region)
+            tile = tuple(int(d) for d in matrix.operand_tile(region))
+            if dims != (rank - 2, rank - 1) or not self.inside(region, dims, tile):
+                self.fail(f"T.gemm operand '{region.name}'",
+                          f"is a tile {tile} of device memory that is not provably inside "
+                          "the tensor (its origin's range is not known to end at or before "
+                          "the tensor's edge, or it does not span the last two dims); "
+                          "simdgroup_load has no masked form: T.copy the tile into "
+                          "T.alloc_shared (edges load zeros) and pass that")
             return [], region
         if region.buffer in self.accumulators:
             acc = self.accumulators[region.buffer]
@@ -501,8 +620,21 @@ class GemmLowering:
         """Whether the tile provably lies inside its (global) buffer."""
         analyzer = self._analyzer()
         shape = region.buffer.ty.shape
-        return all(analyzer.can_prove(region.mins[d] + e <= shape[d])
-                   for d, e in zip(dims, tile))
+        claims = [self._known(region.mins[d]) + e <= shape[d] for d, e in zip(dims, tile)]
+        guards = [self._known(g) for g in self.k.guards]  # `if ty < tiles_m:` around it
+        if not guards:
+            return all(analyzer.can_prove(c) for c in claims)
+        with analyzer.constraint_scope(tirx.all(*guards) if len(guards) > 1 else guards[0]):
+            return all(analyzer.can_prove(c) for c in claims)
+
+    def _known(self, expr):
+        """`expr` with the kernel's once-assigned scalars replaced by their values."""
+        for _ in range(4):  # scalars defined from scalars, a few levels deep
+            if not any(ld.source in self.scalars for ld in loads(expr)):
+                break
+            expr = tvm_ffi.structural_map(expr, (tvm.ir.TensorLoad, lambda ld: self.scalars.get(
+                ld.source, ld) if ld.source in self.scalars else ld))
+        return expr
 
     # ---- T.Parallel over accumulators -----------------------------------------------------
     def _touched(self, loop):

@@ -316,6 +316,60 @@ class ReduceLowering:
             stmts.append(self.loop(n, fold))
         return seq(stmts)
 
+    def allreduce(self, call):
+        """TileLang's thread all-reduce (`T.tvm_thread_allreduce` under a `T.comm_reducer`
+        scope): `tl.thread_allreduce(kind, value, dst, lo, nbits)` makes dst (a local
+        scalar) on every thread := the combination of `value` over the threads whose
+        linear ids differ only in bits [lo, lo + nbits). The same stages as a fragment
+        reduction: the bits inside the simdgroup by simd_sum/max/min (the whole
+        simdgroup) or a shuffle butterfly; the bits across simdgroups through a
+        threadgroup stage, where each group's first lane publishes its partial and every
+        thread folds its group's partials in a fixed order (replicas agree exactly)."""
+        kind = str(call.args[0].value)
+        value, dst = call.args[1], ops.decode_region(call.args[2])
+        lo, nbits = int(call.args[3]), int(call.args[4])
+        acc_dtype = accumulator_dtype(str(value.ty.dtype))
+        acc = tirx.decl_buffer((1,), acc_dtype, "red_acc", scope="local")
+        at = tirx.BufferLoad(acc, [0])
+
+        def put(v):
+            return tirx.BufferStore(acc, v, [0])
+
+        if str(value.ty.dtype) != acc_dtype:
+            value = tirx.Cast(acc_dtype, value)
+        stmts = [tirx.AllocBuffer(acc), put(value)]
+        hi = lo + nbits
+        in_simd = (lo, max(0, min(hi, SIMD_BITS) - lo))
+        if in_simd[1]:
+            if in_simd == (0, SIMD_BITS) and DTYPES[acc_dtype].bits <= 32:
+                stmts.append(put(ops.call(SIMD_REDUCE[kind], at, dtype=acc_dtype)))
+            else:
+                stmts += [put(combine(kind, at, shuffle_xor(at, 1 << b, acc_dtype)))
+                          for b in range(lo, lo + in_simd[1])]
+        c_lo = max(lo, SIMD_BITS)
+        if hi > c_lo:
+            tid, threads = self.k.tid, self.k.threads
+            stage = tirx.decl_buffer((threads,), acc_dtype, "allreduce_buf", scope="shared")
+            self.extra.append(stage)
+            publish = tirx.BufferStore(stage, at, [tid])
+            if in_simd[1]:   # the group's first lane inside the simdgroup holds its partial
+                publish = tirx.IfThenElse(_bits_of(tid, lo, in_simd[1]) == 0, publish, None)
+            # the thread's group with the reduced bits cleared (no `x - x % c`: see above)
+            base = tirx.floordiv(tid, 1 << hi) * (1 << hi)
+            if lo:
+                base = base + tirx.floormod(tid, 1 << lo)
+
+            def part(c):
+                return tirx.BufferLoad(stage, [base + c * (1 << c_lo)])
+
+            stmts += [publish, put(part(_i32(0))),
+                      self.loop(1 << (hi - c_lo), lambda c: put(combine(kind, at, part(c))),
+                                start=1)]
+        out = at if ops.buffer_dtype(dst.buffer) == acc_dtype else tirx.Cast(
+            ops.buffer_dtype(dst.buffer), at)
+        stmts.append(tirx.BufferStore(dst.buffer, out, list(dst.mins)))
+        return seq(stmts)
+
     @property
     def allocations(self) -> list:
         """The stage buffers, to place at the start of the kernel (after lowering: the

@@ -86,6 +86,7 @@ class _KernelLowering:
         self.fragments = {}          # fragment buffer -> (local buffer, FragmentLayout)
         self.reducers = {}           # T.alloc_reducer buffer (local) -> its op
         self.ranges = {}             # var -> (min, extent) of enclosing loops / launches
+        self.guards = []             # conditions of the enclosing ifs (for proofs)
         for attr in nest.attrs:
             self.ranges[attr.node.var] = (_i32(0), attr.value)
         self.counter = 0
@@ -124,6 +125,16 @@ class _KernelLowering:
             return self.fill(ops.decode_region(s.value.args[0]), s.value.args[1])
         if isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.reduce"):
             return self.reduce.lower(s.value)
+        if isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.thread_allreduce"):
+            return self.reduce.allreduce(s.value)
+        if isinstance(s, tirx.IfThenElse):
+            branches = []
+            for cond, case in ((s.condition, s.then_case),
+                               (tirx.Not(s.condition), s.else_case)):
+                self.guards.append(cond)
+                branches.append(None if case is None else self.stmt(case))
+                self.guards.pop()
+            return tirx.IfThenElse(s.condition, *branches)
         kids = children(s)
         if not kids:
             return s

@@ -13,8 +13,9 @@ where every thread of the threadgroup arrives: never inside control flow whose c
 or bounds depend on the thread (such statements are treated as one opaque access set and
 a needed barrier goes before them). A load is uniform only from a device buffer the
 kernel never writes, at uniform indices (a routing table's count read by every thread of
-the group alike, `for r in T.serial(T.ceildiv(Counts[e], 8))`); per-thread and
-threadgroup memory never is. No barrier is placed unless some pair of accesses
+the group alike, `for r in T.serial(T.ceildiv(Counts[e], 8))`), or a one-element local
+scalar assigned once at the kernel's top level from uniform values (`ty = by * 4 + bx % 4`
+guarding a block's tile ops); other per-thread and threadgroup memory never is. No barrier is placed unless some pair of accesses
 may race, decided from exact footprints (core/ir/footprint.py): an element written and
 later read by the *same* thread needs no barrier. A simdgroup_load/store is one access of
 its whole 8x8 tile by its simdgroup as a unit (Footprint.of_tile): two tile accesses of
@@ -30,7 +31,8 @@ from tvm.tirx import is_buffer_var
 from core.ir import matrix, ops
 from core.ir.footprint import Footprint, LoopRange, may_race
 from core.ir.kernel import map_kernels
-from core.ir.stmt import as_int, children, free_vars, loads, rebuild, seq, walk
+from core.ir.stmt import (as_int, children, free_vars, loads, once_assigned_scalars,
+                          rebuild, seq, walk)
 
 
 class _Planner:
@@ -44,6 +46,7 @@ class _Planner:
         self.written = []            # buffers the kernel stores to
         walk(nest.body, lambda st: self.written.append(st.buffer)
              if isinstance(st, tirx.BufferStore) else None)
+        self.scalars = once_assigned_scalars(nest.body)  # `ty = by * 4 + bx % 4`
         self.first_unit = nest.num_threads   # simdgroup ids for matrix-tile accesses
         self.loops = []              # enclosing uniform loops with constant ranges
         self.guards = []             # conditions of enclosing uniform ifs
@@ -54,9 +57,16 @@ class _Planner:
         for e in exprs:
             if any(v in self.thread_vars for v in free_vars(e)):
                 return False
-            if not all(self.read_only_device(ld) for ld in loads(e)):
+            if not all(self.read_only_device(ld) or self.uniform_scalar(ld)
+                       for ld in loads(e)):
                 return False
         return True
+
+    def uniform_scalar(self, load) -> bool:
+        """A kernel scalar assigned once, at the top level, from uniform values (a block's
+        remapped tile index): every thread holds the same value."""
+        value = self.scalars.get(load.source)
+        return value is not None and self.uniform([value])
 
     def read_only_device(self, load) -> bool:
         """A load every thread of the group sees alike: a device buffer that this kernel

@@ -18,8 +18,9 @@ and what is allowed):
     T.Parallel(bM, N), `mx[0]` of a (1,) fragment; whether its layout allows that is
     checked by lower_tile_ops);
   - every tile op's operands are compatible (ranks, extents, partial on-chip tiles);
-    T.gemm's A and B are shared or fragment tiles of one float dtype, C a whole float32
-    fragment or a float32 shared tile, and the shapes agree;
+    T.gemm's A and B are shared, fragment or device tiles of one float dtype, C a whole float32
+    fragment, a float32 shared tile or a float32/float16/bfloat16 device tile, and the
+    shapes agree;
   - threadgroup memory fits in 32 KiB.
 """
 
@@ -231,13 +232,12 @@ class _Verifier:
         tiles = []
         for r, role in zip(regions, "ABC"):
             construct = f"T.gemm operand {role} '{r.name}'"
-            allowed = ("shared", FRAGMENT)
+            allowed = ("shared", FRAGMENT, "global")
             if r.scope not in allowed:
                 self.fail(construct, f"is in {r.scope} memory; allowed: " + (
-                    "a T.alloc_fragment or T.alloc_shared accumulator (C in device memory "
-                    "needs Metal 4 cooperative tensors, which metaltile does not target; "
-                    "accumulate in a fragment and T.copy it out)" if role == "C"
-                    else "T.alloc_shared or T.alloc_fragment"))
+                    "a T.alloc_fragment or T.alloc_shared accumulator, or a tile of a "
+                    "device tensor" if role == "C" else
+                    "T.alloc_shared, T.alloc_fragment or a tile of a device tensor"))
             self.region(r, "T.gemm")
             self.whole_fragment(r, "T.gemm")
             tile = matrix.operand_tile(r)
@@ -250,7 +250,13 @@ class _Verifier:
         if a != b or a not in matrix.INPUT_DTYPES:
             self.fail("T.gemm", f"operands A ({a}) and B ({b}) must have one dtype among "
                                 f"{', '.join(matrix.INPUT_DTYPES)}")
-        if c != "float32":
+        if regions[2].scope == "global":
+            if c not in matrix.GLOBAL_C_DTYPES:
+                self.fail(f"T.gemm operand C '{regions[2].name}'",
+                          f"has dtype {c}; a C in device memory must be one of "
+                          f"{', '.join(matrix.GLOBAL_C_DTYPES)} (accumulation is float32; "
+                          "float16/bfloat16 are converted on the way in and out)")
+        elif c != "float32":
             self.fail(f"T.gemm operand C '{regions[2].name}'",
                       f"has dtype {c}; the accumulator must be float32")
         (m, k), (kb, n), (mc, nc) = tiles

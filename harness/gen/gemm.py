@@ -1,5 +1,6 @@
 """Family `gemm`: C = op(A) @ op(B), TileLang's tiled GEMM: shared A/B tiles per k step,
-T.gemm into a float32 fragment or shared accumulator, T.Pipelined k loop, ragged M/N/K tiles.
+T.gemm into a float32 fragment, a shared accumulator or C's device tile, T.Pipelined k
+loop, ragged M/N/K tiles.
 
 Params:
     M, N, K     multiples of 8 (simdgroup matrices are 8x8); not multiples of the block:
@@ -27,7 +28,11 @@ Params:
     accum       "fragment" (default): C_local = T.alloc_fragment, held as simdgroup
                 matrices; "shared": C_local = T.alloc_shared((bM, bN + pad), "float32")
                 (TileLang's Metal path), T.gemm into C_local[0:bM, 0:bN]: every T.gemm
-                loads and simdgroup_stores its tiles, at the padded row stride
+                loads and simdgroup_stores its tiles, at the padded row stride;
+                "global": no accumulator buffer, every T.gemm reads and writes the
+                block's tile of C in device memory (float32 tiles inside C directly,
+                edge tiles and float16/bfloat16 C through a float32 stage); needs init
+                "clear_accum" and epilogue "none"
     pad         extra float32 elements per row of a shared accumulator (0, 4, 8)
     window      (r0, c0, h, w) of the "window" epilogue, inside (bM, bN)
     swizzle     0 (default): none; a panel size: T.use_swizzle(swizzle, order=swizzle_order)
@@ -58,7 +63,7 @@ INITS = ("clear", "clear_accum")
 A_OPERANDS = ("shared", "fragment")
 EPILOGUES = ("none", "relu_scale", "shared")
 SWIZZLE_ORDERS = ("row", "column")
-ACCUMS = ("fragment", "shared")
+ACCUMS = ("fragment", "shared", "global")
 PADS = (0, 4, 8)
 
 
@@ -82,6 +87,7 @@ def build(p: dict) -> Built:
     swizzle, swizzle_order = p.get("swizzle", 0), p.get("swizzle_order", "row")
     swizzled = swizzle > 0  # a Python bool: TVMScript decides `if` on bools only
     shared_acc = p.get("accum", "fragment") == "shared"
+    global_acc = p.get("accum", "fragment") == "global"
     pad = p.get("pad", 0) if shared_acc else 0
     r0, c0, h, w = p.get("window", (0, 0, bM, bN))
     gm, gn = -(-M // bM), -(-N // bN)
@@ -89,7 +95,9 @@ def build(p: dict) -> Built:
     out_shape = (gm * h, gn * w) if window else (M, N)
     first_k = 1 if clear_accum else 0
 
-    def acc_tile(C_local):
+    def acc_tile(C_local, C, bx, by):
+        if global_acc:
+            return C[by * bM:by * bM + bM, bx * bN:bx * bN + bN]
         return C_local[0:bM, 0:bN] if shared_acc else C_local
 
     # Python conditions (`if clear_accum:`) are decided while TVMScript parses the kernel:
@@ -105,6 +113,8 @@ def build(p: dict) -> Built:
             B_shared = T.alloc_shared(b_tile, dtype)
             if shared_acc:
                 C_local = T.alloc_shared((bM, bN + pad), "float32")
+            elif global_acc:
+                C_local = C              # unused: T.gemm writes C's tiles
             else:
                 C_local = T.alloc_fragment((bM, bN), "float32")
             if swizzled:
@@ -112,14 +122,15 @@ def build(p: dict) -> Built:
             if clear_accum:
                 T.copy(a_origin(A, by, 0), A_tile)
                 T.copy(b_origin(B, bx, 0), B_shared)
-                T.gemm(A_tile, B_shared, acc_tile(C_local), transpose_A=ta, transpose_B=tb,
-                       clear_accum=True)
+                T.gemm(A_tile, B_shared, acc_tile(C_local, C, bx, by), transpose_A=ta,
+                       transpose_B=tb, clear_accum=True)
             else:
-                T.clear(acc_tile(C_local))
+                T.clear(acc_tile(C_local, C, bx, by))
             for ko in T.Pipelined(first_k, T.ceildiv(K, bK), num_stages=stages):
                 T.copy(a_origin(A, by, ko), A_tile)
                 T.copy(b_origin(B, bx, ko), B_shared)
-                T.gemm(A_tile, B_shared, acc_tile(C_local), transpose_A=ta, transpose_B=tb)
+                T.gemm(A_tile, B_shared, acc_tile(C_local, C, bx, by), transpose_A=ta,
+                       transpose_B=tb)
             if epilogue == "relu_scale":
                 for i, j in T.Parallel(bM, bN):
                     C_local[i, j] = T.max(C_local[i, j] * 0.5, 0.0)
@@ -130,8 +141,8 @@ def build(p: dict) -> Built:
                 C_shared = T.alloc_shared((bM, bN), "float32")
                 T.copy(C_local, C_shared)
                 T.copy(C_shared, C[by * bM, bx * bN])
-            else:
-                T.copy(acc_tile(C_local), C[by * bM, bx * bN])
+            elif not global_acc:
+                T.copy(acc_tile(C_local, C, bx, by), C[by * bM, bx * bN])
 
     def inputs(seed):
         return [random_tensor(a_shape, dtype, seed), random_tensor(b_shape, dtype, seed + 1)]
@@ -160,8 +171,11 @@ def supported(p: dict) -> bool:
     tm, tn = p["bM"] // METAL.matrix_tile, p["bN"] // METAL.matrix_tile
     even = any(groups % wm == 0 and tm % wm == 0 and tn % (groups // wm) == 0
                for wm in range(1, groups + 1))
+    global_acc = p.get("accum", "fragment") == "global"
+    # the accumulator's staging: 8 KiB, or the whole tile for C in device memory
+    stage = p["bM"] * p["bN"] if global_acc else 2048
     tiles = [(p["bM"] * p["bK"], p["dtype"]), (p["bK"] * p["bN"], p["dtype"]),
-             (2048, "float32")]
+             (stage, "float32")]
     shared_acc = p.get("accum", "fragment") == "shared"
     if p.get("epilogue") == "shared" and not shared_acc:
         tiles.append((p["bM"] * p["bN"], "float32"))
@@ -170,7 +184,9 @@ def supported(p: dict) -> bool:
     r0, c0, h, w = p.get("window", (0, 0, p["bM"], p["bN"]))
     window_ok = (p.get("epilogue") != "window" or
                  (shared_acc and h >= 1 and w >= 1 and r0 + h <= p["bM"] and c0 + w <= p["bN"]))
-    return even and window_ok and S.fits_threadgroup(*tiles)
+    global_ok = not global_acc or (p["init"] == "clear_accum"
+                                   and p.get("epilogue", "none") == "none")
+    return even and window_ok and global_ok and S.fits_threadgroup(*tiles)
 
 
 @st.composite
@@ -189,6 +205,8 @@ def _drawn(draw):
     bM, bN = draw(S.tile(BLOCKS)), draw(S.tile(BLOCKS))
     accum = draw(st.sampled_from(ACCUMS))
     epilogues = EPILOGUES + (("window",) if accum == "shared" else ())
+    if accum == "global":   # C in device memory: T.gemm writes C itself
+        epilogues = ("none",)
     return {
         "M": draw(S.multiple_of(8, 8, 96)), "N": draw(S.multiple_of(8, 8, 96)),
         "K": draw(S.multiple_of(8, 8, 128)),
@@ -196,7 +214,7 @@ def _drawn(draw):
         "threads": draw(S.threads(THREADS)), "dtype": dtype,
         "out_dtype": draw(st.sampled_from(("float32", dtype))),
         "trans_A": draw(st.booleans()), "trans_B": draw(st.booleans()),
-        "num_stages": draw(st.integers(0, 3)), "init": draw(st.sampled_from(INITS)),
+        "num_stages": draw(st.integers(0, 3)), "init": draw(st.sampled_from(("clear_accum",) if accum == "global" else INITS)),
         "a_operand": draw(st.sampled_from(A_OPERANDS)),
         "epilogue": draw(st.sampled_from(epilogues)),
         "accum": accum, "pad": draw(st.sampled_from(PADS)) if accum == "shared" else 0,

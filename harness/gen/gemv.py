@@ -17,6 +17,12 @@ Params:
     threads     32, 64, 128, 256
     dtype       X and W: float32, float16, bfloat16 (float32 accumulation)
     out_dtype   Y: float32 or `dtype`
+    form        "reduce" (default): the fragment kernel below; "allreduce": TileLang's
+                thread all-reduce form (examples/gemv): threads=(bN, threads / bN), each
+                thread a float32 partial per row of X over its strided slices of K (4
+                elements per step), combined over threadIdx.y by T.tvm_thread_allreduce
+                under a T.comm_reducer scope (one per row, in a serial loop: the stage
+                is reused), stored by threadIdx.y == 0 (bK unused)
 
 Signature: (X, W, Y).
 
@@ -40,6 +46,7 @@ ROWS = (1, 2, 4, 8)
 COLS = (1, 2, 4, 8, 16)
 STEPS = (32, 64, 128, 256)
 THREADS = (32, 64, 128, 256)
+FORMS = ("reduce", "allreduce")
 
 
 def kernel(M, N, K, bM, bN, bK, threads, dtype, out_dtype):
@@ -62,9 +69,44 @@ def kernel(M, N, K, bM, bN, bK, threads, dtype, out_dtype):
     return gemv
 
 
+def allreduce_kernel(M, N, K, bM, bN, threads, dtype, out_dtype):
+    reduce_threads = threads // bN
+    tile_k = 4
+    step = reduce_threads * tile_k
+
+    @T.prim_func
+    def gemv(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), dtype),
+             Y: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=(bN, reduce_threads)) \
+                as (bx, by):
+            tn = T.get_thread_binding(0)
+            tk = T.get_thread_binding(1)
+            acc = T.alloc_local((bM,), "float32")
+            out = T.alloc_local((bM,), "float32")
+            T.clear(acc)
+            for ko in T.serial(T.ceildiv(K, step)):
+                for m in T.serial(bM):
+                    for k in T.serial(tile_k):
+                        kk = ko * step + tk * tile_k + k
+                        if by * bM + m < M and bx * bN + tn < N and kk < K:
+                            acc[m] += (T.cast(X[by * bM + m, kk], "float32") *
+                                       T.cast(W[bx * bN + tn, kk], "float32"))
+            for m in T.serial(bM):
+                with T.attr(T.comm_reducer(lambda a, b: a + b, [T.cast(0, "float32")]),
+                            "reduce_scope", T.reinterpret(T.uint64(0), dtype="handle")):
+                    T.evaluate(T.tvm_thread_allreduce(T.uint32(1), acc[m], True, out[m], tk,
+                                                      dtype="handle"))
+                if tk == 0 and by * bM + m < M and bx * bN + tn < N:
+                    Y[by * bM + m, bx * bN + tn] = T.cast(out[m], out_dtype)
+    return gemv
+
+
 def build(p: dict) -> Built:
     M, N, K, dtype, out_dtype = p["M"], p["N"], p["K"], p["dtype"], p["out_dtype"]
-    func = kernel(M, N, K, p["bM"], p["bN"], p["bK"], p["threads"], dtype, out_dtype)
+    if p.get("form", "reduce") == "allreduce":
+        func = allreduce_kernel(M, N, K, p["bM"], p["bN"], p["threads"], dtype, out_dtype)
+    else:
+        func = kernel(M, N, K, p["bM"], p["bN"], p["bK"], p["threads"], dtype, out_dtype)
 
     def inputs(seed):
         return [random_tensor((M, K), dtype, seed), random_tensor((N, K), dtype, seed + 1)]
@@ -85,6 +127,7 @@ def _drawn(draw):
         "bM": draw(S.tile(ROWS)), "bN": draw(S.tile(COLS)), "bK": draw(S.tile(STEPS)),
         "threads": draw(S.threads(THREADS)), "dtype": dtype,
         "out_dtype": draw(st.sampled_from(("float32", dtype))),
+        "form": draw(st.sampled_from(FORMS)),
     }
 
 

@@ -7,7 +7,7 @@ check, against torch:
   - an accumulator epilogue whose float32 staging exceeds 32 KiB (TileLang's quickstart:
     ReLU over a 128x128 float32 accumulator) runs in chunks of rows, not rejected;
   - every barrier placed for a shared accumulator is necessary (harness/barriers.py);
-  - C in device memory (Metal 4 cooperative tensors in TileLang) is a clear error.
+  - a gemm operand in local memory is a clear error (device memory: test_gemm_global.py).
 """
 
 import re
@@ -137,15 +137,16 @@ def test_quickstart_relu_epilogue_runs_in_chunks(run):
                  op_class="accumulation")
 
 
-def test_gemm_into_device_memory_is_a_clear_error():
+def test_gemm_operand_in_local_memory_is_a_clear_error():
     @T.prim_func
-    def global_c(A: T.Tensor((16, 16), "float16"), B: T.Tensor((16, 16), "float16"),
-                 C: T.Tensor((16, 16), "float32")):
+    def local_a(A: T.Tensor((16, 16), "float16"), B: T.Tensor((16, 16), "float16"),
+                C: T.Tensor((16, 16), "float32")):
         with T.Kernel(1, threads=32):
-            T.gemm(A[0:16, 0:16], B[0:16, 0:16], C[0:16, 0:16], clear_accum=True)
+            A_l = T.alloc_local((16, 16), "float16")
+            T.gemm(A_l, B[0:16, 0:16], C[0:16, 0:16], clear_accum=True)
 
-    with pytest.raises(KernelDefinitionError, match=r"operand A 'A'.*is in global memory"):
-        core.compile(global_c)
+    with pytest.raises(KernelDefinitionError, match=r"operand A 'A_l'.*is in local memory"):
+        core.compile(local_a)
 
 
 def splitk(M, N, K, bM, bN, bK, split_k, form):

@@ -102,6 +102,33 @@ def test_no_barrier_inside_divergent_code(run):
     assert_close(run(kernel, a), a.T * 2)
 
 
+def test_barrier_under_an_if_on_a_block_scalar(run):
+    # `t = bx * 2 + 1` is assigned once from block indices: every thread of the group
+    # takes the branch alike, so the transposed read's barrier goes inside it; a scalar
+    # computed from the thread index keeps its `if` opaque (the barrier goes before it)
+    b = 16
+
+    @T.prim_func
+    def k(A: T.Tensor((4 * b, b), "float32"), B: T.Tensor((4 * b, b), "float32")):
+        with T.Kernel(4, threads=64) as bx:
+            t = bx * 2 + 1
+            S = T.alloc_shared((b, b), "float32")
+            if t < 6:
+                T.copy(A[bx * b, 0], S)
+                for i, j in T.Parallel(b, b):
+                    B[bx * b + i, j] = S[j, i]
+    kernel = core.compile(k)
+    contexts = _barrier_contexts(kernel.msl)
+    assert len(contexts) == 1 and any("if" in c for c in contexts), contexts
+    a = torch.randn(4 * b, b)
+    out = torch.zeros(4 * b, b)
+    run(kernel, a, out)
+    want = torch.zeros(4 * b, b)
+    for blk in range(3):               # blocks with bx * 2 + 1 < 6
+        want[blk * b:(blk + 1) * b] = a[blk * b:(blk + 1) * b].T
+    assert_close(out, want)
+
+
 def test_every_barrier_is_necessary():
     M, K, bK = 32, 128, 32
 

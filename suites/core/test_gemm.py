@@ -471,14 +471,16 @@ def test_gemm_flags_must_be_constants():
 
 def test_operand_forms_and_scopes_are_checked():
     @T.prim_func
-    def global_operand(A: T.Tensor((16, 16), "float16"), C: T.Tensor((16, 16), "float32")):
+    def local_operand(A: T.Tensor((16, 16), "float16"), C: T.Tensor((16, 16), "float32")):
         with T.Kernel(1, threads=32):
+            A_l = T.alloc_local((16, 16), "float16")
             C_l = T.alloc_fragment((16, 16), "float32")
-            T.gemm(A, A, C_l)
+            T.copy(A, A_l)
+            T.gemm(A_l, A_l, C_l)
             T.copy(C_l, C)
-    with pytest.raises(KernelDefinitionError, match=r"operand A 'A'.*is in global memory; "
-                                                    r"allowed: T.alloc_shared or T.alloc_"):
-        core.compile(global_operand)
+    with pytest.raises(KernelDefinitionError, match=r"operand A 'A_l'.*is in local memory; "
+                                                    r"allowed: T.alloc_shared, T.alloc_"):
+        core.compile(local_operand)
 
     @T.prim_func
     def origin_only(A: T.Tensor((16, 16), "float16"), C: T.Tensor((16, 16), "float32")):
