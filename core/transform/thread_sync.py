@@ -15,11 +15,12 @@ a needed barrier goes before them). A load is uniform only from a device buffer 
 kernel never writes, at uniform indices (a routing table's count read by every thread of
 the group alike, `for r in T.serial(T.ceildiv(Counts[e], 8))`), or a one-element local
 scalar assigned once at the kernel's top level from uniform values (`ty = by * 4 + bx % 4`
-guarding a block's tile ops); other per-thread and threadgroup memory never is. No barrier is placed unless some pair of accesses
-may race, decided from exact footprints (core/ir/footprint.py): an element written and
-later read by the *same* thread needs no barrier. A simdgroup_load/store is one access of
-its whole 8x8 tile by its simdgroup as a unit (Footprint.of_tile): two tile accesses of
-one simdgroup are ordered, a tile access and a plain access of another thread are not.
+guarding a block's tile ops); other per-thread and threadgroup memory never is. No barrier
+is placed unless some pair of accesses may race, decided from exact footprints
+(core/ir/footprint.py): an element written and later read by the *same* thread needs no
+barrier. A simdgroup_load/store is one access of its whole 8x8 tile by its simdgroup as a
+unit (Footprint.of_tile): two tile accesses of one simdgroup are ordered, a tile access and
+a plain access of another thread are not.
 An atomic update (T.atomic_*) is a write that needs no barrier against other atomics.
 """
 
