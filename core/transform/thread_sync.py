@@ -11,7 +11,8 @@ and what came before it that the loop's own barriers do not order gets one barri
 before the loop; a loop of one iteration carries nothing over. Barriers are placed only
 where every thread of the threadgroup arrives: never inside control flow whose condition
 or bounds depend on the thread (such statements are treated as one opaque access set and
-a needed barrier goes before them). A load is uniform only from a device buffer the
+a needed barrier goes before them; a race between two accesses inside one branch of a
+thread-dependent `if` cannot be ordered and is a LoweringError). A load is uniform only from a device buffer the
 kernel never writes, at uniform indices (a routing table's count read by every thread of
 the group alike, `for r in T.serial(T.ceildiv(Counts[e], 8))`), or a one-element local
 scalar assigned once at the kernel's top level from uniform values (`ty = by * 4 + bx % 4`
@@ -29,6 +30,7 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.tirx import is_buffer_var
 
+from core.errors import LoweringError
 from core.ir import matrix, ops
 from core.ir.footprint import Footprint, LoopRange, may_race
 from core.ir.kernel import map_kernels
@@ -37,7 +39,7 @@ from core.ir.stmt import (as_int, children, free_vars, loads, once_assigned_scal
 
 
 class _Planner:
-    def __init__(self, nest):
+    def __init__(self, nest, kernel=None):
         self.thread_axes = []
         stride = 1
         for var, size in zip(nest.thread_vars, nest.threads):
@@ -49,6 +51,7 @@ class _Planner:
              if isinstance(st, tirx.BufferStore) else None)
         self.scalars = once_assigned_scalars(nest.body)  # `ty = by * 4 + bx % 4`
         self.first_unit = nest.num_threads   # simdgroup ids for matrix-tile accesses
+        self.kernel = kernel
         self.loops = []              # enclosing uniform loops with constant ranges
         self.guards = []             # conditions of enclosing uniform ifs
         self.cache = {}
@@ -199,10 +202,31 @@ class _Planner:
         return any(may_race(a, p) for a in accesses for p in pending)
 
     def leaf(self, s, pending):
+        if isinstance(s, tirx.IfThenElse):
+            self.check_divergent(s)
         accesses = self.footprints(s, self.loops)
         if self.conflicts(accesses, pending):
             return seq([ops.barrier(), s]), accesses
         return s, pending + accesses
+
+
+    def check_divergent(self, s):
+        """An `if` on a thread-dependent condition holds no barrier (not every thread would
+        reach it), so a race between two accesses inside one branch cannot be ordered:
+        that is an error, never a kernel silently left racing."""
+        for cond, branch in ((s.condition, s.then_case), (tirx.Not(s.condition), s.else_case)):
+            if branch is None:
+                continue
+            self.guards.append(cond)
+            planned, _ = self.plan(branch, [])
+            self.guards.pop()
+            if _count_barriers(planned):
+                raise LoweringError(
+                    "two threads may touch the same threadgroup memory inside an `if` whose "
+                    f"condition depends on the thread ({cond}); a barrier there would not be "
+                    "reached by every thread. Split the branch so the shared-memory exchange "
+                    "happens outside it, or make the condition uniform",
+                    kernel=self.kernel, construct="threadgroup barrier")
 
 
 def _count_barriers(stmt) -> int:
@@ -211,10 +235,12 @@ def _count_barriers(stmt) -> int:
     return len(found)
 
 
-def _plan_kernel(nest):
-    body, _ = _Planner(nest).plan(nest.body, [])
-    return nest.wrap(body)
-
-
 def thread_sync(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    return map_kernels(func, _plan_kernel)
+    name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs \
+        else None
+
+    def plan_kernel(nest):
+        body, _ = _Planner(nest, name).plan(nest.body, [])
+        return nest.wrap(body)
+
+    return map_kernels(func, plan_kernel)

@@ -7,6 +7,7 @@ import torch
 
 import core
 import core.language as T
+from core.errors import LoweringError
 from core.transform import pipeline
 from harness import barriers
 from harness.diff import assert_close
@@ -376,3 +377,42 @@ def test_mask_read_from_memory_stays_lane_by_lane():
     kernel(a, mask, b, backend="emu")
     assert kernel.last_run.findings == []
     assert_close(b, torch.where(mask.bool(), a * 2, torch.full((), 7.0)))
+
+
+def test_a_race_inside_a_thread_dependent_if_is_an_error_not_a_silent_race():
+    """A barrier cannot go inside an `if` on the thread index (not every thread would
+    reach it), so a threadgroup exchange inside one branch is a LoweringError naming the
+    kernel; the same exchange where every thread runs it gets its barrier."""
+    @T.prim_func
+    def divergent(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64):
+            S = T.alloc_shared((64,), "float32")
+            tx = T.get_thread_binding(0)
+            if tx < 32:
+                S[tx] = A[tx]
+                B[tx] = S[31 - tx]
+
+    with pytest.raises(LoweringError, match=r"divergent.*inside an `if` whose condition "
+                                            r"depends on the thread"):
+        core.compile(divergent, out_idx=[1], cache=False)
+
+    @T.prim_func
+    def uniform(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64):
+            S = T.alloc_shared((64,), "float32")
+            tx = T.get_thread_binding(0)
+            S[tx] = A[tx]
+            B[tx] = S[63 - tx]
+
+    assert core.compile(uniform, out_idx=[1], cache=False).msl.count("threadgroup_barrier") == 1
+
+    @T.prim_func
+    def own_elements(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64):
+            S = T.alloc_shared((64,), "float32")
+            tx = T.get_thread_binding(0)
+            if tx < 32:           # each thread reads back only its own element: no race
+                S[tx] = A[tx]
+                B[tx] = S[tx]
+
+    assert "threadgroup_barrier" not in core.compile(own_elements, out_idx=[1], cache=False).msl
