@@ -12,8 +12,8 @@ before the loop; a loop of one iteration carries nothing over. Barriers are plac
 where every thread of the threadgroup arrives: never inside control flow whose condition
 or bounds depend on the thread (such statements are treated as one opaque access set and
 a needed barrier goes before them; a race between two accesses inside one branch of a
-thread-dependent `if` cannot be ordered and is a LoweringError). A load is uniform only from a device buffer the
-kernel never writes, at uniform indices (a routing table's count read by every thread of
+thread-dependent `if` cannot be ordered and is a LoweringError). A load is uniform only
+from a device buffer the kernel never writes, at uniform indices (a routing table's count read by every thread of
 the group alike, `for r in T.serial(T.ceildiv(Counts[e], 8))`), or a one-element local
 scalar assigned once at the kernel's top level from uniform values (`ty = by * 4 + bx % 4`
 guarding a block's tile ops); other per-thread and threadgroup memory never is. No barrier
