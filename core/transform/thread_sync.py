@@ -13,10 +13,11 @@ where every thread of the threadgroup arrives: never inside control flow whose c
 or bounds depend on the thread (such statements are treated as one opaque access set and
 a needed barrier goes before them; a race between two accesses inside one branch of a
 thread-dependent `if` cannot be ordered and is a LoweringError). A load is uniform only
-from a device buffer the kernel never writes, at uniform indices (a routing table's count read by every thread of
-the group alike, `for r in T.serial(T.ceildiv(Counts[e], 8))`), or a one-element local
-scalar assigned once at the kernel's top level from uniform values (`ty = by * 4 + bx % 4`
-guarding a block's tile ops); other per-thread and threadgroup memory never is. No barrier
+from a device buffer the kernel never writes, at uniform indices (a routing table's count
+read by every thread of the group alike, `for r in T.serial(T.ceildiv(Counts[e], 8))`), or
+a one-element local scalar assigned once at the kernel's top level from uniform values
+(`ty = by * 4 + bx % 4` guarding a block's tile ops); other per-thread and threadgroup
+memory never is. No barrier
 is placed unless some pair of accesses may race, decided from exact footprints
 (core/ir/footprint.py): an element written and later read by the *same* thread needs no
 barrier. A simdgroup_load/store is one access of its whole 8x8 tile by its simdgroup as a
