@@ -338,13 +338,9 @@ class GemmLowering:
                         c, tirx.BufferLoad(a_mats, [i]), tirx.BufferLoad(b_mats, [j]), c)))])
         return seq(pre_a + pre_b + [_for(kk, K // TILE, step)])
 
-    def gemm_shared_c(self, A, B, C, trans_a, trans_b, clear):
-        """T.gemm into a float32 threadgroup tile C (TileLang's Metal path,
-        `C_local = T.alloc_shared(..., accum_dtype)`): each simdgroup loads its matrices of
-        C (or fills them with zeros for clear_accum), multiply-accumulates, and stores them
-        back with simdgroup_store at C's row stride (padded rows included). Threads then
-        read C element-wise in their own layout; the barrier planner orders those reads
-        after the whole 8x8 tiles the simdgroups stored."""
+    def tile_accumulator(self, C):
+        """The simdgroup matrices holding a shared or device C tile while T.gemm runs (one
+        set per (buffer, tile shape), made on first use)."""
         tile = tuple(int(d) for d in matrix.operand_tile(C))
         key = (C.buffer, tile)
         acc = self.shared_accumulators.get(key)
@@ -355,6 +351,16 @@ class GemmLowering:
             self.allocations.append(tirx.AllocBuffer(mats))
             acc = _Accumulator(C.buffer, layout, mats, tile[0])
             self.shared_accumulators[key] = acc
+        return acc
+
+    def gemm_shared_c(self, A, B, C, trans_a, trans_b, clear):
+        """T.gemm into a float32 threadgroup tile C (TileLang's Metal path,
+        `C_local = T.alloc_shared(..., accum_dtype)`): each simdgroup loads its matrices of
+        C (or fills them with zeros for clear_accum), multiply-accumulates, and stores them
+        back with simdgroup_store at C's row stride (padded rows included). Threads then
+        read C element-wise in their own layout; the barrier planner orders those reads
+        after the whole 8x8 tiles the simdgroups stored."""
+        acc = self.tile_accumulator(C)
         first = self.fill(acc, tirx.const(0.0, "float32")) if clear else self.load_all(acc, C)
         return seq([first, self.mma(A, B, trans_a, trans_b, acc), self.store_all(acc, C)])
 
@@ -366,16 +372,7 @@ class GemmLowering:
         device memory with simdgroup_load/store; tiles across C's edge, and every tile of
         a float16/bfloat16 C, through the float32 threadgroup stage with an element-wise,
         masked, converting copy (a float matrix never goes through a half pointer)."""
-        tile = tuple(int(d) for d in matrix.operand_tile(C))
-        key = (C.buffer, tile)
-        acc = self.shared_accumulators.get(key)
-        if acc is None:
-            layout = AccumulatorLayout.for_tile(tile, self.k.threads, kernel=self.k.name,
-                                                name=C.name)
-            mats = matrix.matrices(layout.count, "float32", f"{C.name}_mat")
-            self.allocations.append(tirx.AllocBuffer(mats))
-            acc = _Accumulator(C.buffer, layout, mats, tile[0])
-            self.shared_accumulators[key] = acc
+        acc = self.tile_accumulator(C)
         first = self.fill(acc, tirx.const(0.0, "float32")) if clear else self.load_device(acc, C)
         return seq([first, self.mma(A, B, trans_a, trans_b, acc), self.copy_out(acc, C)])
 
