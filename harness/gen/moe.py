@@ -66,6 +66,38 @@ ROWS = 8                    # gathered token rows per expert GEMM tile (T.gemm's
 GEMM_TILES = ((32, 128), (16, 64), (64, 128), (32, 32), (64, 256))
 
 
+@T.macro
+def _expert_projection(X, W, Out, Active, ActiveRows, Slots, D, I, A, topk, dtype, bN, bK,
+                       threads):
+    """Out[slot] = X[the slot's token] W[e]^T for the slots routed to each active expert e
+    (the 9-launch program's gate and up projections)."""
+    with T.Kernel(T.ceildiv(I, bN), A, threads=threads) as (bx, a):
+        xs = T.alloc_shared((ROWS, bK), dtype)
+        ws = T.alloc_shared((bN, bK), dtype)
+        acc = T.alloc_fragment((ROWS, bN), "float32")
+        out = T.alloc_shared((ROWS, bN), "float32")
+        e = T.alloc_var("int32")        # read once: indices and guards use them per element
+        e = Active[a]
+        rows = T.alloc_var("int32")
+        rows = ActiveRows[a]
+        for rb in T.serial(T.ceildiv(ActiveRows[a], ROWS)):
+            T.clear(acc)
+            for ko in T.serial(T.ceildiv(D, bK)):
+                for r, kk in T.Parallel(ROWS, bK):
+                    xs[r, kk] = T.if_then_else(
+                        rb * ROWS + r < rows and ko * bK + kk < D,
+                        X[Slots[e, rb * ROWS + r] // topk, ko * bK + kk], T.cast(0, dtype))
+                for n, kk in T.Parallel(bN, bK):
+                    ws[n, kk] = T.if_then_else(bx * bN + n < I and ko * bK + kk < D,
+                                               W[e, bx * bN + n, ko * bK + kk],
+                                               T.cast(0, dtype))
+                T.gemm(xs, ws, acc, transpose_B=True)
+            T.copy(acc, out)
+            for r, n in T.Parallel(ROWS, bN):
+                if rb * ROWS + r < rows and bx * bN + n < I:
+                    Out[Slots[e, rb * ROWS + r], bx * bN + n] = out[r, n]
+
+
 # The two programs end alike: the same down projection and combine, as macros (inlined
 # where called, so each program's TIR is what it would be written out).
 @T.macro
@@ -223,57 +255,11 @@ def _multi(M, D, I, E, topk, renorm, dtype, bM, bE, rthreads, bN, bK, threads):
                         Active[a] = 0
                         ActiveRows[a] = 0
         # 5: gate projection
-        with T.Kernel(T.ceildiv(I, bN), A, threads=threads) as (bx, a):
-            xs = T.alloc_shared((ROWS, bK), dtype)
-            ws = T.alloc_shared((bN, bK), dtype)
-            acc = T.alloc_fragment((ROWS, bN), "float32")
-            out = T.alloc_shared((ROWS, bN), "float32")
-            e = T.alloc_var("int32")        # read once: indices and guards use them per element
-            e = Active[a]
-            rows = T.alloc_var("int32")
-            rows = ActiveRows[a]
-            for rb in T.serial(T.ceildiv(ActiveRows[a], ROWS)):
-                T.clear(acc)
-                for ko in T.serial(T.ceildiv(D, bK)):
-                    for r, kk in T.Parallel(ROWS, bK):
-                        xs[r, kk] = T.if_then_else(
-                            rb * ROWS + r < rows and ko * bK + kk < D,
-                            X[Slots[e, rb * ROWS + r] // topk, ko * bK + kk], T.cast(0, dtype))
-                    for n, kk in T.Parallel(bN, bK):
-                        ws[n, kk] = T.if_then_else(bx * bN + n < I and ko * bK + kk < D,
-                                                   Wg[e, bx * bN + n, ko * bK + kk],
-                                                   T.cast(0, dtype))
-                    T.gemm(xs, ws, acc, transpose_B=True)
-                T.copy(acc, out)
-                for r, n in T.Parallel(ROWS, bN):
-                    if rb * ROWS + r < rows and bx * bN + n < I:
-                        G[Slots[e, rb * ROWS + r], bx * bN + n] = out[r, n]
+        _expert_projection(X, Wg, G, Active, ActiveRows, Slots, D, I, A, topk, dtype,
+                           bN, bK, threads)
         # 6: up projection
-        with T.Kernel(T.ceildiv(I, bN), A, threads=threads) as (bx, a):
-            xs = T.alloc_shared((ROWS, bK), dtype)
-            ws = T.alloc_shared((bN, bK), dtype)
-            acc = T.alloc_fragment((ROWS, bN), "float32")
-            out = T.alloc_shared((ROWS, bN), "float32")
-            e = T.alloc_var("int32")        # read once: indices and guards use them per element
-            e = Active[a]
-            rows = T.alloc_var("int32")
-            rows = ActiveRows[a]
-            for rb in T.serial(T.ceildiv(ActiveRows[a], ROWS)):
-                T.clear(acc)
-                for ko in T.serial(T.ceildiv(D, bK)):
-                    for r, kk in T.Parallel(ROWS, bK):
-                        xs[r, kk] = T.if_then_else(
-                            rb * ROWS + r < rows and ko * bK + kk < D,
-                            X[Slots[e, rb * ROWS + r] // topk, ko * bK + kk], T.cast(0, dtype))
-                    for n, kk in T.Parallel(bN, bK):
-                        ws[n, kk] = T.if_then_else(bx * bN + n < I and ko * bK + kk < D,
-                                                   Wu[e, bx * bN + n, ko * bK + kk],
-                                                   T.cast(0, dtype))
-                    T.gemm(xs, ws, acc, transpose_B=True)
-                T.copy(acc, out)
-                for r, n in T.Parallel(ROWS, bN):
-                    if rb * ROWS + r < rows and bx * bN + n < I:
-                        U[Slots[e, rb * ROWS + r], bx * bN + n] = out[r, n]
+        _expert_projection(X, Wu, U, Active, ActiveRows, Slots, D, I, A, topk, dtype,
+                           bN, bK, threads)
         # 7: SiLU(gate) * up
         with T.Kernel(T.ceildiv(I, bN), MK, threads=threads) as (bx, s):
             for n in T.Parallel(bN):
