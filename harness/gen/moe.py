@@ -67,6 +67,24 @@ GEMM_TILES = ((32, 128), (16, 64), (64, 128), (32, 32), (64, 256))
 
 
 @T.macro
+def _compact_active_experts(used, Active, ActiveRows, E, A):
+    """Active[0:n] = the experts with routed tokens (n of them), ActiveRows their token
+    counts, the rest of the A slots zero; one thread does it (both programs' gather)."""
+    for z in T.Parallel(1):
+        n = T.alloc_var("int32")
+        n = z
+        for e in T.serial(E):
+            if used[e] > 0:
+                Active[n] = e
+                ActiveRows[n] = used[e]
+                n = n + 1
+        for a in T.serial(A):
+            if a >= n:
+                Active[a] = 0
+                ActiveRows[a] = 0
+
+
+@T.macro
 def _expert_projection(X, W, Out, Active, ActiveRows, Slots, D, I, A, topk, dtype, bN, bK,
                        threads):
     """Out[slot] = X[the slot's token] W[e]^T for the slots routed to each active expert e
@@ -242,18 +260,7 @@ def _multi(M, D, I, E, topk, renorm, dtype, bM, bE, rthreads, bN, bK, threads):
                 for r in T.serial(M):
                     if r >= cnt:
                         Slots[e, r] = -1
-            for z in T.Parallel(1):
-                n = T.alloc_var("int32")
-                n = z
-                for e in T.serial(E):
-                    if used[e] > 0:
-                        Active[n] = e
-                        ActiveRows[n] = used[e]
-                        n = n + 1
-                for a in T.serial(A):
-                    if a >= n:
-                        Active[a] = 0
-                        ActiveRows[a] = 0
+            _compact_active_experts(used, Active, ActiveRows, E, A)
         # 5: gate projection
         _expert_projection(X, Wg, G, Active, ActiveRows, Slots, D, I, A, topk, dtype,
                            bN, bK, threads)
@@ -357,18 +364,7 @@ def _fused(M, D, I, E, topk, renorm, dtype, bM, bE, rthreads, bN, bK, threads):
                 for r in T.serial(M):
                     if r >= cnt:
                         Slots[e, r] = -1
-            for z in T.Parallel(1):
-                n = T.alloc_var("int32")
-                n = z
-                for e in T.serial(E):
-                    if used[e] > 0:
-                        Active[n] = e
-                        ActiveRows[n] = used[e]
-                        n = n + 1
-                for a in T.serial(A):
-                    if a >= n:
-                        Active[a] = 0
-                        ActiveRows[a] = 0
+            _compact_active_experts(used, Active, ActiveRows, E, A)
         # 2: gate and up projections together, SiLU(gate) * up in the epilogue
         with T.Kernel(T.ceildiv(I, bN), A, threads=threads) as (bx, a):
             xs = T.alloc_shared((ROWS, bK), dtype)
