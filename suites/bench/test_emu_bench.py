@@ -129,26 +129,6 @@ def test_block_reduction(benchmark, mode, groups):
 # this group from a checkout of the old code and of the new one, alternating, and compare
 # ratios measured in one session.
 
-def _softmax_rows(M, N, bM, threads=256):
-    import core.language as T
-
-    @T.prim_func
-    def softmax(A: T.Tensor((M, N), "float16"), B: T.Tensor((M, N), "float16")):
-        with T.Kernel(T.ceildiv(M, bM), threads=threads) as bx:
-            x = T.alloc_fragment((bM, N), "float32")
-            mx = T.alloc_fragment((bM,), "float32")
-            s = T.alloc_fragment((bM,), "float32")
-            T.copy(A[bx * bM, 0], x)
-            T.reduce_max(x, mx, dim=1)
-            for i, j in T.Parallel(bM, N):
-                x[i, j] = T.exp(x[i, j] - mx[i])
-            T.reduce_sum(x, s, dim=1)
-            for i, j in T.Parallel(bM, N):
-                x[i, j] = x[i, j] / s[i]
-            T.copy(x, B[bx * bM, 0])
-    return softmax
-
-
 @pytest.mark.parametrize("checks", ["checks", "no-checks"])
 @pytest.mark.parametrize("n", [256, 512])
 @pytest.mark.benchmark(group="kernel shapes: gemm f16->f32 64x64x32 t128 stages=2")
@@ -182,8 +162,9 @@ def test_softmax_shape(benchmark, checks):
     import core
     from harness.diff import assert_close
     from oracles.norm import softmax as softmax_oracle
+    from suites.core.test_reduce import softmax_kernel
 
-    kernel = core.compile(_softmax_rows(256, 1024, 4), out_idx=[1])
+    kernel = core.compile(softmax_kernel(256, 1024, 4, 256, "float16"), out_idx=[1])
     x = torch.randn(256, 1024, generator=torch.Generator().manual_seed(0)).half()
     ck = emu.ALL_CHECKS if checks == "checks" else ()
     kernel(x, backend="emu", checks=ck)
