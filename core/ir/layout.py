@@ -30,7 +30,14 @@ bits in which the threads holding the inputs of one output element differ (widen
 contiguous range), so those threads are exactly the XOR butterfly group that combines the
 output, and after the butterfly each of them holds the output, where the layout says.
 The destination's `vec` is the largest candidate for which every input element's thread
-holds its output. Consequences the lowering relies on:
+holds its output.
+A thread count that is not a power of two but whole simdgroups (96, 384, 896) also takes
+the *partial top range* [rep_lo, top), top = the thread count's bit length: every thread
+with the same low bits [0, rep_lo) is a replica of one of `2 ** rep_lo` holders, each
+holder having `threads >> rep_lo` replicas (fewer than `2 ** rep_bits`; `group` records
+the threadgroup size then). So a row spread over all 896 threads reduces into a layout of
+one holder that every thread replicates. Other thread counts (48) get only the ranges
+whose `2 ** hi` divides them, and an error where none fits. Consequences the lowering relies on:
   - a `T.Parallel` over the source's extents that reads `dst[i]` (the reduced index
     dropped) reads a local slot: the thread running iteration (i, j) holds dst[i];
     `broadcast_ok` checks this at compile time for any loop layout and fragment;
@@ -46,6 +53,8 @@ from math import prod
 
 import numpy as np
 from tvm import tirx
+
+from core.target import METAL
 
 
 class NoLayout(Exception):
@@ -68,11 +77,20 @@ class FragmentLayout:
     vec: int
     rep_lo: int = 0         # replicated thread-id bits [rep_lo, rep_lo + rep_bits)
     rep_bits: int = 0
+    group: int = 0          # the threadgroup size when the top replica range is partial
 
     @classmethod
     def for_tile(cls, shape, threads: int) -> "FragmentLayout":
         shape = tuple(int(s) for s in shape)
         return cls(shape, threads, run_width(shape))
+
+    @classmethod
+    def replicate(cls, shape, holders: int, vec: int, lo: int, nbits: int,
+                  group: int) -> "FragmentLayout":
+        """A layout replicated over the thread-id bits [lo, lo + nbits) in a threadgroup of
+        `group` threads; `group` is kept only when the bits reach past it (partial top)."""
+        partial = nbits and group < holders << nbits
+        return cls(tuple(shape), holders, vec, lo, nbits, group if partial else 0)
 
     @property
     def size(self) -> int:
@@ -93,7 +111,8 @@ class FragmentLayout:
 
     @property
     def replicas(self) -> int:
-        return 1 << self.rep_bits
+        """Threads per holder (fewer than 2 ** rep_bits when the top range is partial)."""
+        return self.thread_count // self.threads
 
     @property
     def replicated(self) -> bool:
@@ -102,7 +121,7 @@ class FragmentLayout:
     @property
     def thread_count(self) -> int:
         """Threads of the threadgroup the layout is for."""
-        return self.threads * self.replicas
+        return self.group or self.threads << self.rep_bits
 
     def thread_of(self, flat):
         """Holder of element `flat` (ints or numpy arrays)."""
@@ -135,7 +154,7 @@ class FragmentLayout:
     def owner_expr(self, tid):
         """True on the one replica of each holder that stores to shared/device memory."""
         replica = tid if self.rep_lo == 0 else tirx.floordiv(tid, 1 << self.rep_lo)
-        return tirx.floormod(replica, self.replicas) == 0
+        return tirx.floormod(replica, 1 << self.rep_bits) == 0
 
     def slot_expr(self, flat):
         if self.threads == 1:
@@ -178,27 +197,35 @@ def reduce_layout(src: FragmentLayout, dim, dst_shape) -> FragmentLayout:
     mask = int(np.bitwise_or.reduce(tid ^ src.thread_of(first)[out])) if tid.size else 0
     lo = (mask & -mask).bit_length() - 1 if mask else 0
     hi = mask.bit_length()
-    if mask and threads % (1 << hi):
+    top = threads.bit_length()
+    whole = threads % METAL.simd_width == 0     # whole simdgroups: partial top ranges work
+    if mask and threads % (1 << hi) and not whole:
         raise NoLayout(
             f"the threads holding one output element differ in thread-id bits {lo}..{hi - 1}, "
             f"so they combine in groups of {1 << (hi - lo)} spanning {1 << hi} threads, but "
-            f"the threadgroup has {threads} threads, not a multiple of {1 << hi}; use a "
-            "power-of-two thread count (or a tile whose rows fit the threads evenly)")
+            f"the threadgroup has {threads} threads, not a multiple of {1 << hi} nor of the "
+            f"simdgroup width {METAL.simd_width}; use a power-of-two thread count, a "
+            f"multiple of {METAL.simd_width} (or a tile whose rows fit the threads evenly)")
     vecs = sorted({run_width(dst_shape), src.vec if len(src.shape) - 1 not in dims else 1, 1},
                   reverse=True)
     # The narrowest bit range first; widening it (up to every thread holding every output)
     # covers outputs whose threads are spread too unevenly for the round-robin of holders.
-    ranges = [(lo, h) for h in range(hi, threads.bit_length()) if threads % (1 << h) == 0]
-    ranges += [(0, h) for h in range(hi, threads.bit_length()) if lo and
-               threads % (1 << h) == 0]
+    ranges = [(lo, h) for h in range(hi, top) if threads % (1 << h) == 0]
+    ranges += [(0, h) for h in range(hi, top) if lo and threads % (1 << h) == 0]
+    if threads & (threads - 1) and whole:
+        # Not a power of two: bits [l, top) group every thread with the same low bits, each
+        # group `threads >> l` threads (no more than 2 ** (top - l) ids: a partial range)
+        ranges += [(low, top) for low in dict.fromkeys((lo, 0)) if threads % (1 << low) == 0]
     for lo, hi in ranges:
         for vec in vecs:
-            layout = FragmentLayout(dst_shape, threads >> (hi - lo), vec, lo, hi - lo)
+            layout = FragmentLayout.replicate(dst_shape, max(threads >> hi, 1) << lo, vec, lo,
+                                              hi - lo, threads)
             if dst_shape[-1] % vec == 0 and \
                     np.array_equal(layout.thread_of(out), layout.holder(tid)):
                 return layout
     raise NoLayout("no replicated layout keeps every output element on the threads that "
-                   "hold its inputs; use a power-of-two thread count")
+                   "hold its inputs; use a power-of-two thread count or a multiple of "
+                   f"{METAL.simd_width}")
 
 
 def broadcast_ok(loop: FragmentLayout, frag: FragmentLayout, dims) -> bool:

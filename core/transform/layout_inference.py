@@ -67,7 +67,7 @@ def fragment_layout(alloc: tirx.AllocBuffer, threads: int) -> FragmentLayout:
     rep = alloc.annotations.get(LAYOUT_REPLICATE)
     if rep is not None:
         holders, lo, bits = (int(v) for v in rep)
-        return FragmentLayout(shape, holders, vec, lo, bits)
+        return FragmentLayout.replicate(shape, holders, vec, lo, bits, threads)
     return FragmentLayout(shape, threads, vec)
 
 

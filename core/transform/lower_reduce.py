@@ -24,9 +24,11 @@ under thread-dependent control flow):
     when hi > 5 (the group spans simdgroups), through threadgroup buffer `red_buf`:
         for k: if lane is its in-simd group's first: red_buf[k * W + w(tid)] = acc[k]
         for k: acc[k] = combination of the 2**(hi - max(lo, 5)) partials of the thread's
-                        group (every replica gets the same bits): when lo == 0 and the
-                        partials sit in bits [5, hi), lane c reads partial c (c < their
-                        count) and one simd reduction combines them in every simdgroup;
+                        group (fewer for the partial top range of a thread count that is
+                        not a power of two: 28 at 896 threads; every replica gets the same
+                        bits): when lo == 0 and the partials sit in bits [5, hi), lane c
+                        reads partial c if c is below their count, else the identity, and
+                        one simd reduction combines them in every simdgroup;
                         else every thread reads them all, in a fixed order
     for k (existing slots only): dst[k] = cast(acc[k])   or   cast(op(dst[k], acc[k]))
 
@@ -41,8 +43,9 @@ serial loops.
 
 Errors (LoweringError, before any code runs): a destination layout that does not match
 the source's (set elsewhere), a source that is itself replicated or held as simdgroup
-matrices, a thread count the combining groups do not fit evenly, stages beyond the 32 KiB
-of threadgroup memory.
+matrices, a thread count the combining groups do not fit evenly (a group over a thread
+count that is not a power of two needs whole simdgroups), stages beyond the 32 KiB of
+threadgroup memory.
 """
 
 from __future__ import annotations
@@ -170,6 +173,14 @@ class _Plan:
         return (c_lo, max(hi - c_lo, 0))
 
     @property
+    def partials(self) -> int:
+        """Partials per group in the cross-simdgroup step: 2 ** cross bits, or fewer when
+        the group is the partial top range of a thread count that is not a power of two
+        (896 threads: 28 simdgroups)."""
+        c_lo, _ = self.cross_bits
+        return self.dst_layout.replicas >> (c_lo - self.dst_layout.rep_lo)
+
+    @property
     def broadcast_to_local(self) -> bool:
         return ops.buffer_scope(self.dst) == "local" and self.dst_layout.threads > 1
 
@@ -260,8 +271,9 @@ class ReduceLowering:
                                      "destination fragment")
         else:
             plan.dst_layout = expected
-        # reduce_layout made the thread count a multiple of 2**(rep_lo + rep_bits): a group
-        # that spans simdgroups spans whole ones
+        # reduce_layout made the thread count a multiple of 2**(rep_lo + rep_bits), or of the
+        # simdgroup width for a partial top range: a group that spans simdgroups spans
+        # whole ones
         _, cbits = plan.cross_bits
         if cbits:
             _, ibits = plan.simd_bits
@@ -285,7 +297,8 @@ class ReduceLowering:
         simd = min(threads, 1 << SIMD_BITS)
         if threads & (threads - 1) and threads % (1 << SIMD_BITS):
             self.fail("T.finalize_reducer", f"the kernel has {threads} threads; combining a "
-                      "reducer needs a power of two below 32 or whole simdgroups")
+                      f"reducer needs a power of two below {METAL.simd_width} or whole "
+                      "simdgroups")
         shape = [int(d) for d in buf.ty.shape]
 
         def at(k):
@@ -520,7 +533,7 @@ class ReduceLowering:
             # simd reduction combines them in every simdgroup (no broadcast, no 2nd barrier)
             lane = tirx.floormod(tid, 1 << SIMD_BITS)
             return seq([tirx.BufferStore(acc, identity(plan.kind, plan.acc_dtype), [k]),
-                        tirx.IfThenElse(lane < (1 << cbits),
+                        tirx.IfThenElse(lane < plan.partials,
                                         tirx.BufferStore(acc, part(k, lane), [k]), None),
                         tirx.BufferStore(acc, ops.call(SIMD_REDUCE[plan.kind],
                                                        tirx.BufferLoad(acc, [k]),
@@ -528,7 +541,7 @@ class ReduceLowering:
 
         def gather(k):
             first = tirx.BufferStore(acc, part(k, _i32(0)), [k])
-            rest = self.loop(1 << cbits, lambda c: tirx.BufferStore(
+            rest = self.loop(plan.partials, lambda c: tirx.BufferStore(
                 acc, combine(plan.kind, tirx.BufferLoad(acc, [k]), part(k, c)), [k]), start=1)
             return seq([first, rest])
 

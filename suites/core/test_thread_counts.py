@@ -1,0 +1,236 @@
+"""Thread counts that are not powers of two: any multiple of the simdgroup width up to the
+threadgroup limit (96, 384, 896 = MLX's fit for hidden size 3584), end to end on the
+emulator against the torch oracles (`run` fixture: every run race-checked).
+
+Copies and elementwise T.Parallel loops deal runs round-robin and mask the last round; the
+T.reduce family combines a group that is the partial top bit range of the thread count
+(all threads, or all threads with the same low bits) with one simd reduction per
+simdgroup, then lane c of every simdgroup reads partial c if c is below the count of
+simdgroups (28 at 896) else the identity, and one more simd reduction. Thread counts that
+are neither powers of two nor whole simdgroups (48) are refused where a combining group
+would need the missing lanes, with a clear error.
+"""
+
+import pytest
+import torch
+
+import core
+import core.language as T
+from core.errors import MetaltileError
+from core.language.errors import LoweringError
+from harness.barriers import check_barriers
+from harness.diff import assert_close
+from oracles import norm
+from suites.core.test_gemm import matmul
+from suites.core.test_reduce import (check_reductions, online_softmax, rand, rmsnorm_kernel,
+                                     softmax_kernel)
+
+
+# ---- the T.reduce family ------------------------------------------------------------------
+
+# (M, N, bM, threads, dim): how the inputs of one output spread over the threads
+SPREADS = {
+    "row-over-3-simdgroups": (4, 384, 1, 96, 1),
+    "row-over-12-simdgroups": (3, 1536, 1, 384, 1),
+    "row-over-28-simdgroups": (2, 3584, 1, 896, 1),
+    "rows-in-masked-rounds": (5, 1000, 2, 384, 1),      # 500 runs over 384 threads
+    "rows-across-thread-boundaries": (8, 256, 4, 96, 1),  # row 1: threads 64..95, 0..31
+    "rows-in-16-lane-groups": (24, 64, 12, 96, 1),      # 6 holders of 16 threads each
+    "columns-over-even-threads": (96, 8, 96, 96, 0),    # groups: threads with one low bit
+    "columns-ragged": (70, 24, 64, 384, 0),
+}
+
+
+@pytest.mark.parametrize("spread", list(SPREADS))
+def test_reductions(spread, run):
+    M, N, bM, threads, dim = SPREADS[spread]
+    check_reductions(run, M, N, bM, threads, "float32", dim)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int32"])
+def test_reductions_at_896_threads(dtype, run):
+    kernel = check_reductions(run, 3, 3584, 1, 896, dtype, 1)
+    # 28 simdgroups: lane c of each reads partial c (c < 28), no loop over the partials
+    assert "< 28)" in kernel.msl
+
+
+def test_cross_simdgroup_step_reads_each_partial_once(run):
+    # one simd reduction per simdgroup, one slot per simdgroup, one barrier, then every
+    # simdgroup combines the 28 slots with one more simd reduction
+    kernel = check_reductions(run, 2, 3584, 1, 896, "float32", 1)
+    msl = kernel.msl
+    assert msl.count("threadgroup_barrier") == 5      # one per reduction
+    assert "simd_shuffle_xor" not in msl
+    stats = kernel.last_run.stats[0]
+    groups, simdgroups = 2, 896 // 32
+    # per reduction and threadgroup: 28 4-byte slots written, each read by one lane of
+    # every simdgroup (lane c < 28 of each of the 28)
+    assert stats["threadgroup_bytes_written"] == 5 * groups * simdgroups * 4
+    assert stats["threadgroup_bytes_read"] == 5 * groups * simdgroups * simdgroups * 4
+
+
+@pytest.mark.parametrize("threads", [96, 384])
+def test_fragment_into_local_destination(threads, run):
+    # the column sums are held by 2 holders (threads with bit 0 clear / set): every thread
+    # gets all of them through the stage
+    M, N = threads, 8
+
+    @T.prim_func
+    def to_local(A: T.Tensor((M, N), "float32"), Out: T.Tensor((threads, N), "float32")):
+        with T.Kernel(1, threads=threads):
+            x = T.alloc_fragment((M, N), "float32")
+            r = T.alloc_local((N,), "float32")
+            T.copy(A, x)
+            T.reduce_sum(x, r, dim=0)
+            for t in T.Parallel(threads):
+                for j in T.serial(N):
+                    Out[t, j] = r[j]
+
+    a = rand((M, N), "float32")
+    kernel = core.compile(to_local, out_idx=[1])
+    assert_close(run(kernel, a), a.sum(0).expand(threads, -1), reduction_length=M)
+
+
+# ---- softmax-like kernels -----------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("shape", [(6, 384, 1, 96), (4, 1536, 2, 384), (4, 3584, 1, 896),
+                                   (3, 1000, 1, 896)],
+                         ids=["96", "384", "896", "896-masked-round"])
+def test_softmax(dtype, shape, run):
+    M, N = shape[:2]
+    a = rand((M, N), dtype)
+    kernel = core.compile(softmax_kernel(*shape, dtype), out_idx=[1])
+    assert_close(run(kernel, a), norm.softmax(a), dtype, op_class="transcendental")
+
+
+@pytest.mark.parametrize("threads", [96, 896])
+def test_online_softmax(threads, run):
+    M, N = 4, 1792                      # 4 K tiles of 448: 112 runs over the threads
+    a = rand((M, N), "float32")
+    kernel = core.compile(online_softmax(M, N, 1, 448, threads, "float32"), out_idx=[1, 2])
+    lse, b = run(kernel, a)
+    assert_close(lse, torch.logsumexp(a.double(), 1), "float32", reduction_length=N,
+                 op_class="transcendental")
+    assert_close(b, norm.softmax(a), "float32", op_class="transcendental")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_rmsnorm_at_mlx_geometry(dtype, run):
+    # hidden size 3584 = 896 threads x 4: one 4-vector per thread, no idle lane
+    M, N = 8, 3584
+    x, w = rand((M, N), dtype), rand((N,), dtype)
+    kernel = core.compile(rmsnorm_kernel(M, N, 1, 896, dtype), out_idx=[2])
+    assert_close(run(kernel, x, w), norm.rmsnorm(x, w, 1e-6, out_dtype=dtype), dtype,
+                 op_class="transcendental")
+    assert "max_total_threads_per_threadgroup(896)" in kernel.msl
+
+
+@pytest.mark.backend("emu")
+@pytest.mark.parametrize("build,args", [
+    (lambda: softmax_kernel(4, 3584, 1, 896, "float32"), lambda: [rand((4, 3584), "float32")]),
+    (lambda: softmax_kernel(8, 256, 4, 96, "float32"), lambda: [rand((8, 256), "float32")]),
+], ids=["softmax-896", "softmax-96-rows-across-threads"])
+def test_every_barrier_is_necessary(build, args, run):
+    func, inputs = build(), args()
+    kernel = core.compile(func, out_idx=[1])
+    run(kernel, *inputs)
+    assert kernel.msl.count("threadgroup_barrier") == 2          # one per reduction
+    report = check_barriers(kernel, inputs)
+    assert report.ok, report.summary()
+
+
+# ---- copies and elementwise loops ---------------------------------------------------------
+
+@pytest.mark.parametrize("threads", [96, 384, 896])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_copies_and_elementwise(threads, dtype, run):
+    # global -> shared -> fragment -> global with an elementwise loop between, a ragged
+    # edge tile and a tile whose runs fill the threads unevenly (masked last round)
+    M, N, bM, bN = 50, 200, 16, 100
+
+    @T.prim_func
+    def axpy(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype),
+             C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=threads) as (bx, by):
+            a_s = T.alloc_shared((bM, bN), dtype)
+            a = T.alloc_fragment((bM, bN), "float32")
+            b = T.alloc_fragment((bM, bN), "float32")
+            T.copy(A[by * bM, bx * bN], a_s)
+            T.copy(a_s, a)
+            T.copy(B[by * bM, bx * bN], b)
+            for i, j in T.Parallel(bM, bN):
+                b[i, j] = 2.0 * a[i, j] + b[i, j]
+            T.copy(b, C[by * bM, bx * bN])
+
+    a, b = rand((M, N), dtype), rand((M, N), dtype)
+    kernel = core.compile(axpy, out_idx=[2])
+    want = (2.0 * a.double() + b.double()).to(a.dtype)
+    assert_close(run(kernel, a, b), want, dtype)
+
+
+# ---- T.gemm -------------------------------------------------------------------------------
+
+def test_gemm_over_three_simdgroups(run):
+    # a (48, 32) tile is 6 x 4 matrices: 2 x 4 per simdgroup for 3 simdgroups
+    M, N, K = 96, 64, 64
+    a, b = rand((M, K), "float16"), rand((K, N), "float16")
+    kernel = core.compile(matmul(M, N, K, 48, 32, 32, threads=96), out_idx=[2])
+    assert_close(run(kernel, a, b), a.double() @ b.double(), "float32", reduction_length=K,
+                 op_class="accumulation")
+
+
+# ---- what stays refused -------------------------------------------------------------------
+
+def row_over_partial_simdgroup():
+    # a row of 48 runs spreads over all 48 threads: lanes 48..63 of the second simdgroup
+    # do not exist, so there is no butterfly or simd reduction over them
+    @T.prim_func
+    def k(A: T.Tensor((2, 192), "float32"), Out: T.Tensor((2,), "float32")):
+        with T.Kernel(2, threads=48) as bx:
+            x = T.alloc_fragment((1, 192), "float32")
+            s = T.alloc_fragment((1,), "float32")
+            T.copy(A[bx, 0], x)
+            T.reduce_sum(x, s, dim=1)
+            T.copy(s, Out[bx])
+    return k
+
+
+def reducer_over_partial_simdgroup():
+    @T.prim_func
+    def k(A: T.Tensor((48,), "float32"), Out: T.Tensor((1,), "float32")):
+        with T.Kernel(1, threads=48):
+            acc = T.alloc_reducer((1,), "float32", op="sum")
+            T.clear(acc)
+            for t in T.Parallel(48):
+                acc[0] += A[t]
+            T.finalize_reducer(acc)
+            Out[0] = acc[0]
+    return k
+
+
+def gemm_tiles_do_not_split():
+    return matmul(64, 64, 64, 32, 32, 32, threads=96)
+
+
+REFUSED = {
+    "row over a partial simdgroup": (
+        row_over_partial_simdgroup,
+        r"kernel 'k'.*T.reduce_sum.*48 threads, not a multiple of 64 nor of the simdgroup "
+        r"width 32"),
+    "reducer over a partial simdgroup": (
+        reducer_over_partial_simdgroup,
+        r"T.finalize_reducer.*48 threads.*power of two below 32 or whole simdgroups"),
+    "gemm tiles over 3 simdgroups": (
+        gemm_tiles_do_not_split,
+        r"kernel 'gemm'.*gemm accumulator 'C_l'.*4 x 4 8x8 tiles.*3 simdgroups \(96 "
+        r"threads\)"),
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_refused_with_a_clear_error(name):
+    build, pattern = REFUSED[name]
+    with pytest.raises(LoweringError, match=pattern) as info:
+        core.compile(build(), out_idx=[-1])
+    assert isinstance(info.value, MetaltileError)
