@@ -22,6 +22,7 @@ from core.language.dtypes import SUPPORTED, dtype_name
 from core.language.errors import KernelDefinitionError
 from core.language.tilelang_names import GROUPS
 from core.language.unsupported import tvmscript_names
+from core.target import METAL
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "language.md"
 
@@ -45,9 +46,11 @@ LIMITS = {
             + _HINTS.format("policy, k_pack, wg_wait"),
     "GemmWarpPolicy": "accepted; the lowering picks the simdgroup partition",
     "reduce_sum": "fragment, local or shared source and destination; float32/float16/"
-                  "bfloat16/int32/int64/uint32; combining groups must divide the thread "
-                  "count; `batch=` is accepted and changes nothing; nan_propagate=True is "
-                  "rejected",
+                  "bfloat16/int32/int64/uint32; threads a power of two or a multiple of "
+                  f"{METAL.simd_width} (whole simdgroups: 96, 384, 896); other counts "
+                  "(48) only where the threads combining one output divide them, else a "
+                  "clear error; `batch=` is accepted and changes nothing; "
+                  "nan_propagate=True is rejected",
     "atomic_add": "device or threadgroup destination, scalar or tile form; int32/uint32 "
                   "native, float32 native on device memory, else (float32 on threadgroup "
                   "memory, float16, bfloat16) a compare-exchange on the 32-bit word; "

@@ -19,10 +19,10 @@ Params:
                 "local": T.alloc_local destination (every thread gets every output),
                 stored by a guarded T.Parallel (keepdim False)
     block       bM (dim 1) or bN (dim 0)
-    threads     threads per threadgroup (1, 16, 32..512, powers of two): how many
-                threads share one output follows from the fragment layout
-                (core/ir/layout.py); other counts are a clear error where the
-                combining groups do not divide them
+    threads     threads per threadgroup (1, 16, 32..512, powers of two; 96, 384, 896,
+                whole simdgroups that are not): how many threads share one output
+                follows from the fragment layout (core/ir/layout.py); other counts
+                (48) are a clear error where the combining groups do not divide them
     combine     "store" (default): each threadgroup reduces whole rows / columns and
                 stores them; "atomic": split-K style, the reduced extent is cut into
                 `splits` equal chunks (a second grid dimension), each threadgroup reduces
@@ -48,7 +48,7 @@ from oracles import reduce as oracle
 
 KINDS = oracle.KINDS
 DTYPES = ("float32", "float16", "bfloat16", "int32")
-THREADS = (32, 64, 128, 256, 1, 16, 512)
+THREADS = S.THREADS_REDUCE
 DSTS = ("fragment", "local")
 ATOMIC_DTYPES = ("float32", "int32")
 _ATOMIC = {"sum": T.atomic_add, "abssum": T.atomic_add, "max": T.atomic_max,

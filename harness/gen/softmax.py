@@ -6,8 +6,8 @@ Params:
                 N, 4096 x 4096 builds too, the fragment then holds bM x 4096 floats)
     dtype       dtype of X and Y: float32, float16, bfloat16 (computed in float32)
     scale       x is multiplied by `scale` before the softmax (1.0, or 1/sqrt(d)-like)
-    bM          rows per threadgroup; threads: threads per threadgroup (powers of two,
-                1..512)
+    bM          rows per threadgroup; threads: threads per threadgroup (powers of two
+                1..512, and multiples of 32 that are not: 96, 384, 896)
 
 Signature: (X, Y). Rows past M are loaded as 0 and never stored.
 """
@@ -23,7 +23,7 @@ from harness.gen.inputs import random_tensor
 from oracles import norm as oracle
 
 DTYPES = S.FLOATS
-THREADS = (32, 64, 128, 256, 1, 16, 512)
+THREADS = S.THREADS_REDUCE
 SCALES = (1.0, 0.125, 0.5)
 
 

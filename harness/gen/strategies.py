@@ -29,6 +29,9 @@ THREADS = (32, 64, 128, 256)
 # Also partial simdgroups, non-powers of two and 2-D/3-D threadgroups (JSON lists), for
 # kernels whose work distribution does not assume a power of two.
 THREADS_ANY = THREADS + (1, 48, 96, 512, [32, 4], [16, 8], [8, 2, 2])
+# The reduction families' thread counts: powers of two (partial simdgroups among them) and
+# whole simdgroups that are not (896 = 28 simdgroups, MLX's fit for a hidden size of 3584).
+THREADS_REDUCE = (32, 64, 128, 256, 1, 16, 512, 96, 384, 896)
 TILES = (4, 8, 16, 32, 64)
 
 
