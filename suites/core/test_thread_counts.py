@@ -91,6 +91,49 @@ def test_fragment_into_local_destination(threads, run):
     assert_close(run(kernel, a), a.sum(0).expand(threads, -1), reduction_length=M)
 
 
+def test_shared_source_and_destination(run):
+    # a shared tile reduces through a fragment of its shape; the 2 row sums go back to a
+    # shared buffer written once (by one replica of the one holder)
+    M, N, threads = 2, 1000, 384
+
+    @T.prim_func
+    def shared_sums(A: T.Tensor((M, N), "float32"), Out: T.Tensor((M,), "float32")):
+        with T.Kernel(1, threads=threads):
+            a_s = T.alloc_shared((M, N), "float32")
+            s_s = T.alloc_shared((M,), "float32")
+            T.copy(A, a_s)
+            T.reduce_sum(a_s, s_s, dim=1)
+            T.copy(s_s, Out)
+
+    a = rand((M, N), "float32")
+    kernel = core.compile(shared_sums, out_idx=[1])
+    assert_close(run(kernel, a), a.sum(1), reduction_length=N, op_class="accumulation")
+
+
+def test_weight_fragment_read_as_a_broadcast(run):
+    # w[j] is read in T.Parallel(2, 768) at 384 threads: row 0 runs on threads 0..191, row 1
+    # on 192..383, so w takes the partial top range of bits 6..8: 64 holders (the threads'
+    # low 6 bits) of 6 replicas each, and every read is of a slot the thread holds
+    M, N, threads = 4, 768, 384
+
+    @T.prim_func
+    def scale(X: T.Tensor((M, N), "float32"), W: T.Tensor((N,), "float32"),
+              Y: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(M, 2), threads=threads) as bx:
+            x = T.alloc_fragment((2, N), "float32")
+            w = T.alloc_fragment((N,), "float32")
+            T.copy(X[bx * 2, 0], x)
+            T.copy(W, w)
+            for i, j in T.Parallel(2, N):
+                x[i, j] = x[i, j] * w[j]
+            T.copy(x, Y[bx * 2, 0])
+
+    x, w = rand((M, N), "float32"), rand((N,), "float32")
+    kernel = core.compile(scale, out_idx=[2])
+    assert_close(run(kernel, x, w), x.double() * w.double(), "float32")
+    assert "threadgroup" not in kernel.msl.split("{", 1)[1]     # no staging: reads are local
+
+
 # ---- softmax-like kernels -----------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
