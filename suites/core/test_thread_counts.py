@@ -134,6 +134,32 @@ def test_weight_fragment_read_as_a_broadcast(run):
     assert "threadgroup" not in kernel.msl.split("{", 1)[1]     # no staging: reads are local
 
 
+@pytest.mark.parametrize("threads", [96, 896])
+def test_reducer_over_whole_simdgroups(threads, run):
+    # T.alloc_reducer + T.finalize_reducer: each simdgroup's lane 0 publishes, every thread
+    # folds the threads / 32 partials
+    N = 2000
+
+    @T.prim_func
+    def total(A: T.Tensor((N,), "float32"), Out: T.Tensor((1,), "float32")):
+        with T.Kernel(1, threads=threads):
+            acc = T.alloc_reducer((1,), "float32", op="sum")
+            T.clear(acc)
+            for t in T.Parallel(threads):
+                for k in T.serial(T.ceildiv(N, threads)):
+                    if k * threads + t < N:
+                        acc[0] += A[k * threads + t]
+            T.finalize_reducer(acc)
+            for t in T.Parallel(threads):
+                if t == 0:
+                    Out[0] = acc[0]
+
+    a = rand((N,), "float32")
+    kernel = core.compile(total, out_idx=[1])
+    assert_close(run(kernel, a), a.sum().reshape(1), reduction_length=N,
+                 op_class="accumulation")
+
+
 # ---- softmax-like kernels -----------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
