@@ -19,7 +19,7 @@ import core.language as T
 from core.errors import MetaltileError
 from core.language.errors import LoweringError
 from harness.barriers import check_barriers
-from harness.diff import assert_close
+from harness.diff import assert_close, run_case
 from oracles import norm
 from suites.core.test_gemm import matmul
 from suites.core.test_reduce import (check_reductions, online_softmax, rand, rmsnorm_kernel,
@@ -207,6 +207,34 @@ def test_every_barrier_is_necessary(build, args, run):
     assert kernel.msl.count("threadgroup_barrier") == 2          # one per reduction
     report = check_barriers(kernel, inputs)
     assert report.ok, report.summary()
+
+
+@pytest.mark.backend("emu")
+@pytest.mark.parametrize("family,params", [
+    ("rmsnorm", {"M": 3, "N": 3584, "dtype": "bfloat16", "eps": 1e-6, "weight": "shared",
+                 "bM": 1, "threads": 896}),
+    ("rmsnorm", {"M": 9, "N": 150, "dtype": "float16", "eps": 1e-5, "weight": "global",
+                 "bM": 4, "threads": 96}),
+    ("layernorm", {"M": 5, "N": 1536, "dtype": "float16", "eps": 1e-5, "bM": 2,
+                   "threads": 384}),
+    ("softmax", {"M": 7, "N": 1000, "dtype": "float32", "scale": 0.125, "bM": 2,
+                 "threads": 896}),
+    ("reduce", {"M": 37, "N": 150, "dim": 0, "kind": "absmax", "dtype": "float16",
+                "out_dtype": "float32", "clear": False, "keepdim": True, "dst": "fragment",
+                "block": 8, "threads": 96}),
+    ("reduce", {"M": 6, "N": 1000, "dim": 1, "kind": "min", "dtype": "int32",
+                "out_dtype": "int32", "clear": True, "keepdim": False, "dst": "local",
+                "block": 2, "threads": 384}),
+    ("reduce", {"M": 4, "N": 3584, "dim": -1, "kind": "sum", "dtype": "float32",
+                "out_dtype": "float32", "clear": True, "keepdim": False, "dst": "fragment",
+                "block": 1, "threads": 896, "combine": "atomic", "splits": 4}),
+], ids=["rmsnorm-896-shared-weight", "rmsnorm-96-rows-across-threads", "layernorm-384",
+        "softmax-896-masked-round", "reduce-columns-96", "reduce-local-384",
+        "reduce-atomic-896"])
+def test_families_at_whole_simdgroup_counts(family, params, backend):
+    # the harness's own path (build, run with every check, compare, barrier necessity)
+    result = run_case(family, params, backend=backend, barriers=True)
+    assert result.status == "pass", f"{family} {params}: {result.status}\n{result.message}"
 
 
 # ---- copies and elementwise loops ---------------------------------------------------------
