@@ -10,6 +10,8 @@ dtype, the first thread count).
     tile(choices)                a tile extent from `choices` (powers of two by default)
     threads(choices)             threads per threadgroup: THREADS (powers of two, 32..256)
                                  or THREADS_ANY (also 1, 48, 96, 512 and [x, y(, z)] lists)
+                                 or THREADS_REDUCE (the reductions': powers of two 1..512
+                                 and whole simdgroups 96, 384, 896)
     dtype(choices)               a dtype name ("float32", ...): FLOATS, INTS, NUMERIC
     fits_threadgroup(...)        whether tiles of given dtypes fit in 32 KiB
 
