@@ -37,6 +37,10 @@ SMALL = [
     ("layernorm", {"M": 3, "N": 260, "dtype": "float16", "eps": 1e-5, "bM": 1,
                    "threads": 64}, HandTuned("layernorm.metal", "layernorm_row", 96,
                                              ("eps",))),
+    # both sides at 896 threads (28 simdgroups), the bench's geometry for hidden size 3584
+    ("rmsnorm", {"M": 2, "N": 3584, "dtype": "float16", "eps": 1e-6, "weight": "global",
+                 "bM": 1, "threads": 896}, HandTuned("rmsnorm.metal", "rmsnorm_row", 896,
+                                                     ("eps",))),
 ]
 
 
