@@ -37,7 +37,8 @@ with the same low bits [0, rep_lo) is a replica of one of `2 ** rep_lo` holders,
 holder having `threads >> rep_lo` replicas (fewer than `2 ** rep_bits`; `group` records
 the threadgroup size then). So a row spread over all 896 threads reduces into a layout of
 one holder that every thread replicates. Other thread counts (48) get only the ranges
-whose `2 ** hi` divides them, and an error where none fits. Consequences the lowering relies on:
+whose `2 ** hi` divides them, and an error where none fits.
+Consequences the lowering relies on:
   - a `T.Parallel` over the source's extents that reads `dst[i]` (the reduced index
     dropped) reads a local slot: the thread running iteration (i, j) holds dst[i];
     `broadcast_ok` checks this at compile time for any loop layout and fragment;
