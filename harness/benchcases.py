@@ -101,9 +101,9 @@ class BenchCase:
 # The seed implementation's measured M2 figures (issue 9), set beside the QMM cases' models.
 _SEED_SHAPE = ("the seed's shape (not recorded with its figure; the model runs at the real "
                "shape the case names)")
-_GEMV_OMITS = (f"{_SEED_SHAPE}, caches (activation re-reads per weight tile are charged as "
-               "DRAM traffic), register pressure of the per-lane partial sums, and the "
-               "integer decode work (not counted as flops)")
+_GEMV_OMITS = (f"{_SEED_SHAPE}, the achieved fraction of DRAM bandwidth, register pressure "
+               "of the per-lane partial sums, and the integer decode work (not counted as "
+               "flops)")
 _GEMM_OMITS = (f"{_SEED_SHAPE}; compute-bound here, at the FP32 FMA peak: the simdgroup-matrix "
                "rate, the decode into threadgroup memory and its barriers are not modeled")
 FP8_SOURCE = "seed: fp8 (e4m3) dense QMM measured on an M2 (issue 9)"

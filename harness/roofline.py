@@ -1,20 +1,24 @@
 """A model of Apple GPUs that sees device traffic and on-chip work: modeled kernel time from
 the emulator's counters.
 
-Input: the deterministic counters of one checked emulator run (device bytes, threadgroup
-bytes, barriers, simd operations, launches, threadgroups and threads, threadgroup memory per
-threadgroup) plus the kernel's arithmetic (`Built.flops`) and the bytes of its thread-local
-arrays (`local_array_bytes`, read from the MSL: the register estimate). Output: per chip
+Input: the deterministic counters of one checked emulator run (device bytes, per buffer
+all and distinct, threadgroup bytes, barriers, simd operations by kind, launches,
+threadgroups and threads, threadgroup memory per threadgroup) plus the kernel's arithmetic
+(`Built.flops`) and the bytes of its thread-local arrays (`local_array_bytes`, read from the
+MSL: the register estimate). Output: per chip
 
     occupancy   = the throughput a core reaches with its resident simdgroups (measured
                   points, interpolated: 4 -> 37%, 8 -> 64%, 24 or more -> 100%), from
                   the threadgroups a core holds at once (limited by its threads, its
                   threadgroup memory and its register file; a property of the kernel, as
                   if the grid filled the GPU, which the real shapes do)
-    throughput  = max(device bytes / bandwidth / occupancy,
+    memory      = max(DRAM bytes / DRAM bandwidth,      DRAM: every distinct byte once,
+                      SLC bytes / SLC bandwidth,         plus repeat accesses no cache holds
+                      all device bytes / L2 bandwidth)   (`memory_traffic`)
+    throughput  = max(memory / occupancy,
                       flops / peak flops / occupancy,
                       threadgroup bytes / threadgroup-memory bandwidth,
-                      simd ops x cycles per simd op / simd issue rate)
+                      sum over kinds of simd ops x cycles of that kind / simd issue rate)
     barriers    = barrier events x BARRIER_CYCLES / (clock x cores x resident threadgroups)
     time        = throughput + barriers + launches x LAUNCH_OVERHEAD_S
 
@@ -42,24 +46,33 @@ Where each figure comes from (docs/bench.md has the table, with every source):
     below it, the fraction of peak FFMA throughput measured at ILP 4 with 4 and 8 simdgroups
     per core, 37% and 64%, interpolated, and applied to device bandwidth too),
     4 schedulers per core, a simd shuffle issued every 2.04 cycles per scheduler (256
-    B/cycle of shuffle bandwidth per core): philipturner/metal-benchmarks, measured on
-    Apple7/8 (M1, M2). Threadgroup-memory bandwidth (64 B/cycle per core, the
-    on-core data bandwidth metal-benchmarks lists; it gives no figure of its own for
-    threadgroup memory, only that it is "narrow") and the barrier cost (32 cycles) are
+    B/cycle of shuffle bandwidth per core), a simd_sum every 14.54, the other kinds in
+    `_SIMD_CYCLES`; GPU L2 bandwidth 32 B/cycle per core ("On-GPU Data BW/Cycle"), the
+    system-level cache's twice DRAM's ("SLC BW/Cycle" 15.4-19.8 B against "RAM BW/Cycle"
+    7.7-9.9 B); L2 and system-level cache sizes per chip (its GPU table, M1 and M2
+    families): philipturner/metal-benchmarks, measured on Apple7/8 (M1, M2); M3 and M4
+    caches take the M2 counterpart's, an estimate. Threadgroup-memory bandwidth (64
+    B/cycle per core, the on-core data bandwidth metal-benchmarks lists; it gives no
+    figure of its own for threadgroup memory, only that it is "narrow") and the barrier
+    cost (32 cycles) are
     estimates, not measurements. Apple9 (M3, M4) allocates registers and threadgroup memory
     dynamically ("Dynamic Caching"); no microbenchmark of it was found, so it takes the
     Apple7/8 figures, marked as an estimate.
   - LAUNCH_OVERHEAD_S = 5 us per dispatch is an assumption: back-to-back dispatches encoded
     in one command buffer; `harness bench` on a Mac measures GPU time to check it.
 
-Limitations, plainly: no caches (every counted device byte is DRAM traffic), peak rates are
-never reached in practice (real kernels get ~70-90% of bandwidth), every simd operation
-costs a shuffle's issue slot (metal-benchmarks measures `simd_sum` at ~14.5 cycles, seven
-shuffles: the counters do not tell a reduction from a shuffle, so a kernel of `simd_sum`s is
-modeled too fast), registers are estimated from thread-local arrays plus a fixed allowance
-for scalars (what the Metal compiler really allocates is unknown off a Mac), one occupancy
-for the whole program (threads and groups summed over its launches), integer and
-transcendental operations count like FMAs. It ranks compiler changes; it does not predict
+Limitations, plainly: whether a repeat access hits a cache is decided per buffer by its
+footprint at the shape that ran (not by reuse distance or the other buffers competing for
+the cache; the real-shape extrapolation scales the terms linearly, so a re-read buffer that
+outgrows a cache at the real shape is modeled too fast), accesses across launches are not
+cached, peak rates are never reached in practice (real kernels get ~70-90% of bandwidth),
+simd collectives are priced by throughput only (a `simd_sum`, 14.54 cycles, and a 5-step
+shuffle butterfly, 5 x 3.04, are close; their latencies, 27.55 and ~5 x 5.9 cycles, are
+not modeled), a reduction is priced at SUM<F32> whatever its type, registers are
+estimated from thread-local arrays plus a fixed allowance for scalars (what the Metal
+compiler really allocates is unknown off a Mac), one occupancy for the whole program
+(threads and groups summed over its launches), integer and transcendental operations
+count like FMAs. It ranks compiler changes; it does not predict
 absolute times to better than a factor of ~2.
 """
 
