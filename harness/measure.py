@@ -168,9 +168,10 @@ def _half_only(built) -> bool:
 
 
 def modeled(counters: dict, minimum: dict, flops: int, chip_names, half=False,
-            buffers=()) -> dict:
+            buffers=(), full_scale: float = 1.0) -> dict:
     """The roofline model (harness/roofline.py) per chip from one program's counters (and
-    its per-buffer traffic, `roofline.buffer_traffic`, for the cache term): the modeled
+    its per-buffer traffic, `roofline.buffer_traffic`, for the cache term, which decides
+    hits for footprints `full_scale` times those that ran: the real shape): the modeled
     seconds, each term, the occupancy, which throughput term binds, the ideal."""
     out = {}
     work = roofline.OnChipWork.of(counters)
@@ -179,7 +180,7 @@ def modeled(counters: dict, minimum: dict, flops: int, chip_names, half=False,
                            + counters["device_bytes_written"], flops=flops,
                            launches=counters["launches"],
                            minimum_bytes=minimum["read"] + minimum["written"], half=half,
-                           work=work, buffers=buffers)
+                           work=work, buffers=buffers, footprint_scale=full_scale)
         out[chip.name] = {"seconds": m.seconds, "memory_seconds": m.memory_seconds,
                           "compute_seconds": m.compute_seconds,
                           "threadgroup_seconds": m.threadgroup_seconds,
@@ -339,7 +340,7 @@ def measure_hand_tuned(case: BenchCase, built, generated: "CaseMeasurement",
                                                                hand.kernel)
     out["counters"] = counters
     out["modeled"] = modeled(counters, generated.minimum, generated.flops, chip_names, half,
-                             roofline.buffer_traffic([res.stats]))
+                             roofline.buffer_traffic([res.stats]), case.full_scale)
     if generated.counters:
         out["ratios"] = {k: generated_over_reference(generated.counters.get(k, 0),
                                                      counters.get(k, 0))
@@ -386,7 +387,8 @@ def measure_case(case: BenchCase, *, rounds: int = DEFAULT_ROUNDS, disable=(),
             out.flops = int(built.flops)
             out.modeled = modeled(out.counters, out.minimum, out.flops, chip_names,
                                   half=_half_only(built),
-                                  buffers=roofline.buffer_traffic(result.stats))
+                                  buffers=roofline.buffer_traffic(result.stats),
+                                  full_scale=case.full_scale)
             if case.hand_tuned:
                 out.hand_tuned = measure_hand_tuned(case, built, out, chip_names,
                                                     _half_only(built))

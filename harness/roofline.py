@@ -62,10 +62,11 @@ Where each figure comes from (docs/bench.md has the table, with every source):
     in one command buffer; `harness bench` on a Mac measures GPU time to check it.
 
 Limitations, plainly: whether a repeat access hits a cache is decided per buffer by its
-footprint at the shape that ran (not by reuse distance or the other buffers competing for
-the cache; the real-shape extrapolation scales the terms linearly, so a re-read buffer that
-outgrows a cache at the real shape is modeled too fast), accesses across launches are not
-cached, peak rates are never reached in practice (real kernels get ~70-90% of bandwidth),
+footprint (not by reuse distance or the other buffers competing for the cache), taken at
+an upper bound of its real-shape size (the footprint at the shape that ran times the case's
+scaling factor: a buffer that does not grow with the rows, such as a weight or an
+activation vector, is judged larger than it is), accesses across launches are not cached,
+peak rates are never reached in practice (real kernels get ~70-90% of bandwidth),
 simd collectives are priced by throughput only (a `simd_sum`, 14.54 cycles, and a 5-step
 shuffle butterfly, 5 x 3.04, are close; their latencies, 27.55 and ~5 x 5.9 cycles, are
 not modeled), a reduction is priced at SUM<F32> whatever its type, registers are
@@ -328,7 +329,10 @@ class MemoryTraffic:
         return self.l2_hits + self.slc_hits
 
 
-def memory_traffic(chip: Chip, buffers) -> MemoryTraffic:
+def memory_traffic(chip: Chip, buffers, footprint_scale: float = 1.0) -> MemoryTraffic:
+    """`footprint_scale` multiplies each footprint for the fit test only: a bench case
+    passes its scaling factor, so hits are decided for the real shape (conservatively: no
+    buffer grows faster than the work), not for the cut-down one that ran."""
     dram = l2 = slc = 0.0
     total = 0
     for b in buffers:
@@ -336,12 +340,13 @@ def memory_traffic(chip: Chip, buffers) -> MemoryTraffic:
         dram += b.footprint
         if not b.again:
             continue
-        if b.footprint <= chip.l2_bytes:
+        size = b.footprint * footprint_scale
+        if size <= chip.l2_bytes:
             l2 += b.again
-        elif b.footprint <= chip.slc_bytes:
+        elif size <= chip.slc_bytes:
             slc += b.again
         else:
-            fits = chip.slc_bytes / b.footprint
+            fits = chip.slc_bytes / size
             slc += b.again * fits
             dram += b.again * (1 - fits)
     return MemoryTraffic(total, dram, l2, slc)
@@ -430,15 +435,16 @@ NO_ON_CHIP_WORK = OnChipWork()      # a device-and-ALU-only model
 
 def model(chip: Chip, *, device_bytes: int, flops: int, launches: int,
           minimum_bytes: int, half: bool = False, work: OnChipWork = NO_ON_CHIP_WORK,
-          simd_width: int | None = None, buffers=()) -> Modeled:
+          simd_width: int | None = None, buffers=(), footprint_scale: float = 1.0) -> Modeled:
     """`buffers`: the `BufferTraffic` of every buffer and launch (`buffer_traffic`), for
-    the cache term; without them every device byte is DRAM traffic."""
+    the cache term, whose fit test scales footprints by `footprint_scale`
+    (`memory_traffic`); without them every device byte is DRAM traffic."""
     if simd_width is None:
         from core.target import METAL
         simd_width = METAL.simd_width
     peak = chip.fp16_flops if half else chip.fp32_flops
     occ = occupancy(chip.on_chip, work, simd_width)
-    traffic = (memory_traffic(chip, buffers) if buffers
+    traffic = (memory_traffic(chip, buffers, footprint_scale) if buffers
                else MemoryTraffic(device_bytes, device_bytes, 0, 0))
     levels = {"DRAM": traffic.dram / chip.bandwidth,
               "SLC": (traffic.total - traffic.l2_hits) / chip.slc_bandwidth,

@@ -133,6 +133,9 @@ def test_re_reads_of_a_footprint_beyond_the_caches_come_partly_from_dram():
     t = roofline.memory_traffic(m2, [big])                # 8 of 32 MiB fit the SLC
     assert t.slc_hits == pytest.approx(32 * mb * 8 / 32)
     assert t.dram == pytest.approx(32 * mb + 32 * mb * 24 / 32)
+    # a case cut down 16x for the emulator: its 1 MiB would be up to 16 MiB at the real shape
+    t = roofline.memory_traffic(m2, [fits_slc], footprint_scale=16)
+    assert t.slc_hits == pytest.approx(12 * mb * 8 / 64) and t.l2_hits == 0
     once = roofline.BufferTraffic(read=mb, written=mb, unique_read=mb, unique_written=mb)
     assert roofline.memory_traffic(m2, [once]).cached == 0
     # the SLC binds when its traffic outruns it: a 4 MiB buffer read 100 times
