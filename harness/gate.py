@@ -30,7 +30,9 @@ GATED = ("launches", "device_bytes_read", "device_bytes_written", "device_load_o
          "threadgroup_load_ops", "threadgroup_store_ops", "threadgroup_memory_bytes",
          "barriers", "simd_ops", "atomic_ops", "local_array_bytes")
 INFORMATIONAL = ("groups", "threads", "simdgroups", "device_unique_bytes_read",
-                 "device_unique_bytes_written")
+                 "device_unique_bytes_written", "simd_shuffle_ops", "simd_broadcast_ops",
+                 "simd_reduce_ops", "simd_scan_ops", "simd_vote_ops", "simd_matrix_load_ops",
+                 "simd_matrix_store_ops")
 
 
 @dataclass(frozen=True)

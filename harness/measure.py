@@ -52,7 +52,8 @@ DEFAULT_ROUNDS = 5
 # Counters summed over launches; all but the informational ones gate (harness/gate.py).
 SUMMED = ("groups", "threads", "simdgroups", "barriers", "simd_ops", "atomic_ops",
           "threadgroup_bytes_read", "threadgroup_bytes_written", "device_load_ops",
-          "device_store_ops", "threadgroup_load_ops", "threadgroup_store_ops")
+          "device_store_ops", "threadgroup_load_ops", "threadgroup_store_ops",
+          *(f"simd_{kind}_ops" for kind in roofline.SIMD_KINDS))
 REFERENCE_KERNELS = Path(__file__).resolve().parent / "reference_kernels"
 # Counters set as generated / hand-tuned (all gated counters that either side can have).
 RATIO_COUNTERS = ("device_bytes_read", "device_bytes_written", "device_load_ops",
@@ -166,9 +167,12 @@ def _half_only(built) -> bool:
     return bool(dtypes) and all(d in ("float16", "bfloat16") for d in dtypes)
 
 
-def modeled(counters: dict, minimum: dict, flops: int, chip_names, half=False) -> dict:
-    """The roofline model (harness/roofline.py) per chip from one program's counters: the
-    modeled seconds, each term, the occupancy, which throughput term binds, the ideal."""
+def modeled(counters: dict, minimum: dict, flops: int, chip_names, half=False,
+            buffers=(), full_scale: float = 1.0) -> dict:
+    """The roofline model (harness/roofline.py) per chip from one program's counters (and
+    its per-buffer traffic, `roofline.buffer_traffic`, for the cache term, which decides
+    hits for footprints `full_scale` times those that ran: the real shape): the modeled
+    seconds, each term, the occupancy, which throughput term binds, the ideal."""
     out = {}
     work = roofline.OnChipWork.of(counters)
     for chip in roofline.chips(chip_names):
@@ -176,7 +180,7 @@ def modeled(counters: dict, minimum: dict, flops: int, chip_names, half=False) -
                            + counters["device_bytes_written"], flops=flops,
                            launches=counters["launches"],
                            minimum_bytes=minimum["read"] + minimum["written"], half=half,
-                           work=work)
+                           work=work, buffers=buffers, footprint_scale=full_scale)
         out[chip.name] = {"seconds": m.seconds, "memory_seconds": m.memory_seconds,
                           "compute_seconds": m.compute_seconds,
                           "threadgroup_seconds": m.threadgroup_seconds,
@@ -185,7 +189,9 @@ def modeled(counters: dict, minimum: dict, flops: int, chip_names, half=False) -
                           "launch_seconds": m.launch_seconds, "occupancy": m.occupancy,
                           "groups_per_core": m.groups_per_core,
                           "occupancy_limit": m.occupancy_limit, "bound": m.bound,
-                          "ideal_seconds": m.ideal_seconds, "efficiency": m.efficiency}
+                          "ideal_seconds": m.ideal_seconds, "efficiency": m.efficiency,
+                          "dram_bytes": m.dram_bytes, "cached_bytes": m.cached_bytes,
+                          "memory_level": m.memory_level}
     return out
 
 
@@ -333,7 +339,8 @@ def measure_hand_tuned(case: BenchCase, built, generated: "CaseMeasurement",
     counters["local_array_bytes"] = roofline.local_array_bytes(hand_tuned_source(hand, p),
                                                                hand.kernel)
     out["counters"] = counters
-    out["modeled"] = modeled(counters, generated.minimum, generated.flops, chip_names, half)
+    out["modeled"] = modeled(counters, generated.minimum, generated.flops, chip_names, half,
+                             roofline.buffer_traffic([res.stats]), case.full_scale)
     if generated.counters:
         out["ratios"] = {k: generated_over_reference(generated.counters.get(k, 0),
                                                      counters.get(k, 0))
@@ -379,7 +386,9 @@ def measure_case(case: BenchCase, *, rounds: int = DEFAULT_ROUNDS, disable=(),
             out.minimum = _minimum(built)
             out.flops = int(built.flops)
             out.modeled = modeled(out.counters, out.minimum, out.flops, chip_names,
-                                  half=_half_only(built))
+                                  half=_half_only(built),
+                                  buffers=roofline.buffer_traffic(result.stats),
+                                  full_scale=case.full_scale)
             if case.hand_tuned:
                 out.hand_tuned = measure_hand_tuned(case, built, out, chip_names,
                                                     _half_only(built))

@@ -166,7 +166,8 @@ REFERENCE_HEADER = ["case", "measured", "modeled, real shape", "modeled / measur
                     "source", "what the model leaves out"]
 REFERENCE_NOTE = ("Measured times from elsewhere (not this project's runs) beside the roofline "
                   "model of the same chip, extrapolated to the real shape. Besides each case's "
-                  "own notes, the model has no caches, estimates registers, barrier cost and "
+                  "own notes, the model decides cache hits per buffer by footprint, estimates "
+                  "registers, barrier cost and "
                   "threadgroup bandwidth, and charges integer and conversion work like FMAs; "
                   "it is not expected to agree better than about 2x.")
 
@@ -230,6 +231,19 @@ def hand_tuned_rows(results: dict) -> list[list[str]]:
         target = "-" if not ref else ("met" if not misses else ", ".join(misses))
         rows.append([c["name"], f"{hand['file']}:{hand['kernel']} ({hand['geometry']})",
                      hand["status"], *cells, target])
+    return rows
+
+
+def hand_tuned_term_rows(cases: list, chip: str) -> list[list[str]]:
+    """Per case with a hand-tuned reference: the generated kernel's modeled terms on `chip`,
+    then the reference's."""
+    rows = []
+    for c in cases:
+        hand = c.get("hand_tuned") or {}
+        mine, theirs = (c.get("modeled") or {}).get(chip), (hand.get("modeled") or {}).get(chip)
+        if mine and theirs:
+            rows.append([f"{c['name']} (generated)", *_term_cells(mine)])
+            rows.append([f"{c['name']} (hand-tuned {hand['kernel']})", *_term_cells(theirs)])
     return rows
 
 
@@ -379,6 +393,10 @@ def _sections(results: dict, changes: list, baseline_path: str | None) -> list[t
     if rows:
         out.append(("Generated against hand-tuned reference kernels",
                     hand_tuned_header(chips), rows, HAND_TUNED_NOTE))
+    rows = hand_tuned_term_rows(cases, chip)
+    if rows:
+        out.append((f"Generated against hand-tuned, term by term ({chip})",
+                    ["kernel", *TERM_HEADER], rows, HAND_TUNED_TERM_NOTE))
     rows = reference_rows({"cases": cases})
     if rows:
         out.append(("Modeled time against measured references", REFERENCE_HEADER, rows,
@@ -409,40 +427,70 @@ def _sections(results: dict, changes: list, baseline_path: str | None) -> list[t
     rows = [[name, str(ch["gpu_cores"]), f"{ch['clock_mhz']:g}", f"{ch['bandwidth_gbs']:g}",
              f"{ch['fp32_tflops']:.2f}", f"{ch['fp16_tflops']:.2f}",
              _num(ch.get("threadgroup_gbs")), _num(ch.get("simd_gops")),
-             (ch.get("on_chip") or {}).get("family", "-"), ch["source"]]
+             _cache_cell(ch.get("l2_bytes"), ch.get("l2_gbs")),
+             _cache_cell(ch.get("slc_bytes"), ch.get("slc_gbs")),
+             (ch.get("on_chip") or {}).get("family", "-"),
+             "; ".join(filter(None, (ch["source"], ch.get("cache_source"))))]
             for name, ch in results["chips"].items()]
     out.append(("Chips of the model", ["chip", "GPU cores", "clock MHz", "GB/s",
                                        "FP32 TFLOPS (derived)", "FP16 TFLOPS",
                                        "threadgroup GB/s (estimate)", "simd Gops/s",
+                                       "L2 (GB/s)", "system-level cache (GB/s)",
                                        "on-chip figures", "source"],
                 rows, "TFLOPS = cores x 128 ALUs x clock x 2; threadgroup GB/s = cores x "
-                "64 B/cycle x clock; simd Gops/s = cores x 4 schedulers / 2.04 cycles x clock. "
+                "64 B/cycle x clock; simd Gops/s = cores x 4 schedulers / 2.04 cycles x clock "
+                "(shuffles); L2 GB/s = cores x 32 B/cycle x clock; system-level cache GB/s = "
+                "2 x DRAM. "
                 "Sources and limitations: docs/bench.md and "
                 "harness/roofline.py and README.md (harness bench)."))
     return out
 
 
 THROUGHPUT_TERMS = ("memory", "compute", "threadgroup", "simd")
-TERM_HEADER = ["total us", "device memory us", "ALU us", "threadgroup memory us",
-               "simd ops us", "barriers us", "launches us", "groups / core (limit)",
-               "occupancy", "bound"]
-TERM_NOTE = ("Each term of harness/roofline.py at the shape that ran: device memory and ALU "
+TERM_HEADER = ["total us", "device memory us (level)", "from DRAM MB", "from cache MB",
+               "ALU us", "threadgroup memory us", "simd ops us", "barriers us", "launches us",
+               "groups / core (limit)", "occupancy", "bound"]
+TERM_NOTE = ("Each term of harness/roofline.py at the shape that ran: device memory is the "
+             "slowest of DRAM (every distinct byte once, and the repeat accesses no cache "
+             "holds), the system-level cache and the GPU L2 (a buffer's repeat accesses are "
+             "served by the cache its footprint fits); it and ALU "
              "are divided by the occupancy factor (the fraction of peak throughput measured "
              "with that many resident simdgroups per core: 37% at 4, 64% at 8, 100% from 24); "
+             "simd ops are priced by kind (a simd_sum 14.54 cycles, a shuffle 2.04 plus its "
+             "butterfly combine, simdgroup-matrix loads and stores in the memory terms); "
              "the four throughput terms overlap (the largest binds), barriers and "
              "launches add. groups / core: threadgroups one core holds at once and what "
              "limits them (threads, threadgroup memory, registers: thread-local arrays plus "
-             "an allowance). The on-chip constants and their sources are in docs/bench.md; "
-             "threadgroup bandwidth and barrier cycles are estimates.")
+             "an allowance). The constants and their sources are in docs/bench.md; "
+             "threadgroup bandwidth, barrier cycles and the M3/M4 caches are estimates.")
+HAND_TUNED_TERM_NOTE = ("The terms of the previous table for each case with a hand-tuned "
+                        "reference, the generated kernel's row above the reference's: "
+                        "which term makes the difference in modeled time.")
+
+
+def _cache_cell(nbytes, gbs) -> str:
+    if not nbytes:
+        return "-"
+    size = f"{nbytes / 1024 / 1024:g} MiB" if nbytes >= 1024 * 1024 else f"{nbytes // 1024} KiB"
+    return f"{size} ({_num(gbs)})"
 
 
 def _breakdown_chip(chips: list) -> str:
     return "M2" if "M2" in chips else chips[0]
 
 
+def _mb(nbytes) -> str:
+    return "-" if nbytes is None else f"{nbytes / 1e6:,.2f}"
+
+
 def _term_cells(m: dict) -> list[str]:
-    """One case's modeled terms (a document from before the on-chip terms shows '-')."""
-    return [_us(m["seconds"]), _us(m.get("memory_seconds")), _us(m.get("compute_seconds")),
+    """One case's modeled terms (a document from before the on-chip or cache terms shows
+    '-')."""
+    memory = _us(m.get("memory_seconds"))
+    if "memory_level" in m:
+        memory += f" ({m['memory_level']})"
+    return [_us(m["seconds"]), memory, _mb(m.get("dram_bytes")), _mb(m.get("cached_bytes")),
+            _us(m.get("compute_seconds")),
             _us(m.get("threadgroup_seconds")), _us(m.get("simd_seconds")),
             _us(m.get("barrier_seconds")), _us(m.get("launch_seconds")),
             f"{m['groups_per_core']} ({m['occupancy_limit']})" if "groups_per_core" in m

@@ -1,20 +1,24 @@
 """A model of Apple GPUs that sees device traffic and on-chip work: modeled kernel time from
 the emulator's counters.
 
-Input: the deterministic counters of one checked emulator run (device bytes, threadgroup
-bytes, barriers, simd operations, launches, threadgroups and threads, threadgroup memory per
-threadgroup) plus the kernel's arithmetic (`Built.flops`) and the bytes of its thread-local
-arrays (`local_array_bytes`, read from the MSL: the register estimate). Output: per chip
+Input: the deterministic counters of one checked emulator run (device bytes, per buffer
+all and distinct, threadgroup bytes, barriers, simd operations by kind, launches,
+threadgroups and threads, threadgroup memory per threadgroup) plus the kernel's arithmetic
+(`Built.flops`) and the bytes of its thread-local arrays (`local_array_bytes`, read from the
+MSL: the register estimate). Output: per chip
 
     occupancy   = the throughput a core reaches with its resident simdgroups (measured
                   points, interpolated: 4 -> 37%, 8 -> 64%, 24 or more -> 100%), from
                   the threadgroups a core holds at once (limited by its threads, its
                   threadgroup memory and its register file; a property of the kernel, as
                   if the grid filled the GPU, which the real shapes do)
-    throughput  = max(device bytes / bandwidth / occupancy,
+    memory      = max(DRAM bytes / DRAM bandwidth,      DRAM: every distinct byte once,
+                      SLC bytes / SLC bandwidth,         plus repeat accesses no cache holds
+                      all device bytes / L2 bandwidth)   (`memory_traffic`)
+    throughput  = max(memory / occupancy,
                       flops / peak flops / occupancy,
                       threadgroup bytes / threadgroup-memory bandwidth,
-                      simd ops x cycles per simd op / simd issue rate)
+                      sum over kinds of simd ops x cycles of that kind / simd issue rate)
     barriers    = barrier events x BARRIER_CYCLES / (clock x cores x resident threadgroups)
     time        = throughput + barriers + launches x LAUNCH_OVERHEAD_S
 
@@ -42,24 +46,34 @@ Where each figure comes from (docs/bench.md has the table, with every source):
     below it, the fraction of peak FFMA throughput measured at ILP 4 with 4 and 8 simdgroups
     per core, 37% and 64%, interpolated, and applied to device bandwidth too),
     4 schedulers per core, a simd shuffle issued every 2.04 cycles per scheduler (256
-    B/cycle of shuffle bandwidth per core): philipturner/metal-benchmarks, measured on
-    Apple7/8 (M1, M2). Threadgroup-memory bandwidth (64 B/cycle per core, the
-    on-core data bandwidth metal-benchmarks lists; it gives no figure of its own for
-    threadgroup memory, only that it is "narrow") and the barrier cost (32 cycles) are
+    B/cycle of shuffle bandwidth per core), a simd_sum every 14.54, the other kinds in
+    `_SIMD_CYCLES`; GPU L2 bandwidth 32 B/cycle per core ("On-GPU Data BW/Cycle"), the
+    system-level cache's twice DRAM's ("SLC BW/Cycle" 15.4-19.8 B against "RAM BW/Cycle"
+    7.7-9.9 B); L2 and system-level cache sizes per chip (its GPU table, M1 and M2
+    families): philipturner/metal-benchmarks, measured on Apple7/8 (M1, M2); M3 and M4
+    caches take the M2 counterpart's, an estimate. Threadgroup-memory bandwidth (64
+    B/cycle per core, the on-core data bandwidth metal-benchmarks lists; it gives no
+    figure of its own for threadgroup memory, only that it is "narrow") and the barrier
+    cost (32 cycles) are
     estimates, not measurements. Apple9 (M3, M4) allocates registers and threadgroup memory
     dynamically ("Dynamic Caching"); no microbenchmark of it was found, so it takes the
     Apple7/8 figures, marked as an estimate.
   - LAUNCH_OVERHEAD_S = 5 us per dispatch is an assumption: back-to-back dispatches encoded
     in one command buffer; `harness bench` on a Mac measures GPU time to check it.
 
-Limitations, plainly: no caches (every counted device byte is DRAM traffic), peak rates are
-never reached in practice (real kernels get ~70-90% of bandwidth), every simd operation
-costs a shuffle's issue slot (metal-benchmarks measures `simd_sum` at ~14.5 cycles, seven
-shuffles: the counters do not tell a reduction from a shuffle, so a kernel of `simd_sum`s is
-modeled too fast), registers are estimated from thread-local arrays plus a fixed allowance
-for scalars (what the Metal compiler really allocates is unknown off a Mac), one occupancy
-for the whole program (threads and groups summed over its launches), integer and
-transcendental operations count like FMAs. It ranks compiler changes; it does not predict
+Limitations, plainly: whether a repeat access hits a cache is decided per buffer by its
+footprint (not by reuse distance or the other buffers competing for the cache), taken at
+an upper bound of its real-shape size (the footprint at the shape that ran times the case's
+scaling factor: a buffer that does not grow with the rows, such as a weight or an
+activation vector, is judged larger than it is), accesses across launches are not cached,
+peak rates are never reached in practice (real kernels get ~70-90% of bandwidth),
+simd collectives are priced by throughput only (a `simd_sum`, 14.54 cycles, and a 5-step
+shuffle butterfly, 5 x 3.04, are close; their latencies, 27.55 and ~5 x 5.9 cycles, are
+not modeled), a reduction is priced at SUM<F32> whatever its type, registers are
+estimated from thread-local arrays plus a fixed allowance for scalars (what the Metal
+compiler really allocates is unknown off a Mac), one occupancy for the whole program
+(threads and groups summed over its launches), integer and transcendental operations
+count like FMAs. It ranks compiler changes; it does not predict
 absolute times to better than a factor of ~2.
 """
 
@@ -88,6 +102,13 @@ class OnChip:
     barrier_cycles: int               # one threadgroup barrier (estimate)
     register_allowance_bytes: int     # scalars, addresses, indices per thread (estimate)
     source: str
+    simd_cycles: tuple = ()           # (kind, scheduler cycles per collective), `SIMD_KINDS`
+    l2_bytes_per_cycle: int = 32      # GPU L2 bandwidth per core
+    slc_over_dram: float = 2.0        # system-level-cache bandwidth / DRAM bandwidth
+
+    def simd_cost(self, kind: str) -> float:
+        """Scheduler cycles one collective of `kind` occupies (throughput)."""
+        return dict(self.simd_cycles)[kind]
 
 
 _MB_ONCHIP = ("philipturner/metal-benchmarks (register file, threadgroup memory, threads, "
@@ -96,11 +117,23 @@ _MB_ONCHIP = ("philipturner/metal-benchmarks (register file, threadgroup memory,
 # FFMA at ILP 4 (tile code has independent accumulators): 2.75 cycles at 4 simds/core,
 # 1.60 at 8, 1.02 at 88 (metal-benchmarks); utilization is full from 24 simds/core.
 _OCCUPANCY = ((4, 1.02 / 2.75), (8, 1.02 / 1.60), (24, 1.0))
+# The simd collective kinds the emulator counts (stats "simd_<kind>_ops"), and what one
+# costs a scheduler, in cycles of throughput (metal-benchmarks, intra-simd table, Apple7/8):
+# SHUFFLE 2.04 plus the 1-cycle FADD32/FMAX32 that combines the shuffled value in a
+# butterfly step (work a reduction does inside its own cycles); BROADCAST32 2.04;
+# SUM<F32> 14.54 (reductions run on 32-bit accumulators; min/max/and/or are taken at the
+# SUM/BITWISE_REDUCE32 figure, 14.53-14.54); PREFIX_ISUM<F32> 12.60; BALLOT 2.02. A
+# simdgroup-matrix load or store is each lane loading or storing its elements: its bytes
+# are in the device and threadgroup terms, so it takes no simd-pipeline cycles here
+# (an estimate: no figure of its own is published).
+SIMD_KINDS = ("shuffle", "broadcast", "reduce", "scan", "vote", "matrix_load", "matrix_store")
+_SIMD_CYCLES = (("shuffle", 2.04 + 1.0), ("broadcast", 2.04), ("reduce", 14.54),
+                ("scan", 12.60), ("vote", 2.02), ("matrix_load", 0.0), ("matrix_store", 0.0))
 _APPLE7 = OnChip("apple7/8", 208 * 1024, 60 * 1024, 3072, 24, _OCCUPANCY, 4, 2.04, 64, 32, 64,
-                 _MB_ONCHIP)
+                 _MB_ONCHIP, _SIMD_CYCLES)
 _APPLE9 = OnChip("apple9", 208 * 1024, 60 * 1024, 3072, 24, _OCCUPANCY, 4, 2.04, 64, 32, 64,
                  "estimate: Apple7/8 figures (no Apple9 microbenchmark found; Apple9 "
-                 "allocates registers and threadgroup memory dynamically)")
+                 "allocates registers and threadgroup memory dynamically)", _SIMD_CYCLES)
 
 
 @dataclass(frozen=True)
@@ -112,6 +145,9 @@ class Chip:
     source: str                      # where the cores/bandwidth and the clock come from
     on_chip: OnChip = _APPLE7
     fp16_rate: float = 1.0           # FP16 : FP32 throughput
+    l2_bytes: int = 0                # GPU L2 (shared by the cores), 0: none modeled
+    slc_bytes: int = 0               # system-level (last-level) cache, 0: none modeled
+    cache_source: str = ""
 
     @property
     def fp32_flops(self) -> float:
@@ -137,33 +173,61 @@ class Chip:
 
     @property
     def simd_ops_per_second(self) -> float:
+        """Shuffles per second (the simd pipeline's issue rate)."""
         return self.cycles_per_second * self.on_chip.schedulers / self.on_chip.simd_op_cycles
+
+    @property
+    def l2_bandwidth(self) -> float:
+        return self.cycles_per_second * self.on_chip.l2_bytes_per_cycle
+
+    @property
+    def slc_bandwidth(self) -> float:
+        return self.bandwidth * self.on_chip.slc_over_dram
 
     def describe(self) -> dict:
         return {**asdict(self), "fp32_tflops": round(self.fp32_flops / 1e12, 3),
                 "fp16_tflops": round(self.fp16_flops / 1e12, 3),
                 "threadgroup_gbs": round(self.threadgroup_bandwidth / 1e9, 1),
-                "simd_gops": round(self.simd_ops_per_second / 1e9, 2)}
+                "simd_gops": round(self.simd_ops_per_second / 1e9, 2),
+                "l2_gbs": round(self.l2_bandwidth / 1e9, 1),
+                "slc_gbs": round(self.slc_bandwidth / 1e9, 1)}
 
 
 _APPLE = "Apple newsroom/tech specs (cores, bandwidth)"
 _MB = "clock: philipturner/metal-benchmarks"
 _THIRD = "clock: third-party spec databases (Apple publishes none)"
 
+KB, MB = 1024, 1024 * 1024
+# Cache sizes: metal-benchmarks' GPU table (L2, and "L3", the system-level cache) for the
+# M1 and M2 families; M3 and M4 take their M2 counterpart's, an estimate (no figure found).
+_CACHE_MB = "caches: philipturner/metal-benchmarks GPU table"
+_CACHE_EST = "caches: estimate (the M2 counterpart's; no published figure found)"
+
 CHIPS = {c.name: c for c in (
     Chip("M1", 8, 1278, 68.25, "cores: Apple; bandwidth: LPDDR4X-4266 x 128 bit (derived); "
-         + _MB),
-    Chip("M1 Pro", 16, 1296, 200, f"{_APPLE}; {_MB}"),
-    Chip("M1 Max", 32, 1296, 400, f"{_APPLE}; {_MB}"),
-    Chip("M2", 10, 1398, 100, f"{_APPLE}; {_MB}"),
-    Chip("M2 Pro", 19, 1398, 200, f"{_APPLE}; {_MB} (>= 1398 MHz)"),
-    Chip("M2 Max", 38, 1398, 400, f"{_APPLE}; {_MB} (>= 1398 MHz)"),
-    Chip("M3", 10, 1398, 100, f"{_APPLE}; {_THIRD}", _APPLE9),
-    Chip("M3 Pro", 18, 1398, 150, f"{_APPLE}; {_THIRD}", _APPLE9),
-    Chip("M3 Max", 40, 1398, 400, f"{_APPLE}; {_THIRD}", _APPLE9),
-    Chip("M4", 10, 1470, 120, f"{_APPLE}; {_THIRD}", _APPLE9),
-    Chip("M4 Pro", 20, 1470, 273, f"{_APPLE}; {_THIRD}", _APPLE9),
-    Chip("M4 Max", 40, 1470, 546, f"{_APPLE}; {_THIRD}", _APPLE9),
+         + _MB, l2_bytes=768 * KB, slc_bytes=8 * MB, cache_source=_CACHE_MB),
+    Chip("M1 Pro", 16, 1296, 200, f"{_APPLE}; {_MB}", l2_bytes=256 * KB, slc_bytes=24 * MB,
+         cache_source=_CACHE_MB),
+    Chip("M1 Max", 32, 1296, 400, f"{_APPLE}; {_MB}", l2_bytes=512 * KB, slc_bytes=48 * MB,
+         cache_source=_CACHE_MB),
+    Chip("M2", 10, 1398, 100, f"{_APPLE}; {_MB}", l2_bytes=1536 * KB, slc_bytes=8 * MB,
+         cache_source=_CACHE_MB + " (L2 '~1.5M')"),
+    Chip("M2 Pro", 19, 1398, 200, f"{_APPLE}; {_MB} (>= 1398 MHz)", l2_bytes=512 * KB,
+         slc_bytes=24 * MB, cache_source=_CACHE_MB + " (L2 '~512K')"),
+    Chip("M2 Max", 38, 1398, 400, f"{_APPLE}; {_MB} (>= 1398 MHz)", l2_bytes=1 * MB,
+         slc_bytes=48 * MB, cache_source=_CACHE_MB + " (L2 '~1M')"),
+    Chip("M3", 10, 1398, 100, f"{_APPLE}; {_THIRD}", _APPLE9, l2_bytes=1536 * KB,
+         slc_bytes=8 * MB, cache_source=_CACHE_EST),
+    Chip("M3 Pro", 18, 1398, 150, f"{_APPLE}; {_THIRD}", _APPLE9, l2_bytes=512 * KB,
+         slc_bytes=24 * MB, cache_source=_CACHE_EST),
+    Chip("M3 Max", 40, 1398, 400, f"{_APPLE}; {_THIRD}", _APPLE9, l2_bytes=1 * MB,
+         slc_bytes=48 * MB, cache_source=_CACHE_EST),
+    Chip("M4", 10, 1470, 120, f"{_APPLE}; {_THIRD}", _APPLE9, l2_bytes=1536 * KB,
+         slc_bytes=8 * MB, cache_source=_CACHE_EST),
+    Chip("M4 Pro", 20, 1470, 273, f"{_APPLE}; {_THIRD}", _APPLE9, l2_bytes=512 * KB,
+         slc_bytes=24 * MB, cache_source=_CACHE_EST),
+    Chip("M4 Max", 40, 1470, 546, f"{_APPLE}; {_THIRD}", _APPLE9, l2_bytes=1 * MB,
+         slc_bytes=48 * MB, cache_source=_CACHE_EST),
 )}
 
 
@@ -174,6 +238,9 @@ class OnChipWork:
     threadgroup_bytes           read + written, summed over threads and launches
     barriers                    barrier events (one per threadgroup per barrier reached)
     simd_ops                    simd collectives (one per simdgroup per collective)
+    simd_kinds                  ((kind, count), ...) of `SIMD_KINDS`: simd_ops split by
+                                kind; collectives no kind accounts for (counters from
+                                before the split) take a shuffle's issue slot each
     groups, threads             threadgroups and threads launched (threads / groups is
                                 the threadgroup size)
     threadgroup_memory_bytes    declared per threadgroup (the largest launch's)
@@ -186,6 +253,7 @@ class OnChipWork:
     threads: int = 0
     threadgroup_memory_bytes: int = 0
     local_array_bytes: int = 0
+    simd_kinds: tuple = ()
 
     @classmethod
     def of(cls, counters: dict) -> "OnChipWork":
@@ -194,7 +262,94 @@ class OnChipWork:
                    barriers=counters.get("barriers", 0), simd_ops=counters.get("simd_ops", 0),
                    groups=counters.get("groups", 0), threads=counters.get("threads", 0),
                    threadgroup_memory_bytes=counters.get("threadgroup_memory_bytes", 0),
-                   local_array_bytes=counters.get("local_array_bytes", 0))
+                   local_array_bytes=counters.get("local_array_bytes", 0),
+                   simd_kinds=tuple((k, counters[f"simd_{k}_ops"]) for k in SIMD_KINDS
+                                    if counters.get(f"simd_{k}_ops")))
+
+    def simd_cycles(self, on_chip: OnChip) -> float:
+        """Scheduler cycles of all simd collectives, each priced by its kind."""
+        counted = sum(n for _, n in self.simd_kinds)
+        return (sum(n * on_chip.simd_cost(k) for k, n in self.simd_kinds)
+                + max(0, self.simd_ops - counted) * on_chip.simd_op_cycles)
+
+
+@dataclass(frozen=True)
+class BufferTraffic:
+    """One device buffer's bytes in one launch: all accesses, and the distinct bytes
+    touched (the emulator's `device_unique_bytes_*`). read + written - unique is what
+    the launch touches again: re-reads (an activation vector every threadgroup reads)
+    and re-writes."""
+    read: int
+    written: int
+    unique_read: int
+    unique_written: int
+
+    @property
+    def footprint(self) -> int:
+        """Distinct bytes touched (an upper bound: a byte read and written counts twice);
+        all bytes when the distinct ones were not counted."""
+        return (self.unique_read + self.unique_written) or (self.read + self.written)
+
+    @property
+    def again(self) -> int:
+        return max(0, self.read + self.written - self.footprint)
+
+
+def buffer_traffic(stats: list[dict]) -> tuple:
+    """`BufferTraffic` per buffer per launch from the emulator's per-launch stats."""
+    out = []
+    for s in stats:
+        reads, writes = s.get("device_bytes_read", {}), s.get("device_bytes_written", {})
+        ureads = s.get("device_unique_bytes_read", {})
+        uwrites = s.get("device_unique_bytes_written", {})
+        for b in sorted(set(reads) | set(writes)):
+            t = BufferTraffic(int(reads.get(b, 0)), int(writes.get(b, 0)),
+                              int(ureads.get(b, 0)), int(uwrites.get(b, 0)))
+            if t.read or t.written:
+                out.append(t)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class MemoryTraffic:
+    """Where one kernel's device bytes are served from on one chip (bytes).
+
+    Every distinct byte a launch touches comes from DRAM once. A buffer's repeat
+    accesses are served by the smallest cache its footprint fits (the GPU's L2, else
+    the system-level cache); a footprint larger than the system-level cache gets the
+    fraction of it that fits, the rest from DRAM. Each level passes on what it does not
+    serve: the L2 sees every byte, the system-level cache what the L2 does not serve."""
+    total: int
+    dram: float
+    l2_hits: float
+    slc_hits: float
+
+    @property
+    def cached(self) -> float:
+        return self.l2_hits + self.slc_hits
+
+
+def memory_traffic(chip: Chip, buffers, footprint_scale: float = 1.0) -> MemoryTraffic:
+    """`footprint_scale` multiplies each footprint for the fit test only: a bench case
+    passes its scaling factor, so hits are decided for the real shape (conservatively: no
+    buffer grows faster than the work), not for the cut-down one that ran."""
+    dram = l2 = slc = 0.0
+    total = 0
+    for b in buffers:
+        total += b.read + b.written
+        dram += b.footprint
+        if not b.again:
+            continue
+        size = b.footprint * footprint_scale
+        if size <= chip.l2_bytes:
+            l2 += b.again
+        elif size <= chip.slc_bytes:
+            slc += b.again
+        else:
+            fits = chip.slc_bytes / size
+            slc += b.again * fits
+            dram += b.again * (1 - fits)
+    return MemoryTraffic(total, dram, l2, slc)
 
 
 @dataclass(frozen=True)
@@ -248,7 +403,7 @@ def occupancy_factor(on_chip: OnChip, simds: int) -> float:
 class Modeled:
     """Modeled time of one kernel instance on one chip, and its terms (seconds)."""
     seconds: float
-    memory_seconds: float            # device bytes / bandwidth / occupancy factor
+    memory_seconds: float            # the slowest memory level's bytes / its bandwidth / occ.
     compute_seconds: float           # flops / peak / occupancy factor
     threadgroup_seconds: float
     simd_seconds: float
@@ -259,6 +414,9 @@ class Modeled:
     occupancy_limit: str
     bound: str                       # the largest throughput term's name
     ideal_seconds: float             # minimum traffic, one launch, device and ALU only
+    dram_bytes: float = 0.0          # device bytes served by DRAM
+    cached_bytes: float = 0.0        # device bytes served by the L2 or system-level cache
+    memory_level: str = "DRAM"       # the memory level that binds the memory term
 
     @property
     def efficiency(self) -> float:
@@ -277,17 +435,27 @@ NO_ON_CHIP_WORK = OnChipWork()      # a device-and-ALU-only model
 
 def model(chip: Chip, *, device_bytes: int, flops: int, launches: int,
           minimum_bytes: int, half: bool = False, work: OnChipWork = NO_ON_CHIP_WORK,
-          simd_width: int | None = None) -> Modeled:
+          simd_width: int | None = None, buffers=(), footprint_scale: float = 1.0) -> Modeled:
+    """`buffers`: the `BufferTraffic` of every buffer and launch (`buffer_traffic`), for
+    the cache term, whose fit test scales footprints by `footprint_scale`
+    (`memory_traffic`); without them every device byte is DRAM traffic."""
     if simd_width is None:
         from core.target import METAL
         simd_width = METAL.simd_width
     peak = chip.fp16_flops if half else chip.fp32_flops
     occ = occupancy(chip.on_chip, work, simd_width)
+    traffic = (memory_traffic(chip, buffers, footprint_scale) if buffers
+               else MemoryTraffic(device_bytes, device_bytes, 0, 0))
+    levels = {"DRAM": traffic.dram / chip.bandwidth,
+              "SLC": (traffic.total - traffic.l2_hits) / chip.slc_bandwidth,
+              "L2": traffic.total / chip.l2_bandwidth}
+    level = max(levels, key=levels.get)
+    simd_rate = chip.cycles_per_second * chip.on_chip.schedulers
     throughput = {
-        "memory": device_bytes / chip.bandwidth / occ.factor,
+        "memory": levels[level] / occ.factor,
         "compute": flops / peak / occ.factor,
         "threadgroup": work.threadgroup_bytes / chip.threadgroup_bandwidth,
-        "simd": work.simd_ops / chip.simd_ops_per_second,
+        "simd": work.simd_cycles(chip.on_chip) / simd_rate,
     }
     bound = max(throughput, key=throughput.get)
     barrier = (work.barriers * chip.on_chip.barrier_cycles
@@ -301,7 +469,8 @@ def model(chip: Chip, *, device_bytes: int, flops: int, launches: int,
                    simd_seconds=throughput["simd"], barrier_seconds=barrier,
                    launch_seconds=launch, occupancy=occ.factor,
                    groups_per_core=occ.groups_per_core, occupancy_limit=occ.limit,
-                   bound=bound, ideal_seconds=ideal)
+                   bound=bound, ideal_seconds=ideal, dram_bytes=traffic.dram,
+                   cached_bytes=traffic.cached, memory_level=level)
 
 
 # A thread-local array of the MSL text: `float x[28];`, `float4 v[ITEMS];` (not

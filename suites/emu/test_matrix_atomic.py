@@ -158,3 +158,18 @@ kernel void carry(const device uint4* src [[buffer(0)]], device uint4* dst [[buf
     words = src_vals.view(torch.int32).numpy().view(np.uint32).reshape(4, 4)
     np.testing.assert_array_equal(pairs[:, 0], words[:, 0] + np.uint32(1))
     np.testing.assert_array_equal(pairs[:, 1], words[:, 1] + np.uint32(0xFFFFFFFF))
+
+
+def test_simdgroup_matrix_accesses_are_counted_by_kind(rng):
+    # Per simdgroup: two loads per k step of 8 (A's tile and B's), one store of C.
+    k = 32
+    a = rng.standard_normal((16, k)).astype(np.float32)
+    bt = rng.standard_normal((8, k)).astype(np.float32)
+    c = np.zeros((16, 8), np.float32)
+    res = clean(GEMM.replace("IN", "float"), "gemm", 1, 64, a, bt, c, np.array([k], np.uint32))
+    assert_close(c, a @ bt.T, "float32", reduction_length=k, op_class="accumulation")
+    simdgroups = 2
+    assert res.stats["simd_matrix_load_ops"] == simdgroups * 2 * (k // 8)
+    assert res.stats["simd_matrix_store_ops"] == simdgroups
+    assert res.stats["simd_shuffle_ops"] == res.stats["simd_reduce_ops"] == 0
+    assert res.stats["simd_ops"] == simdgroups * (2 * (k // 8) + 1)

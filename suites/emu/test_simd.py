@@ -202,3 +202,56 @@ kernel void arms(device const int* x [[buffer(0)]], device int* out [[buffer(1)]
     clean(src, "arms", 1, 32, x, out)
     np.testing.assert_array_equal(out[:16], np.full(16, x[:16].sum()))
     np.testing.assert_array_equal(out[16:], np.full(16, x[16:].max()))
+
+
+BUTTERFLY = r"""
+kernel void row_sum(device const float* x [[buffer(0)]], device float* out [[buffer(1)]],
+                    uint tid [[thread_index_in_threadgroup]]) {
+  float v = x[tid];
+#ifdef BUTTERFLY
+  for (ushort mask = 16; mask > 0; mask >>= 1) v += simd_shuffle_xor(v, mask);
+#else
+  v = simd_sum(v);
+#endif
+  out[tid] = v;
+}
+"""
+
+
+def test_simd_ops_are_counted_by_kind(rng):
+    # SHUFFLES per simdgroup: 5 shuffles (shuffle, xor, up, down, rotate), 2 broadcasts
+    # (broadcast, broadcast_first), 3 reductions (sum, max, min), 2 prefix scans.
+    x = rng.integers(-1000, 1000, 64).astype(np.int32)
+    res = clean(SHUFFLES, "shuffles", 1, 64, x, np.zeros((64, 12), np.int32))
+    simdgroups = 2
+    kinds = {"simd_shuffle_ops": 5, "simd_broadcast_ops": 2, "simd_reduce_ops": 3,
+             "simd_scan_ops": 2, "simd_vote_ops": 0, "simd_matrix_load_ops": 0,
+             "simd_matrix_store_ops": 0}
+    assert {k: res.stats[k] for k in kinds} == {k: simdgroups * n for k, n in kinds.items()}
+    assert res.stats["simd_ops"] == simdgroups * 12
+    votes = r"""
+kernel void votes(device const int* x [[buffer(0)]], device uint* out [[buffer(1)]],
+                  uint tid [[thread_position_in_grid]]) {
+  bool p = x[tid] > 0;
+  out[tid] = uint(simd_all(p)) + uint(simd_any(p)) + uint(ulong(simd_ballot(p)) != 0);
+}
+"""
+    x = np.resize(x, 96)
+    out = np.zeros(96, np.uint32)
+    res = clean(votes, "votes", 3, 32, x, out)
+    p = (x > 0).reshape(3, 32).astype(np.uint32)
+    assert (out == np.repeat(p.min(1) + 2 * p.max(1), 32)).all()
+    assert res.stats["simd_vote_ops"] == 3 * 3 and res.stats["simd_ops"] == 3 * 3
+
+
+@pytest.mark.parametrize("form, shuffles, reductions", [("BUTTERFLY", 5, 0), ("SUM", 0, 1)])
+def test_a_butterfly_counts_shuffles_and_simd_sum_one_reduction(form, shuffles, reductions,
+                                                                 rng):
+    x = rng.standard_normal(128).astype(np.float32)
+    out = np.zeros_like(x)
+    res = clean(f"#define {form}\n" + BUTTERFLY, "row_sum", 1, 128, x, out)
+    assert_close(out, np.repeat(x.reshape(4, 32).sum(1, dtype=np.float64), 32), "float32",
+                 reduction_length=32, op_class="accumulation")
+    assert res.stats["simd_shuffle_ops"] == 4 * shuffles
+    assert res.stats["simd_reduce_ops"] == 4 * reductions
+    assert res.stats["simd_ops"] == 4 * (shuffles + reductions)

@@ -80,6 +80,98 @@ def test_occupancy_is_limited_by_threadgroup_memory_and_registers():
     assert slow.memory_seconds == pytest.approx(fast.memory_seconds / slow.occupancy)
 
 
+def _decode_stats(re_reads: int, **extra) -> dict:
+    """One launch's emulator stats shaped like the decode projection 8 x 3584 -> 2048
+    (f16): X (buffer 0, 56 KiB) read `re_reads` times, W (buffer 1, 14 MiB) once, Y
+    (buffer 2) written once."""
+    x, w, y = 8 * 3584 * 2, 2048 * 3584 * 2, 8 * 2048 * 2
+    return {"groups": 128, "threads": 128 * 32, "launches": 1,
+            "device_bytes_read": {0: x * re_reads, 1: w}, "device_bytes_written": {2: y},
+            "device_unique_bytes_read": {0: x, 1: w, 2: 0},
+            "device_unique_bytes_written": {0: 0, 1: 0, 2: y}, **extra}
+
+
+def _modeled_decode(stats: dict, cache=True) -> dict:
+    counters = {**measure.aggregate([stats]), "local_array_bytes": 0}
+    minimum = {"read": 8 * 3584 * 2 + 2048 * 3584 * 2, "written": 8 * 2048 * 2}
+    return measure.modeled(counters, minimum, 2 * 8 * 2048 * 3584, ("M2",), half=True,
+                           buffers=roofline.buffer_traffic([stats]) if cache else ())["M2"]
+
+
+def test_cache_term_serves_re_reads_that_fit_and_ranks_the_gemv_first():
+    # GEMV-like: X re-read by all 128 groups, nothing on chip but one simd_sum per row.
+    gemv = _decode_stats(128, simd_ops=16384, simd_reduce_ops=16384)
+    # GEMM-like: X re-read by 32 groups, tiles staged in threadgroup memory, barriers.
+    gemm = _decode_stats(32, groups=32, threads=32 * 128, barriers=7200,
+                         threadgroup_bytes_read=29_425_664, threadgroup_bytes_written=18_481_152,
+                         threadgroup_memory_bytes=9600, simd_ops=229_888,
+                         simd_matrix_load_ops=225_792, simd_matrix_store_ops=4096)
+    before = {k: _modeled_decode(s, cache=False) for k, s in (("gemv", gemv), ("gemm", gemm))}
+    after = {k: _modeled_decode(s) for k, s in (("gemv", gemv), ("gemm", gemm))}
+    assert before["gemv"]["seconds"] > before["gemm"]["seconds"]   # every re-read as DRAM
+    assert after["gemv"]["seconds"] < after["gemm"]["seconds"]
+    unique = 8 * 3584 * 2 + 2048 * 3584 * 2 + 8 * 2048 * 2
+    m2 = roofline.CHIPS["M2"]
+    for name, re_reads in (("gemv", 128), ("gemm", 32)):
+        m = after[name]
+        assert m["dram_bytes"] == unique                   # each distinct byte once
+        assert m["cached_bytes"] == 8 * 3584 * 2 * (re_reads - 1)   # 56 KiB fits the L2
+        assert m["memory_level"] == "DRAM"
+        assert m["memory_seconds"] == pytest.approx(unique / m2.bandwidth)
+        assert before[name]["memory_seconds"] > m["memory_seconds"]
+
+
+def test_re_reads_of_a_footprint_beyond_the_caches_come_partly_from_dram():
+    m2 = roofline.CHIPS["M2"]
+    mb = roofline.MB
+    fits_slc = roofline.BufferTraffic(read=4 * 4 * mb, written=0, unique_read=4 * mb,
+                                      unique_written=0)
+    t = roofline.memory_traffic(m2, [fits_slc])           # 4 MiB: past the L2, in the SLC
+    assert (t.dram, t.l2_hits, t.slc_hits) == (4 * mb, 0, 12 * mb)
+    big = roofline.BufferTraffic(read=2 * 32 * mb, written=0, unique_read=32 * mb,
+                                 unique_written=0)
+    t = roofline.memory_traffic(m2, [big])                # 8 of 32 MiB fit the SLC
+    assert t.slc_hits == pytest.approx(32 * mb * 8 / 32)
+    assert t.dram == pytest.approx(32 * mb + 32 * mb * 24 / 32)
+    # a case cut down 16x for the emulator: its 1 MiB would be up to 16 MiB at the real shape
+    t = roofline.memory_traffic(m2, [fits_slc], footprint_scale=16)
+    assert t.slc_hits == pytest.approx(12 * mb * 8 / 64) and t.l2_hits == 0
+    once = roofline.BufferTraffic(read=mb, written=mb, unique_read=mb, unique_written=mb)
+    assert roofline.memory_traffic(m2, [once]).cached == 0
+    # the SLC binds when its traffic outruns it: a 4 MiB buffer read 100 times
+    hot = roofline.BufferTraffic(read=100 * 4 * mb, written=0, unique_read=4 * mb,
+                                 unique_written=0)
+    m = roofline.model(m2, device_bytes=hot.read, flops=0, launches=1, minimum_bytes=4 * mb,
+                       buffers=[hot])
+    assert m.memory_level == "SLC"
+    assert m.memory_seconds == pytest.approx(hot.read / (2 * m2.bandwidth))
+    for chip in roofline.CHIPS.values():
+        assert 0 < chip.l2_bytes < chip.slc_bytes and chip.cache_source
+        assert chip.bandwidth < chip.slc_bandwidth < chip.l2_bandwidth
+
+
+def test_simd_ops_are_priced_by_kind():
+    m2 = roofline.CHIPS["M2"]
+
+    def simd_seconds(**kinds):
+        work = roofline.OnChipWork(simd_ops=sum(kinds.values()),
+                                   simd_kinds=tuple(kinds.items()), groups=1, threads=32)
+        return roofline.model(m2, device_bytes=0, flops=0, launches=1, minimum_bytes=0,
+                              work=work).simd_seconds
+
+    cycle = 1 / (m2.cycles_per_second * 4)                 # one scheduler cycle, GPU-wide
+    assert simd_seconds(reduce=1) == pytest.approx(14.54 * cycle)      # SUM<F32>
+    assert simd_seconds(shuffle=5) == pytest.approx(5 * (2.04 + 1) * cycle)
+    assert simd_seconds(reduce=1) < simd_seconds(shuffle=5)   # simd_sum < 5-step butterfly
+    assert simd_seconds(broadcast=1) < simd_seconds(shuffle=1) < simd_seconds(reduce=1)
+    assert simd_seconds(matrix_load=8, matrix_store=1) == 0    # their bytes are elsewhere
+    legacy = roofline.OnChipWork(simd_ops=3)                   # counters before the split
+    assert legacy.simd_cycles(m2.on_chip) == pytest.approx(3 * 2.04)
+    assert roofline.OnChipWork.of({"simd_ops": 6, "simd_reduce_ops": 1,
+                                   "simd_shuffle_ops": 5}).simd_kinds == (
+        ("shuffle", 5), ("reduce", 1))
+
+
 def test_local_array_bytes_reads_thread_arrays_not_threadgroup_ones():
     msl = ("kernel void k() {\n  threadgroup float red_buf[16];\n  float x[28];\n"
            "  half h[2][4];\n  float s;\n  const device float* p = q;\n}\n")

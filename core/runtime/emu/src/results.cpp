@@ -5,7 +5,8 @@
 // others, deduplicated by (kind, pc, other pc, address space, buffer), so a finding's
 // text does not depend on how threadgroups were spread over workers. The stats count
 // what MSL's memory model distinguishes: device and threadgroup bytes and accesses,
-// threadgroup_barrier and simd meetings, atomics. A launch error (what Metal would refuse
+// threadgroup_barrier and simd meetings (per kind: shuffle, reduce, scan, vote, broadcast,
+// matrix load and store), atomics. A launch error (what Metal would refuse
 // at dispatch) is a result document with its message and exit status 3.
 
 #include "runtime.h"
@@ -58,6 +59,11 @@ Finding make_finding(Worker* w, FindingKind kind, bool device, int32_t buffer, u
 // ---------------------------------------------------------------------------------------
 // Results
 
+// The stats key of each simd collective kind, indexed by __MT_SIMD_* (mt_runtime.h).
+const char* const kSimdKindStats[kSimdKinds] = {
+    nullptr, "simd_shuffle_ops", "simd_reduce_ops", "simd_scan_ops", "simd_vote_ops",
+    "simd_matrix_load_ops", "simd_matrix_store_ops", "simd_broadcast_ops"};
+
 void json_string(FILE* out, const std::string& s) {
   fputc('"', out);
   for (char c : s) {
@@ -104,7 +110,7 @@ void write_results() {
     total.tg_read += w->tg_read;
     total.tg_written += w->tg_written;
     total.barriers += w->barriers;
-    total.simd_ops += w->simd_ops;
+    for (uint32_t k = 0; k < kSimdKinds; ++k) total.simd_ops[k] += w->simd_ops[k];
     total.atomics += w->atomics;
     total.dev_loads += w->dev_loads;
     total.dev_stores += w->dev_stores;
@@ -119,6 +125,8 @@ void write_results() {
     if (a.thread != b.thread) return a.thread < b.thread;
     return a.pc < b.pc;
   });
+  uint64_t simd_ops = 0;
+  for (uint64_t n : total.simd_ops) simd_ops += n;
   std::string tmp = g_launch.result_path + ".part";
   FILE* out = fopen(tmp.c_str(), "w");
   if (!out) _exit(5);
@@ -130,9 +138,13 @@ void write_results() {
                ",\"device_store_ops\":%" PRIu64 ",\"threadgroup_load_ops\":%" PRIu64
                ",\"threadgroup_store_ops\":%" PRIu64,
           total.groups_run, total.threads_run, total.groups_run * g_launch.simdgroups,
-          total.barriers, total.simd_ops, total.atomics, total.tg_read, total.tg_written,
+          total.barriers, simd_ops, total.atomics, total.tg_read, total.tg_written,
           g_launch.arena_bytes.load(), total.dev_loads, total.dev_stores, total.tg_loads,
           total.tg_stores);
+  // simd_ops split by kind (the cost model prices a reduction, a shuffle and a matrix
+  // access differently); each name is the stats key of one __MT_SIMD_* kind.
+  for (uint32_t k = 1; k < kSimdKinds; ++k)
+    fprintf(out, ",\"%s\":%" PRIu64, kSimdKindStats[k], total.simd_ops[k]);
   const char* names[4] = {"device_bytes_read", "device_bytes_written", "device_unique_bytes_read",
                           "device_unique_bytes_written"};
   for (int k = 0; k < 4; ++k) {

@@ -37,6 +37,7 @@ constexpr uint32_t kMaxThreadgroupMemory = MT_THREADGROUP_MEMORY_BYTES;
 constexpr uint32_t kMaxThreadsPerGroup = MT_MAX_THREADS_PER_GROUP;
 constexpr uint32_t kRedZone = 64;  // bytes between threadgroup variables
 constexpr uint32_t kMaxSlots = 4096;  // threadgroup variables per kernel
+constexpr uint32_t kSimdKinds = __MT_SIMD_BROADCAST + 1;  // simd collective kinds, 0 unused
 // Matrix memo: kMemoWays-way sets, kMemoSetsPerSimdgroup per simdgroup (room for 256 live
 // tiles each, which the accumulators of a 128x128 tile per simdgroup would fill), tiles of
 // at most kMemoTileBytes.
@@ -145,7 +146,10 @@ struct Worker {
   std::vector<Finding> findings;
   uint64_t dropped_findings = 0;
   uint64_t dev_read[kMaxBuffers] = {}, dev_written[kMaxBuffers] = {};
-  uint64_t tg_read = 0, tg_written = 0, barriers = 0, simd_ops = 0, atomics = 0;
+  uint64_t tg_read = 0, tg_written = 0, barriers = 0, atomics = 0;
+  // Simd collectives per kind (__MT_SIMD_SHUFFLE ... __MT_SIMD_BROADCAST, mt_runtime.h), one
+  // per simdgroup per collective; index 0 (simdgroup_barrier) stays 0.
+  uint64_t simd_ops[kSimdKinds] = {};
   // Access operations (one per hook call: a float4 load is one 16-byte read), in bounds
   // only. Fewer, wider accesses for the same bytes is what vectorization buys.
   uint64_t dev_loads = 0, dev_stores = 0, tg_loads = 0, tg_stores = 0;
