@@ -27,8 +27,9 @@ loop one T.reduce of the partials combines the threads, so each reduction still 
 cross-thread combine. Columns past N in a ragged last chunk are left out of the partials
 (their update is guarded). `reduce_sum` of exp(F - m), where m = `reduce_max` of the same F and that
 exp update is the only statement between them, is one online pass (a running maximum per
-partial and a sum rescaled when the maximum grows; then the partial sums are rescaled to
-the row maximum before their T.reduce), so softmax reads a row twice. C gives each thread
+partial and a sum rescaled when the maximum grows), whose pairs one `tl.reduce_online`
+combines (core/transform/lower_reduce.py: one barrier for both statistics), so softmax
+reads a row twice. C gives each thread
 4 elements of every chunk (the smallest chunk whose (R, C) tile deals every thread whole
 4-runs): the fewest registers and the most threads resident. Each chunk loop carries the
 annotation `tl.streamed` (its description), which the MSL printer emits as a comment
@@ -333,17 +334,11 @@ class _Streamer:
                 return stores if valid is None else tirx.IfThenElse(valid, stores, None)
             return [_parallel(self.R, self.C, body)]
 
-        def rescale(i, j):
-            s, m = tirx.BufferLoad(run_sum, [i, j]), tirx.BufferLoad(run_max, [i, j])
-            return tirx.BufferStore(run_sum, s * tirx.exp(m - tirx.BufferLoad(mx.dst, [i])),
-                                    [i, j])
-
         return [_fill(run_max, lowest), _fill(run_sum, tirx.const(0.0, "float32")),
                 self.chunk_loop(updates, step, f"online max into '{mx.dst.name}' and "
                                                f"sum of exp into '{sm.dst.name}'"),
-                _reduce(run_max, mx.dst, "max", True),
-                _parallel(self.R, self.C, rescale),
-                _reduce(run_sum, sm.dst, "sum", True)]
+                tirx.Evaluate(ops.call("tl.reduce_online", *(_whole(b) for b in (
+                    run_max, run_sum, mx.dst, sm.dst))))]
 
     def store(self, updates):
         sink = self.w.sink
