@@ -25,19 +25,20 @@ it loads the chunk into an (R, C) fragment, re-applies the updates before that p
 the chunk's shape (same layout, so no thread exchanges anything in the loop); after the
 loop one T.reduce of the partials combines the threads, so each reduction still costs one
 cross-thread combine. Columns past N in a ragged last chunk are left out of the partials
-(their update is guarded). `reduce_sum` of exp(F - m), where m = `reduce_max` of the same F and that
-exp update is the only statement between them, is one online pass (a running maximum per
-partial and a sum rescaled when the maximum grows), whose pairs one `tl.reduce_online`
-combines (core/transform/lower_reduce.py: one barrier for both statistics), so softmax
-reads a row twice. C gives each thread
-4 elements of every chunk (the smallest chunk whose (R, C) tile deals every thread whole
-4-runs): the fewest registers and the most threads resident. Each chunk loop carries the
+(their update is guarded). `reduce_sum` of exp(F - m), where m = `reduce_max` of the same
+F and that exp update is the only statement between them, is one online pass (a running
+maximum per partial and a sum rescaled when the maximum grows), whose pairs one
+`tl.reduce_online` combines (core/transform/lower_reduce.py: one barrier for both
+statistics), so softmax reads a row twice. C gives each thread 4 elements of every chunk
+(the smallest chunk whose (R, C) tile deals every thread whole 4-runs): the fewest
+registers and the most threads resident. Each chunk loop carries the
 annotation `tl.streamed` (its description), which the MSL printer emits as a comment
 (`// streamed: ...`).
 
 Anything else is left as it is, including fragments over the budget that do not have this
-shape (they compile as before, held whole), and windows whose partials the reduction
-layout cannot combine.
+shape (they compile as before, held whole), windows whose partials the reduction layout
+cannot combine, and windows whose reduction results a T.Parallel outside the window reads
+in a layout the chunked reduction would not give them (core/transform/layout_inference.py).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from core.ir import ops
 from core.ir.annotations import STREAMED
 from core.ir.kernel import map_kernels
 from core.ir.layout import FragmentLayout, NoLayout, reduce_layout
-from core.ir.stmt import as_int, children, loads, rebuild, seq, substitute, walk
+from core.ir.stmt import as_int, children, loads, rebuild, seq, substitute
 from core.language.buffers import FRAGMENT
 from core.target import DTYPES, METAL
 from core.transform.lower_reduce import accumulator_dtype, combine, identity
@@ -156,7 +157,7 @@ def _window(stmts, at, frag, threads):
     src, dst = (ops.decode_region(a) for a in first.value.args)
     if not (dst.buffer.same_as(frag) and _device_tile(src, (R, N))):
         return None
-    steps, sink, written, read = [], None, [], []
+    steps, sink, read = [], None, []
     k = at + 1
     while k < len(stmts) and _uses(stmts[k], frag):
         s = stmts[k]
@@ -167,7 +168,6 @@ def _window(stmts, at, frag, threads):
                     rdst.same_as(frag) or any(b.same_as(rdst) for b in read):
                 return None
             steps.append(_Reduce(str(s.value.args[2].value), rdst, bool(int(s.value.args[4]))))
-            written.append(rdst)
         elif _tile_call(s, "tl.copy"):
             csrc, cdst = (ops.decode_region(a) for a in s.value.args)
             G2 = cdst.buffer
@@ -230,8 +230,8 @@ def _fill(buf, value):
 class _Streamer:
     """Builds the passes of one window (see the module docstring)."""
 
-    def __init__(self, w: _Window, threads: int):
-        self.w, self.threads = w, threads
+    def __init__(self, w: _Window, threads: int, readers: list):
+        self.w, self.threads, self.readers = w, threads, readers
         self.R, self.N = _shape(w.frag)
         self.C = _chunk(self.R, self.N, threads)
         self.chunks = -(-self.N // self.C)
@@ -240,14 +240,23 @@ class _Streamer:
         self.allocs = [self.chunk_frag]
         self.loops = 0
 
-    def feasible(self) -> bool:
+    def feasible(self, window_stmts) -> bool:
+        """At least two chunks, a chunk layout the reductions can combine, and results laid
+        out as before wherever a T.Parallel outside the window reads them."""
         if self.chunks < 2:
             return False
         try:
-            reduce_layout(FragmentLayout.for_tile((self.R, self.C), self.threads), 1, (self.R,))
+            chunked = reduce_layout(FragmentLayout.for_tile((self.R, self.C), self.threads), 1,
+                                    (self.R,))
+            held = reduce_layout(FragmentLayout.for_tile((self.R, self.N), self.threads), 1,
+                                 (self.R,))
         except NoLayout:
             return False
-        return True
+        if chunked == held:
+            return True
+        dsts = [s.dst for s in self.w.steps if isinstance(s, _Reduce)]
+        return not any(b.same_as(d) and not any(loop.same_as(x) for x in window_stmts)
+                       for loop, b in self.readers for d in dsts)
 
     def partial(self, name, dtype):
         buf = _fragment(f"{self.w.frag.name}_{name}", (self.R, self.C), dtype)
@@ -387,7 +396,7 @@ class _Streamer:
 
 # ---- the pass ------------------------------------------------------------------------------
 
-def _stream_block(stmts, threads):
+def _stream_block(stmts, threads, readers):
     """The block's statements with every recognized window over the budget streamed."""
     allocs = [s.buffer for s in stmts if isinstance(s, tirx.AllocBuffer)]
     out, at = [], 0
@@ -396,12 +405,13 @@ def _stream_block(stmts, threads):
         w = None
         if _tile_call(s, "tl.copy"):
             dst = ops.decode_region(s.value.args[1]).buffer
-            if any(b.same_as(dst) for b in allocs) and ops.buffer_scope(dst) == FRAGMENT and len(_shape(dst)) == 2 \
-                    and _fragment_bytes(dst, threads) > METAL.fragment_register_budget_bytes:
+            over = ops.buffer_scope(dst) == FRAGMENT and len(_shape(dst)) == 2 and \
+                _fragment_bytes(dst, threads) > METAL.fragment_register_budget_bytes
+            if over and any(b.same_as(dst) for b in allocs):
                 w = _window(stmts, at, dst, threads)
-        streamer = _Streamer(w, threads) if w is not None else None
-        if streamer is None or not streamer.feasible():
-            out.append(_stream(s, threads))
+        streamer = _Streamer(w, threads, readers) if w is not None else None
+        if streamer is None or not streamer.feasible(stmts[w.start:w.stop]):
+            out.append(_stream(s, threads, readers))
             at += 1
             continue
         out = [x for x in out if not (isinstance(x, tirx.AllocBuffer) and
@@ -411,23 +421,31 @@ def _stream_block(stmts, threads):
     return out
 
 
-def _stream(stmt, threads):
+def _stream(stmt, threads, readers):
     if isinstance(stmt, tirx.SeqStmt):
-        return seq(_stream_block(list(stmt.seq), threads))
+        return seq(_stream_block(list(stmt.seq), threads, readers))
     kids = children(stmt)
     if not kids or (isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.PARALLEL):
         return stmt
-    new = [_stream(k, threads) for k in kids]
+    new = [_stream(k, threads, readers) for k in kids]
     return rebuild(stmt, new) if any(not a.same_as(b) for a, b in zip(new, kids)) else stmt
 
 
+def _parallel_readers(body) -> list:
+    """(outermost T.Parallel loop, fragment it reads) pairs of a kernel body."""
+    pairs = []
+
+    def visit(s):
+        if isinstance(s, tirx.For) and s.kind == tirx.ForKind.PARALLEL:
+            pairs.extend((s, ld.source) for ld in loads(s))
+            return
+        for k in children(s):
+            visit(k)
+
+    visit(body)
+    return pairs
+
+
 def stream_rows(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    return map_kernels(func, lambda nest: nest.wrap(_stream(nest.body, nest.num_threads)))
-
-
-def streamed_notes(body) -> list:
-    """The `tl.streamed` descriptions of the chunk loops in `body` (for reports, tests)."""
-    notes = []
-    walk(body, lambda s: notes.append(s.annotations[STREAMED].value)
-         if isinstance(s, tirx.For) and STREAMED in (s.annotations or {}) else None)
-    return notes
+    return map_kernels(func, lambda nest: nest.wrap(
+        _stream(nest.body, nest.num_threads, _parallel_readers(nest.body))))

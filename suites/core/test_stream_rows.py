@@ -175,3 +175,37 @@ def test_a_fragment_of_another_shape_of_life_is_held(run):
     e = torch.exp(a.double() - a.double().amax(1, keepdim=True))
     assert_close(b, e.float(), "float32", op_class="transcendental")
     assert_close(s, e.sum(1).float(), "float32", reduction_length=N, op_class="accumulation")
+
+
+@pytest.mark.parametrize("bM,streamed", [(1, True), (2, False)])
+def test_a_result_read_outside_the_window_keeps_its_layout(bM, streamed, run):
+    # mx is read again after the window, in a T.Parallel over the whole (bM, N) tile. With
+    # one row per threadgroup every thread holds the row's maximum either way, so the row
+    # is streamed; with two, the chunks would put each row's result on half the threads
+    # while that loop needs it on all, so the row stays held (and compiles as before).
+    M, N, threads = 4, 14000, 256
+
+    @T.prim_func
+    def softmax_and_max(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float32"),
+                        Mx: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(M, bM), threads=threads) as bx:
+            x = T.alloc_fragment((bM, N), "float32")
+            mx = T.alloc_fragment((bM,), "float32")
+            s = T.alloc_fragment((bM,), "float32")
+            T.copy(A[bx * bM, 0], x)
+            T.reduce_max(x, mx, dim=1)
+            for i, j in T.Parallel(bM, N):
+                x[i, j] = T.exp(x[i, j] - mx[i])
+            T.reduce_sum(x, s, dim=1)
+            for i, j in T.Parallel(bM, N):
+                x[i, j] = x[i, j] / s[i]
+            T.copy(x, B[bx * bM, 0])
+            for i, j in T.Parallel(bM, N):
+                Mx[bx * bM + i, j] = mx[i]
+
+    a = rand((M, N), "float32")
+    kernel = core.compile(softmax_and_max, out_idx=[1, 2])
+    assert ("// streamed:" in kernel.msl) == streamed
+    b, mx = run(kernel, a)
+    assert_close(b, norm.softmax(a), "float32", op_class="transcendental")
+    assert_close(mx, a.amax(1, keepdim=True).expand(M, N), "float32")
