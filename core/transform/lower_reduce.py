@@ -1,7 +1,9 @@
 """The T.reduce family -> per-thread loops, simd butterflies and a threadgroup stage.
 
 Part of pass `lower_tile_ops`, which hands this module every `tl.reduce` call
-(`ReduceLowering.lower`).
+(`ReduceLowering.lower`) and every `tl.reduce_online` (`ReduceLowering.online`: a streamed
+softmax's running (max, sum) pairs, combined through the same stages with one barrier for
+both statistics; core/transform/stream_rows.py emits it).
 
 Expects: `tl.reduce(src, dst, kind, dim, clear)` over whole fragment or local buffers
 (checked by core/language/reduce.py); fragments carry their layouts (layout_inference): a
