@@ -8,7 +8,8 @@ re-read the rows from device memory, so the thread holds one chunk at a time.
 
 Expects: a verified PrimFunc (T.Parallel loops are PARALLEL For nests), before
 `layout_inference`. Recognizes, for a fragment F of shape (R, N) over the budget, a window
-of consecutive statements of one block that are F's only uses:
+of consecutive statements of one block (the kernel's, or a serial loop's body while F is
+allocated outside it) that are F's only uses in the kernel:
 
     T.copy(G[r0:r0+R, c0:c0+N], F)               G a device tensor; first
     for i, j in T.Parallel(R, N): F[i, j] = f    f pure: reads F[i, j], (R,) fragments
@@ -54,7 +55,7 @@ from core.ir import ops
 from core.ir.annotations import STREAMED
 from core.ir.kernel import map_kernels
 from core.ir.layout import FragmentLayout, NoLayout, reduce_layout
-from core.ir.stmt import as_int, children, loads, rebuild, seq, substitute
+from core.ir.stmt import as_int, children, loads, rebuild, rewrite, seq, substitute
 from core.language.buffers import FRAGMENT
 from core.target import DTYPES, METAL
 from core.transform.lower_reduce import accumulator_dtype, combine, identity
@@ -148,7 +149,7 @@ def _update(s, frag, R, N, per_row):
     return _Update(i, j, s.value)
 
 
-def _window(stmts, at, frag, threads):
+def _window(stmts, at, frag):
     """The _Window of F starting with its copy in at `stmts[at]`, or None."""
     R, N = _shape(frag)
     first = stmts[at]
@@ -187,8 +188,7 @@ def _window(stmts, at, frag, threads):
             read += per_row
             steps.append(u)
         k += 1
-    if any(_uses(s, frag) for s in stmts[k:]) or not any(isinstance(s, _Reduce)
-                                                         for s in steps):
+    if not any(isinstance(s, _Reduce) for s in steps):
         return None
     return _Window(frag, at, k, src, tuple(steps), sink)
 
@@ -396,56 +396,99 @@ class _Streamer:
 
 # ---- the pass ------------------------------------------------------------------------------
 
-def _stream_block(stmts, threads, readers):
+@dataclass
+class _Kernel:
+    """What the pass needs to know of one kernel body beyond the block it rewrites."""
+    threads: int
+    readers: list           # (outermost T.Parallel loop, buffer it reads)
+    users: list             # (statement, buffers it references): every statement that is no
+                            # block, serial loop, `if` or attribute (those are `headers`)
+    headers: list           # buffers referenced by the loop bounds, conditions, attributes
+    streamed: list          # fragments whose window was rewritten (their AllocBuffer goes)
+
+    @classmethod
+    def of(cls, body, threads):
+        readers, users, headers = [], [], []
+
+        def refs(node):
+            found = []
+            tvm_ffi.structural_walk(node, (tvm.ir.Var, found.append))
+            return found
+
+        def visit(s):
+            if isinstance(s, tirx.For) and s.kind == tirx.ForKind.PARALLEL:
+                readers.extend((s, ld.source) for ld in loads(s))
+            if isinstance(s, tirx.SeqStmt):
+                pass
+            elif isinstance(s, tirx.For) and s.kind != tirx.ForKind.PARALLEL:
+                headers.extend(refs(s.min) + refs(s.extent))
+            elif isinstance(s, tirx.IfThenElse):
+                headers.extend(refs(s.condition))
+            elif isinstance(s, tirx.AttrStmt):
+                headers.extend(refs(s.value))
+            elif not isinstance(s, tirx.AllocBuffer):
+                users.append((s, refs(s)))
+                return
+            for k in children(s):
+                visit(k)
+
+        visit(body)
+        return cls(threads, readers, users, headers, [])
+
+    def only_used_in(self, frag, window_stmts) -> bool:
+        """Every statement referencing `frag` (its allocation aside) is in the window."""
+        if any(v.same_as(frag) for v in self.headers):
+            return False
+        return all(any(s.same_as(w) for w in window_stmts)
+                   for s, refs in self.users if any(v.same_as(frag) for v in refs))
+
+
+def _stream_block(stmts, kernel: _Kernel):
     """The block's statements with every recognized window over the budget streamed."""
-    allocs = [s.buffer for s in stmts if isinstance(s, tirx.AllocBuffer)]
     out, at = [], 0
     while at < len(stmts):
         s = stmts[at]
         w = None
         if _tile_call(s, "tl.copy"):
             dst = ops.decode_region(s.value.args[1]).buffer
-            over = ops.buffer_scope(dst) == FRAGMENT and len(_shape(dst)) == 2 and \
-                _fragment_bytes(dst, threads) > METAL.fragment_register_budget_bytes
-            if over and any(b.same_as(dst) for b in allocs):
-                w = _window(stmts, at, dst, threads)
-        streamer = _Streamer(w, threads, readers) if w is not None else None
+            if ops.buffer_scope(dst) == FRAGMENT and len(_shape(dst)) == 2 and \
+                    _fragment_bytes(dst, kernel.threads) > METAL.fragment_register_budget_bytes:
+                w = _window(stmts, at, dst)
+        streamer = None
+        if w is not None and kernel.only_used_in(w.frag, stmts[w.start:w.stop]):
+            streamer = _Streamer(w, kernel.threads, kernel.readers)
         if streamer is None or not streamer.feasible(stmts[w.start:w.stop]):
-            out.append(_stream(s, threads, readers))
+            out.append(_stream(s, kernel))
             at += 1
             continue
-        out = [x for x in out if not (isinstance(x, tirx.AllocBuffer) and
-                                      x.buffer.same_as(w.frag))]
+        kernel.streamed.append(w.frag)
         out += streamer.build()
         at = w.stop
     return out
 
 
-def _stream(stmt, threads, readers):
+def _stream(stmt, kernel: _Kernel):
     if isinstance(stmt, tirx.SeqStmt):
-        return seq(_stream_block(list(stmt.seq), threads, readers))
+        return seq(_stream_block(list(stmt.seq), kernel))
     kids = children(stmt)
     if not kids or (isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.PARALLEL):
         return stmt
-    new = [_stream(k, threads, readers) for k in kids]
+    new = [_stream(k, kernel) for k in kids]
     return rebuild(stmt, new) if any(not a.same_as(b) for a, b in zip(new, kids)) else stmt
 
 
-def _parallel_readers(body) -> list:
-    """(outermost T.Parallel loop, fragment it reads) pairs of a kernel body."""
-    pairs = []
+def _per_kernel(nest):
+    kernel = _Kernel.of(nest.body, nest.num_threads)
+    body = _stream(nest.body, kernel)
+    def held(s):
+        return isinstance(s, tirx.AllocBuffer) and any(s.buffer.same_as(f)
+                                                       for f in kernel.streamed)
 
-    def visit(s):
-        if isinstance(s, tirx.For) and s.kind == tirx.ForKind.PARALLEL:
-            pairs.extend((s, ld.source) for ld in loads(s))
-            return
-        for k in children(s):
-            visit(k)
-
-    visit(body)
-    return pairs
+    if kernel.streamed:     # the whole-row fragments are no longer used: drop them
+        body = rewrite(body, lambda s: seq([x for x in s.seq if not held(x)])
+                       if isinstance(s, tirx.SeqStmt) else s)
+    return nest.wrap(body)
 
 
 def stream_rows(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    return map_kernels(func, lambda nest: nest.wrap(
-        _stream(nest.body, nest.num_threads, _parallel_readers(nest.body))))
+    return map_kernels(func, _per_kernel)

@@ -170,7 +170,7 @@ def test_a_fragment_of_another_shape_of_life_is_held(run):
 
     a = rand((M, N), "float32")
     kernel = core.compile(softmax_and_sum, out_idx=[1, 2])
-    assert "streamed" not in kernel.msl
+    assert "streamed" not in kernel.msl and "float x[64];" in kernel.msl
     b, s = run(kernel, a)
     e = torch.exp(a.double() - a.double().amax(1, keepdim=True))
     assert_close(b, e.float(), "float32", op_class="transcendental")
@@ -209,3 +209,58 @@ def test_a_result_read_outside_the_window_keeps_its_layout(bM, streamed, run):
     b, mx = run(kernel, a)
     assert_close(b, norm.softmax(a), "float32", op_class="transcendental")
     assert_close(mx, a.amax(1, keepdim=True).expand(M, N), "float32")
+
+
+def test_rows_streamed_inside_a_serial_loop_over_row_blocks(run):
+    # one threadgroup walks several rows: the window is the loop body, and the stage of the
+    # pair combine is reused by the next row (thread_sync orders the reuse)
+    M, N, threads, per_group = 6, 9000, 128, 3
+
+    @T.prim_func
+    def softmax_rows(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float32")):
+        with T.Kernel(M // per_group, threads=threads) as bx:
+            x = T.alloc_fragment((1, N), "float32")
+            mx = T.alloc_fragment((1,), "float32")
+            s = T.alloc_fragment((1,), "float32")
+            for r in T.serial(per_group):
+                T.copy(A[bx * per_group + r, 0], x)
+                T.reduce_max(x, mx, dim=1)
+                for i, j in T.Parallel(1, N):
+                    x[i, j] = T.exp(x[i, j] - mx[i])
+                T.reduce_sum(x, s, dim=1)
+                for i, j in T.Parallel(1, N):
+                    x[i, j] = x[i, j] / s[i]
+                T.copy(x, B[bx * per_group + r, 0])
+
+    a = rand((M, N), "float32")
+    kernel = core.compile(softmax_rows, out_idx=[1])
+    assert kernel.msl.count("// streamed:") == 2 and "float x[" not in kernel.msl
+    assert_close(run(kernel, a), norm.softmax(a), "float32", op_class="transcendental")
+    report = check_barriers(kernel, [a])
+    assert report.ok, report.summary()
+
+
+def test_a_row_used_after_the_loop_that_would_stream_it_is_held(run):
+    # the last row block's x is copied out again after the loop: the loop body is not x's
+    # whole life, so x stays held
+    M, N, threads = 2, 8192, 128
+
+    @T.prim_func
+    def row_sums(A: T.Tensor((M, N), "float32"), S: T.Tensor((M,), "float32"),
+                 Last: T.Tensor((1, N), "float32")):
+        with T.Kernel(1, threads=threads):
+            x = T.alloc_fragment((1, N), "float32")
+            s = T.alloc_fragment((1,), "float32")
+            for r in T.serial(M):
+                T.copy(A[r, 0], x)
+                T.reduce_sum(x, s, dim=1)
+                T.copy(s, S[r])
+            T.copy(x, Last[0, 0])
+
+    a = rand((M, N), "float32")
+    kernel = core.compile(row_sums, out_idx=[1, 2])
+    assert "streamed" not in kernel.msl
+    s, last = run(kernel, a)
+    assert_close(s, a.double().sum(1).float(), "float32", reduction_length=N,
+                 op_class="accumulation")
+    assert_close(last, a[-1:], "float32")
