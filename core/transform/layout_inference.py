@@ -14,8 +14,9 @@ of its own shape unless its *class* gets another: fragments read and written tog
 one T.Parallel at their full shape, or copied into one another at the same shape, form a
 class (they must agree slot by slot). The destination of a reduction (each of the two of
 a `tl.reduce_online`) gets `reduce_layout(source layout, dim)`, recorded as
-`tl.layout_replicate` = [holders, rep_lo, rep_bits]; a fragment otherwise unconstrained that is read as a broadcast (`b[j]` in
-T.Parallel(bM, N)) gets the reduced layout of that loop's layout, so the read is local.
+`tl.layout_replicate` = [holders, rep_lo, rep_bits]; a fragment otherwise unconstrained
+that is read as a broadcast (`b[j]` in T.Parallel(bM, N)) gets the reduced layout of that
+loop's layout, so the read is local.
 Two different requirements on one class are a LoweringError naming the fragment.
 """
 
