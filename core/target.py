@@ -69,6 +69,13 @@ class MetalTarget:
     bf16_carrier_lanes: tuple = (4, 8)   # packed carriers (uint2, uint4) for pure copies
     matrix_tile: int = 8                 # simdgroup_matrix is 8x8
     math_mode: str = "fast"              # Metal's default; exp(-inf) is not relied upon
+    # Bytes of fragments (thread-private arrays) one thread may hold before a long row is
+    # streamed instead (core/transform/stream_rows.py). An Apple7/8 core has a ~208 KB
+    # register file and needs 24 resident simdgroups (768 threads) to hide ALU latency;
+    # fewer registers than that per thread and occupancy falls, and the compiler spills
+    # (philipturner/metal-benchmarks): 208 KB / 768 = ~277 bytes per thread, of which 192
+    # (48 32-bit registers) go to fragments and the rest to indices, addresses, scalars.
+    fragment_register_budget_bytes: int = 192
     matrix_dtypes: tuple = ("float32", "float16", "bfloat16")
     simd_shuffle_dtypes: tuple = ("float32", "float16", "int32", "uint32", "int16",
                                   "uint16", "int8", "uint8", "bool")  # not bfloat

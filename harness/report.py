@@ -397,6 +397,10 @@ def _sections(results: dict, changes: list, baseline_path: str | None) -> list[t
     if rows:
         out.append((f"Generated against hand-tuned, term by term ({chip})",
                     ["kernel", *TERM_HEADER], rows, HAND_TUNED_TERM_NOTE))
+    rows = [[c["name"], line] for c in cases for line in streamed_lines(c.get("msl") or "")]
+    if rows:
+        out.append(("Rows streamed past the register budget", ["case", "chunk loop (from the "
+                                                                   "MSL)"], rows, STREAMED_NOTE))
     rows = reference_rows({"cases": cases})
     if rows:
         out.append(("Modeled time against measured references", REFERENCE_HEADER, rows,
@@ -444,6 +448,17 @@ def _sections(results: dict, changes: list, baseline_path: str | None) -> list[t
                 "Sources and limitations: docs/bench.md and "
                 "harness/roofline.py and README.md (harness bench)."))
     return out
+
+
+STREAMED_NOTE = ("A row fragment that would hold more than the target's register budget per "
+                 "thread is lowered to loops over chunks of the row (pass stream_rows, "
+                 "docs/architecture.md \"Streamed rows\"); each loop's comment in the MSL "
+                 "says what it does. `--disable stream_rows` holds the rows whole instead.")
+
+
+def streamed_lines(msl: str) -> list[str]:
+    """The `// streamed: ...` comments the MSL printer writes above chunk loops."""
+    return [ln.strip()[3:] for ln in msl.splitlines() if ln.strip().startswith("// streamed:")]
 
 
 THROUGHPUT_TERMS = ("memory", "compute", "threadgroup", "simd")

@@ -390,6 +390,8 @@ class _KernelPrinter:
             # table's count) would be re-read by every thread on every iteration.
             self.emit(f"const int {v}_end = {end};")
             end = f"{v}_end"
+        if keys.STREAMED in (s.annotations or {}):
+            self.emit(f"// {s.annotations[keys.STREAMED].value}")
         self.emit(f"for (int {v} = {lo}; {v} < {end}; {inc}) {{")
         self.block(s.body)
         self.emit("}")

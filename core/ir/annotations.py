@@ -10,6 +10,9 @@ from here (or through the writer's helper named below), never spells the string 
         (as core.ir.matrix.ACCUMULATOR)
     tl.vector_lanes                         on a For (the lanes of a T.Parallel run)
         written by lower_tile_ops; read by vectorize
+    tl.streamed                             on a For (a streamed row's chunk loop: its
+                                            description)
+        written by stream_rows; read by the MSL printer (core/codegen/msl.py)
     threadblock_swizzle_pattern             an AttrStmt key
         written by T.use_swizzle (core/language/swizzle.py); read by block_swizzle
     tl.readonly, tl.threads                 on a device PrimFunc
@@ -28,6 +31,7 @@ LAYOUT_VEC = "tl.layout_vec"                        # int: elements per thread r
 LAYOUT_REPLICATE = "tl.layout_replicate"            # [holders, lo, bits] of a replicated layout
 SIMDGROUP_ACCUMULATOR = "tl.simdgroup_accumulator"  # 1: a gemm accumulator in 8x8 matrices
 VECTOR_LANES = "tl.vector_lanes"                    # int: lanes the loop may vectorize to
+STREAMED = "tl.streamed"                            # str: what a streamed row's chunk loop does
 SWIZZLE_PATTERN = "threadblock_swizzle_pattern"     # node: the order, value: the panel size
 READONLY = "tl.readonly"                            # names of buffers the kernel never writes
 THREADS = "tl.threads"                              # the threadgroup size (x, y, z)

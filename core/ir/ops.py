@@ -13,6 +13,13 @@ Each tile op is a TIR `Op` registered from Python (`tvm.ir.register_op_attr`), u
     tl.reduce(src, dst, kind, dim, clear)          dst (op)= reduce over `dim` of src (whole
                                                     buffers; kind "sum"/"max"/"min"/"abssum"/
                                                     "absmax"; core/transform/lower_reduce.py)
+    tl.reduce_online(run_max, run_sum, max_dst, sum_dst)
+                                                    softmax's statistics from per-thread running
+                                                    (max, rescaled sum) pairs of one layout:
+                                                    max_dst = max of run_max over dim 1,
+                                                    sum_dst = sum of run_sum * exp(run_max -
+                                                    max_dst), in one combine (emitted by
+                                                    core/transform/stream_rows.py)
     tl.atomic_tile(src_region, dst_region, kind)    dst (op)= src element-wise, each update one
                                                     atomic (kind "add"/"max"/"min")
     tl.finalize_reducer(region)                     combine every thread's copy of a reducer
@@ -42,7 +49,7 @@ import tvm_ffi
 from tvm.ir import Op, register_op_attr
 
 TILE_OPS = ("tl.region", "tl.copy", "tl.fill", "tl.parallel_scope", "tl.gemm", "tl.reduce",
-            "tl.atomic_tile", "tl.finalize_reducer", "tl.thread_allreduce")
+            "tl.reduce_online", "tl.atomic_tile", "tl.finalize_reducer", "tl.thread_allreduce")
 # Lowered (non-tile) intrinsics of our own, printed by the MSL printer.
 INTRINSICS = ("tl.threadgroup_barrier",
               # simdgroup 8x8 matrices (core/ir/matrix.py)

@@ -12,10 +12,11 @@ simdgroup 8x8 matrices instead, and core/transform/lower_gemm.py lowers all its 
 Replicated layouts (core/ir/layout.py). A fragment's layout is the blocked-cyclic layout
 of its own shape unless its *class* gets another: fragments read and written together in
 one T.Parallel at their full shape, or copied into one another at the same shape, form a
-class (they must agree slot by slot). The destination of a reduction gets
-`reduce_layout(source layout, dim)`, recorded as `tl.layout_replicate` = [holders, rep_lo,
-rep_bits]; a fragment otherwise unconstrained that is read as a broadcast (`b[j]` in
-T.Parallel(bM, N)) gets the reduced layout of that loop's layout, so the read is local.
+class (they must agree slot by slot). The destination of a reduction (each of the two of
+a `tl.reduce_online`) gets `reduce_layout(source layout, dim)`, recorded as
+`tl.layout_replicate` = [holders, rep_lo, rep_bits]; a fragment otherwise unconstrained
+that is read as a broadcast (`b[j]` in T.Parallel(bM, N)) gets the reduced layout of that
+loop's layout, so the read is local.
 Two different requirements on one class are a LoweringError naming the fragment.
 """
 
@@ -147,7 +148,11 @@ def _infer_layouts(body, threads, accumulators, kernel) -> dict:
                     not accumulator(b):
                 classes.union(a, b)
         if isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.reduce"):
-            reduces.append(s.value)
+            src, dst = (ops.decode_region(r).buffer for r in s.value.args[:2])
+            reduces.append((src, dst, str(s.value.args[2].value), int(s.value.args[3])))
+        if isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.reduce_online"):
+            run_max, run_sum, mx, sm = (ops.decode_region(r).buffer for r in s.value.args)
+            reduces.extend([(run_max, mx, "max", 1), (run_sum, sm, "sum", 1)])
         for k in children(s):
             visit(k)
 
@@ -160,9 +165,7 @@ def _infer_layouts(body, threads, accumulators, kernel) -> dict:
         for b in exact[1:]:
             classes.union(exact[0], b)
         exact_uses.append((loops, extents, exact, uses))
-    for call in reduces:
-        src, dst = (ops.decode_region(r).buffer for r in call.args[:2])
-        kind, dim = str(call.args[2].value), int(call.args[3])
+    for src, dst, kind, dim in reduces:
         construct = f"T.reduce_{kind}"
         if ops.buffer_scope(src) != FRAGMENT or accumulator(src):
             continue

@@ -1,7 +1,9 @@
 """The T.reduce family -> per-thread loops, simd butterflies and a threadgroup stage.
 
 Part of pass `lower_tile_ops`, which hands this module every `tl.reduce` call
-(`ReduceLowering.lower`).
+(`ReduceLowering.lower`) and every `tl.reduce_online` (`ReduceLowering.online`: a streamed
+softmax's running (max, sum) pairs, combined through the same stages with one barrier for
+both statistics; core/transform/stream_rows.py emits it).
 
 Expects: `tl.reduce(src, dst, kind, dim, clear)` over whole fragment or local buffers
 (checked by core/language/reduce.py); fragments carry their layouts (layout_inference): a
@@ -213,11 +215,27 @@ class ReduceLowering:
                     bits(ops.buffer_dtype(s.buffer)) // 8
             elif isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.reduce"):
                 calls.append(s.value)
+            elif isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.reduce_online"):
+                calls.append(s.value)
 
         walk(body, visit)
         self.shared_bytes = shared_bytes
         for call in calls:
-            self.plans.append(self._plan_one(call, layouts))
+            if ops.is_tile_call(call, "tl.reduce"):
+                src, dst = (ops.decode_region(a).buffer for a in call.args[:2])
+                self.plans.append(self._plan_one(call, src, dst, str(call.args[2].value),
+                                                 int(call.args[3]), bool(int(call.args[4])),
+                                                 layouts))
+                continue
+            run_max, run_sum, mx, sm = (ops.decode_region(a).buffer for a in call.args)
+            pm = self._plan_one(call, run_max, mx, "max", 1, True, layouts)
+            ps = self._plan_one(call, run_sum, sm, "sum", 1, True, layouts)
+            if pm.dst_layout != ps.dst_layout:
+                self.fail("T.reduce_online", f"'{run_max.name}' and '{run_sum.name}' are laid "
+                                             "out differently; they must share one layout")
+            pm.stage_elems += ps.stage_elems    # one region: the maxima, then the sums
+            ps.stage_elems = 0
+            self.plans += [pm, ps]
         need = {}
         for p in self.plans:
             if p.stage_elems:
@@ -240,9 +258,7 @@ class ReduceLowering:
                       f"allow {METAL.threadgroup_memory_bytes} in all; use fewer rows per "
                       "threadgroup or fewer threads per row")
 
-    def _plan_one(self, call, layouts) -> _Plan:
-        src, dst = (ops.decode_region(a).buffer for a in call.args[:2])
-        kind, dim, clear = str(call.args[2].value), int(call.args[3]), bool(int(call.args[4]))
+    def _plan_one(self, call, src, dst, kind, dim, clear, layouts) -> _Plan:
         plan = _Plan(call, kind, dim, clear, src, dst, None, None,
                      accumulator_dtype(ops.buffer_dtype(src)))
         if ops.buffer_scope(src) == "local":
@@ -480,8 +496,9 @@ class ReduceLowering:
         stmts.append(self.store(plan, acc))
         return seq(stmts)
 
-    def partials(self, plan, src_local, layout, acc):
-        """acc[dst slot of each held element's output] op= the element."""
+    def partials(self, plan, src_local, layout, acc, term=None):
+        """acc[dst slot of each held element's output] op= the element (or
+        `term(element's local index, slot)`)."""
         threads = layout.threads
 
         def element(r, lane):
@@ -491,8 +508,9 @@ class ReduceLowering:
                              [e for d, e in enumerate(layout.shape) if d != plan.dim])
             slot = plan.dst_layout.slot_expr(out)
             x = tirx.BufferLoad(src_local, [r * layout.vec + lane])
-            return tirx.BufferStore(acc, combine(plan.kind, tirx.BufferLoad(acc, [slot]),
-                                                 self.value(plan, x)), [slot])
+            x = self.value(plan, x) if term is None else term(r * layout.vec + lane, slot)
+            return tirx.BufferStore(acc, combine(plan.kind, tirx.BufferLoad(acc, [slot]), x),
+                                    [slot])
 
         def round_(r):
             body = self.loop(layout.vec, lambda lane: element(r, lane))
@@ -508,14 +526,7 @@ class ReduceLowering:
         tid, slots = self.k.tid, plan.dst_layout.slots
         lo, ibits = plan.simd_bits
         c_lo, cbits = plan.cross_bits
-        width = self.k.threads >> ibits          # partials per slot
-        w = _compress(tid, lo, ibits)            # this thread's partial
-        c_at = c_lo - ibits                      # where the simdgroup bits of a group sit in w
-        # w with its simdgroup bits cleared (written without `x - x % c`, which trips a
-        # division by zero in TVM's FlattenBuffer simplifier)
-        group = tirx.floordiv(w, 1 << (c_at + cbits)) * (1 << (c_at + cbits))
-        if c_at:
-            group = group + tirx.floormod(w, 1 << c_at)
+        width, w, group, c_at = self._stage_slots(plan)
 
         def publish(k):
             write = tirx.BufferStore(stage, tirx.BufferLoad(acc, [k]),
@@ -549,6 +560,109 @@ class ReduceLowering:
             DTYPES[plan.acc_dtype].bits <= 32   # MSL's simd reductions take 32-bit types
         return [self.loop(slots, publish),
                 self.loop(slots, gather_by_lanes if by_lanes else gather)]
+
+    def _stage_slots(self, plan):
+        """(partials per slot, this thread's partial w, w with its simdgroup bits cleared,
+        where those bits sit in w) of a reduction's cross-simdgroup stage."""
+        lo, ibits = plan.simd_bits
+        c_lo, cbits = plan.cross_bits
+        width = self.k.threads >> ibits          # partials per slot
+        w = _compress(self.k.tid, lo, ibits)     # this thread's partial
+        c_at = c_lo - ibits                      # where the simdgroup bits of a group sit in w
+        # w with its simdgroup bits cleared (written without `x - x % c`, which trips a
+        # division by zero in TVM's FlattenBuffer simplifier)
+        group = tirx.floordiv(w, 1 << (c_at + cbits)) * (1 << (c_at + cbits))
+        if c_at:
+            group = group + tirx.floormod(w, 1 << c_at)
+        return width, w, group, c_at
+
+    # ---- softmax statistics: running (max, sum) pairs combined at once -------------------
+    def online(self, call):
+        """tl.reduce_online(run_max, run_sum, mx, sm): mx = max of run_max over dim 1 and
+        sm = sum of run_sum * exp(run_max - mx), every (max, sum) pair combined as
+        (max(m1, m2), s1 exp(m1 - max) + s2 exp(m2 - max)). The same stages as a reduction,
+        on pairs: per thread, the maximum of its elements, then their sums rescaled to it;
+        inside the simdgroup one simd_max and one simd_sum of the rescaled sums (or a
+        butterfly of pairs); across simdgroups (whole ones) one region of red_buf holding
+        every simdgroup's maximum and then its sum, so one barrier for both, after which
+        lane c reads pair c and one simd_max and one simd_sum combine them. The maximum's identity
+        is the lowest finite float, not -inf: exp(-inf) need not be 0 under fast math."""
+        pm, ps = [p for p in self.plans if p.call.same_as(call)]
+        max_local, layout = self.k.fragments[pm.src]
+        sum_local = self.k.fragments[ps.src][0]
+        slots, f32 = pm.dst_layout.slots, "float32"
+        lowest = tirx.min_value(f32)
+        acc_m, acc_s, t_m, t_s = (tirx.decl_buffer((slots,), f32, name, scope="local")
+                                  for name in ("red_max", "red_sum", "red_max_in", "red_sum_in"))
+
+        def at(b, k):
+            return tirx.BufferLoad(b, [k])
+
+        def put(b, k, v):
+            return tirx.BufferStore(b, v, [k])
+
+        def merge(k, om, os):
+            """(acc_m, acc_s)[k] := the pair combined with (om, os)."""
+            g = tirx.Max(at(acc_m, k), om)
+            return seq([put(acc_s, k, at(acc_s, k) * tirx.exp(at(acc_m, k) - g) +
+                            os * tirx.exp(om - g)),
+                        put(acc_m, k, g)])
+
+        def by_simd(k, m, s, g):
+            """(acc_m, acc_s)[k] := the whole simdgroup's combination of the pairs
+            (m[k], s[k]); the maximum goes through g (not m, which the sum still reads)."""
+            return seq([put(g, k, ops.call("tl.simd_max", at(m, k), dtype=f32)),
+                        put(acc_s, k, ops.call("tl.simd_sum", at(s, k) * tirx.exp(
+                            at(m, k) - at(g, k)), dtype=f32)),
+                        None if g is acc_m else put(acc_m, k, at(g, k))])
+
+        stmts = [*(tirx.AllocBuffer(b) for b in (acc_m, acc_s, t_m, t_s)),
+                 self.loop(slots, lambda k: seq([put(acc_m, k, lowest),
+                                                 put(acc_s, k, tirx.const(0.0, f32))])),
+                 self.partials(pm, max_local, layout, acc_m),
+                 self.partials(ps, sum_local, layout, acc_s, term=lambda e, slot: at(
+                     sum_local, e) * tirx.exp(at(max_local, e) - at(acc_m, slot)))]
+        lo, ibits = pm.simd_bits
+        whole = (lo, ibits) == (0, SIMD_BITS)
+        if ibits and whole:
+            stmts.append(self.loop(slots, lambda k: by_simd(k, acc_m, acc_s, t_m)))
+        elif ibits:
+            stmts.append(self.loop(slots, lambda k: seq([seq([
+                put(t_m, k, shuffle_xor(at(acc_m, k), 1 << b, f32)),
+                put(t_s, k, shuffle_xor(at(acc_s, k), 1 << b, f32)),
+                merge(k, at(t_m, k), at(t_s, k))]) for b in range(lo, lo + ibits)])))
+        c_lo, cbits = pm.cross_bits
+        if cbits:
+            stage, base = self.stages[f32], pm.stage_offset
+            width, w, group, c_at = self._stage_slots(pm)
+            sums = slots * width                 # the sums follow the maxima in the region
+
+            def publish(k):
+                writes = seq([tirx.BufferStore(stage, at(acc_m, k), [base + k * width + w]),
+                              tirx.BufferStore(stage, at(acc_s, k),
+                                               [base + sums + k * width + w])])
+                return writes if not ibits else tirx.IfThenElse(
+                    _bits_of(self.k.tid, lo, ibits) == 0, writes, None)
+
+            def part(k, c, offset):
+                return tirx.BufferLoad(stage, [base + offset + k * width + group +
+                                               c * (1 << c_at)])
+
+            def gather_by_lanes(k):
+                lane = tirx.floormod(self.k.tid, 1 << SIMD_BITS)
+                return seq([put(t_m, k, lowest), put(t_s, k, tirx.const(0.0, f32)),
+                            tirx.IfThenElse(lane < (1 << cbits), seq([
+                                put(t_m, k, part(k, lane, 0)), put(t_s, k, part(k, lane, sums))]),
+                                None),
+                            by_simd(k, t_m, t_s, acc_m)])
+
+            if not (whole and c_lo == SIMD_BITS):
+                self.fail("T.reduce_online", "pairs spread over part of each of several "
+                                             "simdgroups are not combined; the groups must "
+                                             "be whole simdgroups")
+            stmts += [self.loop(slots, publish), self.loop(slots, gather_by_lanes)]
+        stmts += [self.store(pm, acc_m), self.store(ps, acc_s)]
+        return seq(stmts)
 
     def store(self, plan, acc):
         """dst := the reduction (or op(dst, reduction)) for every slot the thread holds."""

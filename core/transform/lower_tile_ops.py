@@ -125,6 +125,8 @@ class _KernelLowering:
             return self.fill(ops.decode_region(s.value.args[0]), s.value.args[1])
         if isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.reduce"):
             return self.reduce.lower(s.value)
+        if isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.reduce_online"):
+            return self.reduce.online(s.value)
         if isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.thread_allreduce"):
             return self.reduce.allreduce(s.value)
         if isinstance(s, tirx.IfThenElse):

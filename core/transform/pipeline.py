@@ -15,6 +15,7 @@ from core.transform.host_program import host_program
 from core.transform.layout_inference import layout_inference
 from core.transform.legalize import legalize
 from core.transform.lower_tile_ops import lower_tile_ops
+from core.transform.stream_rows import stream_rows
 from core.transform.split_host_device import split_host_device
 from core.transform.thread_sync import thread_sync
 from core.transform.vectorize import vectorize
@@ -25,6 +26,7 @@ PASSES = (
     ("block_swizzle", block_swizzle),          # T.use_swizzle -> remapped block indices
     ("host_program", host_program),            # host scalars -> Binds around the kernels
     ("verify", verify),                        # clear errors for ill-formed kernels
+    ("stream_rows", stream_rows),              # rows over the register budget -> chunk loops
     ("layout_inference", layout_inference),    # fragments -> (thread, slot)
     ("lower_tile_ops", lower_tile_ops),        # tile ops, T.Parallel -> per-thread loops
     ("vectorize", vectorize),                  # proven-safe runs -> vector loads/stores

@@ -3,7 +3,8 @@ T.reduce_max, exp(x - max) with a broadcast read of the row maximum, T.reduce_su
 
 Params:
     M, N        X and Y are M x N; a threadgroup holds bM whole rows (ragged in M; any
-                N, 4096 x 4096 builds too, the fragment then holds bM x 4096 floats)
+                N, 4096 x 4096 builds too: a fragment past the register budget per thread
+                is streamed in chunks by core/transform/stream_rows.py, online max/sum)
     dtype       dtype of X and Y: float32, float16, bfloat16 (computed in float32)
     scale       x is multiplied by `scale` before the softmax (1.0, or 1/sqrt(d)-like)
     bM          rows per threadgroup; threads: threads per threadgroup (powers of two

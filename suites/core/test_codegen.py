@@ -204,7 +204,7 @@ def test_half_stores_are_explicit_conversions(run):
 
 def test_pipeline_is_named_and_replaceable(run):
     assert pipeline.pass_names() == ("legalize", "block_swizzle", "host_program", "verify",
-                                     "layout_inference",
+                                     "stream_rows", "layout_inference",
                                      "lower_tile_ops", "vectorize", "flatten_simplify",
                                      "thread_sync", "split_host_device")
 

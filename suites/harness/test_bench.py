@@ -331,6 +331,17 @@ def test_report_shows_ratios_and_misses_of_the_target():
         _results(case), [])
 
 
+def test_report_lists_the_streamed_rows_from_the_msl():
+    streamed, held = _case("fam/streamed"), _case("fam/held")
+    streamed["msl"] = ("kernel void k() {\n  // streamed: 16 chunks of 2048 over dim 1 of 'x'"
+                       " (...); online max into 'mx' and sum of exp into 's'\n  for (;;) {}\n}")
+    held["msl"] = "kernel void k() {\n  float x[64];\n}"
+    text = report.markdown(_results(streamed, held), [])
+    section = text.split("## Rows streamed past the register budget")[1].split("## ")[0]
+    assert "| fam/streamed | streamed: 16 chunks of 2048 over dim 1 of 'x'" in section
+    assert "fam/held" not in section
+
+
 def test_new_changed_and_missing_cases_are_noted_not_gated(baseline):
     changed = _case("fam/b")
     changed["params"] = {"n": 2}
