@@ -207,7 +207,12 @@ def _points(index, thread_axes, loops, guards, sample=1, per_point=1):
     loop_vars = [lp.var for lp in loops]
     arrays = np.broadcast_arrays(elements, tid, keep, *(env[v] for v in loop_vars))
     elements, tid, keep = arrays[:3]
-    return elements[keep], tid[keep], {v: a[keep] for v, a in zip(loop_vars, arrays[3:])}
+    if keep.all():  # no point dropped: a row-major copy, much cheaper than a mask
+        pick = np.ravel
+    else:
+        def pick(a):
+            return a[keep]
+    return pick(elements), pick(tid), {v: pick(a) for v, a in zip(loop_vars, arrays[3:])}
 
 
 _BINARY = {

@@ -62,6 +62,11 @@ class NoLayout(Exception):
     """No layout satisfies the request; the message says why (callers add the context)."""
 
 
+def _pow2(n: int) -> bool:
+    """Power of two: then // and % by it are >> and & (floor semantics, negatives too)."""
+    return n > 0 and n & (n - 1) == 0
+
+
 def run_width(extents) -> int:
     """The layout's `vec` for a tile (or loop nest) of `extents` (ints)."""
     last = int(extents[-1])
@@ -126,9 +131,14 @@ class FragmentLayout:
 
     def thread_of(self, flat):
         """Holder of element `flat` (ints or numpy arrays)."""
+        if _pow2(self.vec) and _pow2(self.threads):  # the same, 10x faster on arrays
+            return (flat >> (self.vec.bit_length() - 1)) & (self.threads - 1)
         return (flat // self.vec) % self.threads
 
     def slot_of(self, flat):
+        if _pow2(self.vec) and _pow2(self.threads):
+            block = (self.vec * self.threads).bit_length() - 1
+            return ((flat >> block) << (self.vec.bit_length() - 1)) + (flat & (self.vec - 1))
         return (flat // (self.vec * self.threads)) * self.vec + flat % self.vec
 
     def flat_of(self, thread: int, slot: int) -> int:
@@ -136,11 +146,15 @@ class FragmentLayout:
 
     def holder(self, tid):
         """Holder of thread `tid` (ints or numpy arrays)."""
+        if not self.replicated:
+            return tid
         lo, hi = self.rep_lo, self.rep_lo + self.rep_bits
         return ((tid >> hi) << lo) | (tid & ((1 << lo) - 1))
 
     def thread(self, holder, replica):
         """Thread number `replica` of `holder` (inverse of `holder`)."""
+        if not self.replicated:
+            return holder  # replica 0, the only one
         lo, hi = self.rep_lo, self.rep_lo + self.rep_bits
         return ((holder >> lo) << hi) | (replica << lo) | (holder & ((1 << lo) - 1))
 
@@ -168,14 +182,24 @@ class FragmentLayout:
         return base + lane if lane is not None else base
 
 
-def _out_index(flat, shape, dims):
-    """Flat index, in the shape without `dims`, of the output each of `flat` reduces into."""
-    idx = np.unravel_index(flat, shape)
-    out = np.zeros_like(flat)
-    for d, extent in enumerate(shape):
-        if d not in dims:
-            out = out * extent + idx[d]
-    return out
+def _gathered_index(shape, dims, extents):
+    """For every element of a tile of `shape`, in row-major order: the flat index, in a tile
+    of `extents`, of the element whose k-th index is the element's index along dims[k]
+    (0 for a dim of None). Built by broadcasting, without dividing flat indices."""
+    out = np.zeros((1,) * len(shape), dtype=np.int64)
+    for d, extent in zip(dims, extents):
+        out = out * extent
+        if d is not None:
+            out = out + np.arange(shape[d], dtype=np.int64).reshape(
+                [shape[d] if k == d else 1 for k in range(len(shape))])
+    return np.broadcast_to(out, shape).ravel()
+
+
+def _out_index(shape, dims):
+    """Flat index, in the shape without `dims`, of the output each element (row-major)
+    reduces into."""
+    kept = [d for d in range(len(shape)) if d not in dims]
+    return _gathered_index(shape, kept, [shape[d] for d in kept])
 
 
 def reduce_layout(src: FragmentLayout, dim, dst_shape) -> FragmentLayout:
@@ -191,7 +215,7 @@ def reduce_layout(src: FragmentLayout, dim, dst_shape) -> FragmentLayout:
                        "fragment laid out over all threads")
     dst_shape = tuple(int(d) for d in dst_shape)
     flat = np.arange(src.size, dtype=np.int64)
-    out = _out_index(flat, src.shape, dims)
+    out = _out_index(src.shape, dims)
     tid = src.thread_of(flat)
     first = np.full(prod(dst_shape), src.size, dtype=np.int64)
     np.minimum.at(first, out, flat)
@@ -236,10 +260,7 @@ def broadcast_ok(loop: FragmentLayout, frag: FragmentLayout, dims) -> bool:
     if loop.thread_count != frag.thread_count:
         return False
     flat = np.arange(loop.size, dtype=np.int64)
-    idx = np.unravel_index(flat, loop.shape)
-    elem = np.zeros_like(flat)
-    for d, extent in zip(dims, frag.shape):
-        elem = elem * extent + (idx[d] if d is not None else 0)
+    elem = _gathered_index(loop.shape, dims, frag.shape)
     want = frag.thread_of(elem)
     holder = loop.thread_of(flat)
     for r in range(loop.replicas):

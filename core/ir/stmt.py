@@ -2,7 +2,8 @@
 
 `rewrite(stmt, fn)` rebuilds a statement tree bottom-up, calling `fn` on every rebuilt
 statement (it may return a replacement); `substitute` maps variables in any node;
-`free_vars` lists the variables an expression or statement reads; `seq` flattens;
+`free_vars` lists the variables an expression or statement reads (`loads` its loads,
+`collect` several kinds of node in one walk); `seq` flattens;
 `bind_ranges` gives an arithmetic analyzer the loop ranges around a statement.
 """
 
@@ -97,6 +98,15 @@ def loads(node) -> list:
     out = []
     tvm_ffi.structural_walk(node, (tvm.ir.TensorLoad, out.append))
     return out
+
+
+def collect(node, *types) -> list:
+    """One list per type in `types` of the nodes of that type inside `node`, in visit
+    order: several of `loads`/`free_vars`-style queries in a single walk (each walk has a
+    fixed cost of its own, which dominates on small expressions)."""
+    found = [[] for _ in types]
+    tvm_ffi.structural_walk(node, [(t, out.append) for t, out in zip(types, found)])
+    return found
 
 
 def once_assigned_scalars(body) -> dict:

@@ -1,7 +1,10 @@
 """T.gemm and every use of a gemm accumulator -> simdgroup 8x8 matrix code.
 
 Part of pass `lower_tile_ops`, which hands this module each statement first
-(`GemmLowering.lower`; None means "not mine").
+(`GemmLowering.lower`; None means "not mine") and a KernelContext
+(core/transform/kernel_context.py) through which it sees the kernel; the threadgroup
+buffers it allocates (`allocations`, placed at the kernel's start) are published to that
+context's budget.
 
 Expects: the C operand of every T.gemm is a float32 fragment whose AllocBuffer carries
 `tl.simdgroup_accumulator` (layout_inference); the verifier has checked the operands
@@ -63,7 +66,6 @@ from math import prod
 import tvm
 import tvm_ffi
 from tvm import tirx
-from tvm.sym import Analyzer
 
 from core.ir import matrix, ops
 from core.ir.matrix import TILE, AccumulatorLayout
@@ -85,6 +87,9 @@ class _Accumulator:
     @property
     def name(self) -> str:
         return self.fragment.name
+
+
+OWNER = "T.gemm"  # the name under which this lowering publishes threadgroup bytes
 
 
 def _i32(x):
@@ -165,12 +170,13 @@ def _regions(call) -> list:
 
 
 class GemmLowering:
-    """Lowers the gemm-related statements of one kernel; `kernel` is lower_tile_ops'
-    `_KernelLowering` (thread count, thread index, fresh names, loop ranges, and the
-    regular lowering of T.copy and T.Parallel, reused for the staged element-wise part)."""
+    """Lowers the gemm-related statements of one kernel, seen through `ctx` (a
+    KernelContext: thread count and index, fresh names, loop ranges and guards, and
+    lower_tile_ops' element-wise T.copy and T.Parallel, reused for the staged part). The
+    threadgroup buffers it allocates are published to `ctx` under OWNER."""
 
-    def __init__(self, kernel, body):
-        self.k = kernel
+    def __init__(self, ctx, body):
+        self.ctx = ctx
         self.accumulators = {}      # fragment buffer -> _Accumulator
         self.operand_stages = {}    # fragment buffer -> threadgroup copy (gemm operands)
         self.operand_mats = {}      # (dtype, count, role) -> MATRIX_SCOPE buffer
@@ -180,7 +186,14 @@ class GemmLowering:
         self._plan(body)
 
     def fail(self, construct, reason):
-        raise LoweringError(reason, kernel=self.k.name, construct=construct)
+        raise LoweringError(reason, kernel=self.ctx.name, construct=construct)
+
+    def _allocate(self, buf):
+        """Place `buf` at the start of the kernel; threadgroup bytes go to the budget."""
+        self.allocations.append(tirx.AllocBuffer(buf))
+        if ops.buffer_scope(buf) == "shared":
+            self.ctx.publish_threadgroup_bytes(OWNER, _nbytes(buf.ty.shape,
+                                                              ops.buffer_dtype(buf)))
 
     # ---- planning: layouts and the threadgroup memory budget ----------------------------
     def _plan(self, body):
@@ -225,8 +238,8 @@ class GemmLowering:
         chunked = [a for a in accs if a not in need_full]
         share = (METAL.threadgroup_memory_bytes - fixed) // max(len(chunked), 1)
         for a in accs:
-            layout = AccumulatorLayout.for_tile(a.ty.shape, self.k.threads,
-                                                kernel=self.k.name, name=a.name)
+            layout = AccumulatorLayout.for_tile(a.ty.shape, self.ctx.threads,
+                                                kernel=self.ctx.name, name=a.name)
             rows = self._stage_rows(a, share) if a in chunked else int(a.ty.shape[0])
             mats = matrix.matrices(layout.count, "float32", a.name)
             self.accumulators[a] = _Accumulator(a, layout, mats, rows)
@@ -324,10 +337,10 @@ class GemmLowering:
         dtype = ops.buffer_dtype(A.buffer)
         a_mats = self.operand_matrices(dtype, lay.sm, "A")
         b_mats = self.operand_matrices(dtype, lay.sn, "B")
-        kk, ia, jb, i, j = (self.k.fresh(n) for n in ("kk", "i", "j", "i", "j"))
+        kk, ia, jb, i, j = (self.ctx.fresh(n) for n in ("kk", "i", "j", "i", "j"))
         k0 = kk * TILE
-        row, _ = lay.origin(self.k.tid, ia, 0)
-        _, col = lay.origin(self.k.tid, 0, jb)
+        row, _ = lay.origin(self.ctx.tid, ia, 0)
+        _, col = lay.origin(self.ctx.tid, 0, jb)
         load_a = matrix.load(tirx.BufferLoad(a_mats, [ia]), *self.tile_pointer(A),
                              *((row, k0) if trans_a else (k0, row)), trans_a)
         load_b = matrix.load(tirx.BufferLoad(b_mats, [jb]), *self.tile_pointer(B),
@@ -345,10 +358,10 @@ class GemmLowering:
         key = (C.buffer, tile)
         acc = self.shared_accumulators.get(key)
         if acc is None:
-            layout = AccumulatorLayout.for_tile(tile, self.k.threads, kernel=self.k.name,
+            layout = AccumulatorLayout.for_tile(tile, self.ctx.threads, kernel=self.ctx.name,
                                                 name=C.name)
             mats = matrix.matrices(layout.count, "float32", f"{C.name}_mat")
-            self.allocations.append(tirx.AllocBuffer(mats))
+            self._allocate(mats)
             acc = _Accumulator(C.buffer, layout, mats, tile[0])
             self.shared_accumulators[key] = acc
         return acc
@@ -392,7 +405,7 @@ class GemmLowering:
             return self.load_all(acc, src)
         if not float32:
             stage = self.stage(acc)
-            return seq([self.k.copy(src, stage), self.load_all(acc, stage)])
+            return seq([self.ctx.copy(src, stage), self.load_all(acc, stage)])
         shape = src.buffer.ty.shape
         r0, c0 = src.mins[dims[0]], src.mins[dims[1]]
         d_ptr, d_stride = self.tile_pointer(src)
@@ -404,7 +417,7 @@ class GemmLowering:
             return tirx.And(r0 + row < shape[dims[0]], c0 + col < shape[dims[1]])
 
         zero = tirx.const(0.0, "float32")
-        analyzer = self._analyzer()
+        analyzer = self.ctx.analyzer()
         if all(analyzer.can_prove(tirx.floormod(self._known(x), TILE) == 0)
                for x in (r0, c0, shape[dims[0]], shape[dims[1]])):
             # no tile straddles the edge (as in store_edges_staged): no stage, no barrier
@@ -425,7 +438,7 @@ class GemmLowering:
             row, col = (tirx.floordiv(t, TILE) * TILE for t in tile_idx[-2:])
             return tirx.And(tirx.Not(inside(row, col)), touches(row, col))
 
-        return seq([self.k.copy(src, stage, when=edge), self._each_matrix(acc, make)])
+        return seq([self.ctx.copy(src, stage, when=edge), self._each_matrix(acc, make)])
 
     def operand(self, region):
         """(statements, threadgroup region) holding a gemm operand for simdgroup_load."""
@@ -454,15 +467,15 @@ class GemmLowering:
             buf = tirx.decl_buffer(region.buffer.ty.shape, ops.buffer_dtype(region.buffer),
                                    f"{region.name}_shared", scope="shared")
             self.operand_stages[region.buffer] = buf
-            self.allocations.append(tirx.AllocBuffer(buf))
+            self._allocate(buf)
         stage = _whole(buf)
-        return [self.k.copy(region, stage)], stage
+        return [self.ctx.copy(region, stage)], stage
 
     def operand_matrices(self, dtype, count, role):
         key = (dtype, count, role)
         if key not in self.operand_mats:
             self.operand_mats[key] = matrix.matrices(count, dtype, f"{role}_mat")
-            self.allocations.append(tirx.AllocBuffer(self.operand_mats[key]))
+            self._allocate(self.operand_mats[key])
         return self.operand_mats[key]
 
     @staticmethod
@@ -474,8 +487,8 @@ class GemmLowering:
     def _each_matrix(self, acc, make):
         """`make(matrix, row, col)` for each of the simdgroup's matrices, as a loop nest."""
         lay = acc.layout
-        i, j = self.k.fresh("i"), self.k.fresh("j")
-        row, col = lay.origin(self.k.tid, i, j)
+        i, j = self.ctx.fresh("i"), self.ctx.fresh("j")
+        row, col = lay.origin(self.ctx.tid, i, j)
         body = make(tirx.BufferLoad(acc.mats, [i * lay.sn + j]), row, col)
         return _for(i, lay.sm, _for(j, lay.sn, body))
 
@@ -510,7 +523,7 @@ class GemmLowering:
     def fill(self, acc, value):
         if str(value.ty.dtype) != "float32":
             value = tirx.Cast("float32", value)
-        i = self.k.fresh("i")
+        i = self.ctx.fresh("i")
         return _for(i, acc.layout.count, matrix.fill(tirx.BufferLoad(acc.mats, [i]), value))
 
     def stage(self, acc):
@@ -518,7 +531,7 @@ class GemmLowering:
         if acc.stage is None:
             shape = (acc.stage_rows, acc.layout.shape[1])
             acc.stage = tirx.decl_buffer(shape, "float32", f"{acc.name}_stage", scope="shared")
-            self.allocations.append(tirx.AllocBuffer(acc.stage))
+            self._allocate(acc.stage)
         return _whole(acc.stage)
 
     # ---- T.copy -----------------------------------------------------------------------------
@@ -533,7 +546,7 @@ class GemmLowering:
         if self._direct_source(src):
             return self.load_all(dst_acc, src)
         stage = self.stage(dst_acc)
-        return seq([self.k.copy(src, stage), self.load_all(dst_acc, stage)])
+        return seq([self.ctx.copy(src, stage), self.load_all(dst_acc, stage)])
 
     def copy_out(self, acc, dst, atomic=None):
         """T.copy(C, dst); with `atomic`, T.atomic_*(dst, C): always through the stage,
@@ -552,7 +565,7 @@ class GemmLowering:
             return self.store_edges_staged(acc, dst, dims)
         stage = self.stage(acc)
         if acc.stage_rows == M:
-            return seq([self.store_all(acc, stage), self.k.copy(stage, dst, atomic)])
+            return seq([self.store_all(acc, stage), self.ctx.copy(stage, dst, atomic)])
         # Chunks of stage_rows rows: store the chunk's matrices, copy the chunk out. The
         # chunks are unrolled: which simdgroup writes which stage element changes from
         # chunk to chunk, and the barrier planner sees a loop's iterations as one access set.
@@ -564,7 +577,7 @@ class GemmLowering:
             extents = None if dst.extents is None else tuple(
                 _i32(rows) if d == dims[0] else e for d, e in enumerate(dst.extents))
             part = ops.Region(dst.buffer, tuple(mins), extents)
-            out += [self.store_all(acc, stage, chunk=c), self.k.copy(stage, part, atomic)]
+            out += [self.store_all(acc, stage, chunk=c), self.ctx.copy(stage, part, atomic)]
         return seq(out)
 
     def store_edges_staged(self, acc, dst, dims):
@@ -582,7 +595,7 @@ class GemmLowering:
         def touches(row, col):
             return tirx.And(r0 + row < shape[dims[0]], c0 + col < shape[dims[1]])
 
-        analyzer = self._analyzer()
+        analyzer = self.ctx.analyzer()
         if all(analyzer.can_prove(tirx.floormod(x, TILE) == 0)
                for x in (r0, c0, shape[dims[0]], shape[dims[1]])):
             # no tile straddles the edge: the ones inside are stored, the others dropped
@@ -602,23 +615,14 @@ class GemmLowering:
             row, col = (tirx.floordiv(t, TILE) * TILE for t in tile_idx[-2:])
             return tirx.Not(inside(row, col))
 
-        return seq([self._each_matrix(acc, make), self.k.copy(stage, dst, when=edge)])
-
-    def _analyzer(self):
-        analyzer = Analyzer()
-        for v, (lo, ext) in self.k.ranges.items():
-            try:
-                analyzer.bind(v, tvm.ir.Range.from_min_extent(lo, ext))
-            except Exception:  # noqa: BLE001 - an unbindable range just proves less
-                pass
-        return analyzer
+        return seq([self._each_matrix(acc, make), self.ctx.copy(stage, dst, when=edge)])
 
     def inside(self, region, dims, tile) -> bool:
         """Whether the tile provably lies inside its (global) buffer."""
-        analyzer = self._analyzer()
+        analyzer = self.ctx.analyzer()
         shape = region.buffer.ty.shape
         claims = [self._known(region.mins[d]) + e <= shape[d] for d, e in zip(dims, tile)]
-        guards = [self._known(g) for g in self.k.guards]  # `if ty < tiles_m:` around it
+        guards = [self._known(g) for g in self.ctx.guards]  # `if ty < tiles_m:` around it
         if not guards:
             return all(analyzer.can_prove(c) for c in claims)
         with analyzer.constraint_scope(tirx.all(*guards) if len(guards) > 1 else guards[0]):
@@ -665,7 +669,7 @@ class GemmLowering:
         loop = rewrite(tvm_ffi.structural_map(loop, (tvm.ir.TensorLoad, load)), store)
         post = [self.load_all(a, self.stage(a)) for a in accs
                 if any(a.fragment.same_as(w) for w in written)]
-        return seq(pre + [self.k.parallel(loop)] + post)
+        return seq(pre + [self.ctx.parallel(loop)] + post)
 
 
     def parallel_chunks(self, loop, acc, written):
@@ -694,7 +698,7 @@ class GemmLowering:
             body = rewrite(tvm_ffi.structural_map(body, (tvm.ir.TensorLoad, load)), store)
             part = tirx.For(row_var, _i32(0), _i32(rows), tirx.ForKind.PARALLEL, body,
                             loop.thread_binding, loop.annotations)
-            out += [self.store_all(acc, stage, chunk=c), self.k.parallel(part)]
+            out += [self.store_all(acc, stage, chunk=c), self.ctx.parallel(part)]
             if written:
                 out.append(self.load_all(acc, stage, chunk=c))
         return seq(out)

@@ -4,6 +4,9 @@ Part of pass `lower_tile_ops`, which hands this module every `tl.reduce` call
 (`ReduceLowering.lower`) and every `tl.reduce_online` (`ReduceLowering.online`: a streamed
 softmax's running (max, sum) pairs, combined through the same stages with one barrier for
 both statistics; core/transform/stream_rows.py emits it).
+It sees the kernel through a KernelContext (core/transform/kernel_context.py); its stage
+is checked against the threadgroup bytes the other lowerings published to that context
+(`ReduceLowering.allocate`, after lowering).
 
 Expects: `tl.reduce(src, dst, kind, dim, clear)` over whole fragment or local buffers
 (checked by core/language/reduce.py); fragments carry their layouts (layout_inference): a
@@ -71,6 +74,7 @@ SIMD_BITS = METAL.simd_width.bit_length() - 1   # thread-id bits below it select
 SIMD_REDUCE = {"sum": "tl.simd_sum", "abssum": "tl.simd_sum", "max": "tl.simd_max",
                "absmax": "tl.simd_max", "min": "tl.simd_min"}
 STAGE = "red_buf"
+OWNER = "T.reduce"  # the name under which this lowering publishes threadgroup bytes
 
 
 def _i32(x):
@@ -188,18 +192,20 @@ class _Plan:
 
 
 class ReduceLowering:
-    """Lowers the tl.reduce calls of one kernel; `kernel` is lower_tile_ops'
-    `_KernelLowering` (thread count and index, fragment table, fresh names)."""
+    """Lowers the tl.reduce calls of one kernel, seen through `ctx` (a KernelContext:
+    thread count and index, fragment table, fresh names). Its stage's bytes are checked
+    against the threadgroup bytes the other lowerings published to `ctx`, and published
+    under OWNER."""
 
-    def __init__(self, kernel, body):
-        self.k = kernel
+    def __init__(self, ctx, body):
+        self.ctx = ctx
         self.plans = []
         self.stages = {}            # accumulator dtype -> red_buf buffer
         self.extra = []             # T.finalize_reducer stages
         self._plan(body)
 
     def fail(self, construct, reason):
-        raise LoweringError(reason, kernel=self.k.name, construct=construct)
+        raise LoweringError(reason, kernel=self.ctx.name, construct=construct)
 
     # ---- planning: layouts and the threadgroup stage --------------------------------------
     def _plan(self, body):
@@ -209,7 +215,7 @@ class ReduceLowering:
             nonlocal shared_bytes
             if isinstance(s, tirx.AllocBuffer) and ops.buffer_scope(s.buffer) == FRAGMENT \
                     and matrix.ACCUMULATOR not in (s.annotations or {}):
-                layouts[s.buffer] = fragment_layout(s, self.k.threads)
+                layouts[s.buffer] = fragment_layout(s, self.ctx.threads)
             elif isinstance(s, tirx.AllocBuffer) and ops.buffer_scope(s.buffer) == "shared":
                 shared_bytes += prod(int(d) for d in s.buffer.ty.shape) * \
                     bits(ops.buffer_dtype(s.buffer)) // 8
@@ -269,7 +275,7 @@ class ReduceLowering:
                                  "threads (a gemm accumulator is held as simdgroup matrices); "
                                  "T.copy it into a fragment first")
         plan.src_layout = layouts[src]
-        threads = self.k.threads
+        threads = self.ctx.threads
         if threads <= 0:
             self.fail(construct, f"the kernel has {threads} threads; it needs at least one")
         try:
@@ -308,7 +314,7 @@ class ReduceLowering:
         thread) := the combination of all threads' copies, on every thread. A butterfly over
         the lanes, then (more than one simdgroup) lane 0 of each publishes its partials to a
         threadgroup stage of its own and every thread folds them in simdgroup order."""
-        threads, n = self.k.threads, prod(int(d) for d in buf.ty.shape)
+        threads, n = self.ctx.threads, prod(int(d) for d in buf.ty.shape)
         dtype = ops.buffer_dtype(buf)
         simd = min(threads, 1 << SIMD_BITS)
         if threads & (threads - 1) and threads % (1 << SIMD_BITS):
@@ -332,8 +338,8 @@ class ReduceLowering:
         if groups > 1:
             stage = tirx.decl_buffer((n * groups,), dtype, "reducer_buf", scope="shared")
             self.extra.append(stage)
-            sg = tirx.floordiv(self.k.tid, simd)
-            lane0 = tirx.floormod(self.k.tid, simd) == 0
+            sg = tirx.floordiv(self.ctx.tid, simd)
+            lane0 = tirx.floormod(self.ctx.tid, simd) == 0
             stmts.append(self.loop(n, lambda k: tirx.IfThenElse(
                 lane0, tirx.BufferStore(stage, at(k), [k * groups + sg]), None)))
 
@@ -377,7 +383,7 @@ class ReduceLowering:
                           for b in range(lo, lo + in_simd[1])]
         c_lo = max(lo, SIMD_BITS)
         if hi > c_lo:
-            tid, threads = self.k.tid, self.k.threads
+            tid, threads = self.ctx.tid, self.ctx.threads
             stage = tirx.decl_buffer((threads,), acc_dtype, "allreduce_buf", scope="shared")
             self.extra.append(stage)
             publish = tirx.BufferStore(stage, at, [tid])
@@ -399,21 +405,20 @@ class ReduceLowering:
         stmts.append(tirx.BufferStore(dst.buffer, out, list(dst.mins)))
         return seq(stmts)
 
-    @property
-    def allocations(self) -> list:
-        """The stage buffers, to place at the start of the kernel (after lowering: the
-        check includes the threadgroup buffers lower_gemm added meanwhile)."""
+    def allocate(self) -> list:
+        """The stage buffers, to place at the start of the kernel; called once, after
+        lowering, so the check includes the threadgroup buffers the other lowerings
+        published meanwhile. Publishes the stage's bytes."""
         ours = self._stage_bytes() + sum(int(b.ty.shape[0]) * DTYPES[str(b.ty.dtype)].bytes
                                          for b in self.extra)
-        gemm = sum(prod(int(d) for d in a.buffer.ty.shape) * bits(ops.buffer_dtype(a.buffer))
-                   // 8 for a in self.k.gemm.allocations
-                   if ops.buffer_scope(a.buffer) == "shared")
-        if ours and self.shared_bytes + gemm + ours > METAL.threadgroup_memory_bytes:
+        others = self.ctx.threadgroup_bytes(besides=OWNER)
+        if ours and self.shared_bytes + others + ours > METAL.threadgroup_memory_bytes:
             self.fail("T.reduce", f"the reductions' stage ({ours} bytes), T.gemm's staging "
-                                  f"buffers ({gemm}) and the kernel's threadgroup buffers "
+                                  f"buffers ({others}) and the kernel's threadgroup buffers "
                                   f"({self.shared_bytes}) exceed the "
                                   f"{METAL.threadgroup_memory_bytes} bytes of threadgroup "
                                   "memory; use smaller tiles")
+        self.ctx.publish_threadgroup_bytes(OWNER, ours)
         return [tirx.AllocBuffer(b) for b in [*self.stages.values(), *self.extra]]
 
     # ---- lowering -----------------------------------------------------------------------
@@ -428,7 +433,7 @@ class ReduceLowering:
         The loop itself counts from 0, so the barrier planner enumerates its footprints."""
         if extent - start == 1:
             return make_body(_i32(start))
-        v = self.k.fresh("k")
+        v = self.ctx.fresh("k")
         body = make_body(v + start if start else v)
         return tirx.For(v, _i32(0), _i32(extent - start), tirx.ForKind.SERIAL, body)
 
@@ -452,7 +457,7 @@ class ReduceLowering:
         shape = [int(d) for d in plan.src.ty.shape]
         acc = tirx.decl_buffer((1,), plan.acc_dtype, "red_acc", scope="local")
         zero = [_i32(0)]
-        idx = [self.k.fresh("i") for _ in shape]
+        idx = [self.ctx.fresh("i") for _ in shape]
         if len(plan.dst.ty.shape) == len(shape):
             out = [v if d != plan.dim else _i32(0) for d, v in enumerate(idx)]
         else:
@@ -470,7 +475,7 @@ class ReduceLowering:
 
     def distributed(self, plan):
         """Fragment source: partials, butterfly, cross-simdgroup stage, store (docstring)."""
-        src_local, src_layout = self.k.fragments[plan.src]
+        src_local, src_layout = self.ctx.fragments[plan.src]
         slots = plan.dst_layout.slots
         acc = tirx.decl_buffer((slots,), plan.acc_dtype, "red_acc", scope="local")
 
@@ -502,7 +507,7 @@ class ReduceLowering:
         threads = layout.threads
 
         def element(r, lane):
-            run = r * threads + self.k.tid
+            run = r * threads + self.ctx.tid
             idx = _unravel(run * layout.vec + lane, layout.shape)
             out = _row_major([i for d, i in enumerate(idx) if d != plan.dim],
                              [e for d, e in enumerate(layout.shape) if d != plan.dim])
@@ -515,7 +520,7 @@ class ReduceLowering:
         def round_(r):
             body = self.loop(layout.vec, lambda lane: element(r, lane))
             if layout.runs % threads:
-                body = tirx.IfThenElse(r * threads + self.k.tid < layout.runs, body, None)
+                body = tirx.IfThenElse(r * threads + self.ctx.tid < layout.runs, body, None)
             return body
 
         return self.loop(layout.rounds, round_)
@@ -523,7 +528,7 @@ class ReduceLowering:
     def across_simdgroups(self, plan, acc):
         """Combine the per-simdgroup partials of each group through red_buf."""
         stage = self.stages[plan.acc_dtype]
-        tid, slots = self.k.tid, plan.dst_layout.slots
+        tid, slots = self.ctx.tid, plan.dst_layout.slots
         lo, ibits = plan.simd_bits
         c_lo, cbits = plan.cross_bits
         width, w, group, c_at = self._stage_slots(plan)
@@ -566,8 +571,8 @@ class ReduceLowering:
         where those bits sit in w) of a reduction's cross-simdgroup stage."""
         lo, ibits = plan.simd_bits
         c_lo, cbits = plan.cross_bits
-        width = self.k.threads >> ibits          # partials per slot
-        w = _compress(self.k.tid, lo, ibits)     # this thread's partial
+        width = self.ctx.threads >> ibits          # partials per slot
+        w = _compress(self.ctx.tid, lo, ibits)     # this thread's partial
         c_at = c_lo - ibits                      # where the simdgroup bits of a group sit in w
         # w with its simdgroup bits cleared (written without `x - x % c`, which trips a
         # division by zero in TVM's FlattenBuffer simplifier)
@@ -588,8 +593,8 @@ class ReduceLowering:
         lane c reads pair c and one simd_max and one simd_sum combine them. The maximum's identity
         is the lowest finite float, not -inf: exp(-inf) need not be 0 under fast math."""
         pm, ps = [p for p in self.plans if p.call.same_as(call)]
-        max_local, layout = self.k.fragments[pm.src]
-        sum_local = self.k.fragments[ps.src][0]
+        max_local, layout = self.ctx.fragments[pm.src]
+        sum_local = self.ctx.fragments[ps.src][0]
         slots, f32 = pm.dst_layout.slots, "float32"
         lowest = tirx.min_value(f32)
         acc_m, acc_s, t_m, t_s = (tirx.decl_buffer((slots,), f32, name, scope="local")
@@ -642,14 +647,14 @@ class ReduceLowering:
                               tirx.BufferStore(stage, at(acc_s, k),
                                                [base + sums + k * width + w])])
                 return writes if not ibits else tirx.IfThenElse(
-                    _bits_of(self.k.tid, lo, ibits) == 0, writes, None)
+                    _bits_of(self.ctx.tid, lo, ibits) == 0, writes, None)
 
             def part(k, c, offset):
                 return tirx.BufferLoad(stage, [base + offset + k * width + group +
                                                c * (1 << c_at)])
 
             def gather_by_lanes(k):
-                lane = tirx.floormod(self.k.tid, 1 << SIMD_BITS)
+                lane = tirx.floormod(self.ctx.tid, 1 << SIMD_BITS)
                 return seq([put(t_m, k, lowest), put(t_s, k, tirx.const(0.0, f32)),
                             tirx.IfThenElse(lane < (1 << cbits), seq([
                                 put(t_m, k, part(k, lane, 0)), put(t_s, k, part(k, lane, sums))]),
@@ -669,8 +674,8 @@ class ReduceLowering:
         if ops.buffer_scope(plan.dst) == "local":
             return self.store_local(plan, acc)
         layout = plan.dst_layout
-        dst_local = self.k.fragments[plan.dst][0]
-        holder = layout.holder_expr(self.k.tid)
+        dst_local = self.ctx.fragments[plan.dst][0]
+        holder = layout.holder_expr(self.ctx.tid)
 
         def slot(k):
             value = self.finish(plan, tirx.BufferLoad(dst_local, [k]), tirx.BufferLoad(acc, [k]))
@@ -696,12 +701,12 @@ class ReduceLowering:
             return self.loop(layout.size, lambda o: store(o, lambda f: tirx.BufferLoad(
                 acc, [f])))
         stage = self.stages[plan.acc_dtype]
-        holder = layout.holder_expr(self.k.tid)
+        holder = layout.holder_expr(self.ctx.tid)
 
         def publish(j):
             run = tirx.floordiv(j, layout.vec) * layout.threads + holder
             flat = run * layout.vec + tirx.floormod(j, layout.vec)
-            cond = layout.owner_expr(self.k.tid) if layout.replicated else None
+            cond = layout.owner_expr(self.ctx.tid) if layout.replicated else None
             if layout.size % (layout.vec * layout.threads):
                 inside = flat < layout.size
                 cond = inside if cond is None else tirx.And(cond, inside)

@@ -31,6 +31,10 @@ buffers: an out-of-bounds load reads 0, an out-of-bounds store is skipped. A bou
 checked only where the analyzer cannot prove it. Copies and fills involving a `local`
 buffer run per thread over the whole tile. T.gemm and every use of a gemm accumulator go
 to core/transform/lower_gemm.py first; the T.reduce family to core/transform/lower_reduce.py.
+Both see the kernel through one KernelContext (core/transform/kernel_context.py): name,
+threads, thread index, fresh names, the fragment table, the enclosing ranges and guards,
+this pass's T.copy and T.Parallel lowering as functions, and the threadgroup bytes each
+lowering publishes; neither reaches into this pass or into the other.
 """
 
 from __future__ import annotations
@@ -41,16 +45,15 @@ from math import prod
 import tvm
 import tvm_ffi
 from tvm import tirx
-from tvm.sym import Analyzer
 
 from core.ir import ops
 from core.ir.annotations import VECTOR_LANES  # read by vectorize
 from core.ir.kernel import map_kernels
 from core.ir.layout import FragmentLayout, broadcast_dims, broadcast_ok, run_width
-from core.ir.stmt import (as_int, bind_ranges, children, loads, rebuild, rewrite, seq,
-                          substitute, walk)
+from core.ir.stmt import as_int, children, loads, rebuild, rewrite, seq, substitute, walk
 from core.language.buffers import FRAGMENT
 from core.language.errors import LoweringError
+from core.transform.kernel_context import KernelContext
 from core.transform.layout_inference import fragment_layout
 from core.transform.lower_gemm import GemmLowering
 from core.language.reduce import REDUCER
@@ -78,24 +81,19 @@ def unravel(flat, extents):
 
 
 class _KernelLowering:
+    """Lowers one kernel's statements; T.gemm and its accumulators go to `self.gemm`, the
+    T.reduce family to `self.reduce`, which see the kernel through `self.ctx` only."""
+
     def __init__(self, nest, kernel_name):
         self.nest = nest
-        self.name = kernel_name
-        self.threads = nest.num_threads
-        self.tid = nest.linear_thread_index()
-        self.fragments = {}          # fragment buffer -> (local buffer, FragmentLayout)
+        self.ctx = KernelContext(name=kernel_name, threads=nest.num_threads,
+                                 tid=nest.linear_thread_index(), copy=self.copy,
+                                 parallel=self.parallel)
         self.reducers = {}           # T.alloc_reducer buffer (local) -> its op
-        self.ranges = {}             # var -> (min, extent) of enclosing loops / launches
-        self.guards = []             # conditions of the enclosing ifs (for proofs)
         for attr in nest.attrs:
-            self.ranges[attr.node.var] = (_i32(0), attr.value)
-        self.counter = 0
-        self.gemm = GemmLowering(self, nest.body)   # T.gemm and its accumulators
-        self.reduce = ReduceLowering(self, nest.body)  # the T.reduce family
-
-    def fresh(self, name):
-        self.counter += 1
-        return tirx.Var(f"{name}{self.counter}" if self.counter > 1 else name, "int32")
+            self.ctx.ranges[attr.node.var] = (_i32(0), attr.value)
+        self.gemm = GemmLowering(self.ctx, nest.body)   # T.gemm and its accumulators
+        self.reduce = ReduceLowering(self.ctx, nest.body)  # the T.reduce family
 
     # ---- statements -----------------------------------------------------------------
     def stmt(self, s):
@@ -109,10 +107,10 @@ class _KernelLowering:
             buf = ops.decode_region(s.value.args[0]).buffer
             return self.reduce.finalize(buf, self.reducers[buf])
         if isinstance(s, tirx.AllocBuffer) and ops.buffer_scope(s.buffer) == FRAGMENT:
-            layout = fragment_layout(s, self.threads)
+            layout = fragment_layout(s, self.ctx.threads)
             local = tirx.decl_buffer((layout.slots,), ops.buffer_dtype(s.buffer),
                                      s.buffer.name, scope="local")
-            self.fragments[s.buffer] = (local, layout)
+            self.ctx.fragments[s.buffer] = (local, layout)
             return tirx.AllocBuffer(local)
         if isinstance(s, tirx.For) and s.kind == tirx.ForKind.PARALLEL:
             return self.parallel(s)
@@ -133,27 +131,27 @@ class _KernelLowering:
             branches = []
             for cond, case in ((s.condition, s.then_case),
                                (tirx.Not(s.condition), s.else_case)):
-                self.guards.append(cond)
+                self.ctx.guards.append(cond)
                 branches.append(None if case is None else self.stmt(case))
-                self.guards.pop()
+                self.ctx.guards.pop()
             return tirx.IfThenElse(s.condition, *branches)
         kids = children(s)
         if not kids:
             return s
         if isinstance(s, tirx.For):
-            self.ranges[s.loop_var] = (s.min, s.extent)
+            self.ctx.ranges[s.loop_var] = (s.min, s.extent)
         return rebuild(s, [self.stmt(k) for k in kids])
 
     # ---- the distribution rule --------------------------------------------------------
     def distribute(self, extents, vec, make_body, layout=None):
         """Per-thread loops covering a tile of `extents` (ints), runs of `vec`; dealt to
         the holders of `layout` when it is replicated (every replica runs its holder's)."""
-        holders = layout.threads if layout is not None else self.threads
-        tid = layout.holder_expr(self.tid) if layout is not None else self.tid
+        holders = layout.threads if layout is not None else self.ctx.threads
+        tid = layout.holder_expr(self.ctx.tid) if layout is not None else self.ctx.tid
         runs = -(-prod(extents) // vec)
         rounds = -(-runs // holders)
-        r = self.fresh("r") if rounds > 1 else None
-        lane = self.fresh("l") if vec > 1 else None
+        r = self.ctx.fresh("r") if rounds > 1 else None
+        lane = self.ctx.fresh("l") if vec > 1 else None
         run = tid if r is None else r * holders + tid
         slot = _i32(0)
         if r is not None:
@@ -161,9 +159,9 @@ class _KernelLowering:
         if lane is not None:
             slot = lane if r is None else slot + lane
         if r is not None:
-            self.ranges[r] = (_i32(0), _i32(rounds))
+            self.ctx.ranges[r] = (_i32(0), _i32(rounds))
         if lane is not None:
-            self.ranges[lane] = (_i32(0), _i32(vec))
+            self.ctx.ranges[lane] = (_i32(0), _i32(vec))
         # vec divides the last extent, so a run stays in one row: unravel the run's first
         # element and add the lane to the last index (keeps `base + lane` visible).
         idx = unravel(run if lane is None else run * vec, extents)
@@ -202,20 +200,20 @@ class _KernelLowering:
         extents (layout_inference made them agree), else the default for its extents."""
         squeezed = [e for e in extents if e != 1]
         for ld in _fragment_accesses(body):
-            entry = self.fragments.get(ld)
+            entry = self.ctx.fragments.get(ld)
             if entry is None:
                 continue
             if list(entry[1].shape) == list(extents):
                 return entry[1]
             if [e for e in entry[1].shape if e != 1] == squeezed:  # acc[j] in (1, D)
                 return dataclasses.replace(entry[1], shape=tuple(extents))
-        return FragmentLayout.for_tile(extents, self.threads)
+        return FragmentLayout.for_tile(extents, self.ctx.threads)
 
     def fragments_to_slots(self, body, slot, loop_vars, layout):
         """Fragment accesses -> local slots: `slot` for a fragment of the loop's extents,
         the element's slot in a broadcast read (checked local); stores to threadgroup or
         device memory made by the owner replica only when the loop's layout replicates."""
-        frags = self.fragments
+        frags = self.ctx.fragments
         def own(flayout):  # the loop's own elements: same slots, unit dims aside
             return flayout == layout or (
                 [e for e in flayout.shape if e != 1] == [e for e in layout.shape if e != 1]
@@ -233,7 +231,7 @@ class _KernelLowering:
                 f"is written in T.Parallel{tuple(layout.shape)}, whose iterations run in "
                 f"another layout ({_describe(layout)}) than the fragment's "
                 f"({_describe(frags[written[0]][1])}); write it in a T.Parallel of its own",
-                kernel=self.name, construct=f"fragment '{written[0].name}'")
+                kernel=self.ctx.name, construct=f"fragment '{written[0].name}'")
 
         def load(ld):
             entry = frags.get(ld.source)
@@ -251,14 +249,14 @@ class _KernelLowering:
             if isinstance(st, tirx.Evaluate) and layout.replicated and any(
                     ops.buffer_scope(a.buffer) in ("global", "shared")
                     for a in ops.atomics_in(st.value)):
-                return tirx.IfThenElse(layout.owner_expr(self.tid), st, None)
+                return tirx.IfThenElse(layout.owner_expr(self.ctx.tid), st, None)
             if not isinstance(st, tirx.BufferStore):
                 return st
             if st.buffer in frags:
                 return tirx.BufferStore(frags[st.buffer][0], st.value, [slot])
             if layout.replicated and (ops.buffer_scope(st.buffer) in ("global", "shared")
                                       or st.buffer in self.reducers):
-                return tirx.IfThenElse(layout.owner_expr(self.tid), st, None)
+                return tirx.IfThenElse(layout.owner_expr(self.ctx.tid), st, None)
             return st
 
         body = tvm_ffi.structural_map(body, (tvm.ir.TensorLoad, load))
@@ -275,7 +273,7 @@ class _KernelLowering:
                 f"hold its elements (its layout: {_describe(flayout)}; the loop's: "
                 f"{_describe(layout)}); read a fragment produced for this loop shape (a "
                 "reduction of a fragment of these extents) or copy it to shared memory",
-                kernel=self.name, construct=f"fragment '{ld.source.name}'")
+                kernel=self.ctx.name, construct=f"fragment '{ld.source.name}'")
 
     # ---- T.copy / T.fill ----------------------------------------------------------------
     def copy(self, src, dst, atomic=None, when=None):
@@ -302,18 +300,18 @@ class _KernelLowering:
             return tirx.IfThenElse(when(tile_idx), store, None)
 
         if frag is not None:
-            layout = self.fragments[frag.buffer][1]
+            layout = self.ctx.fragments[frag.buffer][1]
             other = dst if frag is src else src
             if other.scope == FRAGMENT and not _same_slots(layout,
-                                                          self.fragments[other.buffer][1]):
+                                                          self.ctx.fragments[other.buffer][1]):
                 raise LoweringError(
-                    f"fragments '{src.name}' ({_describe(self.fragments[src.buffer][1])}) and "
-                    f"'{dst.name}' ({_describe(self.fragments[dst.buffer][1])}) are laid out "
-                    "differently; copy through shared memory", kernel=self.name,
+                    f"fragments '{src.name}' ({_describe(self.ctx.fragments[src.buffer][1])}) and "
+                    f"'{dst.name}' ({_describe(self.ctx.fragments[dst.buffer][1])}) are laid out "
+                    "differently; copy through shared memory", kernel=self.ctx.name,
                     construct="T.copy")
             if layout.replicated and dst.scope in ("global", "shared"):
                 def owner_store(tile_idx, slot, inner=make_store):
-                    store, owner = inner(tile_idx, slot), layout.owner_expr(self.tid)
+                    store, owner = inner(tile_idx, slot), layout.owner_expr(self.ctx.tid)
                     if isinstance(store, tirx.IfThenElse):  # one condition: vectorizable
                         return tirx.IfThenElse(tirx.And(owner, store.condition),
                                                store.then_case, None)
@@ -339,7 +337,7 @@ class _KernelLowering:
         return self.cooperative(tile, make_store, "T.fill")
 
     def over_fragment(self, frag, make_store):
-        _, layout = self.fragments[frag.buffer]
+        _, layout = self.ctx.fragments[frag.buffer]
         shape = layout.shape
         keep = [d for d, e in enumerate(shape) if e != 1]
 
@@ -350,9 +348,9 @@ class _KernelLowering:
         return self.distribute(list(shape), layout.vec, make_body, layout)
 
     def serial_tile(self, tile, make_store):
-        loop_vars = [self.fresh("i") for _ in tile]
+        loop_vars = [self.ctx.fresh("i") for _ in tile]
         for v, e in zip(loop_vars, tile):
-            self.ranges[v] = (_i32(0), e)
+            self.ctx.ranges[v] = (_i32(0), e)
         body = make_store(loop_vars, None)
         for v, e in reversed(list(zip(loop_vars, tile))):
             body = tirx.For(v, _i32(0), _i32(e), tirx.ForKind.SERIAL, body)
@@ -363,7 +361,7 @@ class _KernelLowering:
         if None in extents:
             raise LoweringError(
                 f"tile extents {tuple(tile)} are not compile-time constants; a tile copied "
-                "or filled by all threads needs constant extents", kernel=self.name,
+                "or filled by all threads needs constant extents", kernel=self.ctx.name,
                 construct=construct)
         return self.distribute(extents, run_width(extents), make_store)
 
@@ -384,7 +382,7 @@ class _KernelLowering:
 
     def read(self, region, tile, tile_idx, slot):
         if region.scope == FRAGMENT:
-            return tirx.BufferLoad(self.fragments[region.buffer][0], [slot])
+            return tirx.BufferLoad(self.ctx.fragments[region.buffer][0], [slot])
         idx, _ = self.indices(region, tile, tile_idx)
         load = tirx.BufferLoad(region.buffer, idx)
         cond = self.bounds(region, idx)
@@ -394,7 +392,7 @@ class _KernelLowering:
 
     def write(self, region, tile, tile_idx, slot, value, atomic=None):
         if region.scope == FRAGMENT:
-            return tirx.BufferStore(self.fragments[region.buffer][0], value, [slot])
+            return tirx.BufferStore(self.ctx.fragments[region.buffer][0], value, [slot])
         idx, _ = self.indices(region, tile, tile_idx)
         if atomic is not None:
             store = tirx.Evaluate(ops.atomic_call(atomic, tirx.BufferLoad(region.buffer, idx),
@@ -408,7 +406,7 @@ class _KernelLowering:
         """Condition that `idx` is inside a global buffer, or None when proven."""
         if region.scope != "global":
             return None
-        analyzer = bind_ranges(Analyzer(), self.ranges)
+        analyzer = self.ctx.analyzer()
         conds = []
         for i, dim in zip(idx, region.buffer.ty.shape):
             if not analyzer.can_prove(i < dim):
@@ -470,7 +468,7 @@ def _tile(region):
 def _lower_kernel(nest, name):
     lowering = _KernelLowering(nest, name)
     body = lowering.stmt(nest.body)
-    return nest.wrap(seq(lowering.gemm.allocations + lowering.reduce.allocations + [body]))
+    return nest.wrap(seq(lowering.gemm.allocations + lowering.reduce.allocate() + [body]))
 
 
 def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:

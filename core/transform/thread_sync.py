@@ -28,6 +28,7 @@ An atomic update (T.atomic_*) is a write that needs no barrier against other ato
 
 from __future__ import annotations
 
+import tvm
 from tvm import tirx
 from tvm.tirx import is_buffer_var
 
@@ -35,8 +36,8 @@ from core.errors import LoweringError
 from core.ir import matrix, ops
 from core.ir.footprint import Footprint, LoopRange, may_race
 from core.ir.kernel import map_kernels
-from core.ir.stmt import (as_int, children, free_vars, loads, once_assigned_scalars,
-                          rebuild, seq, walk)
+from core.ir.stmt import (as_int, children, collect, once_assigned_scalars, rebuild, seq,
+                          walk)
 
 
 class _Planner:
@@ -60,10 +61,10 @@ class _Planner:
     # ---- uniformity ---------------------------------------------------------------------
     def uniform(self, exprs) -> bool:
         for e in exprs:
-            if any(v in self.thread_vars for v in free_vars(e)):
+            variables, lds = collect(e, tvm.ir.Var, tvm.ir.TensorLoad)
+            if any(v in self.thread_vars for v in variables):
                 return False
-            if not all(self.read_only_device(ld) or self.uniform_scalar(ld)
-                       for ld in loads(e)):
+            if not all(self.read_only_device(ld) or self.uniform_scalar(ld) for ld in lds):
                 return False
         return True
 
@@ -83,10 +84,15 @@ class _Planner:
 
     # ---- footprints -----------------------------------------------------------------
     def footprints(self, stmt, loops) -> list:
-        key = (stmt, tuple(lp.var for lp in loops), tuple(self.guards))
-        if key not in self.cache:  # the planner visits loop bodies twice
-            self.cache[key] = self._footprints(stmt, loops)
-        return self.cache[key]
+        # The planner visits loop bodies twice. Keyed by object identity (the handles;
+        # the entry keeps the objects alive): a tuple of the nodes themselves would compare
+        # Vars with `==`, which builds a TIR EQ node per comparison.
+        nodes = (stmt, *(lp.var for lp in loops), *self.guards)
+        key = (len(loops), *(n.__chandle__() for n in nodes))
+        entry = self.cache.get(key)
+        if entry is None:
+            entry = self.cache[key] = (nodes, self._footprints(stmt, loops))
+        return entry[1]
 
     def _footprints(self, stmt, loops) -> list:
         out = []
@@ -132,11 +138,13 @@ class _Planner:
     @staticmethod
     def exprs(*exprs, add):
         for e in exprs:
+            calls, lds = collect(e, tvm.ir.Call, tvm.ir.TensorLoad)
             updated = []
-            for a in ops.atomics_in(e):  # an atomic update: a write ordered among atomics
+            for a in filter(None, map(ops.decode_atomic, calls)):
+                # an atomic update: a write ordered among atomics
                 add(a.buffer, a.element.indices[0], True, atomic=True)
                 updated.append(a.element)
-            for ld in loads(e):
+            for ld in lds:
                 if is_buffer_var(ld.source) and not any(ld.same_as(u) for u in updated):
                     add(ld.source, ld.indices[0], False)
 

@@ -518,6 +518,46 @@ def test_staging_beyond_threadgroup_memory_is_a_clear_error():
         core.compile(big)
 
 
+def _gemm_stage_and_reduction(K):
+    """C = (A @ B) * D through the accumulator's whole 16 KiB float32 stage, and a column
+    sum of D combined across simdgroups through the reductions' threadgroup stage."""
+    @T.prim_func
+    def both(A: T.Tensor((64, K), "float16"), B: T.Tensor((K, 64), "float16"),
+             D: T.Tensor((64, 64), "float32"), C: T.Tensor((64, 64), "float32"),
+             S: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=128):
+            A_s = T.alloc_shared((64, K), "float16")
+            B_s = T.alloc_shared((K, 64), "float16")
+            C_l = T.alloc_fragment((64, 64), "float32")
+            D_l = T.alloc_fragment((64, 64), "float32")
+            S_l = T.alloc_fragment((64,), "float32")
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            T.copy(D, D_l)
+            T.gemm(A_s, B_s, C_l, clear_accum=True)
+            for i, j in T.Parallel(64, 64):
+                C_l[i, j] = C_l[i, j] * D_l[i, j]
+            T.copy(C_l, C)
+            T.reduce_sum(D_l, S_l, dim=0)
+            T.copy(S_l, S)
+    return both
+
+
+def test_reduction_stage_counts_the_gemm_staging_it_publishes(run):
+    # the gemm lowering publishes its 16 KiB stage; the reduce lowering adds its own
+    # stage to it and to the kernel's buffers: 8 KiB of operands fit, 16 KiB do not
+    a, b, d = rand((64, 32), "float16"), rand((32, 64), "float16"), rand((64, 64), "float32")
+    c, s = run(core.compile(_gemm_stage_and_reduction(32), out_idx=[3, 4]), a, b, d)
+    assert_close(c, gemm_oracle(a, b) * d, "float32", reduction_length=32,
+                 op_class="accumulation")
+    assert_close(s, d.double().sum(0), "float32", reduction_length=64,
+                 op_class="accumulation")
+    with pytest.raises(LoweringError, match=r"T.reduce: the reductions' stage \(1024 bytes\), "
+                                            r"T.gemm's staging buffers \(16384\) and the "
+                                            r"kernel's threadgroup buffers \(16384\) exceed"):
+        core.compile(_gemm_stage_and_reduction(64))
+
+
 def test_other_tile_ops_on_an_accumulator_are_rejected():
     @T.prim_func
     def rowsum(A: T.Tensor((16, 16), "float16"), C: T.Tensor((16,), "float32")):

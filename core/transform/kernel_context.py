@@ -1,0 +1,58 @@
+"""What pass `lower_tile_ops` tells its sub-lowerings about the kernel being lowered.
+
+`lower_tile_ops` builds one `KernelContext` per kernel and hands it to the gemm lowering
+(core/transform/lower_gemm.py) and the reduce lowering (core/transform/lower_reduce.py).
+They read the kernel from it and call back into the element-wise lowering only through
+its `copy` and `parallel` functions; neither sees the other. What they must know of each
+other is threadgroup memory: each lowering publishes the bytes of threadgroup buffers it
+allocates (`publish_threadgroup_bytes`), and a lowering checking the 32 KiB budget reads
+the others' published total (`threadgroup_bytes`).
+
+The tables (`fragments`, `ranges`, `guards`) are filled by lower_tile_ops as it walks the
+kernel: at any moment `ranges` holds the loops and launch dimensions around the statement
+being lowered, `guards` the conditions of the enclosing ifs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import tvm
+from tvm import tirx
+from tvm.sym import Analyzer
+
+from core.ir.stmt import bind_ranges
+
+
+@dataclass
+class KernelContext:
+    name: str                   # the kernel's name (for errors)
+    threads: int                # threads per threadgroup
+    tid: tvm.ir.Expr             # the linear thread index
+    # T.copy(src, dst, atomic=None, when=None) lowered element-wise (lower_tile_ops' rule)
+    copy: Callable
+    # a T.Parallel loop nest lowered to per-thread loops (lower_tile_ops' rule)
+    parallel: Callable
+    fragments: dict = field(default_factory=dict)  # fragment -> (local buffer, FragmentLayout)
+    ranges: dict = field(default_factory=dict)     # var -> (min, extent) around the statement
+    guards: list = field(default_factory=list)     # conditions of the enclosing ifs
+    _names: int = 0
+    _threadgroup: dict = field(default_factory=dict)  # owner -> bytes it allocated
+
+    def fresh(self, name: str) -> tirx.Var:
+        """A new int32 variable; the kernel's variables are numbered in creation order."""
+        self._names += 1
+        return tirx.Var(f"{name}{self._names}" if self._names > 1 else name, "int32")
+
+    def analyzer(self) -> Analyzer:
+        """An analyzer knowing the ranges of the loops around the current statement."""
+        return bind_ranges(Analyzer(), self.ranges)
+
+    def publish_threadgroup_bytes(self, owner: str, nbytes: int) -> None:
+        """Record that lowering `owner` allocated `nbytes` more of threadgroup memory."""
+        self._threadgroup[owner] = self._threadgroup.get(owner, 0) + nbytes
+
+    def threadgroup_bytes(self, besides: str | None = None) -> int:
+        """Threadgroup bytes the lowerings have published (all but `besides`'s)."""
+        return sum(n for owner, n in self._threadgroup.items() if owner != besides)
