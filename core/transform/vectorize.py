@@ -17,7 +17,9 @@ bfloat16 follows the target's rules (core/target.py, docs/architecture.md): a re
 vector has at most METAL.bf16_register_lanes (2) lanes. A bf16
 candidate of 4 or 8 lanes that only moves bits (the stored value is a bf16 load, or a value
 independent of l, i.e. a broadcast) is vectorized whole; the printer moves it as a packed
-integer carrier (`uint2` / `uint4`, core/codegen/msl.py), never computing on it. Any other
+integer carrier (`uint2` / `uint4`, core/codegen/msl.py), never computing on it; a choice
+between such values by a condition independent of l (an edge tile's bounds check) moves
+bits too. Any other
 bf16 candidate of an even width is split into `for lo in range(v // 2)` (serial) over a
 2-lane vector loop, with l = 2 * lo + li; the alignment proof is then made for 2 lanes.
 Other candidates become plain serial loops. The loop bodies are simplified with the
@@ -162,14 +164,35 @@ def _has_bf16(store) -> bool:
 
 
 def _is_bf16_copy(store, lane) -> bool:
-    """The stored bf16 value moves bits only: a bf16 load, or a value independent of the
-    lane (a broadcast of one value)."""
-    if str(store.buffer.ty.dtype) != "bfloat16" or str(store.value.ty.dtype) != "bfloat16":
+    """The stored bf16 value moves bits only: a bf16 load, a value independent of the lane
+    (a broadcast of one value), or a choice between two such values by a condition
+    independent of the lane (an edge tile's `in bounds ? load : 0`)."""
+    if str(store.buffer.ty.dtype) != "bfloat16":
         return False
-    value = store.value
+    return _moves_bf16_bits(store.value, lane)
+
+
+def _moves_bf16_bits(value, lane) -> bool:
+    if str(value.ty.dtype) != "bfloat16":
+        return False
     if isinstance(value, tvm.ir.TensorLoad):
         return str(value.source.ty.dtype) == "bfloat16"
-    return not _depends(value, lane)
+    if not _depends(value, lane):
+        return True
+    choice = _choice(value)
+    return choice is not None and not _depends(choice[0], lane) and all(
+        _moves_bf16_bits(v, lane) for v in choice[1:])
+
+
+def _choice(e):
+    """(condition, true value, false value) of a Select or an `if_then_else` call, else
+    None."""
+    if isinstance(e, tirx.Select):
+        return e.condition, e.true_value, e.false_value
+    if isinstance(e, tvm.ir.Call) and isinstance(e.op, tvm.ir.Op) \
+            and e.op.name == "prim.if_then_else":
+        return tuple(e.args)
+    return None
 
 
 def _split_bf16(loop, body):
