@@ -19,10 +19,12 @@ candidate of 4 or 8 lanes that only moves bits (the stored value is a bf16 load,
 independent of l, i.e. a broadcast) is vectorized whole; the printer moves it as a packed
 integer carrier (`uint2` / `uint4`, core/codegen/msl.py), never computing on it; a choice
 between such values by a condition independent of l (an edge tile's bounds check) moves
-bits too. Any other
-bf16 candidate of an even width is split into `for lo in range(v // 2)` (serial) over a
-2-lane vector loop, with l = 2 * lo + li; the alignment proof is then made for 2 lanes.
-Other candidates become plain serial loops. The loop bodies are simplified with the
+bits too.
+A candidate that does not vectorize at v lanes (any other bf16 one, or one whose alignment
+is proven only for fewer lanes: a device row of 70 halves is 2-aligned, not 4-aligned) is
+split into `for lo in range(v // w)` (serial) over a w-lane vector loop, l = w * lo + li,
+for the widest w in v/2, v/4, ..., 2 at which the proof holds. Other candidates become
+plain serial loops. The loop bodies are simplified with the
 analyzer under the enclosing loop ranges either way.
 """
 
@@ -155,14 +157,6 @@ def _store_of(body):
     return body if isinstance(body, tirx.BufferStore) else None
 
 
-def _has_bf16(store) -> bool:
-    found = [str(store.buffer.ty.dtype)]
-    found += [str(ld.source.ty.dtype) for ld in loads(store.value)]
-    tvm_ffi.structural_walk(store.value, (tvm.ir.Expr, lambda n: found.append(
-        str(getattr(getattr(n, "ty", None), "dtype", "")))))
-    return "bfloat16" in found
-
-
 def _is_bf16_copy(store, lane) -> bool:
     """The stored bf16 value moves bits only: a bf16 load, a value independent of the lane
     (a broadcast of one value), or a choice between two such values by a condition
@@ -195,18 +189,33 @@ def _choice(e):
     return None
 
 
-def _split_bf16(loop, body):
-    """`for l in range(v)` -> `for lo in range(v // 2): for li in vectorized(2)`."""
+def _split(loop, body, width, ranges):
+    """`for l in range(v)` -> `for lo in range(v // w): for li in vectorized(w)`,
+    l = w * lo + li, when the body, simplified under those ranges (a bound check on l can
+    become one on lo), vectorizes at w lanes; else None."""
     lane = loop.loop_var
     lanes = as_int(loop.extent)
     inner = tirx.Var(f"{lane.name}_v", "int32")
     outer = tirx.Var(f"{lane.name}_o", "int32")
-    body = substitute(body, {lane: outer * BF16_REGISTER_LANES + inner})
-    vector = tirx.For(inner, tirx.const(0, "int32"), tirx.const(BF16_REGISTER_LANES, "int32"),
-                      tirx.ForKind.VECTORIZED, body, None, {})
-    return tirx.For(outer, tirx.const(0, "int32"),
-                    tirx.const(lanes // BF16_REGISTER_LANES, "int32"), tirx.ForKind.SERIAL,
+    zero = tirx.const(0, "int32")
+    analyzer = bind_ranges(Analyzer(), {**ranges, outer: (zero, tirx.const(lanes // width,
+                                                                             "int32")),
+                                        inner: (zero, tirx.const(width, "int32"))})
+    body = _simplify(substitute(body, {lane: outer * width + inner}), analyzer)
+    if not _vector_ok(body, _store_of(body), inner, width, analyzer):
+        return None
+    vector = tirx.For(inner, zero, tirx.const(width, "int32"), tirx.ForKind.VECTORIZED, body,
+                      None, {})
+    return tirx.For(outer, zero, tirx.const(lanes // width, "int32"), tirx.ForKind.SERIAL,
                     vector, None, {})
+
+
+def _vector_ok(body, store, lane, lanes, analyzer) -> bool:
+    """The body vectorizes at `lanes`: as registers, or as a bf16 copy's packed carrier."""
+    if _Check(lane, lanes, analyzer).body_ok(body):
+        return True
+    return (store is not None and lanes in BF16_CARRIER_LANES and _is_bf16_copy(store, lane)
+            and _Check(lane, lanes, analyzer, carrier=True).body_ok(body))
 
 
 def _is_vector(loop) -> bool:
@@ -269,14 +278,15 @@ def _plan_candidate(loop, ranges):
         if masked is not None:
             return masked
     store = _store_of(body)
-    ok = _Check(lane, lanes, analyzer).body_ok(body)
-    if not ok and store is not None and _has_bf16(store):
-        if lanes in BF16_CARRIER_LANES and _is_bf16_copy(store, lane):
-            ok = _Check(lane, lanes, analyzer, carrier=True).body_ok(body)
-        if not ok and lanes > BF16_REGISTER_LANES and lanes % BF16_REGISTER_LANES == 0 \
-                and as_int(loop.min) == 0 \
-                and _Check(lane, BF16_REGISTER_LANES, analyzer).body_ok(body):
-            return _split_bf16(loop, body)
+    ok = _vector_ok(body, store, lane, lanes, analyzer)
+    if not ok and as_int(loop.min) == 0:
+        # the widest narrower vector the proof allows (bf16 registers, odd alignment)
+        width = lanes // 2
+        while width >= 2 and lanes % width == 0:
+            split = _split(loop, body, width, ranges)
+            if split is not None:
+                return split
+            width //= 2
     kind = tirx.ForKind.VECTORIZED if ok else tirx.ForKind.SERIAL
     return tirx.For(lane, loop.min, loop.extent, kind, body, None, {}, loop.step)
 
