@@ -45,7 +45,7 @@ from tvm.tirx import is_buffer_var
 from core.ir import annotations as keys
 from core.ir import ops
 from core.ir.matrix import MATRIX_SCOPE
-from core.ir.stmt import as_int, bind_ranges, loads
+from core.ir.stmt import as_int, bind_ranges, choice_parts, loads
 from core.language.errors import LoweringError
 from core.target import DTYPES, METAL
 
@@ -141,7 +141,7 @@ SLOT_BYTES = 8
 BF16_REGISTER_LANES = 2
 CARRIERS = {4: "uint32x2", 8: "uint32x4"}  # bf16 lanes -> packed integer carrier dtype
 # alignment in bytes -> the element type of a threadgroup array declared at that alignment
-ALIGNED_WORDS = {4: "uint", 8: "uint2", 16: "uint4"}
+ALIGNED_WORDS = {2: "ushort", 4: "uint", 8: "uint2", 16: "uint4"}
 
 
 def _scalar(dtype) -> str:
@@ -502,7 +502,7 @@ class _KernelPrinter:
             return f"{msl_type(carrier)}({pairs})"
         if type(e).__name__ == "Broadcast":
             return f"{msl_type(carrier)}(as_type<uint>(bfloat2({self.expr(e.value)})))"
-        choice = _choice(e)
+        choice = choice_parts(e)
         if choice is not None and lanes_of(choice[0].ty.dtype) == 1:
             cond, a, b = choice
             return (f"({self.expr(cond)} ? {self.carrier(a, carrier)} : "
@@ -759,17 +759,6 @@ EXPRESSIONS = {
     "Ramp": _KernelPrinter.ramp,
     "Call": _KernelPrinter.call,
 }
-
-
-def _choice(e):
-    """(condition, true value, false value) of a Select or an `if_then_else` call, else
-    None."""
-    if type(e).__name__ == "Select":
-        return e.condition, e.true_value, e.false_value
-    if type(e).__name__ == "Call" and isinstance(e.op, tvm.ir.Op) \
-            and e.op.name == "prim.if_then_else":
-        return tuple(e.args)
-    return None
 
 
 def _vector_accesses(body) -> list:

@@ -38,7 +38,8 @@ from tvm.sym import Analyzer
 from core.ir import ops
 from core.ir.annotations import VECTOR_LANES
 from core.ir.kernel import map_kernels
-from core.ir.stmt import as_int, bind_ranges, children, free_vars, loads, rebuild, substitute
+from core.ir.stmt import (as_int, bind_ranges, children, choice_parts, free_vars, loads,
+                          rebuild, substitute)
 from core.language.dtypes import bits
 from core.target import METAL
 
@@ -173,20 +174,9 @@ def _moves_bf16_bits(value, lane) -> bool:
         return str(value.source.ty.dtype) == "bfloat16"
     if not _depends(value, lane):
         return True
-    choice = _choice(value)
+    choice = choice_parts(value)
     return choice is not None and not _depends(choice[0], lane) and all(
         _moves_bf16_bits(v, lane) for v in choice[1:])
-
-
-def _choice(e):
-    """(condition, true value, false value) of a Select or an `if_then_else` call, else
-    None."""
-    if isinstance(e, tirx.Select):
-        return e.condition, e.true_value, e.false_value
-    if isinstance(e, tvm.ir.Call) and isinstance(e.op, tvm.ir.Op) \
-            and e.op.name == "prim.if_then_else":
-        return tuple(e.args)
-    return None
 
 
 def _split(loop, body, width, ranges):

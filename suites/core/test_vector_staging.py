@@ -123,6 +123,27 @@ def test_rows_of_two_lanes_move_two(dtype, run):
         assert vectors == {two} and not scalar, (name, vectors)
 
 
+@pytest.mark.parametrize("dtype,words", [("int8", "ushort"), ("uint8", "ushort"),
+                                         ("int32", "uint2")])
+def test_integer_rows_of_two_lanes_move_two(dtype, words, run):
+    # 2-lane vectors of bytes need 2-byte words; of ints, 8-byte ones
+    M, N, bM, bN = 24, 30, 8, 6
+
+    @T.prim_func
+    def stage(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=32) as (bx, by):
+            S = T.alloc_shared((bM, bN), dtype)
+            T.copy(A[by * bM, bx * bN], S)
+            T.copy(S, B[by * bM, bx * bN])
+    kernel = core.compile(stage, out_idx=[1])
+    low = 0 if dtype == "uint8" else -100
+    a = torch.randint(low, 100, (M, N)).to(getattr(torch, dtype))
+    assert_close(run(kernel, a), a, dtype)
+    assert f"threadgroup {words} S_words[" in kernel.msl
+    two = {"int8": "char2", "uint8": "uchar2", "int32": "int2"}[dtype]
+    assert accesses(kernel.msl, "S") == ({two}, False)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("M,N,bN,pad", [
     (20, 45, 5, 0),     # rows of 5: runs of one element
