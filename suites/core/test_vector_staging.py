@@ -14,7 +14,7 @@ import torch
 
 import core
 import core.language as T
-from harness.barriers import check_barriers, check_case
+from harness.barriers import check_barriers, check_case, observable
 from harness.diff import assert_close
 from harness.gen import family as families
 from core.runtime import emu
@@ -25,6 +25,12 @@ TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.b
 COPY4 = {"float32": "float4", "float16": "half4", "bfloat16": "uint2"}
 CONVERT = {"float32": "float4", "float16": "half4", "bfloat16": "bfloat2"}
 WORDS4 = {"float32": "uint4", "float16": "uint2", "bfloat16": "uint2"}
+
+
+# the bench's decode GEMM (gemm/decode-f16), K shortened
+STAGED_GEMM = {"M": 8, "N": 128, "K": 128, "bM": 16, "bN": 64, "bK": 32, "threads": 128,
+               "dtype": "float16", "out_dtype": "float16", "trans_A": False, "trans_B": True,
+               "num_stages": 2, "init": "clear"}
 
 
 def staged(M, N, bM, bN, dtype, threads=128, pad=0):
@@ -247,12 +253,25 @@ kernel void k(device const float* A [[buffer(0)]], device float* B [[buffer(1)]]
     assert "holds 24 bytes" in bounds[0].detail
 
 
+def test_barrier_checks_keep_vector_accessed_arrays_observable():
+    # harness/barriers.py makes threadgroup arrays volatile so the emulator's optimizer
+    # cannot hide a racing access; an array behind a pointer to words is qualified with its
+    # vector casts, unless its address is taken (a simdgroup matrix load)
+    msl = core.compile(staged(64, 64, 16, 32, "float16"), out_idx=[1]).msl
+    seen = observable(msl)
+    assert "threadgroup volatile half* S = (threadgroup volatile half*)S_words;" in seen
+    assert re.search(r"\*\(threadgroup volatile half4\*\)\(S \+", seen)
+    assert not re.search(r"\(threadgroup half4\*\)\(S2? \+", seen)
+    assert len(seen.splitlines()) == len(msl.splitlines())
+    built = families.get("gemm").build(dict(STAGED_GEMM))
+    gemm = core.compile(built.func, out_idx=built.out_idx).msl
+    assert "&A_tile[0]" in gemm and observable(gemm).count("volatile") == \
+        gemm.count("volatile")
+
+
 def test_staged_gemm_barriers_are_all_necessary():
-    # the bench's decode GEMM, K shortened: A and B staged as half4 vector stores, the
-    # float stage read back as float4
-    params = {"M": 8, "N": 128, "K": 128, "bM": 16, "bN": 64, "bK": 32, "threads": 128,
-              "dtype": "float16", "out_dtype": "float16", "trans_A": False, "trans_B": True,
-              "num_stages": 2, "init": "clear"}
+    # A and B staged as half4 vector stores, the float stage read back as float4
+    params = dict(STAGED_GEMM)
     report = check_case("gemm", params)
     assert report.ok and len(report.barriers) == 3, report.summary()
     built = families.get("gemm").build(params)
