@@ -23,8 +23,11 @@ bits too.
 A candidate that does not vectorize at v lanes (any other bf16 one, or one whose alignment
 is proven only for fewer lanes: a device row of 70 halves is 2-aligned, not 4-aligned) is
 split into `for lo in range(v // w)` (serial) over a w-lane vector loop, l = w * lo + li,
-for the widest w in v/2, v/4, ..., 2 at which the proof holds. Other candidates become
-plain serial loops. The loop bodies are simplified with the
+for the widest w in v/2, v/4, ..., 2 at which the proof holds. A store into threadgroup
+memory whose value cannot be computed as a vector (strided or unaligned device reads, a
+per-element decode) gathers its lanes one by one into a local run (`S_run`), then stores
+the run as one vector when that store is proven. Other candidates become plain serial
+loops. The loop bodies are simplified with the
 analyzer under the enclosing loop ranges either way.
 """
 
@@ -39,7 +42,7 @@ from core.ir import ops
 from core.ir.annotations import VECTOR_LANES
 from core.ir.kernel import map_kernels
 from core.ir.stmt import (as_int, bind_ranges, children, choice_parts, free_vars, loads,
-                          rebuild, substitute)
+                          rebuild, seq, substitute)
 from core.language.dtypes import bits
 from core.target import METAL
 
@@ -209,9 +212,9 @@ def _vector_ok(body, store, lane, lanes, analyzer) -> bool:
 
 
 def _is_vector(loop) -> bool:
-    """A vectorized loop, or a bf16 split (serial over 2-lane vectorized loops)."""
-    return loop.kind == tirx.ForKind.VECTORIZED or (
-        isinstance(loop.body, tirx.For) and loop.body.kind == tirx.ForKind.VECTORIZED)
+    """A vectorized loop, or a split one (serial over narrower vectorized loops)."""
+    return isinstance(loop, tirx.For) and (loop.kind == tirx.ForKind.VECTORIZED or (
+        isinstance(loop.body, tirx.For) and loop.body.kind == tirx.ForKind.VECTORIZED))
 
 
 def _conjuncts(cond):
@@ -257,7 +260,7 @@ def _masked(loop, body, ranges, analyzer):
     return tirx.IfThenElse(every_lane, fast, lane_by_lane)
 
 
-def _plan_candidate(loop, ranges):
+def _plan_candidate(loop, ranges, gather=True):
     lanes = int(loop.annotations[VECTOR_LANES])
     analyzer = bind_ranges(Analyzer(), ranges)
     body = _simplify(loop.body, analyzer)
@@ -277,8 +280,35 @@ def _plan_candidate(loop, ranges):
             if split is not None:
                 return split
             width //= 2
+        staged = _through_registers(loop, body, ranges) if gather else None
+        if staged is not None:
+            return staged
     kind = tirx.ForKind.VECTORIZED if ok else tirx.ForKind.SERIAL
     return tirx.For(lane, loop.min, loop.extent, kind, body, None, {}, loop.step)
+
+
+def _through_registers(loop, body, ranges):
+    """`for l: S[b + l] = value(l)` into threadgroup memory whose value side cannot be a
+    vector (a device row of odd length): the lanes' values are gathered one by one into a
+    run of registers, then stored to S as one vector. None when even that store is not a
+    vector."""
+    if not isinstance(body, tirx.BufferStore) or ops.buffer_scope(body.buffer) != "shared" \
+            or ops.atomics_in(body):
+        return None
+    lane = loop.loop_var
+    run = tirx.decl_buffer((as_int(loop.extent),), str(body.buffer.ty.dtype),
+                           f"{body.buffer.name}_run", scope="local")
+    gather = tirx.For(lane, loop.min, loop.extent, tirx.ForKind.SERIAL,
+                      tirx.BufferStore(run, body.value, [lane]), None, {}, loop.step)
+    moved = tirx.Var(f"{lane.name}_s", "int32")
+    move = tirx.For(moved, loop.min, loop.extent, tirx.ForKind.SERIAL,
+                    tirx.BufferStore(body.buffer, tirx.BufferLoad(run, [moved]),
+                                     [substitute(i, {lane: moved}) for i in body.indices]),
+                    None, {VECTOR_LANES: loop.annotations[VECTOR_LANES]})
+    planned = _plan_candidate(move, {**ranges, moved: (loop.min, loop.extent)}, gather=False)
+    if not _is_vector(planned):
+        return None
+    return seq([tirx.AllocBuffer(run), gather, planned])
 
 
 def vectorize(func: tirx.PrimFunc) -> tirx.PrimFunc:

@@ -2,8 +2,9 @@
 threadgroup, threadgroup -> fragment, fragment -> threadgroup and threadgroup -> device load
 and store the widest vector the layout and the alignment proof allow, converting inline
 (`*(threadgroup float4*)(S + i) = float4(h4)`); an array accessed so is declared as words of
-that width. Where the proof fails (odd or padded rows, unaligned device rows) the copy falls
-back to elements. The race and bounds checkers see every byte of a vector access, and the
+that width. A copy into threadgroup memory whose device side cannot be a vector gathers its lanes
+into registers and stores them as one; where the threadgroup side's own proof fails (odd or
+padded rows) the copy falls back to elements. The race and bounds checkers see every byte of a vector access, and the
 barrier planner's barriers stay necessary."""
 
 import re
@@ -161,15 +162,19 @@ def test_unprovable_alignment_falls_back_to_elements(M, N, bN, pad, dtype, run):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_unaligned_device_rows_keep_the_on_chip_vectors(dtype, run):
-    # device rows of 45 elements: the device side of each copy cannot be a vector (nor
-    # its threadgroup side, one loop with it); the copies between threadgroup memory and
-    # the fragment still are
+def test_unaligned_device_rows_gather_into_a_vector_store(dtype, run):
+    # device rows of 45 elements: no device access can be a vector. Into threadgroup memory
+    # the lanes are gathered one by one into registers (S_run) and stored as one vector;
+    # out of it the masked device store reads lane by lane; the copies between threadgroup
+    # memory and the fragment stay vectors
     msl = run_staged(run, 30, 45, 16, 32, dtype)
     assert not re.search(r"device \w+[24]\*", msl)
+    assert re.search(r"S_run\[l\] = .*\bA\[", msl)
+    assert re.search(rf"^\s*\*\(threadgroup {COPY4[dtype]}\*\)\(S \+ [^;]*S_run\[0", msl,
+                     re.M)
     assert re.search(rf"\(\*\(threadgroup {CONVERT[dtype]}\*\)\(S \+", msl)          # S -> F
     assert re.search(rf"^\s*\*\(threadgroup {CONVERT[dtype]}\*\)\(S2 \+", msl, re.M)  # F -> S2
-    assert re.search(r"\bS\[[^]]*\] = ", msl) and re.search(r"= S2\[", msl)  # elements
+    assert not accesses(msl, "S")[1] and re.search(r"= S2\[", msl)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
