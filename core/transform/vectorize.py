@@ -27,8 +27,8 @@ for the widest w in v/2, v/4, ..., 2 at which the proof holds. A store into thre
 memory whose value cannot be computed as a vector (strided or unaligned device reads, a
 per-element decode) gathers its lanes one by one into a local run (`S_run`), then stores
 the run as one vector when that store is proven. Other candidates become plain serial
-loops. The loop bodies are simplified with the
-analyzer under the enclosing loop ranges either way.
+loops. The loop bodies are simplified with the analyzer under the enclosing loop ranges
+either way.
 """
 
 from __future__ import annotations
@@ -288,10 +288,10 @@ def _plan_candidate(loop, ranges, gather=True):
 
 
 def _through_registers(loop, body, ranges):
-    """`for l: S[b + l] = value(l)` into threadgroup memory whose value side cannot be a
-    vector (a device row of odd length): the lanes' values are gathered one by one into a
-    run of registers, then stored to S as one vector. None when even that store is not a
-    vector."""
+    """`for l: S[b + l] = value(l)` into threadgroup memory whose value cannot be computed
+    as a vector (a device row of odd length, strided reads, a per-element decode): the
+    lanes' values are gathered one by one into a run of registers, then stored to S as one
+    vector. None when even that store is not a vector."""
     if not isinstance(body, tirx.BufferStore) or ops.buffer_scope(body.buffer) != "shared" \
             or ops.atomics_in(body):
         return None
