@@ -38,6 +38,10 @@ KERNEL_HEAD = re.compile(r"(?:\[\[\s*kernel\b[^\]]*\]\]|\bkernel)\s+void\s+(\w+)
 # `threadgroup T name[...]` with T a scalar type that `volatile` qualifies cleanly.
 THREADGROUP_ARRAY = re.compile(r"^(\s*threadgroup\s+)((?:float|half|int|uint|short|ushort|"
                                r"char|uchar|bool)\s+(\w+)\s*\[)", re.M)
+# `threadgroup T* name = (threadgroup T*)name_words;`: an array declared as wider words (for
+# the alignment of its vector or atomic accesses, core/codegen/msl.py) used through a pointer
+THREADGROUP_POINTER = re.compile(r"^(\s*threadgroup\s+)(\w+)(\*\s*(\w+)\s*=\s*\(threadgroup\s+)"
+                                 r"\2(\*\)\s*\w+\s*;)", re.M)
 
 
 @dataclass(frozen=True)
@@ -113,7 +117,10 @@ def observable(msl: str) -> str:
     so no pointer type changes) declared `volatile`: the emulator compiles with
     optimization, which deletes a load whose value no thread uses (and forwards a thread's
     own store to its load), so a race on such an access -- still a race in MSL -- would be
-    invisible, and a barrier guarding only it would look redundant. Same line numbers."""
+    invisible, and a barrier guarding only it would look redundant. An array used through a
+    pointer (declared as wider words) is made so when it is only indexed or accessed as
+    vectors (`*(threadgroup half4*)(S + i)`, whose casts become volatile too). Same line
+    numbers."""
     def qualify(match):
         name = match.group(3)
         uses = re.finditer(rf"(&\s*)?\b{name}\b(\s*\[)?", msl)
@@ -121,7 +128,24 @@ def observable(msl: str) -> str:
             return f"{match.group(1)}volatile {match.group(2)}"
         return match.group(0)
 
-    return THREADGROUP_ARRAY.sub(qualify, msl)
+    pointers = []
+
+    def qualify_pointer(match):
+        name = match.group(4)
+        vector = rf"\(threadgroup\s+\w+\*\)\s*\(\s*{name}\s*\+"
+        uses = re.finditer(rf"({vector})|(&\s*)?\b{name}\b(\s*\[)?", msl)
+        if all(use.group(1) or (use.group(3) and not use.group(2))
+               for use in uses if use.start() != match.start(4)):
+            pointers.append(vector)
+            return (f"{match.group(1)}volatile {match.group(2)}{match.group(3)}volatile "
+                    f"{match.group(2)}{match.group(5)}")
+        return match.group(0)
+
+    text = THREADGROUP_POINTER.sub(qualify_pointer, msl)
+    for vector in pointers:
+        text = re.sub(vector, lambda m: m.group(0).replace("threadgroup ",
+                                                           "threadgroup volatile ", 1), text)
+    return THREADGROUP_ARRAY.sub(qualify, text)
 
 
 def kernel_of_line(msl: str, line: int) -> str:

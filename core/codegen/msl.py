@@ -4,9 +4,17 @@ Input: the device PrimFuncs of `core.ir.program.LoweredProgram` (flat buffers, v
 expressions from VectorizeLoop, `tl.threadgroup_barrier` calls, the simdgroup matrix
 intrinsics of core/ir/matrix.py). Output: MSL in the subset the emulator executes and
 Apple's compiler accepts: plain C++-like code, explicit
-conversions (`float4(h4)`, `half(x)`), vector memory access through typed pointers to
-device memory only (threadgroup and thread arrays are accessed element-wise, so no
-alignment beyond the element's is assumed there).
+conversions (`float4(h4)`, `half(x)`), vector memory access through typed pointers.
+
+Vector access (docs/architecture.md, "Code generation"): a vector load or store of device
+memory goes through a typed pointer (`*(device half4*)(A + i)`; the runtime binds buffers at
+the alignment the kernel spec states). One of threadgroup memory does too when the analyzer
+proves its element offset a multiple of its lanes (vectorize.py proved it before
+flattening; the printer checks it again on the flat index); such an array is declared as an
+array of the unsigned integer vector its widest access needs (`threadgroup uint2
+w_words[896]`) with a typed pointer to it (`threadgroup bfloat* w`), since Metal aligns a
+threadgroup array only to its element type. Thread (register) arrays are accessed
+element-wise: registers have no vector width on Apple GPUs.
 
 bf16 vectors (docs/architecture.md, "Code generation"): `bfloat2` is the widest register
 vector. A bf16 vector of 4 or 8 lanes (core/transform/vectorize.py admits one only in a
@@ -29,6 +37,7 @@ import math
 from dataclasses import dataclass
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 from tvm.sym import Analyzer
 from tvm.tirx import is_buffer_var
@@ -36,7 +45,7 @@ from tvm.tirx import is_buffer_var
 from core.ir import annotations as keys
 from core.ir import ops
 from core.ir.matrix import MATRIX_SCOPE
-from core.ir.stmt import as_int, bind_ranges, loads
+from core.ir.stmt import as_int, bind_ranges, choice_parts, loads
 from core.language.errors import LoweringError
 from core.target import DTYPES, METAL
 
@@ -131,6 +140,8 @@ template <typename I> inline I tl_floormod(I a, I b) {
 SLOT_BYTES = 8
 BF16_REGISTER_LANES = 2
 CARRIERS = {4: "uint32x2", 8: "uint32x4"}  # bf16 lanes -> packed integer carrier dtype
+# alignment in bytes -> the element type of a threadgroup array declared at that alignment
+ALIGNED_WORDS = {2: "ushort", 4: "uint", 8: "uint2", 16: "uint4"}
 
 
 def _scalar(dtype) -> str:
@@ -239,10 +250,21 @@ class _KernelPrinter:
         self.align = {}
         self.builtins = set()
         self.helpers = {}          # helper function name -> MSL text (atomics)
-        # threadgroup buffers of 16-bit elements updated by atomics: declared as 32-bit
-        # words (the alignment the compare-exchange on a word needs), used through a pointer
-        self.word_backed = [a.buffer for a in ops.atomics_in(func.body)
-                            if DTYPES[str(a.buffer.ty.dtype)].bits < METAL.atomic_word_bits]
+        # threadgroup arrays that need more alignment than their element's (buffer ->
+        # bytes): 16-bit elements updated by atomics (the compare-exchange works on the
+        # 32-bit word) and arrays read or written as vectors; declared as words of that
+        # size and used through a pointer (`alloc`)
+        self.word_aligned = {}
+        for a in ops.atomics_in(func.body):
+            if DTYPES[str(a.buffer.ty.dtype)].bits < METAL.atomic_word_bits:
+                self.need_alignment(a.buffer, METAL.atomic_word_bits // 8)
+        for buf, index in _vector_accesses(func.body):
+            if ops.buffer_scope(buf) == "shared" and _aligned_vector(index):
+                self.need_alignment(buf, TYPE_BYTES[str(buf.ty.dtype)] * int(index.lanes))
+
+    def need_alignment(self, buf, nbytes):
+        key = next((b for b in self.word_aligned if b.same_as(buf)), buf)
+        self.word_aligned[key] = max(self.word_aligned.get(key, 0), nbytes)
 
     # names
     def ident(self, var) -> str:
@@ -370,10 +392,11 @@ class _KernelPrinter:
         if space is None or size is None:
             raise LoweringError(f"buffer '{buf.name}' in scope {scope} cannot be allocated",
                                 kernel=self.name, construct="MSL printer")
-        if scope == "shared" and any(buf.same_as(b) for b in self.word_backed):
+        align = next((n for b, n in self.word_aligned.items() if b.same_as(buf)), 0)
+        if scope == "shared" and align > TYPE_BYTES[str(buf.ty.dtype)]:
             t, name = msl_type(buf.ty.dtype), self.ident(buf)
-            per_word = METAL.atomic_word_bits // DTYPES[str(buf.ty.dtype)].bits
-            self.emit(f"threadgroup uint {name}_words[{-(-size // per_word)}];")
+            words = -(-size * TYPE_BYTES[str(buf.ty.dtype)] // align)
+            self.emit(f"threadgroup {ALIGNED_WORDS[align]} {name}_words[{words}];")
             self.emit(f"threadgroup {t}* {name} = (threadgroup {t}*){name}_words;")
             return
         self.emit(f"{space}{msl_type(buf.ty.dtype)} {self.ident(buf)}[{size}];")
@@ -421,8 +444,7 @@ class _KernelPrinter:
             return
         if type(index).__name__ == "Ramp":
             base, lanes = self.ramp_base(index)
-            if self.scope.get(buf) == "global":
-                self.note_align(buf, lanes)
+            if self.through_pointer(buf, index):
                 self.emit(f"*{self.pointer(buf, want, True)}({name} + {base}) = "
                           f"{self.expr(value)};")
             else:
@@ -441,8 +463,7 @@ class _KernelPrinter:
         if type(index).__name__ == "Ramp":
             base, lanes = self.ramp_base(index)
             dt = f"{buf.ty.dtype}x{lanes}"
-            if self.scope.get(buf) == "global":
-                self.note_align(buf, lanes)
+            if self.through_pointer(buf, index):
                 return f"(*{self.pointer(buf, dt, False)}({name} + {base}))"
             elems = ", ".join(f"{name}[{base} + {k}]" for k in range(lanes))
             return f"{msl_type(dt)}({elems})"
@@ -456,8 +477,7 @@ class _KernelPrinter:
         base, lanes = self.ramp_base(index)
         name = self.ident(buf)
         bits = self.carrier(value, carrier)
-        if self.scope.get(buf) == "global":
-            self.note_align(buf, lanes)
+        if self.through_pointer(buf, index):
             self.emit(f"*{self.pointer(buf, carrier, True)}({name} + {base}) = {bits};")
             return
         self.emit("{")
@@ -469,23 +489,29 @@ class _KernelPrinter:
         self.emit("}")
 
     def carrier(self, e, carrier) -> str:
-        """MSL of type `carrier` holding the bits of the wide bf16 vector `e`: a load or a
-        broadcast, the only wide bf16 vectors vectorize.py produces."""
+        """MSL of type `carrier` holding the bits of the wide bf16 vector `e`: a load, a
+        broadcast or a choice between them by a scalar condition, the only wide bf16
+        vectors vectorize.py produces."""
         words = lanes_of(e.ty.dtype) // BF16_REGISTER_LANES
         if isinstance(e, tvm.ir.TensorLoad) and type(e.indices[0]).__name__ == "Ramp":
             buf = e.source
             base, lanes = self.ramp_base(e.indices[0])
             name = self.ident(buf)
-            if self.scope.get(buf) == "global":
-                self.note_align(buf, lanes)
+            if self.through_pointer(buf, e.indices[0]):
                 return f"(*{self.pointer(buf, carrier, False)}({name} + {base}))"
             pairs = ", ".join(f"as_type<uint>(bfloat2({name}[{base} + {2 * w}], "
                               f"{name}[{base} + {2 * w + 1}]))" for w in range(words))
             return f"{msl_type(carrier)}({pairs})"
         if type(e).__name__ == "Broadcast":
             return f"{msl_type(carrier)}(as_type<uint>(bfloat2({self.expr(e.value)})))"
+        choice = choice_parts(e)
+        if choice is not None and lanes_of(choice[0].ty.dtype) == 1:
+            cond, a, b = choice
+            return (f"({self.expr(cond)} ? {self.carrier(a, carrier)} : "
+                    f"{self.carrier(b, carrier)})")
         raise LoweringError(f"a {e.ty.dtype} value ({type(e).__name__}) is wider than "
-                            "bfloat2 and is not a copy or broadcast (docs/architecture.md)",
+                            "bfloat2 and is not a copy, broadcast or choice between them "
+                            "(docs/architecture.md)",
                             kernel=self.name, construct="MSL printer")
 
     def ramp_base(self, ramp):
@@ -493,6 +519,16 @@ class _KernelPrinter:
             raise LoweringError("strided vector access has no MSL form", kernel=self.name,
                                 construct="MSL printer")
         return self.expr(ramp.base), int(ramp.lanes)
+
+    def through_pointer(self, buf, ramp) -> bool:
+        """Whether the vector access of `buf` at `ramp` goes through a typed pointer: every
+        device access (noting the alignment the buffer's binding must give), a threadgroup
+        access whose offset is proven a multiple of its lanes (its array declared aligned)."""
+        scope = self.scope.get(buf)
+        if scope == "global":
+            self.note_align(buf, int(ramp.lanes))
+            return True
+        return scope == "shared" and _aligned_vector(ramp)
 
     def note_align(self, buf, lanes):
         target = self.views.get(buf, buf)
@@ -725,6 +761,25 @@ EXPRESSIONS = {
     "Ramp": _KernelPrinter.ramp,
     "Call": _KernelPrinter.call,
 }
+
+
+def _vector_accesses(body) -> list:
+    """(buffer, Ramp index) of every vector load and store in `body`."""
+    found = [(ld.source, ld.indices[0]) for ld in loads(body)
+             if type(ld.indices[0]).__name__ == "Ramp"]
+    tvm_ffi.structural_walk(body, (tirx.BufferStore, lambda st: found.append(
+        (st.buffer, st.indices[0])) if type(st.indices[0]).__name__ == "Ramp" else None))
+    return found
+
+
+def _aligned_vector(ramp) -> bool:
+    """A contiguous vector access whose first element's offset is proven a multiple of its
+    lanes (so, in an array aligned to the vector's size, its address is aligned)."""
+    if as_int(ramp.stride) != 1:
+        return False
+    mod = Analyzer().modular_set(ramp.base)
+    lanes = int(ramp.lanes)
+    return mod.coeff % lanes == 0 and mod.base % lanes == 0
 
 
 @functools.cache

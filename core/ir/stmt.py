@@ -109,6 +109,17 @@ def collect(node, *types) -> list:
     return found
 
 
+def choice_parts(e):
+    """(condition, true value, false value) of a Select or an `if_then_else` call, else
+    None."""
+    if isinstance(e, tirx.Select):
+        return e.condition, e.true_value, e.false_value
+    if isinstance(e, tvm.ir.Call) and isinstance(e.op, tvm.ir.Op) \
+            and e.op.name == "prim.if_then_else":
+        return tuple(e.args)
+    return None
+
+
 def once_assigned_scalars(body) -> dict:
     """{buffer: value} for the one-element local scalars a kernel body assigns exactly
     once, at its top level (TileLang's `ty = by * panel + bx % panel` before the tile

@@ -17,11 +17,18 @@ bfloat16 follows the target's rules (core/target.py, docs/architecture.md): a re
 vector has at most METAL.bf16_register_lanes (2) lanes. A bf16
 candidate of 4 or 8 lanes that only moves bits (the stored value is a bf16 load, or a value
 independent of l, i.e. a broadcast) is vectorized whole; the printer moves it as a packed
-integer carrier (`uint2` / `uint4`, core/codegen/msl.py), never computing on it. Any other
-bf16 candidate of an even width is split into `for lo in range(v // 2)` (serial) over a
-2-lane vector loop, with l = 2 * lo + li; the alignment proof is then made for 2 lanes.
-Other candidates become plain serial loops. The loop bodies are simplified with the
-analyzer under the enclosing loop ranges either way.
+integer carrier (`uint2` / `uint4`, core/codegen/msl.py), never computing on it; a choice
+between such values by a condition independent of l (an edge tile's bounds check) moves
+bits too.
+A candidate that does not vectorize at v lanes (any other bf16 one, or one whose alignment
+is proven only for fewer lanes: a device row of 70 halves is 2-aligned, not 4-aligned) is
+split into `for lo in range(v // w)` (serial) over a w-lane vector loop, l = w * lo + li,
+for the widest w in v/2, v/4, ..., 2 at which the proof holds. A store into threadgroup
+memory whose value cannot be computed as a vector (strided or unaligned device reads, a
+per-element decode) gathers its lanes one by one into a local run (`S_run`), then stores
+the run as one vector when that store is proven. Other candidates become plain serial
+loops. The loop bodies are simplified with the analyzer under the enclosing loop ranges
+either way.
 """
 
 from __future__ import annotations
@@ -34,7 +41,8 @@ from tvm.sym import Analyzer
 from core.ir import ops
 from core.ir.annotations import VECTOR_LANES
 from core.ir.kernel import map_kernels
-from core.ir.stmt import as_int, bind_ranges, children, free_vars, loads, rebuild, substitute
+from core.ir.stmt import (as_int, bind_ranges, children, choice_parts, free_vars, loads,
+                          rebuild, seq, substitute)
 from core.language.dtypes import bits
 from core.target import METAL
 
@@ -153,43 +161,60 @@ def _store_of(body):
     return body if isinstance(body, tirx.BufferStore) else None
 
 
-def _has_bf16(store) -> bool:
-    found = [str(store.buffer.ty.dtype)]
-    found += [str(ld.source.ty.dtype) for ld in loads(store.value)]
-    tvm_ffi.structural_walk(store.value, (tvm.ir.Expr, lambda n: found.append(
-        str(getattr(getattr(n, "ty", None), "dtype", "")))))
-    return "bfloat16" in found
-
-
 def _is_bf16_copy(store, lane) -> bool:
-    """The stored bf16 value moves bits only: a bf16 load, or a value independent of the
-    lane (a broadcast of one value)."""
-    if str(store.buffer.ty.dtype) != "bfloat16" or str(store.value.ty.dtype) != "bfloat16":
+    """The stored bf16 value moves bits only: a bf16 load, a value independent of the lane
+    (a broadcast of one value), or a choice between two such values by a condition
+    independent of the lane (an edge tile's `in bounds ? load : 0`)."""
+    if str(store.buffer.ty.dtype) != "bfloat16":
         return False
-    value = store.value
+    return _moves_bf16_bits(store.value, lane)
+
+
+def _moves_bf16_bits(value, lane) -> bool:
+    if str(value.ty.dtype) != "bfloat16":
+        return False
     if isinstance(value, tvm.ir.TensorLoad):
         return str(value.source.ty.dtype) == "bfloat16"
-    return not _depends(value, lane)
+    if not _depends(value, lane):
+        return True
+    choice = choice_parts(value)
+    return choice is not None and not _depends(choice[0], lane) and all(
+        _moves_bf16_bits(v, lane) for v in choice[1:])
 
 
-def _split_bf16(loop, body):
-    """`for l in range(v)` -> `for lo in range(v // 2): for li in vectorized(2)`."""
+def _split(loop, body, width, ranges):
+    """`for l in range(v)` -> `for lo in range(v // w): for li in vectorized(w)`,
+    l = w * lo + li, when the body, simplified under those ranges (a bound check on l can
+    become one on lo), vectorizes at w lanes; else None."""
     lane = loop.loop_var
     lanes = as_int(loop.extent)
     inner = tirx.Var(f"{lane.name}_v", "int32")
     outer = tirx.Var(f"{lane.name}_o", "int32")
-    body = substitute(body, {lane: outer * BF16_REGISTER_LANES + inner})
-    vector = tirx.For(inner, tirx.const(0, "int32"), tirx.const(BF16_REGISTER_LANES, "int32"),
-                      tirx.ForKind.VECTORIZED, body, None, {})
-    return tirx.For(outer, tirx.const(0, "int32"),
-                    tirx.const(lanes // BF16_REGISTER_LANES, "int32"), tirx.ForKind.SERIAL,
+    zero = tirx.const(0, "int32")
+    analyzer = bind_ranges(Analyzer(), {**ranges, outer: (zero, tirx.const(lanes // width,
+                                                                             "int32")),
+                                        inner: (zero, tirx.const(width, "int32"))})
+    body = _simplify(substitute(body, {lane: outer * width + inner}), analyzer)
+    if not _vector_ok(body, _store_of(body), inner, width, analyzer):
+        return None
+    vector = tirx.For(inner, zero, tirx.const(width, "int32"), tirx.ForKind.VECTORIZED, body,
+                      None, {})
+    return tirx.For(outer, zero, tirx.const(lanes // width, "int32"), tirx.ForKind.SERIAL,
                     vector, None, {})
 
 
+def _vector_ok(body, store, lane, lanes, analyzer) -> bool:
+    """The body vectorizes at `lanes`: as registers, or as a bf16 copy's packed carrier."""
+    if _Check(lane, lanes, analyzer).body_ok(body):
+        return True
+    return (store is not None and lanes in BF16_CARRIER_LANES and _is_bf16_copy(store, lane)
+            and _Check(lane, lanes, analyzer, carrier=True).body_ok(body))
+
+
 def _is_vector(loop) -> bool:
-    """A vectorized loop, or a bf16 split (serial over 2-lane vectorized loops)."""
-    return loop.kind == tirx.ForKind.VECTORIZED or (
-        isinstance(loop.body, tirx.For) and loop.body.kind == tirx.ForKind.VECTORIZED)
+    """A vectorized loop, or a split one (serial over narrower vectorized loops)."""
+    return isinstance(loop, tirx.For) and (loop.kind == tirx.ForKind.VECTORIZED or (
+        isinstance(loop.body, tirx.For) and loop.body.kind == tirx.ForKind.VECTORIZED))
 
 
 def _conjuncts(cond):
@@ -235,7 +260,7 @@ def _masked(loop, body, ranges, analyzer):
     return tirx.IfThenElse(every_lane, fast, lane_by_lane)
 
 
-def _plan_candidate(loop, ranges):
+def _plan_candidate(loop, ranges, gather=True):
     lanes = int(loop.annotations[VECTOR_LANES])
     analyzer = bind_ranges(Analyzer(), ranges)
     body = _simplify(loop.body, analyzer)
@@ -246,16 +271,44 @@ def _plan_candidate(loop, ranges):
         if masked is not None:
             return masked
     store = _store_of(body)
-    ok = _Check(lane, lanes, analyzer).body_ok(body)
-    if not ok and store is not None and _has_bf16(store):
-        if lanes in BF16_CARRIER_LANES and _is_bf16_copy(store, lane):
-            ok = _Check(lane, lanes, analyzer, carrier=True).body_ok(body)
-        if not ok and lanes > BF16_REGISTER_LANES and lanes % BF16_REGISTER_LANES == 0 \
-                and as_int(loop.min) == 0 \
-                and _Check(lane, BF16_REGISTER_LANES, analyzer).body_ok(body):
-            return _split_bf16(loop, body)
+    ok = _vector_ok(body, store, lane, lanes, analyzer)
+    if not ok and as_int(loop.min) == 0:
+        # the widest narrower vector the proof allows (bf16 registers, odd alignment)
+        width = lanes // 2
+        while width >= 2 and lanes % width == 0:
+            split = _split(loop, body, width, ranges)
+            if split is not None:
+                return split
+            width //= 2
+        staged = _through_registers(loop, body, ranges) if gather else None
+        if staged is not None:
+            return staged
     kind = tirx.ForKind.VECTORIZED if ok else tirx.ForKind.SERIAL
     return tirx.For(lane, loop.min, loop.extent, kind, body, None, {}, loop.step)
+
+
+def _through_registers(loop, body, ranges):
+    """`for l: S[b + l] = value(l)` into threadgroup memory whose value cannot be computed
+    as a vector (a device row of odd length, strided reads, a per-element decode): the
+    lanes' values are gathered one by one into a run of registers, then stored to S as one
+    vector. None when even that store is not a vector."""
+    if not isinstance(body, tirx.BufferStore) or ops.buffer_scope(body.buffer) != "shared" \
+            or ops.atomics_in(body):
+        return None
+    lane = loop.loop_var
+    run = tirx.decl_buffer((as_int(loop.extent),), str(body.buffer.ty.dtype),
+                           f"{body.buffer.name}_run", scope="local")
+    gather = tirx.For(lane, loop.min, loop.extent, tirx.ForKind.SERIAL,
+                      tirx.BufferStore(run, body.value, [lane]), None, {}, loop.step)
+    moved = tirx.Var(f"{lane.name}_s", "int32")
+    move = tirx.For(moved, loop.min, loop.extent, tirx.ForKind.SERIAL,
+                    tirx.BufferStore(body.buffer, tirx.BufferLoad(run, [moved]),
+                                     [substitute(i, {lane: moved}) for i in body.indices]),
+                    None, {VECTOR_LANES: loop.annotations[VECTOR_LANES]})
+    planned = _plan_candidate(move, {**ranges, moved: (loop.min, loop.extent)}, gather=False)
+    if not _is_vector(planned):
+        return None
+    return seq([tirx.AllocBuffer(run), gather, planned])
 
 
 def vectorize(func: tirx.PrimFunc) -> tirx.PrimFunc:

@@ -293,7 +293,8 @@ def test_chunked_epilogue_when_the_stage_does_not_fit(run):
     M, N, K, bM, bN, bK = 136, 128, 32, 128, 128, 32
     kernel = core.compile(matmul(M, N, K, bM, bN, bK, 256, "float16", "float16"),
                           out_idx=[2])
-    assert "threadgroup float C_l_stage[4096]" in kernel.msl  # 32 rows x 128
+    # 32 rows x 128 floats, declared as 16-byte words (it is read back as float4)
+    assert "threadgroup uint4 C_l_stage_words[1024]" in kernel.msl
     check(kernel, run, M, N, K, "float16", "float16")
 
 

@@ -53,7 +53,8 @@ def test_redundant_barrier_is_reported():
     kernel = core.compile(_same_thread_reuse(), out_idx=[1])
     assert "threadgroup_barrier" not in kernel.msl
     lines = kernel.msl.splitlines()
-    at = next(i for i, line in enumerate(lines) if "threadgroup float S" in line)
+    # after S's declaration (words for its float4 accesses, then the pointer to them)
+    at = next(i for i, line in enumerate(lines) if "threadgroup float* S" in line)
     msl = "\n".join(lines[:at + 1] + ["  " + BARRIER] + lines[at + 1:])
     padded = Kernel(dataclasses.replace(kernel.compiled, msl=msl), kernel.out_idx)
     report = barriers.check_barriers(padded, [torch.randn(32, 32)],
