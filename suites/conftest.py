@@ -2,15 +2,20 @@
 
     def test_x(run):                          # runs once per backend (see `backend`)
         kernel = core.compile(func, out_idx=[-1])
+        a = random_tensor((M, N), "float16", seed=1)   # harness.gen.inputs: seeded inputs
         out = run(kernel, a, b)               # CPU tensors in, CPU tensors out
         assert_close(out, oracle(a, b))       # harness.diff, the tolerance policy
+
+    def test_y(run_family):                   # a kernel a harness family builds: built,
+        run_family("softmax", params)         # run and compared with the family's oracle
 
 `backend`: every test that uses it (directly or through `run`) runs on the emulator
 everywhere and also on "mps" where `torch.backends.mps.is_available()`. A test whose
 assertions hold on one backend only says so with `@pytest.mark.backend("emu")`
 (e.g. the emulator's findings or counters). Modules that need MPS set
-`pytestmark = pytest.mark.mps` and are skipped where MPS is unavailable. Every test starts
-from `torch.manual_seed(0)`, so inputs drawn without an explicit generator are seeded too.
+`pytestmark = pytest.mark.mps` and are skipped where MPS is unavailable. Inputs are drawn
+with an explicit seed (suites/test_suite_hygiene.py keeps it so); every test also starts
+from `torch.manual_seed(0)`, for the library code a test calls.
 
 The "mps" runs have not been executed anywhere yet (no Mac has run this project's suites).
 """
@@ -72,3 +77,32 @@ def run(backend):
     def run_on_backend(kernel, *args, **kwargs):
         return run_checked(kernel, *args, backend=backend, **kwargs)
     return run_on_backend
+
+
+@pytest.fixture
+def run_family(run):
+    """A kernel the harness families already build, at explicit params: build it
+    (harness/gen/<family>.py), draw its inputs for `seed`, `run` it and compare every output
+    with the family's oracle under its tolerance (dtype, reduction length, op class), as
+    harness.case.run_case does. Returns (kernel, inputs, outputs) for further assertions.
+
+        kernel, (x,), (y,) = run_family("softmax", {"M": 37, "N": 128, ...})
+    """
+    def build_run_compare(name, params, seed=0):
+        import core
+        from harness.diff import assert_close
+        from harness.gen import family
+
+        built = family.get(name).build(dict(params))
+        kernel = core.compile(built.func, out_idx=built.out_idx)
+        inputs = built.inputs(seed)
+        outs = run(kernel, *inputs)
+        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        expected = built.oracle(inputs)
+        assert len(outs) == len(expected), f"{len(outs)} outputs, oracle gives {len(expected)}"
+        for i, (got, want) in enumerate(zip(outs, expected)):
+            dtype = built.tolerance_dtypes[i] if i < len(built.tolerance_dtypes) else None
+            assert_close(got, want, dtype or None, built.reduction_length,
+                         what=f"{name} output {i}:", op_class=built.op_class)
+        return kernel, inputs, outs
+    return build_run_compare

@@ -13,6 +13,8 @@ dtype, the first thread count).
                                  or THREADS_REDUCE (the reductions': powers of two 1..512
                                  and whole simdgroups 96, 384, 896)
     dtype(choices)               a dtype name ("float32", ...): FLOATS, INTS, NUMERIC
+                                 (HALVES: the 16-bit floats; the suites name these lists
+                                 rather than spelling them out again)
     fits_threadgroup(...)        whether tiles of given dtypes fit in 32 KiB
 
 This module registers no family (harness/gen/family.py skips it when loading families).
@@ -25,6 +27,7 @@ from hypothesis import strategies as st
 from core.target import DTYPES, METAL
 
 FLOATS = ("float32", "float16", "bfloat16")
+HALVES = ("float16", "bfloat16")        # the 16-bit floats (round after every op)
 INTS = ("int32", "int8", "uint8")
 NUMERIC = FLOATS + INTS
 THREADS = (32, 64, 128, 256)

@@ -9,6 +9,7 @@ import pytest
 
 import core
 import core.language as T
+from harness.gen import copy as copy_family
 
 pytestmark = pytest.mark.bench
 
@@ -31,16 +32,9 @@ def elementwise():
 
 
 def transpose():
-    @T.prim_func
-    def tr(A: T.Tensor((1024, 1024), "float32"), B: T.Tensor((1024, 1024), "float32")):
-        with T.Kernel(32, 32, threads=256) as (bx, by):
-            S = T.alloc_shared((32, 32), "float32")
-            F = T.alloc_fragment((32, 32), "float32")
-            T.copy(A[by * 32, bx * 32], S)
-            for i, j in T.Parallel(32, 32):
-                F[i, j] = S[j, i]
-            T.copy(F, B[bx * 32, by * 32])
-    return tr
+    """The copy family's transpose through threadgroup memory (harness/gen/copy.py)."""
+    return copy_family.build({"M": 1024, "N": 1024, "dtype": "float32", "mode": "transpose",
+                              "bM": 32, "bN": 32, "threads": 256}).func
 
 
 def gemm(M=1024, N=1024, K=1024, block_M=64, block_N=64, block_K=32, dtype="float16"):

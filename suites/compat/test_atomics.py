@@ -15,18 +15,20 @@ import core
 import core.language as T
 from core.language.errors import KernelDefinitionError
 from harness.diff import assert_close
+from harness.gen.inputs import random_tensor
+from harness.gen.strategies import FLOATS, HALVES
 
 KINDS = ("add", "max", "min")
 ATOMIC = {"add": T.atomic_add, "max": T.atomic_max, "min": T.atomic_min}
-DEVICE_DTYPES = ("float32", "float16", "bfloat16", "int32", "uint32")
+DEVICE_DTYPES = FLOATS + ("int32", "uint32")
 
 
-def rand(shape, dtype):
+def rand(shape, dtype, seed):
     if dtype == "int32":
-        return torch.randint(-100, 100, shape, dtype=torch.int32)
+        return random_tensor(shape, "int32", seed, low=-100, high=100)
     if dtype == "uint32":
-        return torch.randint(0, 200, shape, dtype=torch.int64).to(torch.uint32)
-    return torch.randn(shape).to(getattr(torch, dtype))
+        return random_tensor(shape, "uint32", seed, low=0, high=200)
+    return random_tensor(shape, dtype, seed)
 
 
 def combine(kind, init, x, dim=0):
@@ -60,10 +62,10 @@ def column_atomics(kind, M, N, bM, dtype, threads=64):
 def test_scalar_atomics_on_device_memory(run, kind, dtype):
     # 16-bit adds round at every update, so they get few terms (a split-K pattern: one
     # partial per threadgroup); the others many.
-    M = 6 if dtype in ("float16", "bfloat16") and kind == "add" else 37
+    M = 6 if dtype in HALVES and kind == "add" else 37
     N = 24
     kernel = core.compile(column_atomics(kind, M, N, 4, dtype))
-    a, s = rand((M, N), dtype), rand((N,), dtype)
+    a, s = rand((M, N), dtype, 10), rand((N,), dtype, 11)
     expect = combine(kind, s, a)
     run(kernel, a, s)
     op_class = "accumulation" if kind == "add" else "exact"
@@ -85,7 +87,7 @@ def test_native_and_compare_exchange_forms_in_the_msl():
 
 @pytest.mark.parametrize("kind, dtype", [(k, d) for k in KINDS
                                           for d in ("int32", "uint32", "float32")] +
-                         [(k, d) for k in ("max", "min") for d in ("float16", "bfloat16")])
+                         [(k, d) for k in ("max", "min") for d in HALVES])
 def test_scalar_atomics_on_threadgroup_memory(run, kind, dtype):
     """A per-threadgroup histogram-like accumulation in shared memory, then copied out: the
     planner must put a barrier between the atomics and the copy, none among the atomics."""
@@ -109,7 +111,7 @@ def test_scalar_atomics_on_threadgroup_memory(run, kind, dtype):
     assert kernel.msl.count("threadgroup_barrier") == 2   # after the fill, after the atomics
     if dtype == "float32":  # atomic_float on device memory only
         assert f"tl_atomic_{kind}_threadgroup_float(" in kernel.msl
-    a = rand((M, N), dtype)
+    a = rand((M, N), dtype, 12)
     out = torch.zeros((3, N), dtype=a.dtype)
     run(kernel, a, out)
     G = -(-M // bM)
@@ -141,7 +143,7 @@ def test_return_prev_hands_out_unique_tickets(run):
     assert sorted(out.tolist()) == list(range(n))
 
 
-@pytest.mark.parametrize("dtype", ("float32", "float16", "bfloat16"))
+@pytest.mark.parametrize("dtype", FLOATS)
 def test_split_k_partial_sums_combined_with_tile_atomic_add(run, dtype):
     """TileLang's split-K GEMM: each K split computes a partial C tile in a fragment and
     adds it into C with one tile-form T.atomic_add (ragged M and N, masked at the edges)."""
@@ -161,7 +163,7 @@ def test_split_k_partial_sums_combined_with_tile_atomic_add(run, dtype):
                 T.gemm(A_s, B_s, C_l)
             T.atomic_add(C[by * bM, bx * bN], C_l)
 
-    a, b = rand((M, K), dtype), rand((K, N), dtype)
+    a, b = rand((M, K), dtype, 13), rand((K, N), dtype, 14)
     c = torch.zeros(M, N)
     run(core.compile(splitk), a, b, c)
     assert_close(c, a.double() @ b.double(), dtype="float32" if dtype == "float32" else dtype,
@@ -180,8 +182,8 @@ def test_tile_atomic_from_shared_memory(run, kind):
             T.copy(A[bx * bM, 0], s)
             ATOMIC[kind](R, s)
 
-    a = torch.randn(M, N)
-    r = torch.randn(bM, N)
+    a = random_tensor((M, N), "float32", 4)
+    r = random_tensor((bM, N), "float32", 5)
     G = -(-M // bM)
     padded = torch.cat([a, torch.zeros(G * bM - M, N)]).reshape(G, bM, N)  # masked loads: 0
     expect = combine(kind, r, padded, dim=0)
@@ -200,7 +202,7 @@ def test_atomic_addx2_and_x4(run, lanes):
             for j in T.Parallel(N // lanes):
                 addx(S[j * lanes], A[bx, j * lanes])
 
-    a, s = torch.randn(M, N), torch.randn(N)
+    a, s = random_tensor((M, N), "float32", 6), random_tensor((N,), "float32", 7)
     expect = s.double() + a.double().sum(0)
     run(core.compile(vec_add), a, s)
     assert_close(s, expect, reduction_length=M, op_class="accumulation")
@@ -221,7 +223,7 @@ def test_plain_store_racing_atomics_is_a_race_finding():
                     T.atomic_add(S[j], A[bx, j])
 
     kernel = core.compile(racy)
-    kernel(torch.randn(4, N), torch.zeros(N), backend="emu")
+    kernel(random_tensor((4, N), "float32", 8), torch.zeros(N), backend="emu")
     races = [f for f in kernel.last_run.findings if f.kind == "race"]
     assert races and "atomic" in races[0].detail, kernel.last_run.findings
 
@@ -274,14 +276,14 @@ def test_scalar_atomics_from_a_replicated_reduction_add_once(run):
             for i in T.Parallel(M):
                 T.atomic_add(Y[i], s[i])
 
-    x = torch.randn(parts, M, N)
+    x = random_tensor((parts, M, N), "float32", 9)
     y = torch.zeros(M)
     run(core.compile(partial_rows), x, y)
     assert_close(y, x.double().sum((0, 2)), reduction_length=parts * N,
                  op_class="accumulation")
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", HALVES)
 def test_16_bit_atomic_add_on_threadgroup_memory(run, dtype):
     """A threadgroup array of 16-bit elements updated by atomics is declared as 32-bit words
     (the compare-exchange works on the word holding the element)."""
@@ -298,7 +300,7 @@ def test_16_bit_atomic_add_on_threadgroup_memory(run, dtype):
 
     kernel = core.compile(tg_add, out_idx=[1])
     assert "threadgroup uint acc_words[5];" in kernel.msl
-    x = rand((parts, N), dtype)
+    x = rand((parts, N), dtype, 15)
     y = run(kernel, x)
     assert_close(y, x.double().sum(0), dtype=dtype, reduction_length=parts,
                  op_class="accumulation")

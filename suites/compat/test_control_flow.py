@@ -10,6 +10,7 @@ import core
 import core.language as T
 from core.language.errors import KernelDefinitionError
 from harness.diff import assert_close
+from harness.gen.inputs import random_tensor
 
 
 @pytest.mark.parametrize("double", [True, False])
@@ -25,7 +26,7 @@ def test_python_values_decide_control_flow_at_trace_time(run, double):
                 for i in T.Parallel(M):
                     B[i] = B[i] + 0.25
 
-    a = torch.randn(M)
+    a = random_tensor((M,), "float32", 1)
     out = run(core.compile(k, out_idx=[1]), a)
     assert_close(out, a.double() * 2 + 0.25 if double else a.double() + 1, "float32")
 
@@ -39,7 +40,7 @@ def test_ternary_on_a_kernel_value_is_a_select(run):
             for i in T.Parallel(M):
                 B[i] = A[i] if i < 13 else 0.0
 
-    a = torch.randn(M)
+    a = random_tensor((M,), "float32", 2)
     expected = torch.where(torch.arange(M) < 13, a, torch.zeros(M))
     assert_close(run(core.compile(k, out_idx=[1]), a), expected, "float32")
 
@@ -58,7 +59,7 @@ def test_serial_and_unroll_with_steps(run):
                 if j < M:
                     B[j] = B[j] + 1.0
 
-    a = torch.randn(M)
+    a = random_tensor((M,), "float32", 3)
     expected = a.double() * 3
     expected[0::2] += 1
     assert_close(run(core.compile(k, out_idx=[1]), a), expected, "float32")
@@ -86,7 +87,7 @@ def test_any_python_value_decides_at_trace_time(run, flag, option):
                 for i in T.Parallel(M):
                     B[i] = B[i] + 10.0
 
-    a = torch.randn(M)
+    a = random_tensor((M,), "float32", 4)
     expected = (a.double() * 2 if flag else a.double() - 1) + (10 if option else 0)
     assert_close(run(core.compile(k, out_idx=[1]), a), expected, "float32")
 
@@ -100,7 +101,7 @@ def test_ternary_on_a_kernel_value_keeps_the_branch_dtype(run):
             for i in T.Parallel(M):
                 B[i] = A[i] if i % 3 == 0 else 0.0
 
-    a = torch.randn(M).half()
+    a = random_tensor((M,), "float16", 5)
     expected = torch.where(torch.arange(M) % 3 == 0, a, torch.zeros(M).half())
     assert_close(run(core.compile(k, out_idx=[1]), a), expected, "float16")
 

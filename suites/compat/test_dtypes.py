@@ -13,6 +13,7 @@ from core.errors import LaunchError
 from core.language.errors import KernelDefinitionError
 from core.target import DTYPES
 from harness.diff import assert_close
+from harness.gen.inputs import random_tensor
 
 
 @pytest.mark.parametrize("name", sorted(DTYPES))
@@ -48,7 +49,7 @@ def test_dtype_literal_and_annotation_kernel(run):
                     B[bx * 32 + i] = A[bx * 32 + i].astype(T.float32) * s + \
                         T.float32(0.5) + n
 
-    a = torch.randn(M, dtype=torch.float16)
+    a = random_tensor((M,), "float16", 1)
     out = run(core.compile(scale, out_idx=[1]), a, 3, 1.5)
     assert_close(out, a.double() * 1.5 + 0.5 + 3, "float32")
 
@@ -68,9 +69,9 @@ def test_astype_over_dtypes(run, src, dst):
                     B[bx * 64 + i] = A[bx * 64 + i].astype(ddt)
 
     if sdt.as_torch().is_floating_point:
-        a = (torch.randn(M) * 20).to(sdt.as_torch())
+        a = (random_tensor((M,), "float32", 2) * 20).to(sdt.as_torch())
     else:
-        a = torch.randint(0, 100, (M,)).to(sdt.as_torch())
+        a = random_tensor((M,), str(sdt), 3, low=0, high=100)
     out = run(core.compile(conv, out_idx=[1]), a)
     expected = a.double().trunc() if not ddt.as_torch().is_floating_point else a.double()
     assert_close(out, expected.to(ddt.as_torch()), dst)
@@ -124,7 +125,7 @@ def test_uint32_int16_uint16_tensors_through_shared_memory(run, src, dst):
                 if bx * 64 + i < M:
                     B[bx * 64 + i] = T.cast(S[i] * 3, ddt)
 
-    a = torch.randint(0, 1000, (M,)).to(sdt.as_torch())
+    a = random_tensor((M,), "int64", 4, low=0, high=1000).to(sdt.as_torch())  # fits every dst
     out = run(core.compile(k, out_idx=[1]), a)
     # torch has no arithmetic on uint16/uint32: compare in int64 / float64
     expected = a.to(torch.int64) * 3 if not sdt.as_torch().is_floating_point \

@@ -20,10 +20,8 @@ import core.language as T
 from core.language.errors import KernelDefinitionError
 from harness.barriers import check_barriers
 from harness.diff import assert_close
-
-
-def rand(shape, dtype):
-    return torch.randn(shape).to(getattr(torch, dtype))
+from harness.gen.inputs import random_tensor
+from harness.gen.strategies import FLOATS
 
 
 def gemm_shared_acc(M, N, K, bM, bN, bK, dtype, threads=128, pad=0, clear_accum=False,
@@ -65,14 +63,14 @@ def oracle(a, b, trans_B=False, relu=False):
     return c.clamp(min=0) if relu else c
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("pad", [0, 4])
 def test_shared_accumulator_gemm(run, dtype, pad):
     M, N, K = 40, 56, 48                       # ragged against 32 x 32 x 16 blocks
     func = gemm_shared_acc(M, N, K, 32, 32, 16, dtype, pad=pad)
     kernel = core.compile(func)
     assert "simdgroup_store(C_local_mat" in kernel.msl
-    a, b = rand((M, K), dtype), rand((K, N), dtype)
+    a, b = random_tensor((M, K), dtype, 2), random_tensor((K, N), dtype, 3)
     c = torch.zeros(M, N)
     run(kernel, a, b, c)
     assert_close(c, oracle(a, b), dtype=dtype, reduction_length=K, op_class="accumulation")
@@ -85,8 +83,8 @@ def test_shared_accumulator_variants(run, clear_accum, trans_B, relu):
     func = gemm_shared_acc(M, N, K, 16, 16, 8, "float16", threads=64, pad=8,
                            clear_accum=clear_accum, trans_B=trans_B, relu=relu,
                            out_dtype="float16")
-    a = rand((M, K), "float16")
-    b = rand((N, K) if trans_B else (K, N), "float16")
+    a = random_tensor((M, K), "float16", 4)
+    b = random_tensor((N, K) if trans_B else (K, N), "float16", 5)
     c = torch.zeros(M, N, dtype=torch.float16)
     run(core.compile(func), a, b, c)
     assert_close(c, oracle(a, b, trans_B, relu), dtype="float16", reduction_length=K,
@@ -97,7 +95,7 @@ def test_every_barrier_of_a_shared_accumulator_gemm_is_necessary():
     M, N, K = 40, 40, 48
     func = gemm_shared_acc(M, N, K, 16, 16, 16, "float16", threads=128, pad=4)
     report = check_barriers(core.compile(func),
-                            (rand((M, K), "float16"), rand((K, N), "float16"), torch.zeros(M, N)))
+                            (random_tensor((M, K), "float16", 6), random_tensor((K, N), "float16", 7), torch.zeros(M, N)))
     assert report.ok, report.summary()
     assert len(report.barriers) >= 3   # k-loop WAR, RAW before the matrix loads, epilogue
 
@@ -130,7 +128,7 @@ def test_quickstart_relu_epilogue_runs_in_chunks(run):
     kernel = core.compile(quickstart(M, N, K))
     # 32 rows x 128 of float32 = 16 KiB, declared as 16-byte words (read back as float4)
     assert "threadgroup uint4 C_local_stage_words[1024];" in kernel.msl
-    a, b = rand((M, K), "float16"), rand((K, N), "float16")
+    a, b = random_tensor((M, K), "float16", 8), random_tensor((K, N), "float16", 9)
     c = torch.zeros(M, N, dtype=torch.float16)
     run(kernel, a, b, c)
     assert_close(c, oracle(a, b, relu=True), dtype="float16", reduction_length=K,
@@ -182,7 +180,7 @@ def test_split_k_with_atomic_add(run, form, block):
     # (TileLang's example has whole blocks: past the edge, the emulator reports bounds)
     M, N = (136, 130) if form == "tile" else (2 * block, block)
     K, split_k = 128, 2
-    a, b = rand((M, K), "float16"), rand((K, N), "float16")
+    a, b = random_tensor((M, K), "float16", 10), random_tensor((K, N), "float16", 11)
     c = torch.zeros(M, N)
     run(core.compile(splitk(M, N, K, block, block, 32, split_k, form)), a, b, c)
     assert_close(c, oracle(a, b), dtype="float16", reduction_length=K,
@@ -218,7 +216,7 @@ def test_simdgroup_store_port(run, blocks):
     assert "simdgroup_multiply_accumulate" in src and "make_filled_simdgroup_matrix" in src
     assert "simdgroup_store(C_local[" in src and ", &C[" in src      # straight to device
     assert not any("simdgroup_load" in ln and "C_local" in ln for ln in src.splitlines())
-    a, b = rand((M, K), "float16"), rand((K, N), "float16")
+    a, b = random_tensor((M, K), "float16", 12), random_tensor((K, N), "float16", 13)
     c = torch.zeros(M, N)
     run(kernel, a, b, c)
     assert_close(c, oracle(a, b), dtype="float16", reduction_length=K, op_class="accumulation")
@@ -233,7 +231,7 @@ def test_ragged_float32_output_stores_inner_tiles_directly(run, M, N):
     kernel = core.compile(simdgroup_gemm(M, N, K, 32, 32, 16))
     assert "simdgroup_store(C_local[" in kernel.msl and ", &C[" in kernel.msl
     assert ("C_local_stage" in kernel.msl) == bool(M % 8 or N % 8)
-    a, b = rand((M, K), "float16"), rand((K, N), "float16")
+    a, b = random_tensor((M, K), "float16", 14), random_tensor((K, N), "float16", 15)
     c = torch.zeros(M, N)
     run(kernel, a, b, c)
     assert_close(c, oracle(a, b), dtype="float16", reduction_length=K, op_class="accumulation")
@@ -265,7 +263,7 @@ def test_address_space_port(run):
 
     compiled = core.compile(kernel)
     assert not re.findall(r"\((?:half\d*|char|void|float\d*)\*\)", compiled.msl)
-    a, b = rand((M, K), "float16"), rand((K, N), "float16")
+    a, b = random_tensor((M, K), "float16", 16), random_tensor((K, N), "float16", 17)
     c = torch.zeros(M, N)
     run(compiled, a, b, c)
     assert_close(c, oracle(a, b), dtype="float16", reduction_length=K, op_class="accumulation")

@@ -18,13 +18,11 @@ import core.language as T
 from core.language.errors import KernelDefinitionError, LoweringError
 from harness.barriers import check_barriers
 from harness.diff import assert_close
+from harness.gen.inputs import random_tensor
+from harness.gen.strategies import FLOATS, HALVES
 
 # the float32 stage: an array, or a pointer to words when it is read back as vectors
 FLOAT_STAGE = re.compile(r"threadgroup float\*? C_stage\b")
-
-
-def rand(shape, dtype):
-    return torch.randn(shape).to(getattr(torch, dtype))
 
 
 def gemm_global(M, N, K, bM, bN, bK, dtype, out_dtype="float32", threads=128,
@@ -65,7 +63,7 @@ def oracle(a, b, c0=None, trans_B=False):
 @pytest.mark.parametrize("M, N, K", [(64, 64, 32), (40, 56, 48), (36, 20, 24)])
 def test_float32_c_in_device_memory(run, M, N, K):
     kernel = core.compile(gemm_global(M, N, K, 32, 32, 16, "float16"))
-    a, b = rand((M, K), "float16"), rand((K, N), "float16")
+    a, b = random_tensor((M, K), "float16", 4), random_tensor((K, N), "float16", 5)
     c = torch.full((M, N), 123.0)                  # clear_accum: prior contents ignored
     run(kernel, a, b, c)
     assert_close(c, oracle(a, b), dtype="float16", reduction_length=K,
@@ -79,29 +77,29 @@ def test_float32_tiles_inside_are_stored_directly():
     assert FLOAT_STAGE.search(src)                                  # the straddling tiles
 
 
-@pytest.mark.parametrize("out_dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("out_dtype", HALVES)
 @pytest.mark.parametrize("M, N, K", [(64, 32, 32), (40, 44, 40)])
 def test_half_c_goes_through_a_float_stage(run, out_dtype, M, N, K):
     kernel = core.compile(gemm_global(M, N, K, 32, 32, 16, out_dtype, out_dtype))
     src = kernel.msl
     assert FLOAT_STAGE.search(src)
     assert ", &C[" not in src                     # no matrix stored through a half pointer
-    a, b = rand((M, K), out_dtype), rand((K, N), out_dtype)
+    a, b = random_tensor((M, K), out_dtype, 6), random_tensor((K, N), out_dtype, 7)
     c = torch.zeros(M, N, dtype=getattr(torch, out_dtype))
     run(kernel, a, b, c)
     assert_close(c, oracle(a, b), dtype=out_dtype, reduction_length=K,
                  op_class="accumulation")
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("trans_B", [False, True])
 def test_accumulates_into_prior_contents(run, dtype, trans_B):
     M, N, K = 48, 40, 32                          # ragged against 32 x 32 blocks
     kernel = core.compile(gemm_global(M, N, K, 32, 32, 16, dtype, threads=64,
                                       clear_first=False, trans_B=trans_B))
-    a = rand((M, K), dtype)
-    b = rand((N, K) if trans_B else (K, N), dtype)
-    c0 = torch.randn(M, N)
+    a = random_tensor((M, K), dtype, 8)
+    b = random_tensor((N, K) if trans_B else (K, N), dtype, 9)
+    c0 = random_tensor((M, N), "float32", 2)
     c = c0.clone()
     run(kernel, a, b, c)
     assert_close(c, oracle(a, b, c0, trans_B), dtype=dtype, reduction_length=K,
@@ -144,7 +142,7 @@ def test_every_barrier_of_a_device_c_gemm_is_necessary(out_dtype):
     M, N, K = 40, 36, 48                          # edge tiles through the stage
     func = gemm_global(M, N, K, 16, 16, 16, "float16", out_dtype, threads=64)
     report = check_barriers(core.compile(func),
-                            (rand((M, K), "float16"), rand((K, N), "float16"),
+                            (random_tensor((M, K), "float16", 10), random_tensor((K, N), "float16", 11),
                              torch.zeros(M, N, dtype=getattr(torch, out_dtype))))
     assert report.ok, report.summary()
     assert len(report.barriers) >= 2
@@ -174,8 +172,8 @@ def splitk_accumulate(M, N, K, bM, bN, bK, split_k):
 def test_split_k_accumulating_in_device_memory(run):
     M, N, K = 72, 40, 64
     kernel = core.compile(splitk_accumulate(M, N, K, 32, 32, 16, 2))
-    a, b = rand((M, K), "float16"), rand((K, N), "float16")
-    c0 = torch.randn(M, N)
+    a, b = random_tensor((M, K), "float16", 12), random_tensor((K, N), "float16", 13)
+    c0 = random_tensor((M, N), "float32", 3)
     c = c0.clone()
     run(kernel, a, b, c)
     assert_close(c, oracle(a, b, c0), dtype="float16", reduction_length=K,
@@ -225,7 +223,7 @@ def test_port_gemm_v2_global_c(run, accum_dtype, swizzle_panel, swizzle_order, M
     kernel = core.compile(gemm_v2_global_c(M, N, K, 16, 32, accum_dtype=accum_dtype,
                                            swizzle_panel=swizzle_panel,
                                            swizzle_order=swizzle_order))
-    a, b = rand((M, K), "float16"), rand((K, N), "float16")
+    a, b = random_tensor((M, K), "float16", 14), random_tensor((K, N), "float16", 15)
     c = torch.zeros(M, N, dtype=getattr(torch, accum_dtype))
     run(kernel, a, b, c)
     assert_close(c, oracle(a, b), dtype=accum_dtype if accum_dtype != "float32" else "float16",

@@ -14,6 +14,7 @@ import core.language as T
 from core import layout as tl_layout
 from core.language.errors import KernelDefinitionError, LoweringError
 from harness.diff import assert_close
+from harness.gen.inputs import random_tensor
 
 
 def test_swizzled_shared_tiles_in_a_gemm(run):
@@ -35,7 +36,7 @@ def test_swizzled_shared_tiles_in_a_gemm(run):
                 T.gemm(A_shared, B_shared, C_local)
             T.copy(C_local, C[by * bM, bx * bN])
 
-    a, b = torch.randn(M, K).half(), torch.randn(K, N).half()
+    a, b = random_tensor((M, K), "float16", 1), random_tensor((K, N), "float16", 2)
     c = run(core.compile(gemm, out_idx=[2]), a, b)
     assert_close(c, a.double() @ b.double(), dtype="float16", reduction_length=K,
                  op_class="accumulation")
@@ -64,7 +65,7 @@ def test_device_buffer_layout_shared_by_two_kernels(run):
             T.annotate_layout({dQ: dq_layout(dQ)})
             T.copy(dQ, Out)
 
-    x = torch.randn(parts, L, D)
+    x = random_tensor((parts, L, D), "float32", 3)
     dq = torch.zeros(L, D)
     out = run(core.compile(accumulate, out_idx=[2]), x, dq)
     assert_close(out, x.double().sum(0), dtype="float16", reduction_length=parts,
@@ -117,7 +118,7 @@ def test_constant_index_of_a_one_element_fragment(run):
                 x[i] = x[i] / s[0]
             T.copy(x, Y)
 
-    x = torch.randn(N)
+    x = random_tensor((N,), "float32", 4)
     y = run(core.compile(softmax1d, out_idx=[1]), x)
     assert_close(y, torch.softmax(x.double(), 0), reduction_length=N,
                  op_class="transcendental")
@@ -140,7 +141,7 @@ def test_lower_rank_writes_in_a_unit_parallel(run):
                 acc[j] = acc[j] * 0.5
             T.copy(acc, Y)
 
-    x = torch.randn(R, D)
+    x = random_tensor((R, D), "float32", 5)
     y = run(core.compile(colsum, out_idx=[1]), x)
     assert_close(y, x.double().sum(0) * 0.5, reduction_length=R, op_class="accumulation")
 

@@ -4,13 +4,13 @@ kernel.get_kernel_source() / kernel.kernel_source, PassConfigKey and compile opt
 from __future__ import annotations
 
 import pytest
-import torch
 
 import core
 import core.language as T
 from core.errors import MetaltileError
 from core.options import METAL_MEANING, PassConfigKey
 from harness.diff import assert_close
+from harness.gen.inputs import random_tensor
 
 
 def test_cdiv_and_next_power_of_2():
@@ -37,7 +37,7 @@ def test_kernel_source(run):
         PassConfigKey.TL_DISABLE_TMA_LOWER: True, "tl.disable_warp_specialized": True})
     assert kernel.kernel_source == kernel.get_kernel_source() == kernel.msl
     assert "kernel" in kernel.kernel_source and "threadgroup_barrier" in kernel.kernel_source
-    a = torch.randn(64)
+    a = random_tensor((64,), "float32", 1)
     assert_close(run(kernel, a), a.flip(0), "float32")
 
 
@@ -45,7 +45,7 @@ def test_disable_thread_storage_sync_acts():
     kernel = core.compile(_staged(), out_idx=[1], pass_configs={
         PassConfigKey.TL_DISABLE_THREAD_STORAGE_SYNC: True})
     assert "threadgroup_barrier" not in kernel.msl
-    kernel(torch.randn(64), backend="emu")
+    kernel(random_tensor((64,), "float32", 2), backend="emu")
     assert "race" in {f.kind for f in kernel.last_run.findings}
 
 
@@ -54,7 +54,7 @@ def test_disable_race_and_init_checks_act():
         "tl.disable_thread_storage_sync": True, "tl.disable_data_race_check": True,
         "tl.disable_buffer_init_check": True})
     assert kernel.checks == ("bounds",)
-    kernel(torch.randn(64), backend="emu")
+    kernel(random_tensor((64,), "float32", 3), backend="emu")
     assert kernel.last_run.findings == []
 
 

@@ -12,9 +12,11 @@ import core
 import core.language as T
 from core.language.errors import KernelDefinitionError, LoweringError
 from harness.diff import assert_close
+from harness.gen.inputs import random_tensor
+from harness.gen.strategies import FLOATS
 
 KINDS = ("sum", "max", "min", "abssum", "absmax")
-DTYPES = ("float32", "float16", "bfloat16", "int32", "int64", "uint32")
+DTYPES = FLOATS + ("int32", "int64", "uint32")
 SCOPES = [("fragment", "fragment"), ("fragment", "shared"), ("fragment", "local"),
           ("shared", "fragment"), ("shared", "shared"), ("shared", "local"),
           ("local", "local")]
@@ -22,14 +24,14 @@ M, N, bM, THREADS = 11, 20, 8, 64        # two threadgroups, the second ragged i
 ALLOC = {"fragment": T.alloc_fragment, "shared": T.alloc_shared, "local": T.alloc_local}
 
 
-def rand(shape, dtype):
+def rand(shape, dtype, seed):
     if dtype == "int64":       # beyond 32 bits: the butterflies move both halves
-        return torch.randint(-(1 << 40), 1 << 40, shape, dtype=torch.int64)
+        return random_tensor(shape, "int64", seed, low=-(1 << 40), high=1 << 40)
     if dtype == "int32":
-        return torch.randint(-1000, 1000, shape, dtype=torch.int32)
+        return random_tensor(shape, "int32", seed, low=-1000, high=1000)
     if dtype == "uint32":
-        return torch.randint(0, 1000, shape, dtype=torch.int64).to(torch.uint32)
-    return torch.randn(shape).to(getattr(torch, dtype))
+        return random_tensor(shape, "uint32", seed, low=0, high=1000)
+    return random_tensor(shape, dtype, seed)
 
 
 def reductions(dtype, src_scope, dst_scope, dim, clear, batch):
@@ -124,8 +126,8 @@ def test_reduce_grid(run, dtype, src_scope, dst_scope, dim, clear, batch):
     kernel = core.compile(reductions(dtype, src_scope, dst_scope, dim, clear, batch),
                           out_idx=[2, 3, 4, 5, 6])
     G = -(-M // bM)
-    x = rand((M, N), dtype)
-    init = rand((M,) if dim == 1 else (G, N), dtype)
+    x = rand((M, N), dtype, 6)
+    init = rand((M,) if dim == 1 else (G, N), dtype, 7)
     outs = run(kernel, x, init)
     length = (N if dim == 1 else bM) + (0 if clear else 1)
     for kind, y in zip(KINDS, outs):
@@ -149,7 +151,7 @@ def test_generic_reduce_matches_the_named_ones(run):
             T.copy(s, S)
             T.copy(mx, Mx)
 
-    x = torch.randn(8, 24)
+    x = random_tensor((8, 24), "float32", 5)
     s, mx = run(core.compile(generic, out_idx=[1, 2]), x)
     assert_close(s, x.double().sum(1), reduction_length=24, op_class="accumulation")
     assert_close(mx, x.amax(0), op_class="exact")
@@ -219,7 +221,7 @@ def test_alloc_reducer_gemv(run, threads, op, dst_form):
     M, N, bM, bN = 37, 96, 16, 32            # ragged rows; N = 3 column blocks
     kernel = core.compile(gemv_reducer(M, N, bM, bN, threads, op=op, dst_form=dst_form),
                           out_idx=[2])
-    a, x = rand((M, N), "float16"), rand((N,), "float16")
+    a, x = rand((M, N), "float16", 8), rand((N,), "float16", 9)
     o = run(kernel, a, x)
     prod_ = a.double() * x.double()
     # rows past M of the ragged block load 0 and are never stored

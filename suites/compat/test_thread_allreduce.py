@@ -10,10 +10,8 @@ import core.language as T
 from core.language.errors import KernelDefinitionError
 from harness.barriers import check_barriers
 from harness.diff import assert_close, run_case
-
-
-def rand(shape, dtype):
-    return torch.randn(shape).to(getattr(torch, dtype))
+from harness.gen.inputs import random_tensor
+from harness.gen.strategies import FLOATS
 
 
 def gemv_allreduce(N, K, BLOCK_N, reduce_threads, dtype="float16", accum_dtype="float32",
@@ -62,7 +60,7 @@ def gemv_allreduce(N, K, BLOCK_N, reduce_threads, dtype="float16", accum_dtype="
     (24, 300, 8, 64)])       # bits 3..8: in-simd shuffles then 16 simdgroups
 def test_gemv_example_port(run, N, K, BLOCK_N, reduce_threads):
     kernel = core.compile(gemv_allreduce(N, K, BLOCK_N, reduce_threads))
-    a, b = rand((K,), "float16"), rand((N, K), "float16")
+    a, b = random_tensor((K,), "float16", 4), random_tensor((N, K), "float16", 5)
     c = torch.zeros(N, dtype=torch.float16)
     run(kernel, a, b, c)
     assert_close(c, b.double() @ a.double(), dtype="float16", reduction_length=K,
@@ -127,7 +125,7 @@ def test_allreduce_kinds_and_thread_ranges(run, kind, threads, dims):
     total = 1
     for t in threads:
         total *= t
-    x = torch.randn(total)
+    x = random_tensor((total,), "float32", 2)
     out = torch.zeros(total)
     run(kernel, x, out)
     assert_close(out, torch_allreduce(x, threads, dims, kind), dtype="float32",
@@ -137,7 +135,7 @@ def test_allreduce_kinds_and_thread_ranges(run, kind, threads, dims):
 def test_int32_allreduce_sum(run):
     kernel = core.compile(allreduce_kernel((8, 32), lambda x, y: x + y, 0, (1,),
                                            dtype="int32", accum_dtype="int32"))
-    x = torch.randint(-1000, 1000, (256,), dtype=torch.int32)
+    x = random_tensor((256,), "int32", 3, low=-1000, high=1000)
     out = torch.zeros(256, dtype=torch.int32)
     run(kernel, x, out)
     assert torch.equal(out, torch_allreduce(x, (8, 32), (1,), "sum").to(torch.int32))
@@ -191,7 +189,7 @@ def test_other_attr_is_a_clear_error():
 def test_every_barrier_of_an_allreduce_is_necessary():
     N, K = 24, 300
     kernel = core.compile(gemv_allreduce(N, K, 8, 64))     # 16 simdgroups: the stage
-    report = check_barriers(kernel, (rand((K,), "float16"), rand((N, K), "float16"),
+    report = check_barriers(kernel, (random_tensor((K,), "float16", 6), random_tensor((N, K), "float16", 7),
                                      torch.zeros(N, dtype=torch.float16)))
     assert report.ok, report.summary()
     assert len(report.barriers) >= 1
@@ -242,11 +240,11 @@ def gemv_allreduce_exact(N, K, BLOCK_N, reduce_threads, dtype="float16",
     return gemv
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("dtype", FLOATS)
 def test_gemv_example_vectorized_port(run, dtype):
     N, K, BLOCK_N, reduce_threads = 16, 512, 4, 32
     kernel = core.compile(gemv_allreduce_exact(N, K, BLOCK_N, reduce_threads, dtype))
-    a, b = rand((K,), dtype), rand((N, K), dtype)
+    a, b = random_tensor((K,), dtype, 8), random_tensor((N, K), dtype, 9)
     c = torch.zeros(N, dtype=getattr(torch, dtype))
     run(kernel, a, b, c)
     assert_close(c, b.double() @ a.double(), dtype=dtype, reduction_length=K,

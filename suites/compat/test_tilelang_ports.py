@@ -22,6 +22,8 @@ import torch
 import core
 import core.language as T
 from harness.diff import assert_close
+from harness.gen.inputs import random_tensor
+from harness.gen.strategies import HALVES
 
 
 @core.jit
@@ -50,10 +52,10 @@ def test_simt_gemm(run, dtype):
     kernel = simt_matmul(M, N, K, 16, 16, 16, dtype=dtype)   # float32 accumulation
     torch_dtype = dtype.as_torch()
     if "int" in dtype:
-        a = torch.randint(100, (M, K), dtype=torch_dtype)
-        b = torch.randint(100, (K, N), dtype=torch_dtype)
+        a = random_tensor((M, K), str(dtype), 1, low=0, high=100)
+        b = random_tensor((K, N), str(dtype), 2, low=0, high=100)
     else:
-        a, b = torch.randn(M, K, dtype=torch_dtype), torch.randn(K, N, dtype=torch_dtype)
+        a, b = random_tensor((M, K), str(dtype), 3), random_tensor((K, N), str(dtype), 4)
     c = torch.zeros(M, N, dtype=torch_dtype)
     run(kernel, a, b, c)    # the output is passed in, as TileLang's test does
     assert_close(c, a.double() @ b.double(), dtype, reduction_length=K,
@@ -87,13 +89,13 @@ def repro_gemm(dtype: str):
     return main
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", HALVES)
 def test_gemm_jit_with_target_options(run, dtype):
     kernel = repro_gemm(dtype)
     if dtype == "bfloat16":
         assert "simdgroup_bfloat8x8" in kernel.kernel_source
-    a = torch.randn(32, 16).to(getattr(torch, dtype))
-    b = torch.randn(16, 64).to(getattr(torch, dtype))
+    a = random_tensor((32, 16), dtype, 5)
+    b = random_tensor((16, 64), dtype, 6)
     assert_close(run(kernel, a, b), a.double() @ b.double(), "float32", reduction_length=16,
                  op_class="accumulation")
 
@@ -125,7 +127,7 @@ def naive_gemv(N: int, K: int, BLOCK_N: int, BLOCK_K: int, dtype: T.dtype = T.fl
 def test_naive_gemv(run):
     N, K = 96, 128   # N a multiple of BLOCK_N, K of BLOCK_K, as the example assumes
     kernel = naive_gemv(N, K, 32, 16)
-    a, b = torch.randn(K).half(), torch.randn(N, K).half()
+    a, b = random_tensor((K,), "float16", 7), random_tensor((N, K), "float16", 8)
     assert_close(run(kernel, a, b), b.double() @ a.double(), "float16", reduction_length=K,
                  op_class="accumulation")
 
@@ -159,6 +161,6 @@ def test_quickstart_gemm_relu_swizzled(run, swizzle):
     # 32 x 32 blocks on a 12 x 11 grid keep the panel of 10 meaningful.
     M, N, K = 352, 376, 64
     kernel = quickstart_matmul(M, N, K, 32, 32, 32, swizzle=swizzle)
-    a, b = torch.randn(M, K).half(), torch.randn(K, N).half()
+    a, b = random_tensor((M, K), "float16", 9), random_tensor((K, N), "float16", 10)
     assert_close(run(kernel, a, b), torch.relu(a.double() @ b.double()), "float16",
                  reduction_length=K, op_class="accumulation")

@@ -8,6 +8,7 @@ import torch
 import core
 import core.language as T
 from core.language.errors import KernelDefinitionError
+from harness.gen.inputs import random_tensor
 
 
 @pytest.mark.parametrize("M,N,dtype", [(24, 40, "float16"), (17, 9, "float32"),
@@ -22,7 +23,7 @@ def test_transpose_through_shared_tiles(run, M, N, dtype):
             T.transpose(S, D)
             T.copy(D, B)
 
-    a = torch.randn(M, N).to(getattr(torch, dtype))
+    a = random_tensor((M, N), dtype, 1)
     assert torch.equal(run(core.compile(tr, out_idx=[1]), a), a.T.contiguous())
 
 
@@ -38,7 +39,7 @@ def test_transpose_of_a_tile_of_a_larger_buffer(run):
             T.transpose(S, D)
             T.copy(D, B[bx * b, by * b])
 
-    a = torch.randn(M, N)
+    a = random_tensor((M, N), "float32", 2)
     assert torch.equal(run(core.compile(tiles, out_idx=[1]), a), a.T.contiguous())
 
 

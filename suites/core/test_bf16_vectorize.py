@@ -10,6 +10,7 @@ import torch
 import core
 import core.language as T
 from harness.diff import assert_close
+from harness.gen.inputs import random_tensor
 
 BF16 = "bfloat16"
 OPS = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b, "exp": lambda a, b: T.exp(a)}
@@ -19,7 +20,7 @@ TORCH_OPS = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b,
 
 def _bits(shape):
     """bf16 tensors of arbitrary bit patterns (NaN payloads, infinities, subnormals)."""
-    return torch.randint(-2**15, 2**15, shape, dtype=torch.int16).view(torch.bfloat16)
+    return random_tensor(shape, "int16", 1, low=-2**15, high=2**15).view(torch.bfloat16)
 
 
 def _vectors(msl, base):
@@ -58,7 +59,7 @@ def make_copy(M, N, bM, bN, through_shared, dst_dtype=BF16):
 @pytest.mark.parametrize("shape", [(64, 64), (37, 64), (37, 50)])
 def test_arithmetic_in_bfloat2(op, shape, run):
     kernel = core.compile(make_binary(*shape, op), out_idx=[-1])
-    a, b = torch.randn(shape).to(torch.bfloat16), torch.randn(shape).to(torch.bfloat16)
+    a, b = random_tensor(shape, "bfloat16", 2), random_tensor(shape, "bfloat16", 3)
     assert_close(run(kernel, a, b), TORCH_OPS[op](a, b), BF16)
     assert "uint2" not in kernel.msl and _vectors(kernel.msl, "bfloat") <= {2}
     if shape[1] % 32 == 0:  # ragged columns mask each lane: those loops stay scalar
@@ -90,7 +91,7 @@ def test_ragged_width_falls_back_to_bfloat2(through_shared, run):
 def test_copy_with_cast_or_arithmetic_never_uses_carrier(run):
     M, N = 32, 64
     cast = core.compile(make_copy(M, N, 16, 32, False, dst_dtype="float32"), out_idx=[1])
-    a = torch.randn(M, N).to(torch.bfloat16)
+    a = random_tensor((M, N), "bfloat16", 4)
     assert_close(run(cast, a), a.float())
     assert "uint2" not in cast.msl and "float2(" in cast.msl
 
@@ -129,7 +130,7 @@ def test_fill_broadcasts_into_carrier(run):
 def test_vectorized_bf16_loads_fewer_ops(kind, run):
     M, N = 64, 64
     func = make_copy(M, N, 16, 32, False) if kind == "copy" else make_binary(M, N, "add")
-    args = (_bits((M, N)),) if kind == "copy" else (torch.randn(M, N).bfloat16(),) * 2
+    args = (_bits((M, N)),) if kind == "copy" else (random_tensor((M, N), "bfloat16", 5),) * 2
     ops = []
     for disable in ((), ("vectorize",)):
         kernel = core.compile(func, out_idx=[-1], disable=disable)

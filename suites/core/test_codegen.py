@@ -11,6 +11,7 @@ from core.errors import LoweringError
 from core.transform import pipeline
 from harness import barriers
 from harness.diff import assert_close
+from harness.gen.inputs import random_tensor
 
 
 def _scalar_kernel(order):
@@ -99,7 +100,7 @@ def test_no_barrier_inside_divergent_code(run):
     kernel = core.compile(k, out_idx=[1])
     contexts = _barrier_contexts(kernel.msl)
     assert len(contexts) == 1 and all("if" not in c for c in contexts), contexts
-    a = torch.randn(b, b)
+    a = random_tensor((b, b), "float32", 1)
     assert_close(run(kernel, a), a.T * 2)
 
 
@@ -121,7 +122,7 @@ def test_barrier_under_an_if_on_a_block_scalar(run):
     kernel = core.compile(k)
     contexts = _barrier_contexts(kernel.msl)
     assert len(contexts) == 1 and any("if" in c for c in contexts), contexts
-    a = torch.randn(4 * b, b)
+    a = random_tensor((4 * b, b), "float32", 2)
     out = torch.zeros(4 * b, b)
     run(kernel, a, out)
     want = torch.zeros(4 * b, b)
@@ -147,7 +148,7 @@ def test_every_barrier_is_necessary():
     kernel = core.compile(k, out_idx=[1])
     count = kernel.msl.count("threadgroup_barrier")
     assert count == 2
-    report = barriers.check_barriers(kernel, [torch.randn(M, K)])
+    report = barriers.check_barriers(kernel, [random_tensor((M, K), "float32", 3)])
     assert not report.missing and len(report.barriers) == count
     for verdict in report.barriers:
         assert verdict.race is not None and verdict.race.kind == "race", \
@@ -164,7 +165,7 @@ def test_same_thread_reuse_needs_no_barrier(run):
                 B[i, j] = S[i, j] + 1.0
     kernel = core.compile(k, out_idx=[1])
     assert "threadgroup_barrier" not in kernel.msl
-    a = torch.randn(32, 32)
+    a = random_tensor((32, 32), "float32", 4)
     assert_close(run(kernel, a), a + 1)
 
 
@@ -182,7 +183,7 @@ def test_vectorized_copies(dtype, vector, run):
     assert max(b.align for b in kernel.specs[0].buffers) == \
         {"float4": 16, "half4": 8, "int4": 16, "uint2": 8}[vector]
     assert not re.search(r"bfloat[348]", kernel.msl)  # bf16 runs of 4 move as uint2 carriers
-    a = (torch.randn(64, 64) * 4).to(getattr(torch, dtype))
+    a = (random_tensor((64, 64), "float32", 5) * 4).to(getattr(torch, dtype))
     assert_close(run(kernel, a), a, dtype)
     scalar = core.compile(k, out_idx=[1], disable=("vectorize",))
     assert not re.search(r"(float|half|int)4\*|uint2\*", scalar.msl)
@@ -198,7 +199,7 @@ def test_half_stores_are_explicit_conversions(run):
     stores = [line for line in kernel.msl.splitlines() if re.match(r"\s*(\*\(device half|B\[)",
                                                                    line)]
     assert stores and all("half" in s.split("=", 1)[1] for s in stores)
-    a = torch.randn(64)
+    a = random_tensor((64,), "float32", 6)
     assert_close(run(kernel, a), (a * 2).half() + 1, "float16")
 
 
@@ -218,7 +219,7 @@ def test_pipeline_is_named_and_replaceable(run):
     lowered = pipeline.run(k, stop_after="lower_tile_ops")
     assert "tl.copy" not in str(lowered) and "local.fragment" not in str(lowered)
     broken = core.compile(k, out_idx=[1], replace={"thread_sync": lambda f: f})
-    a = torch.randn(32, 32)
+    a = random_tensor((32, 32), "float32", 7)
     broken(a, backend="emu")
     assert broken.last_run.findings and broken.last_run.findings[0].kind == "race"
     with pytest.raises(ValueError, match="unknown pass"):
@@ -261,7 +262,7 @@ def test_same_iteration_accesses_are_matched_per_iteration(start, run):
                 for i in T.Parallel(128):
                     B[ko, i] = S[(i + ko * 32) % 128] + 1.0
     kernel = core.compile(k, out_idx=[1])
-    a = torch.randn(4, 128)
+    a = random_tensor((4, 128), "float32", 8)
     out = run(kernel, a)
     assert_close(out[start:], a[start:] * 2 + 1)
     report = barriers.check_barriers(kernel, [a])
@@ -297,7 +298,7 @@ def test_loop_bound_from_a_read_only_device_buffer_is_uniform(run):
     contexts = _barrier_contexts(kernel.msl)
     assert len(contexts) == 2 and all(c[-1] == "for" for c in contexts), contexts
     counts = torch.tensor([2, 0, 4], dtype=torch.int32)
-    a = torch.randn(G, tiles, b, b)
+    a = random_tensor((G, tiles, b, b), "float32", 9)
     out = run(kernel, counts, a)
     for g, n in enumerate(counts.tolist()):
         assert_close(out[g, :n], a[g, :n].transpose(-1, -2))
@@ -371,7 +372,7 @@ def test_mask_read_from_memory_stays_lane_by_lane():
     # Lanes passing Mask[i] != 0 are no interval: no full-vector path is assumed.
     kernel = core.compile(_guarded_scale("float32", mask=True))
     assert "*(device float4*)(B" not in kernel.msl
-    a = torch.randn(1024)
+    a = random_tensor((1024,), "float32", 10)
     mask = (torch.arange(1024) % 3 == 0).int()
     b = torch.full((1024,), 7.0)
     kernel(a, mask, b, backend="emu")

@@ -7,25 +7,16 @@ import torch
 import core
 import core.language as T
 from harness.diff import assert_close
+from harness.gen.inputs import random_tensor
+from harness.gen.strategies import FLOATS
 
 
 @pytest.mark.parametrize("M,N", [(64, 64), (50, 70)])
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int32"])
-def test_transpose_through_shared(M, N, dtype, run):
-    b = 32
-
-    @T.prim_func
-    def transpose(A: T.Tensor((M, N), dtype), B: T.Tensor((N, M), dtype)):
-        with T.Kernel(T.ceildiv(N, b), T.ceildiv(M, b), threads=128) as (bx, by):
-            S = T.alloc_shared((b, b), dtype)
-            F = T.alloc_fragment((b, b), dtype)
-            T.copy(A[by * b, bx * b], S)
-            for i, j in T.Parallel(b, b):
-                F[i, j] = S[j, i]
-            T.copy(F, B[bx * b, by * b])
-    kernel = core.compile(transpose, out_idx=[1])
-    a = (torch.randn(M, N) * 10).to(getattr(torch, dtype))
-    assert_close(run(kernel, a), a.T.contiguous(), dtype)
+@pytest.mark.parametrize("dtype", [*FLOATS, "int32"])
+def test_transpose_through_shared(M, N, dtype, run_family):
+    # the copy family's "transpose": T.copy into shared, F[i, j] = S[j, i], T.copy out
+    kernel, _, _ = run_family("copy", {"M": M, "N": N, "dtype": dtype, "mode": "transpose",
+                                       "bM": 32, "bN": 32, "threads": 128})
     assert kernel.msl.count("threadgroup_barrier") == 1
 
 
@@ -40,7 +31,7 @@ def test_copy_converts_dtype(src, dst, run):
             S = T.alloc_shared((bM, bN), src)
             T.copy(A[by * bM:(by + 1) * bM, bx * bN:(bx + 1) * bN], S, coalesced_width=4)
             T.copy(S, B[by * bM, bx * bN])
-    a = (torch.randn(M, N) * 8).to(getattr(torch, src))
+    a = (random_tensor((M, N), "float32", 2) * 8).to(getattr(torch, src))
     assert_close(run(core.compile(convert, out_idx=[1]), a), a.to(getattr(torch, dst)), dst)
 
 
@@ -61,7 +52,7 @@ def test_global_to_global_and_local():
     # Every thread writes the same C row in the per-thread (local) loop, as the kernel is
     # written: same values, but a race by Metal's rules, which the checker must report.
     kernel = core.compile(k, out_idx=[1, 2])
-    a = torch.randn(N, 4)
+    a = random_tensor((N, 4), "float32", 3)
     b, c = kernel(a, backend="emu")
     findings = kernel.last_run.findings
     assert findings and all(f.kind == "race" and "'C'" in f.buffer_or_offset for f in findings)
@@ -85,7 +76,7 @@ def test_fill_clear_and_shared_fragment_roundtrip(run):
             for i, j in T.Parallel(16, 64):
                 G[i, j] = S[i, 63 - j]
             T.copy(G, B)
-    a = torch.randn(16, 64)
+    a = random_tensor((16, 64), "float32", 4)
     assert_close(run(core.compile(k, out_idx=[1]), a), a.flip(1))
 
 
@@ -103,7 +94,7 @@ def test_pipelined_tile_loop_double_buffer_sync(run):
                 for i, j in T.Parallel(M, bK):
                     acc[i, j] = acc[i, j] + S[i, bK - 1 - j]
             T.copy(acc, B)
-    a = torch.randn(M, K)
+    a = random_tensor((M, K), "float32", 5)
     ref = a.reshape(M, K // bK, bK).sum(1).flip(1)
     kernel = core.compile(rowsum, out_idx=[1])
     assert_close(run(kernel, a), ref, reduction_length=K // bK)

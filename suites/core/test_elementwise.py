@@ -8,37 +8,22 @@ import core
 import core.language as T
 from harness.diff import assert_close
 from harness.gen import elementwise as elementwise_family
+from harness.gen.inputs import random_tensor
 
 DTYPES = list(elementwise_family.DTYPES)   # the element-wise family's dtypes
 
 
-def _rand(shape, dtype):
-    t = getattr(torch, dtype)
-    if dtype.startswith(("float", "bfloat")):
-        return torch.randn(shape).to(t)
-    if dtype == "uint8":
-        return torch.randint(0, 100, shape, dtype=t)
-    return torch.randint(-50, 50, shape, dtype=t)
-
-
-def make_add(M, N, dtype, bM=32, bN=32, threads=128):
-    @T.prim_func
-    def add(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype),
-            C: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=threads) as (bx, by):
-            for i, j in T.Parallel(bM, bN):
-                if by * bM + i < M and bx * bN + j < N:
-                    C[by * bM + i, bx * bN + j] = A[by * bM + i, bx * bN + j] + \
-                        B[by * bM + i, bx * bN + j]
-    return add
+def _rand(shape, dtype, seed):
+    return random_tensor(shape, dtype, seed, low=-50, high=100 if dtype == "uint8" else 50)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(64, 64), (37, 50)])
-def test_add_dtypes_ragged(dtype, shape, run):
-    kernel = core.compile(make_add(*shape, dtype), out_idx=[-1])
-    a, b = _rand(shape, dtype), _rand(shape, dtype)
-    assert_close(run(kernel, a, b), a + b, dtype)
+def test_add_dtypes_ragged(dtype, shape, run_family):
+    # the family's guarded T.Parallel over 32 x 32 tiles (harness/gen/elementwise.py)
+    M, N = shape
+    run_family("elementwise", {"M": M, "N": N, "dtype": dtype, "out_dtype": dtype, "op": "add",
+                               "bM": 32, "bN": 32, "threads": 128})
 
 
 def test_bool_and_comparison(run):
@@ -48,7 +33,7 @@ def test_bool_and_comparison(run):
         with T.Kernel(1, threads=64):
             for i in T.Parallel(100):
                 C[i] = A[i] > B[i]
-    a, b = torch.randn(100), torch.randn(100)
+    a, b = random_tensor((100,), "float32", 4), random_tensor((100,), "float32", 5)
     assert_close(run(core.compile(gt, out_idx=[-1]), a, b), a > b)
 
 
@@ -63,7 +48,7 @@ def test_fragment_through_copy_ragged(run):
             for i, j in T.Parallel(bM, bN):
                 F[i, j] = F[i, j] * 2.0 + T.exp(F[i, j] * 0.1)
             T.copy(F, B[by * bM, bx * bN])
-    a = torch.randn(M, N).half()
+    a = random_tensor((M, N), "float16", 6)
     ref = a.float() * 2 + torch.exp(a.float() * 0.1)
     assert_close(run(core.compile(scale, out_idx=[1]), a), ref, "float32")
 
@@ -100,7 +85,7 @@ def test_scalars_positions(order, run):
                         B[bx * 128 + i] = A[bx * 128 + i] * alpha + T.cast(m, "float32")
         args = lambda a: (a, 200, 7, 1.5)  # noqa: E731
     kernel = core.compile(k, out_idx=[1] if order == "last" else [4])
-    a = torch.randn(N)
+    a = random_tensor((N,), "float32", 7)
     out = run(kernel, *args(a))
     ref = torch.zeros(N)
     ref[:200] = a[:200] * 1.5 + 7
@@ -116,7 +101,7 @@ def test_scalar_dtypes_int64_half_bool(run):
                 B[i] = T.if_then_else(flag, A[i] * T.cast(h, "float32"),
                                       T.cast(big % 1000, "float32"))
     kernel = core.compile(k, out_idx=[-1])
-    a = torch.randn(64)
+    a = random_tensor((64,), "float32", 8)
     assert_close(run(kernel, a, 2**40 + 5, 0.5, True), a * 0.5)
     assert_close(run(kernel, a, 2**40 + 5, 0.5, False), torch.full((64,), float((2**40 + 5) % 1000)))
 
@@ -132,7 +117,7 @@ def test_symbolic_sizes(run):
                     B[by * 8 + i, bx * 32 + j] = A[by * 8 + i, bx * 32 + j] * alpha
     kernel = core.compile(k, out_idx=[1])
     for shape in [(5, 7), (40, 33), (16, 64)]:
-        a = torch.randn(*shape)
+        a = random_tensor(shape, "float32", 9)
         assert_close(run(kernel, a, 3.0), a * 3)
 
 
@@ -146,7 +131,7 @@ def test_math_and_limits(run):
                     T.rsqrt(T.abs(A[i]) + 1.0) + T.exp2(T.min(A[i], 2.0))
                 C[i] = T.cast(T.max(A[i], -T.infinity("float32")), "float16") + \
                     T.max_value("float16") * T.cast(0, "float16")
-    a = torch.randn(128)
+    a = random_tensor((128,), "float32", 10)
     ref = torch.maximum(a.abs().sqrt() + a.tanh(), torch.log(a.abs() + 1))
     ref = ref + torch.rsqrt(a.abs() + 1) + torch.exp2(torch.clamp(a, max=2.0))
     b, c = run(core.compile(k, out_idx=[1, 2]), a)

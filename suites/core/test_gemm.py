@@ -2,7 +2,8 @@
 thread counts, transposes, input and output dtypes, pipelining, accumulation, epilogues
 (Parallel, shared, fragments), the barriers the planner places for it, and the clear
 errors of what the lowering rejects. Every run goes through the emulator with all checks
-(the `run` fixture) and is compared with oracles/gemm.py."""
+(the `run` fixture) and is compared with oracles/gemm.py; the plain TileLang GEMM is the
+gemm family's (harness/gen/gemm.py), run and compared by `run_family`."""
 
 import numpy as np
 import pytest
@@ -17,51 +18,31 @@ from core.ir.footprint import Footprint, LoopRange, may_race
 from core.language.errors import KernelDefinitionError, LoweringError
 from harness.barriers import check_barriers
 from harness.diff import assert_close
+from harness.gen import gemm as gemm_family
+from harness.gen.inputs import random_tensor
+from harness.gen.strategies import FLOATS
 from oracles.gemm import gemm as gemm_oracle
 
 
-@pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)  # reproducible inputs: a failure reruns as it failed
+def gemm_params(M, N, K, bM, bN, bK, threads=128, dtype="float16", out="float32",
+                trans_a=False, trans_b=False, stages=2):
+    """TileLang's GEMM, C[M, N] = op(A) @ op(B), one (bM, bN) tile per threadgroup, as the
+    gemm family (harness/gen/gemm.py) builds it: A and B tiles in threadgroup memory, a
+    float32 fragment accumulator `C_local` cleared before the pipelined k loop, copied out."""
+    return {"M": M, "N": N, "K": K, "bM": bM, "bN": bN, "bK": bK, "threads": threads,
+            "dtype": dtype, "out_dtype": out, "trans_A": trans_a, "trans_B": trans_b,
+            "num_stages": stages, "init": "clear"}
 
 
-def matmul(M, N, K, bM, bN, bK, threads=128, dtype="float16", out="float32",
-           trans_a=False, trans_b=False, stages=2):
-    """TileLang's GEMM: C[M, N] = op(A) @ op(B), one (bM, bN) tile per threadgroup."""
-    a_shape, a_tile = ((K, M), (bK, bM)) if trans_a else ((M, K), (bM, bK))
-    b_shape, b_tile = ((N, K), (bN, bK)) if trans_b else ((K, N), (bK, bN))
-
-    @T.prim_func
-    def gemm(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype),
-             C: T.Tensor((M, N), out)):
-        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=threads) as (bx, by):
-            A_s = T.alloc_shared(a_tile, dtype)
-            B_s = T.alloc_shared(b_tile, dtype)
-            C_l = T.alloc_fragment((bM, bN), "float32")
-            T.clear(C_l)
-            for ko in T.Pipelined(T.ceildiv(K, bK), num_stages=stages):
-                if trans_a:
-                    T.copy(A[ko * bK, by * bM], A_s)
-                else:
-                    T.copy(A[by * bM, ko * bK], A_s)
-                if trans_b:
-                    T.copy(B[bx * bN, ko * bK], B_s)
-                else:
-                    T.copy(B[ko * bK, bx * bN], B_s)
-                T.gemm(A_s, B_s, C_l, transpose_A=trans_a, transpose_B=trans_b,
-                       policy=T.GemmWarpPolicy.Square, k_pack=1)
-            T.copy(C_l, C[by * bM, bx * bN])
-    return gemm
-
-
-def rand(shape, dtype):
-    return torch.randn(shape).to(getattr(torch, dtype))
+def matmul(*args, **kwargs):
+    """The gemm family's kernel at `gemm_params(*args, **kwargs)`."""
+    return gemm_family.build(gemm_params(*args, **kwargs)).func
 
 
 def check(kernel, run, M, N, K, dtype="float16", out="float32", trans_a=False,
           trans_b=False):
-    a = rand((K, M) if trans_a else (M, K), dtype)
-    b = rand((N, K) if trans_b else (K, N), dtype)
+    a = random_tensor((K, M) if trans_a else (M, K), dtype, 3)
+    b = random_tensor((N, K) if trans_b else (K, N), dtype, 4)
     c = run(kernel, a, b)
     assert c.dtype == getattr(torch, out)
     assert_close(c, gemm_oracle(a, b, trans_a, trans_b), out, reduction_length=K,
@@ -71,16 +52,16 @@ def check(kernel, run, M, N, K, dtype="float16", out="float32", trans_a=False,
 
 # ---- correctness grids ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("trans_a,trans_b", [(False, False), (False, True), (True, False),
                                              (True, True)])
-def test_transposes_and_dtypes_ragged(trans_a, trans_b, dtype, run):
+def test_transposes_and_dtypes_ragged(trans_a, trans_b, dtype, run_family):
     # M, N not multiples of the block (masked edges), K not a multiple of bK; the output
     # has the input dtype (float32 accumulators converted in the epilogue).
     M, N, K = 72, 40, 48
-    kernel = core.compile(matmul(M, N, K, 32, 32, 32, 64, dtype, dtype, trans_a, trans_b),
-                          out_idx=[2])
-    check(kernel, run, M, N, K, dtype, dtype, trans_a, trans_b)
+    kernel, _, (c,) = run_family("gemm", gemm_params(M, N, K, 32, 32, 32, 64, dtype, dtype,
+                                                     trans_a, trans_b))
+    assert c.dtype == getattr(torch, dtype)
     expected = {"float32": "simdgroup_float8x8", "float16": "simdgroup_half8x8",
                 "bfloat16": "simdgroup_bfloat8x8"}[dtype]
     assert expected in kernel.msl and "simdgroup_float8x8" in kernel.msl
@@ -98,32 +79,27 @@ def test_transposes_and_dtypes_ragged(trans_a, trans_b, dtype, run):
     (64, 64, 64, 32, 32, 32, (32, 4), "float16"),  # 2-D threadgroup, simdgroup = one row
     (64, 32, 32, 32, 32, 16, (16, 4), "float32"),  # 2-D threadgroup, simdgroup = two rows
 ])
-def test_shapes_blocks_threads(M, N, K, bM, bN, bK, threads, dtype, run):
-    kernel = core.compile(matmul(M, N, K, bM, bN, bK, threads, dtype), out_idx=[2])
-    check(kernel, run, M, N, K, dtype)
+def test_shapes_blocks_threads(M, N, K, bM, bN, bK, threads, dtype, run_family):
+    run_family("gemm", gemm_params(M, N, K, bM, bN, bK, threads, dtype))
 
 
 @pytest.mark.parametrize("stages", [0, 1, 2, 3])
-def test_pipelined_num_stages(stages, run):
-    M, N, K = 64, 64, 128
-    kernel = core.compile(matmul(M, N, K, 32, 32, 32, 128, stages=stages), out_idx=[2])
-    check(kernel, run, M, N, K)
+def test_pipelined_num_stages(stages, run_family):
+    kernel, _, _ = run_family("gemm", gemm_params(64, 64, 128, 32, 32, 32, 128, stages=stages))
     # serial k loop: the copies wait for the last iteration's matrix loads (top barrier),
     # the matrix loads wait for the copies; the float32 tiles are stored straight to C
     assert kernel.msl.count("threadgroup_barrier") == 2
 
 
-def test_direct_store_when_the_tile_is_provably_inside(run):
+def test_direct_store_when_the_tile_is_provably_inside(run_family):
     aligned = core.compile(matmul(64, 64, 64, 32, 32, 32), out_idx=[2])
-    assert "_stage" not in aligned.msl and "simdgroup_store(C_l" in aligned.msl
+    assert "_stage" not in aligned.msl and "simdgroup_store(C_local" in aligned.msl
     # ragged at a multiple of 8: tiles inside are stored directly, the others dropped
-    ragged = core.compile(matmul(72, 64, 64, 32, 32, 32), out_idx=[2])
-    assert "_stage" not in ragged.msl and "simdgroup_store(C_l" in ragged.msl
-    check(ragged, run, 72, 64, 64)
+    ragged, _, _ = run_family("gemm", gemm_params(72, 64, 64, 32, 32, 32))
+    assert "_stage" not in ragged.msl and "simdgroup_store(C_local" in ragged.msl
     # a tile across the edge: it alone goes through the stage, masked
-    straddling = core.compile(matmul(68, 64, 64, 32, 32, 32), out_idx=[2])
-    assert "C_l_stage" in straddling.msl and "simdgroup_store(C_l" in straddling.msl
-    check(straddling, run, 68, 64, 64)
+    straddling, _, _ = run_family("gemm", gemm_params(68, 64, 64, 32, 32, 32))
+    assert "C_local_stage" in straddling.msl and "simdgroup_store(C_local" in straddling.msl
 
 
 def test_accumulate_across_gemms_and_clear_accum(run):
@@ -147,7 +123,8 @@ def test_accumulate_across_gemms_and_clear_accum(run):
             T.copy(B2, B_s)
             T.gemm(A2_s, B_s, C_l, transpose_A=True)
             T.copy(C_l, C)
-    a1, b1, a2, b2 = (rand(s, "float16") for s in [(M, K), (K, N), (K, M), (K, N)])
+    a1, b1, a2, b2 = (random_tensor(s, "float16", seed)
+                      for seed, s in enumerate([(M, K), (K, N), (K, M), (K, N)], 5))
     ref = gemm_oracle(a1, b1) + gemm_oracle(a2, b2, transpose_a=True)
     out = run(core.compile(two, out_idx=[4]), a1, b1, a2, b2)
     assert_close(out, ref, "float32", reduction_length=2 * K, op_class="accumulation")
@@ -164,13 +141,14 @@ def test_accumulate_across_gemms_and_clear_accum(run):
             T.copy(B, B_s)
             T.gemm(A_s, B_s, C_l)
             T.copy(C_l, C)
-    a, b, c0 = rand((M, K), "float32"), rand((K, N), "float32"), rand((M, N), "float16")
+    a, b, c0 = (random_tensor((M, K), "float32", 6), random_tensor((K, N), "float32", 7),
+                 random_tensor((M, N), "float16", 8))
     out = run(core.compile(onto, out_idx=[3]), a, b, c0)
     assert_close(out, gemm_oracle(a, b) + c0.float(), "float32", reduction_length=K,
                  op_class="accumulation")
 
 
-@pytest.mark.parametrize("out", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("out", FLOATS)
 def test_parallel_epilogue_on_the_accumulator(out, run):
     # C = alpha * A @ B + bias, element-wise over the accumulator after the gemm
     M, N, K, bM, bN, bK = 40, 72, 64, 32, 32, 16
@@ -191,7 +169,7 @@ def test_parallel_epilogue_on_the_accumulator(out, run):
                 C_l[i, j] = C_l[i, j] * alpha + T.if_then_else(
                     bx * bN + j < N, bias[T.min(bx * bN + j, N - 1)], 0.0)
             T.copy(C_l, C[by * bM, bx * bN])
-    a, b, bias = rand((M, K), "bfloat16"), rand((K, N), "bfloat16"), torch.randn(N)
+    a, b, bias = random_tensor((M, K), "bfloat16", 9), random_tensor((K, N), "bfloat16", 10), random_tensor((N,), "float32", 2)
     out_t = run(core.compile(scaled, out_idx=[3]), a, b, bias, 0.5)
     assert_close(out_t, gemm_oracle(a, b) * 0.5 + bias, out, reduction_length=K,
                  op_class="accumulation")
@@ -216,7 +194,7 @@ def test_epilogue_through_shared(dtype, run):
             T.gemm(A_s, B_s, C_l, transpose_B=True, clear_accum=True)
             T.copy(C_l, C_s)
             T.copy(C_s, C[by * b, bx * b])
-    a, bt = rand((M, K), "float16"), rand((N, K), "float16")
+    a, bt = random_tensor((M, K), "float16", 11), random_tensor((N, K), "float16", 12)
     kernel = core.compile(through, out_idx=[2])
     assert ("C_l_stage" in kernel.msl) == (dtype != "float32")
     assert_close(run(kernel, a, bt), gemm_oracle(a, bt, transpose_b=True), dtype,
@@ -254,7 +232,8 @@ def test_fragment_operand_and_chained_gemms(run):
             T.gemm(Q_f, W_s, O2_l, clear_accum=True)
             T.copy(O_l, Out)
             T.copy(O2_l, Out2)
-    q, k, v, w = (rand(s, "float16") * 0.5 for s in [(L, D), (L, D), (L, D), (D, D)])
+    q, k, v, w = (random_tensor(s, "float16", seed, scale=0.5)
+                  for seed, s in enumerate([(L, D), (L, D), (L, D), (D, D)], 13))
     o, o2 = run(core.compile(attn, out_idx=[4, 5]), q, k, v, w)
     # P is rounded to half from S: one half ulp of P may differ from the oracle's rounding
     p = gemm_oracle(q, k, transpose_b=True).half()
@@ -287,15 +266,13 @@ def test_symbolic_sizes(run):
         check(kernel, run, m, n, k, trans_b=True)
 
 
-def test_chunked_epilogue_when_the_stage_does_not_fit(run):
+def test_chunked_epilogue_when_the_stage_does_not_fit(run_family):
     # a 128 x 128 float32 stage (64 KiB) cannot fit in 32 KiB: the float16 output is
     # stored and converted in chunks of rows
-    M, N, K, bM, bN, bK = 136, 128, 32, 128, 128, 32
-    kernel = core.compile(matmul(M, N, K, bM, bN, bK, 256, "float16", "float16"),
-                          out_idx=[2])
+    kernel, _, _ = run_family("gemm", gemm_params(136, 128, 32, 128, 128, 32, 256, "float16",
+                                                  "float16"))
     # 32 rows x 128 floats, declared as 16-byte words (it is read back as float4)
-    assert "threadgroup uint4 C_l_stage_words[1024]" in kernel.msl
-    check(kernel, run, M, N, K, "float16", "float16")
+    assert "threadgroup uint4 C_local_stage_words[1024]" in kernel.msl
 
 
 # ---- the barrier planner on gemm kernels ------------------------------------------------
@@ -328,7 +305,7 @@ def test_every_gemm_barrier_is_placed_and_necessary(run):
             for i, j in T.Parallel(bM, bN):
                 C_l[i, j] = T.max(C_l[i, j], 0.0)
             T.copy(C_l, C[by * bM, bx * bN])
-    a, b = rand((M, K), "float16"), rand((K, N), "float16")
+    a, b = random_tensor((M, K), "float16", 14), random_tensor((K, N), "float16", 15)
     assert_close(run(core.compile(k, out_idx=[2]), a, b), torch.relu(gemm_oracle(a, b)),
                  "float16", reduction_length=K, op_class="accumulation")
     # k loop: 2; Parallel: store -> threads (1), threads -> load back (1); copy out:
@@ -343,7 +320,7 @@ def test_gemm_barriers_necessary_without_a_loop_and_in_chunks(case):
     else:                      # + per chunk: WAR before the stores, RAW after them
         M, N, K, bM, bN, bK, threads, expected = 128, 128, 64, 128, 128, 32, 256, 9
     func = matmul(M, N, K, bM, bN, bK, threads, "float16", "float16")
-    args = (rand((M, K), "float16"), rand((K, N), "float16"))
+    args = (random_tensor((M, K), "float16", 16), random_tensor((K, N), "float16", 17))
     assert assert_every_barrier_necessary(func, [2], args) == expected
 
 
@@ -547,7 +524,8 @@ def _gemm_stage_and_reduction(K):
 def test_reduction_stage_counts_the_gemm_staging_it_publishes(run):
     # the gemm lowering publishes its 16 KiB stage; the reduce lowering adds its own
     # stage to it and to the kernel's buffers: 8 KiB of operands fit, 16 KiB do not
-    a, b, d = rand((64, 32), "float16"), rand((32, 64), "float16"), rand((64, 64), "float32")
+    a, b, d = (random_tensor(shape, dt, seed) for seed, (shape, dt) in
+               enumerate((((64, 32), "float16"), ((32, 64), "float16"), ((64, 64), "float32"))))
     c, s = run(core.compile(_gemm_stage_and_reduction(32), out_idx=[3, 4]), a, b, d)
     assert_close(c, gemm_oracle(a, b) * d, "float32", reduction_length=32,
                  op_class="accumulation")
@@ -584,5 +562,5 @@ def test_matrix_intrinsics_are_registered_and_printed_from_tables():
     kernel = core.compile(matmul(32, 32, 32, 32, 32, 32, 64, "bfloat16"), out_idx=[2])
     assert "make_filled_simdgroup_matrix<float, 8, 8>(0.0f)" in kernel.msl
     assert "simdgroup_bfloat8x8 A_mat[" in kernel.msl
-    assert "simdgroup_multiply_accumulate(C_l[" in kernel.msl
+    assert "simdgroup_multiply_accumulate(C_local[" in kernel.msl
     assert "simdgroup_load(A_mat[" in kernel.msl and ", ulong2(" in kernel.msl

@@ -5,6 +5,7 @@ import torch
 import core
 import core.language as T
 from harness.diff import assert_close
+from harness.gen.inputs import random_tensor
 
 
 def test_two_kernels_second_reads_first(run):
@@ -24,7 +25,7 @@ def test_two_kernels_second_reads_first(run):
     kernel = core.compile(two, out_idx=[1, 2])
     assert len(kernel.specs) == 2 and kernel.msl.count("#include <metal_stdlib>") == 1
     assert [s.threadgroup for s in kernel.launches] == [(64, 1, 1), (32, 1, 1)]
-    a = torch.randn(N)
+    a = random_tensor((N,), "float32", 1)
     tmp, b = run(kernel, a, 3.0)
     assert_close(tmp, a * 3)
     assert_close(b, (a * 3).flip(0) + 1)
@@ -39,7 +40,7 @@ def test_unused_buffer_dropped_and_reordered(run):
                 B[i] = A[63 - i]
     kernel = core.compile(k, out_idx=[2])
     assert [b.name for b in kernel.specs[0].buffers] == ["B", "A"]
-    a = torch.randn(64)
+    a = random_tensor((64,), "float32", 2)
     assert_close(run(kernel, torch.zeros(8), a), a.flip(0))
 
 
@@ -67,7 +68,7 @@ def naive_gemm(M, N, K, block_M=32, block_N=32, block_K=16, dtype="float16",
 def test_naive_gemm_ragged(run):
     M, N, K = 70, 45, 40
     kernel = core.compile(naive_gemm(M, N, K), out_idx=[-1])
-    a, b = torch.randn(M, K).half(), torch.randn(K, N).half()
+    a, b = random_tensor((M, K), "float16", 3), random_tensor((K, N), "float16", 4)
     c = run(kernel, a, b)
     assert_close(c, (a.float() @ b.float()).half(), "float16", reduction_length=K)
 
@@ -84,7 +85,7 @@ def test_jit_factory_caches_per_signature(run):
         return k
     k1 = scale(100, 2.0)
     assert scale(100, 2.0) is k1 and scale(100, 3.0) is not k1
-    a = torch.randn(100)
+    a = random_tensor((100,), "float32", 5)
     assert_close(run(k1, a), a * 2)
     assert_close(run(scale(100, 3.0), a), a * 3)
 
@@ -104,6 +105,6 @@ def test_local_var_serial_range_and_fused_parallel(run):
     kernel = core.compile(k, out_idx=[1])
     assert kernel.specs[0].threadgroup == (32, 4, 1)
     assert kernel.specs[0].grid == (("const", 1), ("const", 1), ("const", 1))
-    a = torch.randn(16, 32)
+    a = random_tensor((16, 32), "float32", 6)
     sign = torch.tensor([1.0, -1.0]).repeat(16)
     assert_close(run(kernel, a, 3), a * 3 * sign, reduction_length=3)

@@ -4,8 +4,9 @@ of oracles/reduce.py and oracles/norm.py, every run race-checked (`run` fixture)
 Grids: every op (one kernel computes all five) x dtype; rows spread over 1..32 lanes of a
 simdgroup and over 2..32 simdgroups (1024 threads); ragged row counts (masked edge tiles);
 dim 1, 0 and negative; clear=False; other result dtypes; local sources and destinations;
-reductions in serial loops; the TileLang softmax, online softmax and RMSNorm kernels; the
-identities and T.infinity; barrier necessity; and each clear error, matched by message.
+reductions in serial loops; the TileLang softmax and RMSNorm kernels (the harness
+families' own) and an online softmax; the identities and T.infinity; barrier necessity;
+and each clear error, matched by message.
 """
 
 import pytest
@@ -20,6 +21,10 @@ from core.language.errors import KernelDefinitionError, LoweringError
 from harness.barriers import check_barriers
 from harness.diff import assert_close
 from harness.gen import reduce as reduce_family
+from harness.gen import rmsnorm as rmsnorm_family
+from harness.gen import softmax as softmax_family
+from harness.gen.inputs import random_tensor
+from harness.gen.strategies import FLOATS, HALVES
 from oracles import norm
 from oracles.reduce import KINDS, op_class
 from oracles.reduce import reduce as reduce_oracle
@@ -28,10 +33,10 @@ DTYPES = list(reduce_family.DTYPES)   # the reduce family's dtypes
 ROW_DIMS = (1, -1)
 
 
-def rand(shape, dtype):
+def rand(shape, dtype, seed):
     if dtype == "int32":
-        return torch.randint(-1000, 1000, shape, dtype=torch.int32)
-    return torch.randn(shape).to(getattr(torch, dtype))
+        return random_tensor(shape, "int32", seed, low=-1000, high=1000)
+    return random_tensor(shape, dtype, seed)
 
 
 # ---- all five reductions of one tile ------------------------------------------------------
@@ -96,8 +101,8 @@ def check_reductions(run, M, N, bM, threads, dtype, dim, clear=True, out_dtype=N
                           out_idx=[2, 3, 4, 5, 6])
     G = -(-M // bM)
     rows = dim in ROW_DIMS
-    a = rand((M, N), dtype)
-    init = rand((M,) if rows else (G, N), out_dtype)
+    a = rand((M, N), dtype, 3)
+    init = rand((M,) if rows else (G, N), out_dtype, 4)
     outs = run(kernel, a, init)
     if rows:
         tiles, axis = a, 1
@@ -130,7 +135,7 @@ ROW_SPREADS = {
 }
 NARROW = ["1-thread", "4-lanes-ragged", "32-lanes-ragged", "8-simdgroups", "rows-in-rounds"]
 ROW_CASES = [("float32", s) for s in ROW_SPREADS] + \
-    [(d, s) for d in ("float16", "bfloat16", "int32") for s in NARROW]
+    [(d, s) for d in (*HALVES, "int32") for s in NARROW]
 
 
 @pytest.mark.parametrize("dtype,spread", ROW_CASES)
@@ -183,14 +188,12 @@ def test_a_group_smaller_than_a_simdgroup_keeps_the_butterfly(run):
     assert "simd_sum" not in kernel.msl and "simd_max" not in kernel.msl
 
 
-def test_the_cross_simdgroup_step_reads_each_partial_once_per_simdgroup(run):
+def test_the_cross_simdgroup_step_reads_each_partial_once_per_simdgroup(run_family):
     # 256 threads hold 2 rows (a slot each); a row's partials are the 8 simdgroups'. Lane
     # c < 8 of each simdgroup reads partial c and one simd reduction combines them: no
     # thread reads all partials (that was 8 loads per thread per slot), no 2nd barrier.
     M, N, bM, threads = 4, 1024, 2, 256
-    a = rand((M, N), "float32")
-    kernel = core.compile(softmax_kernel(M, N, bM, threads, "float32"), out_idx=[1])
-    assert_close(run(kernel, a), norm.softmax(a), "float32", op_class="transcendental")
+    kernel, _, _ = run_family("softmax", softmax_params(M, N, bM, threads, "float32"))
     assert kernel.msl.count("threadgroup_barrier") == 2                   # one per reduction
     stats = kernel.last_run.stats[0]
     groups, reductions, simdgroups = M // bM, 2, threads // 32
@@ -219,7 +222,7 @@ def test_local_source_and_destination(run):
             for j in T.Parallel(N):
                 P[j] = c[0, j]
 
-    a = rand((M, N), "float16")
+    a = rand((M, N), "float16", 6)
     o, p = run(core.compile(local, out_idx=[1, 2]), a)
     assert_close(o, reduce_oracle(a, "absmax", 1, out_dtype="float32"), op_class="exact")
     assert_close(p, reduce_oracle(a, "sum", 0, out=torch.ones(N)), "float16",
@@ -245,7 +248,7 @@ def test_fragment_source_into_local_destination(M, N, threads, dim, barriers, ru
                 for j in T.serial(D[0]):
                     Out[t, j] = r[j]
 
-    a = rand((M, N), "float32")
+    a = rand((M, N), "float32", 7)
     kernel = core.compile(to_local, out_idx=[1])
     assert_close(run(kernel, a), a.sum(dim).expand(threads, -1), reduction_length=a.shape[dim])
     assert kernel.msl.count("threadgroup_barrier") == barriers
@@ -278,7 +281,7 @@ def test_replicated_result_written_once_and_updated_by_every_replica(run):
                     P[bx * bM + i, j] = kd[i, j]
             T.copy(s, Q[bx * bM])
 
-    a = rand((M, N), "float32")
+    a = rand((M, N), "float32", 8)
     o, p, q = run(core.compile(rep, out_idx=[1, 2, 3]), a)
     assert_close(o, (a.double().sum(1) + 1) * 2 + 1, "float32", reduction_length=N)
     assert_close(p, a.amax(1, keepdim=True), op_class="exact")
@@ -305,7 +308,7 @@ def test_broadcast_of_a_loaded_fragment_and_three_dims(run):
             T.copy(r, R)
             T.copy(x, Y)
 
-    x, bias = rand((A_, B_, C_), "float32"), rand((C_,), "float32")
+    x, bias = rand((A_, B_, C_), "float32", 9), rand((C_,), "float32", 10)
     r, y = run(core.compile(three, out_idx=[2, 3]), x, bias)
     assert_close(r, x.amax(1), op_class="exact")
     assert_close(y, x - x.amax(1, keepdim=True) + bias)
@@ -331,7 +334,7 @@ def running_sum(M, N, bM, bN, threads, dtype):
                                          ("int32", (4, 1000, 1, 512, 256))])
 def test_sum_accumulated_over_k_tiles(dtype, shape, run):
     M, N = shape[:2]
-    a = rand((M, N), dtype)
+    a = rand((M, N), dtype, 11)
     out = run(core.compile(running_sum(*shape, dtype), out_idx=[1]), a)
     assert_close(out, reduce_oracle(a, "sum", 1), dtype, reduction_length=N,
                  op_class="accumulation")
@@ -375,7 +378,7 @@ def online_softmax(M, N, bM, bN, threads, dtype):
                                          ("bfloat16", (8, 1024, 2, 256, 256))])
 def test_online_softmax_over_k_tiles(dtype, shape, run):
     M, N = shape[:2]
-    a = rand((M, N), dtype)
+    a = rand((M, N), dtype, 12)
     kernel = core.compile(online_softmax(*shape, dtype), out_idx=[1, 2])
     lse, b = run(kernel, a)
     assert_close(lse, torch.logsumexp(a.double(), 1), "float32", reduction_length=N,
@@ -386,67 +389,43 @@ def test_online_softmax_over_k_tiles(dtype, shape, run):
 # ---- the TileLang kernels -------------------------------------------------------------------
 
 def softmax_kernel(M, N, bM, threads, dtype):
-    @T.prim_func
-    def softmax(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(M, bM), threads=threads) as bx:
-            x = T.alloc_fragment((bM, N), "float32")
-            mx = T.alloc_fragment((bM,), "float32")
-            s = T.alloc_fragment((bM,), "float32")
-            T.copy(A[bx * bM, 0], x)
-            T.reduce_max(x, mx, dim=1)
-            for i, j in T.Parallel(bM, N):
-                x[i, j] = T.exp(x[i, j] - mx[i])
-            T.reduce_sum(x, s, dim=1)
-            for i, j in T.Parallel(bM, N):
-                x[i, j] = x[i, j] / s[i]
-            T.copy(x, B[bx * bM, 0])
-    return softmax
+    """TileLang's row softmax: the softmax family's kernel (harness/gen/softmax.py), unscaled."""
+    return softmax_family.build(softmax_params(M, N, bM, threads, dtype)).func
 
 
-def rmsnorm_kernel(M, N, bM, threads, dtype, eps=1e-6):
-    @T.prim_func
-    def rmsnorm(X: T.Tensor((M, N), dtype), W: T.Tensor((N,), dtype),
-                Y: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(M, bM), threads=threads) as bx:
-            x = T.alloc_fragment((bM, N), "float32")
-            sq = T.alloc_fragment((bM, N), "float32")
-            ss = T.alloc_fragment((bM,), "float32")
-            T.copy(X[bx * bM, 0], x)
-            for i, j in T.Parallel(bM, N):
-                sq[i, j] = x[i, j] * x[i, j]
-            T.reduce_sum(sq, ss, dim=1)
-            for i in T.Parallel(bM):
-                ss[i] = T.rsqrt(ss[i] / N + eps)
-            for i, j in T.Parallel(bM, N):
-                x[i, j] = x[i, j] * ss[i] * W[j]
-            T.copy(x, Y[bx * bM, 0])
-    return rmsnorm
+def softmax_params(M, N, bM, threads, dtype):
+    return {"M": M, "N": N, "bM": bM, "threads": threads, "dtype": dtype, "scale": 1.0}
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def rmsnorm_kernel(M, N, bM, threads, dtype):
+    """TileLang's RMSNorm: the rmsnorm family's kernel (harness/gen/rmsnorm.py), W read from
+    device memory, eps 1e-6."""
+    return rmsnorm_family.build(rmsnorm_params(M, N, bM, threads, dtype)).func
+
+
+def rmsnorm_params(M, N, bM, threads, dtype):
+    return {"M": M, "N": N, "bM": bM, "threads": threads, "dtype": dtype, "eps": 1e-6,
+            "weight": "global"}
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("shape", [(37, 128, 16, 128), (8, 1024, 4, 256)],
                          ids=["in-simdgroup", "across-simdgroups"])
-def test_softmax(dtype, shape, run):
-    M, N = shape[:2]
-    a = rand((M, N), dtype)
-    kernel = core.compile(softmax_kernel(*shape, dtype), out_idx=[1])
-    assert_close(run(kernel, a), norm.softmax(a), dtype, op_class="transcendental")
+def test_softmax(dtype, shape, run_family):
+    kernel, (x,), _ = run_family("softmax", softmax_params(*shape, dtype))
     # the input is read once, the output written once
     stats = kernel.last_run.stats[0]
     index = {b.name: b.index for b in kernel.specs[0].buffers}
-    nbytes = a.numel() * a.element_size()
-    assert stats["device_bytes_read"][index["A"]] == nbytes
-    assert stats["device_bytes_written"][index["B"]] == nbytes
+    nbytes = x.numel() * x.element_size()
+    assert stats["device_bytes_read"][index["X"]] == nbytes
+    assert stats["device_bytes_written"][index["Y"]] == nbytes
 
 
 @pytest.mark.parametrize("dtype,shape", [("float32", (33, 256, 4, 128)),
                                          ("float16", (8, 2048, 1, 256)),
                                          ("bfloat16", (8, 2048, 1, 256))])
-def test_rmsnorm(dtype, shape, run):
-    M, N = shape[:2]
-    x, w = rand((M, N), dtype), rand((N,), dtype)
-    y = run(core.compile(rmsnorm_kernel(*shape, dtype), out_idx=[2]), x, w)
-    assert_close(y, norm.rmsnorm(x, w, 1e-6), dtype, op_class="transcendental")
+def test_rmsnorm(dtype, shape, run_family):
+    run_family("rmsnorm", rmsnorm_params(*shape, dtype))
 
 
 # ---- identities and T.infinity ---------------------------------------------------------------
@@ -494,10 +473,10 @@ def test_infinity_and_the_identities_of_max_and_min(run):
 # ---- barriers -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("build,args,count", [
-    (lambda: softmax_kernel(8, 1024, 4, 256, "float32"), lambda: [rand((8, 1024), "float32")],
+    (lambda: softmax_kernel(8, 1024, 4, 256, "float32"), lambda: [rand((8, 1024), "float32", 16)],
      2),
     (lambda: running_sum(4, 1000, 1, 512, 256, "float32"),
-     lambda: [rand((4, 1000), "float32")], 2),
+     lambda: [rand((4, 1000), "float32", 17)], 2),
 ], ids=["softmax-across-simdgroups", "running-sum-in-a-loop"])
 def test_every_reduction_barrier_is_necessary(build, args, count, run):
     # One barrier per reduction across simdgroups: each has its own region of the stage,

@@ -24,7 +24,7 @@ def _calls(msl: str, names) -> int:
 
 def test_whole_simdgroup_rows_count_reductions_not_shuffles(run):
     M, N, bM, threads = 4, 1024, 2, 256            # 8 simdgroups per row
-    a = rand((M, N), "float32")
+    a = rand((M, N), "float32", 1)
     kernel = core.compile(softmax_kernel(M, N, bM, threads, "float32"), out_idx=[1])
     assert_close(run(kernel, a), norm.softmax(a), "float32", op_class="transcendental")
     stats = kernel.last_run.stats[0]
@@ -38,7 +38,7 @@ def test_whole_simdgroup_rows_count_reductions_not_shuffles(run):
 def test_rows_on_part_of_a_simdgroup_count_butterfly_shuffles(run):
     M, N, bM, threads = 8, 64, 4, 64               # a row on 16 lanes: a 4-step butterfly
     kernel = core.compile(reductions(M, N, bM, threads, "float32", 1), out_idx=[2, 3, 4, 5, 6])
-    a, init = rand((M, N), "float32"), rand((M,), "float32")
+    a, init = rand((M, N), "float32", 2), rand((M,), "float32", 3)
     for kind, got in zip(KINDS, run(kernel, a, init)):
         assert_close(got, reduce_oracle(a, kind, 1, out_dtype="float32"), "float32",
                      reduction_length=N, op_class=op_class(kind), what=f"reduce_{kind}:")

@@ -14,12 +14,13 @@ import core.language as T
 from core.target import METAL
 from harness.barriers import check_barriers
 from harness.diff import assert_close
+from harness.gen.inputs import random_tensor
 from oracles import norm
 from oracles.reduce import reduce as reduce_oracle
 
 
-def rand(shape, dtype):
-    return (torch.randn(shape) * 2).to(getattr(torch, dtype))
+def rand(shape, dtype, seed=0):
+    return random_tensor(shape, dtype, seed, scale=2.0)
 
 
 def softmax_kernel(M, N, bM, threads, dtype, scale=1.0):

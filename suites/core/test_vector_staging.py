@@ -18,6 +18,8 @@ import core.language as T
 from harness.barriers import check_barriers, check_case, observable
 from harness.diff import assert_close
 from harness.gen import family as families
+from harness.gen.inputs import random_tensor
+from harness.gen.strategies import FLOATS
 from core.runtime import emu
 
 TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -54,7 +56,7 @@ def staged(M, N, bM, bN, dtype, threads=128, pad=0):
 
 def run_staged(run, M, N, bM, bN, dtype, **kw):
     kernel = core.compile(staged(M, N, bM, bN, dtype, **kw), out_idx=[1])
-    a = (torch.randn(M, N) * 4).to(TORCH[dtype])
+    a = random_tensor((M, N), dtype, M * N, scale=4.0)
     oracle = (a.double() * 2.0 + 1.0).to(TORCH[dtype])  # rounded once, as the kernel's store
     assert_close(run(kernel, a), oracle, dtype)
     return kernel.msl
@@ -67,7 +69,7 @@ def accesses(msl, name):
     return vectors, re.search(rf"\b{name}\[", msl) is not None
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", FLOATS)
 def test_every_direction_moves_four_lanes(dtype, run):
     msl = run_staged(run, 64, 64, 16, 32, dtype)
     assert f"threadgroup {WORDS4[dtype]} S_words[" in msl
@@ -87,7 +89,7 @@ def test_every_direction_moves_four_lanes(dtype, run):
         assert not accesses(msl, name)[1]
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", FLOATS)
 def test_f16_staged_as_f32_converts_in_the_vector_store(dtype, run):
     M, N, b = 32, 64, 32
 
@@ -98,7 +100,7 @@ def test_f16_staged_as_f32_converts_in_the_vector_store(dtype, run):
             T.copy(A[by * b, bx * b], S)
             T.copy(S, B[by * b, bx * b])
     kernel = core.compile(widen, out_idx=[1])
-    a = (torch.randn(M, N) * 4).to(TORCH[dtype])
+    a = random_tensor((M, N), dtype, M * N, scale=4.0)
     assert_close(run(kernel, a), a.double(), "float32")
     if dtype == "float16":
         assert re.search(r"\*\(threadgroup float4\*\)\(S \+ [^;]*= float4\(\(\*\(const "
@@ -109,7 +111,7 @@ def test_f16_staged_as_f32_converts_in_the_vector_store(dtype, run):
     assert "threadgroup uint4 S_words[256];" in kernel.msl  # 32 x 32 floats, 16-byte words
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("M,N", [(50, 72), (7, 100)])
 def test_ragged_tiles_of_aligned_rows_keep_vectors(M, N, dtype, run):
     # the edge tiles' bounds are per run (N % 4 == 0): masked whole, still vectors
@@ -119,7 +121,7 @@ def test_ragged_tiles_of_aligned_rows_keep_vectors(M, N, dtype, run):
         assert vectors and not scalar, (name, vectors)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", FLOATS)
 def test_rows_of_two_lanes_move_two(dtype, run):
     # a tile row of 6 elements: runs of 2 (the layout's width), vectors of 2 both ways
     msl = run_staged(run, 24, 30, 8, 6, dtype, threads=32)
@@ -144,14 +146,14 @@ def test_integer_rows_of_two_lanes_move_two(dtype, words, run):
             T.copy(S, B[by * bM, bx * bN])
     kernel = core.compile(stage, out_idx=[1])
     low = 0 if dtype == "uint8" else -100
-    a = torch.randint(low, 100, (M, N)).to(getattr(torch, dtype))
+    a = random_tensor((M, N), dtype, M * N, low=low, high=100)
     assert_close(run(kernel, a), a, dtype)
     assert f"threadgroup {words} S_words[" in kernel.msl
     two = {"int8": "char2", "uint8": "uchar2", "int32": "int2"}[dtype]
     assert accesses(kernel.msl, "S") == ({two}, False)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("M,N,bN,pad", [
     (20, 45, 5, 0),     # rows of 5: runs of one element
     (32, 64, 32, 1)])   # padded shared rows of 33: no offset after the first row is aligned
@@ -161,7 +163,7 @@ def test_unprovable_alignment_falls_back_to_elements(M, N, bN, pad, dtype, run):
     assert "S_words" not in msl and re.search(r"threadgroup \w+ S\[", msl)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", FLOATS)
 def test_unaligned_device_rows_gather_into_a_vector_store(dtype, run):
     # device rows of 45 elements: no device access can be a vector. Into threadgroup memory
     # the lanes are gathered one by one into registers (S_run) and stored as one vector;
@@ -177,7 +179,7 @@ def test_unaligned_device_rows_gather_into_a_vector_store(dtype, run):
     assert not accesses(msl, "S")[1] and re.search(r"= S2\[", msl)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", FLOATS)
 def test_device_rows_aligned_to_two_lanes_move_two(dtype, run):
     # device rows of 70 elements: runs of 4 are proven 2-aligned only, so the device copies
     # move 2 lanes on both sides; the on-chip copies keep their 4 (bf16 registers: 2)
@@ -213,10 +215,10 @@ def reads_last_lanes(dtype):
 
 
 @pytest.mark.backend("emu")
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", FLOATS)
 def test_race_on_the_last_lane_of_a_vector_store_is_found(dtype, run):
     kernel = core.compile(reads_last_lanes(dtype), out_idx=[1])
-    a = torch.randn(128).to(TORCH[dtype])
+    a = random_tensor((128,), dtype, 128)
     assert_close(run(kernel, a), a[(torch.arange(128) * 4 + 3) % 128], dtype)
     store = next(i + 1 for i, ln in enumerate(kernel.msl.splitlines())
                  if re.search(r"^\s*\*\(threadgroup \w+\*\)\(S \+", ln))

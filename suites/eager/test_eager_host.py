@@ -7,6 +7,7 @@ import torch
 import core
 import core.language as T
 from harness.diff import assert_close
+from harness.gen.inputs import random_tensor
 from oracles.norm import rmsnorm
 from suites.eager.conftest import run_eager
 
@@ -47,7 +48,7 @@ def rmsnorm_splitk(X, W, splits: int, block_k: int, eps: float = 1e-6):
 
 
 def test_rmsnorm_splitk_workspace():
-    x, w = torch.randn(5, 512).half(), torch.randn(512).half()
+    x, w = random_tensor((5, 512), "float16", 1), random_tensor((512,), "float16", 2)
     y = run_eager(rmsnorm_splitk, x, w, splits=4, block_k=64)
     assert_close(y, rmsnorm(x, w, 1e-6), "float16", reduction_length=512,
                  op_class="accumulation")
@@ -88,7 +89,7 @@ def chunked_scale(A, n_chunks: int = 4, block: int = 32):
 
 
 def test_host_loop_launches_one_kernel_per_iteration():
-    a = torch.randn(256)
+    a = random_tensor((256,), "float32", 3)
     out, sums = run_eager(chunked_scale, a)
     scale = torch.arange(1, 5, dtype=torch.float64).repeat_interleave(64)
     want = (a.double() * 2 + 1) * scale
@@ -113,7 +114,7 @@ def test_prim_func_host_loop_and_scalars(run):
                     B[it, i] = A[it, i] * T.cast(s, "float32")
 
     kernel = core.compile(steps, out_idx=[1])
-    a = torch.randn(4, 64)
+    a = random_tensor((4, 64), "float32", 4)
     b = run(kernel, a, 3)
     assert_close(b, a * (torch.arange(4) * 3 + 1)[:, None].float())
     assert len(kernel.last_run.stats) == 4
@@ -134,7 +135,7 @@ def first_rows(A, cap: int):
 
 
 def test_capacity_dims_allocate_the_capacity():
-    a = torch.randn(5, 32)
+    a = random_tensor((5, 32), "float32", 5)
     out = run_eager(first_rows, a, 8)
     assert out.shape == (8, 32)                              # the whole capacity
     assert_close(out, torch.cat([a, torch.zeros(3, 32)]))
@@ -160,7 +161,7 @@ def positives(A, cap: int):
 
 
 def test_capacity_dims_return_the_reported_view():
-    a = torch.randn(40)
+    a = random_tensor((40,), "float32", 6)
     out = run_eager(positives, a, 64)
     assert_close(out, a[a > 0])                      # the reported length, not 64
     out = run_eager(positives, a.abs() + 1, 16)       # more than the capacity: cut at it
@@ -187,7 +188,7 @@ def pick_path(A, threshold: T.int32):
 
 
 def test_host_if_on_a_runtime_scalar():
-    a = torch.randn(40)
+    a = random_tensor((40,), "float32", 7)
     assert_close(run_eager(pick_path, a, 11), a + 1)
     assert len(pick_path.last_run.stats) == 1
     assert_close(run_eager(pick_path, a, 10), a - 1)

@@ -9,6 +9,7 @@ import core
 import core.language as T
 from core.jit import EagerFunction
 from harness.diff import assert_close
+from harness.gen.inputs import random_tensor
 from oracles.norm import rmsnorm
 from suites.eager.conftest import run_eager
 
@@ -36,13 +37,13 @@ def _oracle_scaled_add(a, b):
 
 
 def test_elementwise_empty_output_ragged():
-    a, b = torch.randn(40, 72).half(), torch.randn(40, 72).half()
+    a, b = random_tensor((40, 72), "float16", 1), random_tensor((40, 72), "float16", 2)
     out = run_eager(scaled_add, a, b, block_M=16, block_N=32)
     assert_close(out, _oracle_scaled_add(a, b))
 
 
 def test_elementwise_float32_by_python_param():
-    a, b = torch.randn(32, 64), torch.randn(32, 64)
+    a, b = random_tensor((32, 64), "float32", 3), random_tensor((32, 64), "float32", 4)
     out = run_eager(scaled_add, a, b, 16, 32, dtype=T.float32, threads=64)
     assert_close(out, _oracle_scaled_add(a, b))
 
@@ -68,12 +69,12 @@ def test_one_specialization_per_key(monkeypatch):
                     B[bx * block + i] = A[bx * block + i] * 2.0
         return B
 
-    a = torch.randn(100)
+    a = random_tensor((100,), "float32", 5)
     assert_close(run_eager(double, a, 64), a * 2)
     assert_close(run_eager(double, a + 1, 64), (a + 1) * 2)      # same key: no new trace
     assert traces == [None, {"N": 100}]
     k1 = double.specialize(a, 64)
-    b = torch.randn(70)
+    b = random_tensor((70,), "float32", 6)
     assert_close(run_eager(double, b, 64), b * 2)
     assert traces == [None, {"N": 100}, {"N": 70}]                # new N: one more trace
     assert double.specialize(a, block=64) is k1
@@ -102,7 +103,7 @@ def matmul(A, B, block_M, block_N, block_K, dtype=T.float16, accum_dtype=T.float
 
 def test_gemm_compile_then_call(run):
     kernel = matmul.compile(M=64, N=48, K=96, block_M=32, block_N=16, block_K=32)
-    a, b = torch.randn(64, 96).half(), torch.randn(96, 48).half()
+    a, b = random_tensor((64, 96), "float16", 7), random_tensor((96, 48), "float16", 8)
     c = run(kernel, a, b)
     assert_close(c, (a.double() @ b.double()).half(), "float16", reduction_length=96,
                  op_class="accumulation")
@@ -111,7 +112,7 @@ def test_gemm_compile_then_call(run):
 
 
 def test_gemm_bf16_called():
-    a, b = torch.randn(40, 64).bfloat16(), torch.randn(64, 32).bfloat16()
+    a, b = random_tensor((40, 64), "bfloat16", 9), random_tensor((64, 32), "bfloat16", 10)
     c = run_eager(matmul, a, b, 32, 32, 32, dtype=T.bfloat16)
     assert_close(c, (a.double() @ b.double()).bfloat16(), "bfloat16", reduction_length=64,
                  op_class="accumulation")
@@ -149,7 +150,7 @@ def rms_norm(X, W, blk_m: int, eps: float = 1e-6):
 
 
 def test_rmsnorm_single_kernel():
-    x, w = torch.randn(6, 256).half(), torch.randn(256).half()
+    x, w = random_tensor((6, 256), "float16", 11), random_tensor((256,), "float16", 12)
     y = run_eager(rms_norm, x, w, blk_m=2)
     assert_close(y, rmsnorm(x, w, 1e-6), "float16", reduction_length=256,
                  op_class="accumulation")
@@ -187,7 +188,7 @@ def two_uses(A, B):
 
 
 def test_macro_reuse_eager():
-    a, b = torch.randn(5, 64), torch.randn(5, 64)
+    a, b = random_tensor((5, 64), "float32", 13), random_tensor((5, 64), "float32", 14)
     assert_close(run_eager(two_uses, a, b), a * 3 + (b * 0.5 + 1))
 
 
@@ -198,7 +199,7 @@ def test_macro_in_prim_func(run):
             a = T.alloc_fragment((1, 64), "float32")
             load_scaled_plus_one(A, a, row, 2.0)
             T.copy(a, C[row, 0])
-    a = torch.randn(4, 64)
+    a = random_tensor((4, 64), "float32", 15)
     assert_close(run(core.compile(k, out_idx=[1]), a), a * 2 + 1)
 
 
@@ -218,7 +219,7 @@ def clamp_or_copy(A, clamp: bool, lo: float = -0.5, hi: float = 0.5):
 
 
 def test_python_control_flow_at_trace_time():
-    a = torch.randn(50)
+    a = random_tensor((50,), "float32", 16)
     assert_close(run_eager(clamp_or_copy, a, True), a.clamp(-0.5, 0.5))
     assert_close(run_eager(clamp_or_copy, a, False), a)
     assert "min" not in clamp_or_copy.specialize(a, False).msl
@@ -228,10 +229,10 @@ def test_par_compile_two_specializations(run):
     configs = [dict(M=32, N=64, block_M=16, block_N=32),
                dict(M=16, N=32, block_M=16, block_N=32, dtype=T.float32)]
     k16, k32 = core.par_compile(scaled_add, configs, num_workers=2)
-    a, b = torch.randn(32, 64).half(), torch.randn(32, 64).half()
+    a, b = random_tensor((32, 64), "float16", 17), random_tensor((32, 64), "float16", 18)
     assert_close(run_eager(scaled_add, a, b, 16, 32), _oracle_scaled_add(a, b))
     assert scaled_add.specialize(a, b, 16, 32) is k16
-    a, b = torch.randn(16, 32), torch.randn(16, 32)
+    a, b = random_tensor((16, 32), "float32", 19), random_tensor((16, 32), "float32", 20)
     assert scaled_add.specialize(a, b, 16, 32, dtype=T.float32) is k32
     assert_close(run(k32, a, b), _oracle_scaled_add(a, b))
 
@@ -249,7 +250,7 @@ def scale_dynamic(A, factor: float):
 
 
 def test_dynamic_dim_one_kernel_for_every_size(capsys):
-    a, b = torch.randn(100), torch.randn(37)
+    a, b = random_tensor((100,), "float32", 21), random_tensor((37,), "float32", 22)
     assert_close(run_eager(scale_dynamic, a, 1.5), a * 1.5)
     assert_close(run_eager(scale_dynamic, b, 1.5), b * 1.5)
     assert scale_dynamic.specialize(a, 1.5) is scale_dynamic.specialize(b, 1.5)
@@ -270,7 +271,7 @@ def shifted(A, shift: T.int32, alpha: T.float32, block: int = 32):
 
 
 def test_runtime_scalar_parameters_do_not_specialize():
-    a = torch.randn(50)
+    a = random_tensor((50,), "float32", 23)
     assert_close(run_eager(shifted, a, 3, 2.0), a.roll(-3) * 2)
     assert_close(run_eager(shifted, a, 7, -1.0), a.roll(-7) * -1)
     assert shifted.specialize(a, 3, 2.0) is shifted.specialize(a, 7, -1.0)

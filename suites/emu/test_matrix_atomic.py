@@ -8,6 +8,7 @@ import torch
 from core.errors import MSLCompileError
 from emucase import clean, line_of, run
 from harness.diff import assert_close
+from harness.gen.inputs import random_tensor
 
 GEMM = r"""
 kernel void gemm(const device IN* a [[buffer(0)]], const device IN* b [[buffer(1)]],
@@ -132,13 +133,13 @@ kernel void fma_chain(const device half* h [[buffer(0)]], const device bfloat* b
 }
 """
     n = 256
-    h = torch.randn(n, dtype=torch.float16)
-    b = torch.randn(n, dtype=torch.bfloat16)
+    h, b = random_tensor((n,), "float16", 1), random_tensor((n,), "bfloat16", 2)
     ho, bo = torch.zeros(n, dtype=torch.float16), torch.zeros(n, dtype=torch.bfloat16)
     clean(src, "fma_chain", 2, 128, h, b, ho, bo)
     for x, out, dt in ((h, ho, torch.float16), (b, bo, torch.bfloat16)):
         expect = x * x + x / torch.tensor(3.0, dtype=dt) - torch.tensor(0.1, dtype=dt)
-        torch.testing.assert_close(out, expect, rtol=0, atol=0)
+        # exact: torch rounds half/bfloat after every op too, as MSL (and the emulator) must
+        assert torch.equal(out, expect)
 
 
 def test_packed_integer_carriers_are_integer_operations():
@@ -150,7 +151,7 @@ kernel void carry(const device uint4* src [[buffer(0)]], device uint4* dst [[buf
   half_pairs[i] = v.xy + uint2(1u, 0xFFFFFFFFu);  // integer add, wraps
 }
 """
-    src_vals = torch.randn(4 * 8, dtype=torch.bfloat16)
+    src_vals = random_tensor((4 * 8,), "bfloat16", 3)
     dst = torch.zeros_like(src_vals)
     pairs = np.zeros((4, 2), np.uint32)
     clean(src, "carry", 1, 4, src_vals, dst, pairs)

@@ -9,6 +9,7 @@ import core
 import core.language as T
 from core.jit import Kernel
 from core.runtime import emu
+from harness.gen.inputs import random_tensor
 from harness import barriers
 
 BARRIER = "threadgroup_barrier(mem_flags::mem_threadgroup);"
@@ -38,7 +39,7 @@ def _same_thread_reuse():
 
 def test_one_necessary_barrier():
     kernel = core.compile(_transpose(), out_idx=[1])
-    report = barriers.check_barriers(kernel, [torch.randn(24, 24)])
+    report = barriers.check_barriers(kernel, [random_tensor((24, 24), "float32", 1)])
     assert report.ok and not report.missing
     [verdict] = report.barriers
     assert verdict.necessary and verdict.race.kind == "race"
@@ -57,8 +58,8 @@ def test_redundant_barrier_is_reported():
     at = next(i for i, line in enumerate(lines) if "threadgroup float* S" in line)
     msl = "\n".join(lines[:at + 1] + ["  " + BARRIER] + lines[at + 1:])
     padded = Kernel(dataclasses.replace(kernel.compiled, msl=msl), kernel.out_idx)
-    report = barriers.check_barriers(padded, [torch.randn(32, 32)],
-                                     more_args=[[torch.randn(32, 32)]])
+    report = barriers.check_barriers(padded, [random_tensor((32, 32), "float32", 2)],
+                                     more_args=[[random_tensor((32, 32), "float32", 3)]])
     assert not report.ok and not report.missing
     [verdict] = report.redundant
     assert verdict.line == at + 2 and verdict.race is None and verdict.reached
@@ -74,7 +75,7 @@ def test_barrier_in_code_that_never_runs_is_unreached():
     dead = ["  for (int z = 1; z < 1; ++z) {", "    " + BARRIER, "  }"]
     msl = "\n".join(lines[:at + 1] + dead + lines[at + 1:])
     padded = Kernel(dataclasses.replace(kernel.compiled, msl=msl), kernel.out_idx)
-    report = barriers.check_barriers(padded, [torch.randn(24, 24)])
+    report = barriers.check_barriers(padded, [random_tensor((24, 24), "float32", 4)])
     first, second = report.barriers
     assert first.necessary and first.reached
     assert not second.necessary and not second.reached and report.unreached == [second]
@@ -83,7 +84,7 @@ def test_barrier_in_code_that_never_runs_is_unreached():
 
 def test_missing_barrier_is_reported():
     kernel = core.compile(_transpose(), out_idx=[1], disable=("thread_sync",))
-    report = barriers.check_barriers(kernel, [torch.randn(24, 24)], schedules=("forward",))
+    report = barriers.check_barriers(kernel, [random_tensor((24, 24), "float32", 5)], schedules=("forward",))
     assert report.barriers == () and report.missing and not report.ok
     assert all(f.kind == "race" for f in report.missing)
 
@@ -130,7 +131,7 @@ def _conditional_store():
 
 def test_data_dependent_barriers_need_inputs_that_take_the_branch():
     kernel = core.compile(_conditional_store(), out_idx=[2])
-    args = [torch.zeros(4, 4), torch.randn(4, 4)]   # A > 1 nowhere: no store, no race
+    args = [torch.zeros(4, 4), random_tensor((4, 4), "float32", 6)]   # A > 1 nowhere: no store, no race
     assert len(barriers.check_barriers(kernel, args).redundant) == 2
     report = barriers.check_barriers(kernel, args, more_args=barriers.extremes(args))
     assert report.ok and len(report.necessary) == 2
@@ -138,8 +139,8 @@ def test_data_dependent_barriers_need_inputs_that_take_the_branch():
 
 
 def test_extremes_push_every_element_both_ways():
-    args = [torch.randn(8), torch.randint(-50, 50, (8,), dtype=torch.int8),
-            torch.randint(0, 50, (8,), dtype=torch.uint8), torch.rand(8) > 0.5, 3]
+    args = [random_tensor((8,), "float32", 7), random_tensor((8,), "int8", 8, low=-50, high=50),
+            random_tensor((8,), "uint8", 9, low=0, high=50), random_tensor((8,), "bool", 10), 3]
     high, low = barriers.extremes(args)
     assert bool((high[0] >= 100).all()) and bool((low[0] <= -100).all())
     assert bool((high[1] >= 120).all()) and bool((low[1] <= -121).all())
@@ -182,7 +183,7 @@ def test_a_barrier_guarding_reads_nobody_uses_is_still_necessary():
                 B[i] = A[i] * 2.0
     kernel = core.compile(k, out_idx=[1])
     kernel = Kernel(dataclasses.replace(kernel.compiled, msl=DEAD_READS), kernel.out_idx)
-    a = torch.randn(1)
+    a = random_tensor((1,), "float32", 11)
     plain = emu.run_msl(barriers.without_barrier(DEAD_READS, 0), "k", threadgroup=(32, 1, 1),
                         buffers=[a, torch.zeros(1)])
     assert not plain.findings

@@ -15,6 +15,7 @@ import torch
 from core.runtime import emu
 from foreigncase import close, msl_line, run_clean
 from harness.cli import main
+from harness.gen.inputs import random_tensor, uniform_tensor
 
 SOURCE = (Path(__file__).parent / "msl" / "mlx_style.metal").read_text()
 ROWS, AXIS = 3, 1000
@@ -31,9 +32,9 @@ def rms_oracle(x: torch.Tensor, w: torch.Tensor, eps: float, has_w: bool) -> tor
     ("rms_bfloat16_2", torch.bfloat16, 2)])
 @pytest.mark.parametrize("has_w", [True, False])
 def test_rms_norm_instantiations_by_host_name(host_name, dtype, n_reads, has_w):
-    torch.manual_seed(0)
-    x = torch.randn(ROWS, AXIS).to(dtype)
-    w = (torch.rand(AXIS) + 0.5).to(dtype)
+    name = str(dtype).replace("torch.", "")
+    x = random_tensor((ROWS, AXIS), name, 1)
+    w = uniform_tensor((AXIS,), name, 2, 0.5, 1.5)
     out = torch.zeros(ROWS, AXIS, dtype=dtype)
     eps = np.array([1e-5], np.float32)
     axis = np.array([AXIS], np.uint32)

@@ -15,6 +15,7 @@ import torch
 from core.runtime import emu
 from foreigncase import close, run_clean
 from harness.cli import main
+from harness.gen.inputs import random_tensor
 
 MSL = Path(__file__).parent / "msl"
 
@@ -59,7 +60,7 @@ def test_half_and_bfloat_through_uint4_carriers():
     n = 2 * 64 * 8
     rng = np.random.default_rng(1)
     x = rng.standard_normal(n).astype(np.float16)
-    p = torch.randn(n, dtype=torch.bfloat16)
+    p = random_tensor((n,), "bfloat16", 3)
     y = np.zeros(n, np.float16)
     q = torch.zeros(n, dtype=torch.bfloat16)
     scale = np.array([0.75], np.float32)
