@@ -13,9 +13,11 @@ Per case (`measure_case` -> `CaseMeasurement`):
   minimum    the traffic no kernel can avoid: every input read once, every output written
              once (the ratio counted/minimum shows re-reads and spills)
   modeled    `harness.roofline` time per chip and its terms (device memory, ALU,
-             threadgroup memory, simd operations, barriers, launches, occupancy) from
-             those counters and `local_array_bytes`, the thread-local array bytes the MSL
-             declares (the register estimate; docs/bench.md)
+             threadgroup memory, simd operations, barriers, launches, occupancy, register
+             spills) from those counters and two figures read from the MSL text:
+             `local_array_bytes`, the thread-local array bytes it declares (the register
+             estimate), and `local_array_accesses_per_byte`, how often a thread touches
+             each byte of the largest of them (what a spilled byte costs; docs/bench.md)
   compile    DSL -> MSL wall time (build the family's kernel, which parses the DSL, then
              `core.compile(..., cache=False)`), `rounds` rounds after one warm-up, summarized
              by pytest-benchmark's own `Stats`
@@ -191,7 +193,9 @@ def modeled(counters: dict, minimum: dict, flops: int, chip_names, half=False,
                           "occupancy_limit": m.occupancy_limit, "bound": m.bound,
                           "ideal_seconds": m.ideal_seconds, "efficiency": m.efficiency,
                           "dram_bytes": m.dram_bytes, "cached_bytes": m.cached_bytes,
-                          "memory_level": m.memory_level}
+                          "memory_level": m.memory_level, "spill_seconds": m.spill_seconds,
+                          "spill_bytes": m.spill_bytes, "spill_level": m.spill_level,
+                          "spilled_bytes_per_thread": m.spilled_bytes_per_thread}
     return out
 
 
@@ -336,8 +340,10 @@ def measure_hand_tuned(case: BenchCase, built, generated: "CaseMeasurement",
         out["status"] = "finding"
         out["message"] = f"{len(res.findings)} finding(s); first: {res.findings[0]}"
     counters = aggregate([res.stats])
-    counters["local_array_bytes"] = roofline.local_array_bytes(hand_tuned_source(hand, p),
-                                                               hand.kernel)
+    source = hand_tuned_source(hand, p)
+    counters["local_array_bytes"] = roofline.local_array_bytes(source, hand.kernel)
+    counters["local_array_accesses_per_byte"] = roofline.spill_accesses_per_byte(source,
+                                                                                 hand.kernel)
     out["counters"] = counters
     out["modeled"] = modeled(counters, generated.minimum, generated.flops, chip_names, half,
                              roofline.buffer_traffic([res.stats]), case.full_scale)
@@ -382,6 +388,8 @@ def measure_case(case: BenchCase, *, rounds: int = DEFAULT_ROUNDS, disable=(),
         if result.stats:
             out.counters = aggregate(result.stats)
             out.counters["local_array_bytes"] = roofline.local_array_bytes(result.msl)
+            out.counters["local_array_accesses_per_byte"] = roofline.spill_accesses_per_byte(
+                result.msl)
             built = fam.build(dict(case.params))
             out.minimum = _minimum(built)
             out.flops = int(built.flops)

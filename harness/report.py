@@ -462,7 +462,8 @@ def streamed_lines(msl: str) -> list[str]:
 
 
 THROUGHPUT_TERMS = ("memory", "compute", "threadgroup", "simd")
-TERM_HEADER = ["total us", "device memory us (level)", "from DRAM MB", "from cache MB",
+TERM_HEADER = ["total us", "device memory us (level)", "of which spills us (B/thread, level)",
+               "from DRAM MB", "from cache MB",
                "ALU us", "threadgroup memory us", "simd ops us", "barriers us", "launches us",
                "groups / core (limit)", "occupancy", "bound"]
 TERM_NOTE = ("Each term of harness/roofline.py at the shape that ran: device memory is the "
@@ -473,6 +474,10 @@ TERM_NOTE = ("Each term of harness/roofline.py at the shape that ran: device mem
              "with that many resident simdgroups per core: 37% at 4, 64% at 8, 100% from 24); "
              "simd ops are priced by kind (a simd_sum 14.54 cycles, a shuffle 2.04 plus its "
              "butterfly combine, simdgroup-matrix loads and stores in the memory terms); "
+             "register spills: what a thread needs beyond its share of the register file "
+             "at the occupancy the compiler keeps is stored and loaded once through the "
+             "cache level the resident threads' spills fit (their part of the memory term "
+             "is the spills column); "
              "the four throughput terms overlap (the largest binds), barriers and "
              "launches add. groups / core: threadgroups one core holds at once and what "
              "limits them (threads, threadgroup memory, registers: thread-local arrays plus "
@@ -498,13 +503,23 @@ def _mb(nbytes) -> str:
     return "-" if nbytes is None else f"{nbytes / 1e6:,.2f}"
 
 
+def _spill_cell(m: dict) -> str:
+    """The register spills' share of the memory term, the bytes each thread spills and
+    where they are served; '-' without spills (or in a document from before the term)."""
+    if not m.get("spilled_bytes_per_thread"):
+        return "-"
+    return (f"{_us(m['spill_seconds'])} ({m['spilled_bytes_per_thread']:,} B, "
+            f"{m['spill_level']})")
+
+
 def _term_cells(m: dict) -> list[str]:
     """One case's modeled terms (a document from before the on-chip or cache terms shows
     '-')."""
     memory = _us(m.get("memory_seconds"))
     if "memory_level" in m:
         memory += f" ({m['memory_level']})"
-    return [_us(m["seconds"]), memory, _mb(m.get("dram_bytes")), _mb(m.get("cached_bytes")),
+    return [_us(m["seconds"]), memory, _spill_cell(m), _mb(m.get("dram_bytes")),
+            _mb(m.get("cached_bytes")),
             _us(m.get("compute_seconds")),
             _us(m.get("threadgroup_seconds")), _us(m.get("simd_seconds")),
             _us(m.get("barrier_seconds")), _us(m.get("launch_seconds")),

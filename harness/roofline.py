@@ -84,6 +84,10 @@ from dataclasses import asdict, dataclass
 
 ALUS_PER_CORE = 128          # FP32 lanes per Apple GPU core (metal-benchmarks, Apple7-9)
 LAUNCH_OVERHEAD_S = 5e-6     # assumed per dispatch, see above
+# Accesses per spilled byte and thread, at least: one store and one load, the least a
+# value kept off the register file costs; the MSL's own count (`spill_accesses_per_byte`)
+# when it is larger (a softmax holding its row touches each element 8 times as written).
+SPILL_ACCESSES = 2
 DEFAULT_CHIPS = ("M1", "M2", "M3", "M4")
 
 
@@ -245,6 +249,8 @@ class OnChipWork:
                                 the threadgroup size)
     threadgroup_memory_bytes    declared per threadgroup (the largest launch's)
     local_array_bytes           thread-local arrays per thread (`local_array_bytes`)
+    spill_accesses              accesses per byte of the largest of them
+                                (`spill_accesses_per_byte`), 0: not counted
     """
     threadgroup_bytes: int = 0
     barriers: int = 0
@@ -254,6 +260,7 @@ class OnChipWork:
     threadgroup_memory_bytes: int = 0
     local_array_bytes: int = 0
     simd_kinds: tuple = ()
+    spill_accesses: float = 0.0
 
     @classmethod
     def of(cls, counters: dict) -> "OnChipWork":
@@ -263,6 +270,7 @@ class OnChipWork:
                    groups=counters.get("groups", 0), threads=counters.get("threads", 0),
                    threadgroup_memory_bytes=counters.get("threadgroup_memory_bytes", 0),
                    local_array_bytes=counters.get("local_array_bytes", 0),
+                   spill_accesses=counters.get("local_array_accesses_per_byte") or 0.0,
                    simd_kinds=tuple((k, counters[f"simd_{k}_ops"]) for k in SIMD_KINDS
                                     if counters.get(f"simd_{k}_ops")))
 
@@ -328,6 +336,32 @@ class MemoryTraffic:
     def cached(self) -> float:
         return self.l2_hits + self.slc_hits
 
+    def __add__(self, other: "MemoryTraffic") -> "MemoryTraffic":
+        return MemoryTraffic(self.total + other.total, self.dram + other.dram,
+                             self.l2_hits + other.l2_hits, self.slc_hits + other.slc_hits)
+
+    def seconds_by_level(self, chip: "Chip") -> dict:
+        """Each level's time for its bytes: DRAM what no cache serves, the system-level
+        cache what the L2 does not serve, the L2 every byte (the slowest binds)."""
+        return {"DRAM": self.dram / chip.bandwidth,
+                "SLC": (self.total - self.l2_hits) / chip.slc_bandwidth,
+                "L2": self.total / chip.l2_bandwidth}
+
+
+NO_TRAFFIC = MemoryTraffic(0, 0.0, 0.0, 0.0)
+
+
+def _served(chip: "Chip", size: float, nbytes: float) -> tuple:
+    """(L2, SLC, DRAM) bytes of `nbytes` accesses to a footprint of `size` bytes: all from
+    the smallest cache it fits; past the system-level cache, the fraction that fits from
+    it and the rest from DRAM."""
+    if size <= chip.l2_bytes:
+        return nbytes, 0.0, 0.0
+    if size <= chip.slc_bytes:
+        return 0.0, nbytes, 0.0
+    fits = chip.slc_bytes / size
+    return 0.0, nbytes * fits, nbytes * (1 - fits)
+
 
 def memory_traffic(chip: Chip, buffers, footprint_scale: float = 1.0) -> MemoryTraffic:
     """`footprint_scale` multiplies each footprint for the fit test only: a bench case
@@ -340,16 +374,38 @@ def memory_traffic(chip: Chip, buffers, footprint_scale: float = 1.0) -> MemoryT
         dram += b.footprint
         if not b.again:
             continue
-        size = b.footprint * footprint_scale
-        if size <= chip.l2_bytes:
-            l2 += b.again
-        elif size <= chip.slc_bytes:
-            slc += b.again
-        else:
-            fits = chip.slc_bytes / size
-            slc += b.again * fits
-            dram += b.again * (1 - fits)
+        hit_l2, hit_slc, miss = _served(chip, b.footprint * footprint_scale, b.again)
+        l2, slc, dram = l2 + hit_l2, slc + hit_slc, dram + miss
     return MemoryTraffic(total, dram, l2, slc)
+
+
+def spill_traffic(chip: "Chip", occ: Occupancy, threads: int, footprint_scale: float = 1.0,
+                  accesses: float = 0.0) -> MemoryTraffic:
+    """The device-memory traffic of register spills: every thread of the launch accesses
+    each of its `spilled_bytes_per_thread` `accesses` times (how often the kernel touches a
+    byte of the array that spills, `spill_accesses_per_byte`), at least `SPILL_ACCESSES`
+    (one store, one load; also when the accesses were not counted).
+    The stack lives where the spilled bytes of the threads resident at once fit (the
+    threads of the real shape, `threads x footprint_scale`, at most `threads_per_core` on
+    every core: a grid that fills the GPU, as the occupancy assumes): the L2, else the
+    system-level cache, else partly DRAM (`_served`). A stack slot is reused by the next
+    thread that takes it, so, unlike a buffer, no byte comes from DRAM when it fits a
+    cache (the caches are taken to be write-back: an estimate)."""
+    if not occ.spilled_bytes_per_thread or not threads:
+        return NO_TRAFFIC
+    nbytes = occ.spilled_bytes_per_thread * threads * max(SPILL_ACCESSES, accesses)
+    resident = min(threads * footprint_scale, occ.threads_per_core * chip.gpu_cores)
+    l2, slc, dram = _served(chip, occ.spilled_bytes_per_thread * resident, nbytes)
+    return MemoryTraffic(nbytes, dram, l2, slc)
+
+
+def spill_level(traffic: MemoryTraffic) -> str:
+    """Where spill traffic is served: "L2", "SLC", "SLC+DRAM", or "" (no spills)."""
+    if not traffic.total:
+        return ""
+    if traffic.l2_hits:
+        return "L2"
+    return "SLC+DRAM" if traffic.dram else "SLC"
 
 
 @dataclass(frozen=True)
@@ -359,7 +415,10 @@ class Occupancy:
     limit: str                       # "threads", "threadgroup memory", "registers", "none"
     simdgroups_per_core: int
     factor: float                    # fraction of peak throughput (`occupancy_factor`)
-    register_bytes_per_thread: int
+    register_bytes_per_thread: int   # demand: thread-local arrays + the scalar allowance
+    threads_per_core: int = 0        # resident threads (groups x threadgroup size)
+    spilled_bytes_per_thread: int = 0   # demand beyond the register-file share at that
+                                        # occupancy: kept on the stack (`spill_traffic`)
 
 
 def occupancy(on_chip: OnChip, work: OnChipWork, simd_width: int) -> Occupancy:
@@ -367,7 +426,9 @@ def occupancy(on_chip: OnChip, work: OnChipWork, simd_width: int) -> Occupancy:
     and its register file allow (at least one: a kernel that launches runs). Registers
     never push a core below `simds_to_hide_latency` simdgroups: the Metal compiler spills
     to device memory rather (metal-benchmarks), so a kernel needing more is marked
-    "registers (spills)" and keeps that floor; the spill traffic is not modeled."""
+    "registers (spills)", keeps that floor, and what each thread needs beyond its share of
+    the register file there (file / resident threads) is `spilled_bytes_per_thread`,
+    charged as memory traffic by `spill_traffic`."""
     regs = on_chip.register_allowance_bytes + work.local_array_bytes
     if not work.groups or not work.threads:
         return Occupancy(0, "none", 0, 1.0, regs)
@@ -385,7 +446,10 @@ def occupancy(on_chip: OnChip, work: OnChipWork, simd_width: int) -> Occupancy:
     if limit == "registers" and by_registers < floor:
         limit = "registers (spills)"
     simds = groups * simds_per_group
-    return Occupancy(groups, limit, simds, occupancy_factor(on_chip, simds), regs)
+    resident = groups * per_group
+    spilled = max(0, regs - on_chip.register_file_bytes // resident)
+    return Occupancy(groups, limit, simds, occupancy_factor(on_chip, simds), regs,
+                     resident, spilled)
 
 
 def occupancy_factor(on_chip: OnChip, simds: int) -> float:
@@ -417,6 +481,10 @@ class Modeled:
     dram_bytes: float = 0.0          # device bytes served by DRAM
     cached_bytes: float = 0.0        # device bytes served by the L2 or system-level cache
     memory_level: str = "DRAM"       # the memory level that binds the memory term
+    spill_seconds: float = 0.0       # the part of the memory term that register spills add
+    spill_bytes: float = 0.0         # spill traffic (stores + loads), in the bytes above
+    spill_level: str = ""            # where it is served (`spill_level`), "": no spills
+    spilled_bytes_per_thread: int = 0
 
     @property
     def efficiency(self) -> float:
@@ -424,8 +492,10 @@ class Modeled:
         return self.ideal_seconds / self.seconds if self.seconds else 1.0
 
     def terms(self) -> dict:
-        """Each term's seconds, in the order the report shows them."""
-        return {"memory": self.memory_seconds, "compute": self.compute_seconds,
+        """Each term's seconds, in the order the report shows them ("spill" is the part of
+        "memory" that register spills add, not a term of its own)."""
+        return {"memory": self.memory_seconds, "spill": self.spill_seconds,
+                "compute": self.compute_seconds,
                 "threadgroup": self.threadgroup_seconds, "simd": self.simd_seconds,
                 "barrier": self.barrier_seconds, "launch": self.launch_seconds}
 
@@ -444,12 +514,13 @@ def model(chip: Chip, *, device_bytes: int, flops: int, launches: int,
         simd_width = METAL.simd_width
     peak = chip.fp16_flops if half else chip.fp32_flops
     occ = occupancy(chip.on_chip, work, simd_width)
-    traffic = (memory_traffic(chip, buffers, footprint_scale) if buffers
-               else MemoryTraffic(device_bytes, device_bytes, 0, 0))
-    levels = {"DRAM": traffic.dram / chip.bandwidth,
-              "SLC": (traffic.total - traffic.l2_hits) / chip.slc_bandwidth,
-              "L2": traffic.total / chip.l2_bandwidth}
+    device = (memory_traffic(chip, buffers, footprint_scale) if buffers
+              else MemoryTraffic(device_bytes, device_bytes, 0, 0))
+    spills = spill_traffic(chip, occ, work.threads, footprint_scale, work.spill_accesses)
+    traffic = device + spills
+    levels = traffic.seconds_by_level(chip)
     level = max(levels, key=levels.get)
+    spill = (levels[level] - max(device.seconds_by_level(chip).values())) / occ.factor
     simd_rate = chip.cycles_per_second * chip.on_chip.schedulers
     throughput = {
         "memory": levels[level] / occ.factor,
@@ -470,12 +541,14 @@ def model(chip: Chip, *, device_bytes: int, flops: int, launches: int,
                    launch_seconds=launch, occupancy=occ.factor,
                    groups_per_core=occ.groups_per_core, occupancy_limit=occ.limit,
                    bound=bound, ideal_seconds=ideal, dram_bytes=traffic.dram,
-                   cached_bytes=traffic.cached, memory_level=level)
+                   cached_bytes=traffic.cached, memory_level=level, spill_seconds=spill,
+                   spill_bytes=spills.total, spill_level=spill_level(spills),
+                   spilled_bytes_per_thread=occ.spilled_bytes_per_thread)
 
 
 # A thread-local array of the MSL text: `float x[28];`, `float4 v[ITEMS];` (not
 # `threadgroup`, not a pointer); and the object-like #defines its extents may name.
-_LOCAL_ARRAY = re.compile(r"^\s*(?:const\s+)?([A-Za-z_]\w*)\s+[A-Za-z_]\w*\s*"
+_LOCAL_ARRAY = re.compile(r"^\s*(?:const\s+)?([A-Za-z_]\w*)\s+([A-Za-z_]\w*)\s*"
                           r"((?:\[[^\]\n]+\])+)\s*(?:=[^;]*)?;", re.M)
 _DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)\s+(.+?)\s*$", re.M)
 _INTEGER_EXPR = re.compile(r"^[\d\s()+\-*/%]+$")
@@ -493,25 +566,26 @@ def _extent(text: str, defines: dict, depth: int = 0) -> int | None:
     return int(eval(expanded.replace("/", "//"), {"__builtins__": {}}))  # digits only
 
 
-def local_array_bytes(msl: str, kernel: str | None = None) -> int:
-    """Bytes of the thread-local arrays one thread of `msl` declares: of the function
-    `kernel` (its text up to the next kernel), or of the whole text; scalar and 2-4 vector
-    element types of the dtype table, others 4 bytes an element; extents may be #define
-    arithmetic. The register estimate of the occupancy term: a fragment held in registers."""
+def _kernel_body(msl: str, kernel: str | None) -> str:
+    """The text of the function `kernel` (up to the next kernel), or the whole text."""
+    if kernel is None:
+        return msl
+    start = re.search(rf"\bvoid\s+{re.escape(kernel)}\s*\(", msl)
+    if start is None:
+        raise ValueError(f"no kernel function '{kernel}' in the MSL text")
+    after = re.search(r"\[\[\s*kernel|\bkernel\s+void", msl[start.end():])
+    return msl[start.start():start.end() + after.start() if after else len(msl)]
+
+
+def _local_arrays(body: str, defines: dict) -> dict:
+    """name -> (element bytes, element count) of the thread-local arrays `body` declares
+    with extents `_extent` can read."""
     from core.target import DTYPES
     by_msl = {d.msl: d.bytes for d in DTYPES.values()}
     by_msl.update({f"{d.msl}{n}": d.bytes * n for d in DTYPES.values() for n in (2, 3, 4)})
-    defines = dict(_DEFINE.findall(msl))
-    body = msl
-    if kernel is not None:
-        start = re.search(rf"\bvoid\s+{re.escape(kernel)}\s*\(", msl)
-        if start is None:
-            raise ValueError(f"no kernel function '{kernel}' in the MSL text")
-        after = re.search(r"\[\[\s*kernel|\bkernel\s+void", msl[start.end():])
-        body = msl[start.start():start.end() + after.start() if after else len(msl)]
-    total = 0
+    out = {}
     for m in _LOCAL_ARRAY.finditer(body):
-        elem, dims = m.group(1), m.group(2)
+        elem, name, dims = m.group(1), m.group(2), m.group(3)
         if elem in ("threadgroup", "device", "constant", "return", "typedef"):
             continue
         count = 1
@@ -521,8 +595,91 @@ def local_array_bytes(msl: str, kernel: str | None = None) -> int:
                 break
             count *= extent
         else:
-            total += count * by_msl.get(elem, 4)
-    return total
+            out[name] = (by_msl.get(elem, 4), count)
+    return out
+
+
+def local_array_bytes(msl: str, kernel: str | None = None) -> int:
+    """Bytes of the thread-local arrays one thread of `msl` declares: of the function
+    `kernel` (its text up to the next kernel), or of the whole text; scalar and 2-4 vector
+    element types of the dtype table, others 4 bytes an element; extents may be #define
+    arithmetic. The register estimate of the occupancy term: a fragment held in registers."""
+    arrays = _local_arrays(_kernel_body(msl, kernel), dict(_DEFINE.findall(msl)))
+    return sum(size * count for size, count in arrays.values())
+
+
+# A counted loop as the printer and hand-written kernels write it:
+# `for (int k = 0; k < 149; ++k)`, `for (uint i = 0; i < ITEMS; i++)`, `... i += 4)`.
+_FOR = re.compile(r"\bfor\s*\(\s*(?:const\s+)?(?:int|uint|short|ushort|long|ulong)?\s*"
+                  r"([A-Za-z_]\w*)\s*=\s*([^;]+);\s*\1\s*(<=?)\s*([^;]+);\s*"
+                  r"(?:\+\+\s*\1|\1\s*\+\+|\1\s*\+=\s*([^)]+))\s*\)")
+
+
+def _trips(m: re.Match, defines: dict) -> int | None:
+    start, end = _extent(m.group(2), defines), _extent(m.group(4), defines)
+    step = _extent(m.group(5), defines) if m.group(5) else 1
+    if start is None or end is None or not step or step < 0:
+        return None
+    end += m.group(3) == "<="
+    return max(0, -(-(end - start) // step))
+
+
+def local_array_accesses(msl: str, kernel: str | None = None) -> dict:
+    """name -> (bytes, bytes accessed per thread) of each thread-local array of `msl` (or
+    of its function `kernel`), as the MSL is written: every reference to an element
+    (`x[i]`, either side of an assignment) counts its element's bytes once per iteration
+    of the counted loops around it, branches inside taken (what runs at most; the Metal
+    compiler may fuse loops and do less). The accessed bytes are None when a reference
+    lies in a loop whose trip count is not a constant or #define arithmetic."""
+    defines = dict(_DEFINE.findall(msl))
+    body = _kernel_body(msl, kernel)
+    arrays = _local_arrays(body, defines)
+    if not arrays:
+        return {}
+    accessed = dict.fromkeys(arrays, 0)
+    ref = re.compile(r"\b(" + "|".join(map(re.escape, arrays)) + r")\s*\[")
+    depth, loops, pending = 0, [], []               # loops: (brace depth inside, trips)
+    for line in body.splitlines():
+        code = line.split("//", 1)[0]
+        header = _FOR.search(code)
+        trips = [t for _, t in loops] + pending
+        pending = []
+        if header:
+            rest = code[header.end():]
+            if "{" in rest:
+                loops.append((depth + 1, _trips(header, defines)))
+            elif rest.strip():                      # `for (...) x[i] = 0;`
+                trips.append(_trips(header, defines))
+            else:                                   # the statement on the next line
+                pending = trips[len(loops):] + [_trips(header, defines)]
+            code = rest
+        declared = _LOCAL_ARRAY.match(code)
+        for m in ref.finditer(code):
+            name = m.group(1)
+            if (declared and name == declared.group(2)) or accessed[name] is None:
+                continue
+            n = arrays[name][0]
+            for t in trips:
+                n = None if t is None else n * t
+                if n is None:
+                    break
+            accessed[name] = None if n is None else accessed[name] + n
+        depth += code.count("{") - code.count("}")
+        while loops and depth < loops[-1][0]:
+            loops.pop()
+    return {name: (size * count, accessed[name]) for name, (size, count) in arrays.items()}
+
+
+def spill_accesses_per_byte(msl: str, kernel: str | None = None) -> float | None:
+    """How often a thread touches each byte of its largest thread-local array (the one
+    that does not fit the registers when a kernel spills, so what the spilled bytes are
+    made of), from `local_array_accesses`; None when there is no array or its accesses
+    cannot be counted. `spill_traffic` charges each spilled byte that many accesses."""
+    arrays = local_array_accesses(msl, kernel)
+    if not arrays:
+        return None
+    nbytes, accessed = max(arrays.values(), key=lambda a: a[0])
+    return round(accessed / nbytes, 3) if accessed is not None and nbytes else None
 
 
 def chips(names=DEFAULT_CHIPS) -> list[Chip]:

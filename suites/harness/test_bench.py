@@ -52,7 +52,8 @@ def test_on_chip_terms_come_from_the_counters():
     assert m.bound == "threadgroup"
     assert m.seconds == pytest.approx(m.threadgroup_seconds + m.barrier_seconds
                                       + roofline.LAUNCH_OVERHEAD_S)
-    assert set(m.terms()) == {"memory", "compute", "threadgroup", "simd", "barrier", "launch"}
+    assert set(m.terms()) == {"memory", "spill", "compute", "threadgroup", "simd", "barrier",
+                              "launch"}
 
 
 def test_occupancy_is_limited_by_threadgroup_memory_and_registers():
@@ -150,6 +151,102 @@ def test_re_reads_of_a_footprint_beyond_the_caches_come_partly_from_dram():
         assert chip.bandwidth < chip.slc_bandwidth < chip.l2_bandwidth
 
 
+def _softmax_stats(rows: int, cols: int, threads: int, reads: int) -> dict:
+    """One launch's emulator stats shaped like a row softmax in f32, one threadgroup of
+    `threads` per row: X (buffer 0) read `reads` times (2: a streamed row), Y (buffer 1)
+    written once, two simd reductions per simdgroup."""
+    x = rows * cols * 4
+    simds = rows * threads // 32
+    return {"groups": rows, "threads": rows * threads, "launches": 1, "barriers": 2 * rows,
+            "device_bytes_read": {0: x * reads}, "device_bytes_written": {1: x},
+            "device_unique_bytes_read": {0: x, 1: 0},
+            "device_unique_bytes_written": {0: 0, 1: x},
+            "simd_ops": 4 * simds, "simd_reduce_ops": 4 * simds,
+            "threadgroup_bytes_read": 2 * threads * rows * 4,
+            "threadgroup_bytes_written": 2 * simds * 4, "threadgroup_memory_bytes": 64}
+
+
+def _modeled_softmax(stats: dict, local_array_bytes: int, accesses=None,
+                     chips=("M1", "M2", "M4")) -> dict:
+    counters = {**measure.aggregate([stats]), "local_array_bytes": local_array_bytes,
+                "local_array_accesses_per_byte": accesses}
+    x = stats["device_bytes_written"][1]
+    return measure.modeled(counters, {"read": x, "written": x}, 5 * x // 4, chips,
+                           buffers=roofline.buffer_traffic([stats]))
+
+
+def test_a_kernel_that_spills_ranks_below_its_streamed_version():
+    # The vocabulary softmax (152064 f32 columns, 256 threads) over a batch that fills the
+    # GPU: held whole, each thread declares 596 + 4 floats (2400 B: 2187 B past its share
+    # of the register file at 24 simdgroups per core) and touches each element of the row
+    # 8 times (the MSL's passes: load, max, exp, sum, divide, store); streamed, 4-float
+    # chunks (72 B) and the row read twice.
+    held = _modeled_softmax(_softmax_stats(64, 152064, 256, reads=1), 2400, accesses=8.0)
+    streamed = _modeled_softmax(_softmax_stats(64, 152064, 256, reads=2), 72, accesses=1639.0)
+    for chip in ("M1", "M2", "M4"):
+        h, s = held[chip], streamed[chip]
+        assert h["occupancy_limit"] == "registers (spills)" and h["groups_per_core"] == 3
+        assert h["spilled_bytes_per_thread"] == 2400 + 64 - 208 * 1024 // 768
+        assert h["spill_bytes"] == 8 * 2187 * 64 * 256          # each access of a byte
+        # the stacks of 768 threads on every core (16.8 MB on an M2) outgrow the caches
+        assert h["spill_level"] == "SLC+DRAM" and h["spill_seconds"] > 0
+        assert s["spilled_bytes_per_thread"] == 0 and s["spill_seconds"] == 0
+        assert h["seconds"] > s["seconds"]
+    # without the spill traffic the held kernel would model faster: it reads X once
+    no_spill = roofline.model(roofline.CHIPS["M2"], device_bytes=0, flops=0, launches=1,
+                              minimum_bytes=0,
+                              buffers=roofline.buffer_traffic(
+                                  [_softmax_stats(64, 152064, 256, reads=1)]))
+    assert no_spill.memory_seconds < streamed["M2"]["memory_seconds"]
+    # uncounted accesses cost one store and one load
+    least = _modeled_softmax(_softmax_stats(64, 152064, 256, reads=1), 2400, chips=("M2",))
+    assert least["M2"]["spill_bytes"] == 2 * 2187 * 64 * 256
+    assert least["M2"]["seconds"] < held["M2"]["seconds"]
+
+
+def test_spills_land_in_the_cache_the_resident_stacks_fit():
+    m2 = roofline.CHIPS["M2"]
+    on_chip = m2.on_chip
+    # 512 threads a group, 336 B each: 2 groups (32 simdgroups) a core, 208 B of registers
+    # a thread, 128 B spilled
+    work = roofline.OnChipWork(groups=16, threads=16 * 512, local_array_bytes=272)
+    occ = roofline.occupancy(on_chip, work, 32)
+    assert (occ.groups_per_core, occ.threads_per_core) == (2, 1024)
+    assert occ.spilled_bytes_per_thread == 336 - 208 * 1024 // 1024
+    t = roofline.spill_traffic(m2, occ, work.threads)
+    assert t.total == 2 * 128 * 16 * 512 and t.l2_hits == t.total and t.dram == 0
+    assert roofline.spill_level(t) == "L2"                      # 128 B x 8192 threads: 1 MiB
+    # at the real shape 64x as many rows: every core full, 128 B x 1024 x 10 = 1.25 MiB
+    assert roofline.spill_traffic(m2, occ, work.threads, 64).l2_hits == t.total
+    m1 = roofline.CHIPS["M1"]                                   # 768 KiB of L2
+    t1 = roofline.spill_traffic(m1, roofline.occupancy(m1.on_chip, work, 32), work.threads)
+    assert t1.slc_hits == t1.total and roofline.spill_level(t1) == "SLC"
+    spilled = roofline.model(m2, device_bytes=0, flops=0, launches=1, minimum_bytes=0,
+                             work=work)
+    assert spilled.spill_bytes == t.total
+    assert spilled.spill_seconds == pytest.approx(t.total / m2.l2_bandwidth)  # L2 binds
+    assert spilled.memory_seconds == pytest.approx(spilled.spill_seconds)
+
+
+def test_a_kernel_within_the_register_budget_gets_no_spill_cost():
+    from core.target import METAL
+    m2 = roofline.CHIPS["M2"]
+    stats = _softmax_stats(64, 4096, 256, reads=1)
+    # the stream_rows budget plus the scalar allowance fits 24 simdgroups' share
+    within = _modeled_softmax(stats, METAL.fragment_register_budget_bytes, accesses=50.0,
+                              chips=("M2",))["M2"]
+    assert within["spill_seconds"] == 0 and within["spill_bytes"] == 0
+    assert within["spill_level"] == "" and within["occupancy_limit"] != "registers (spills)"
+    # the memory term is the device traffic's alone: each distinct byte once from DRAM
+    assert within["memory_seconds"] == pytest.approx(2 * 64 * 4096 * 4 / m2.bandwidth)
+    # fewer resident groups but no spill: registers limit occupancy above the floor
+    fits = roofline.occupancy(m2.on_chip, roofline.OnChipWork(
+        groups=8, threads=8 * 256, local_array_bytes=40 * 4), 32)
+    assert (fits.groups_per_core, fits.spilled_bytes_per_thread) == (3, 0)
+    report_row = report._term_cells(within)
+    assert report_row[2] == "-"                                  # the spills column
+
+
 def test_simd_ops_are_priced_by_kind():
     m2 = roofline.CHIPS["M2"]
 
@@ -182,6 +279,31 @@ def test_local_array_bytes_reads_thread_arrays_not_threadgroup_ones():
     two = looped + "kernel void j() {\n  float w[3];\n}\n"
     assert roofline.local_array_bytes(two, "j") == 12
     assert roofline.local_array_bytes(two, "k") == 32
+
+
+def test_spill_accesses_count_every_reference_once_per_loop_iteration():
+    held = ("#define ITEMS 3\n"
+            "kernel void k(device float4* X, uint t) {\n"
+            "  float4 v[ITEMS];\n"
+            "  float acc[1];\n"
+            "  acc[0] = 0.0f;\n"
+            "  for (int i = 0; i < ITEMS; ++i) {\n"
+            "    v[i] = X[i * 64 + t];            // v[i] in a comment is no access\n"
+            "    if (t < 8) {\n"
+            "      acc[0] += dot(v[i], v[i]);\n"
+            "    }\n"
+            "  }\n"
+            "  for (int i = 0; i < 2 * ITEMS; i += 2)\n"
+            "    X[i] = v[i / 2] / acc[0];\n"
+            "}\n")
+    arrays = roofline.local_array_accesses(held)
+    assert arrays["v"] == (48, 3 * 3 * 16 + 3 * 16)    # store + two loads a pass, one load
+    assert arrays["acc"] == (4, 4 + 3 * 4 + 3 * 4)           # `+=` is one reference
+    assert roofline.spill_accesses_per_byte(held) == 4.0          # the largest array's
+    runtime = held.replace("i < ITEMS", "i < int(t)")
+    assert roofline.local_array_accesses(runtime)["v"] == (48, None)
+    assert roofline.spill_accesses_per_byte(runtime) is None
+    assert roofline.spill_accesses_per_byte("kernel void k() {\n  float s = 0;\n}\n") is None
 
 
 # -- counters and selection ----------------------------------------------------------------
