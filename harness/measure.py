@@ -16,8 +16,8 @@ Per case (`measure_case` -> `CaseMeasurement`):
              threadgroup memory, simd operations, barriers, launches, occupancy, register
              spills) from those counters and two figures read from the MSL text:
              `local_array_bytes`, the thread-local array bytes it declares (the register
-             estimate), and `local_array_accesses_per_byte`, how often a thread touches
-             each byte of the largest of them (what a spilled byte costs; docs/bench.md)
+             estimate), and `local_array_profile`, each array's bytes and how often a
+             thread touches each of its bytes (what a spilled byte costs; docs/bench.md)
   compile    DSL -> MSL wall time (build the family's kernel, which parses the DSL, then
              `core.compile(..., cache=False)`), `rounds` rounds after one warm-up, summarized
              by pytest-benchmark's own `Stats`
@@ -342,8 +342,7 @@ def measure_hand_tuned(case: BenchCase, built, generated: "CaseMeasurement",
     counters = aggregate([res.stats])
     source = hand_tuned_source(hand, p)
     counters["local_array_bytes"] = roofline.local_array_bytes(source, hand.kernel)
-    counters["local_array_accesses_per_byte"] = roofline.spill_accesses_per_byte(source,
-                                                                                 hand.kernel)
+    counters["local_array_profile"] = roofline.local_array_profile(source, hand.kernel)
     out["counters"] = counters
     out["modeled"] = modeled(counters, generated.minimum, generated.flops, chip_names, half,
                              roofline.buffer_traffic([res.stats]), case.full_scale)
@@ -388,8 +387,7 @@ def measure_case(case: BenchCase, *, rounds: int = DEFAULT_ROUNDS, disable=(),
         if result.stats:
             out.counters = aggregate(result.stats)
             out.counters["local_array_bytes"] = roofline.local_array_bytes(result.msl)
-            out.counters["local_array_accesses_per_byte"] = roofline.spill_accesses_per_byte(
-                result.msl)
+            out.counters["local_array_profile"] = roofline.local_array_profile(result.msl)
             built = fam.build(dict(case.params))
             out.minimum = _minimum(built)
             out.flops = int(built.flops)

@@ -85,7 +85,7 @@ from dataclasses import asdict, dataclass
 ALUS_PER_CORE = 128          # FP32 lanes per Apple GPU core (metal-benchmarks, Apple7-9)
 LAUNCH_OVERHEAD_S = 5e-6     # assumed per dispatch, see above
 # Accesses per spilled byte and thread, at least: one store and one load, the least a
-# value kept off the register file costs; the MSL's own count (`spill_accesses_per_byte`)
+# value kept off the register file costs; the MSL's own count (`local_array_profile`)
 # when it is larger (a softmax holding its row touches each element 8 times as written).
 SPILL_ACCESSES = 2
 DEFAULT_CHIPS = ("M1", "M2", "M3", "M4")
@@ -249,8 +249,8 @@ class OnChipWork:
                                 the threadgroup size)
     threadgroup_memory_bytes    declared per threadgroup (the largest launch's)
     local_array_bytes           thread-local arrays per thread (`local_array_bytes`)
-    spill_accesses              accesses per byte of the largest of them
-                                (`spill_accesses_per_byte`), 0: not counted
+    array_profile               ((bytes, accesses per byte), ...) of those arrays, least
+                                accessed first (`local_array_profile`), (): not counted
     """
     threadgroup_bytes: int = 0
     barriers: int = 0
@@ -260,7 +260,7 @@ class OnChipWork:
     threadgroup_memory_bytes: int = 0
     local_array_bytes: int = 0
     simd_kinds: tuple = ()
-    spill_accesses: float = 0.0
+    array_profile: tuple = ()
 
     @classmethod
     def of(cls, counters: dict) -> "OnChipWork":
@@ -270,7 +270,8 @@ class OnChipWork:
                    groups=counters.get("groups", 0), threads=counters.get("threads", 0),
                    threadgroup_memory_bytes=counters.get("threadgroup_memory_bytes", 0),
                    local_array_bytes=counters.get("local_array_bytes", 0),
-                   spill_accesses=counters.get("local_array_accesses_per_byte") or 0.0,
+                   array_profile=tuple(tuple(r) for r in
+                                       counters.get("local_array_profile") or ()),
                    simd_kinds=tuple((k, counters[f"simd_{k}_ops"]) for k in SIMD_KINDS
                                     if counters.get(f"simd_{k}_ops")))
 
@@ -379,12 +380,25 @@ def memory_traffic(chip: Chip, buffers, footprint_scale: float = 1.0) -> MemoryT
     return MemoryTraffic(total, dram, l2, slc)
 
 
+def spilled_accesses(spilled: int, profile=()) -> float:
+    """Bytes one thread moves to and from its stack for `spilled` bytes: the compiler keeps
+    the most used values in registers, so the spilled bytes are the least accessed ones of
+    `profile` ((bytes, accesses per byte), least accessed first), each at least
+    `SPILL_ACCESSES` times, as are bytes no array accounts for (scalars) and arrays whose
+    accesses were not counted. A lower bound of what the real allocation moves."""
+    moved, left = 0.0, spilled
+    for nbytes, per_byte in profile:
+        take = min(left, nbytes)
+        moved += take * max(SPILL_ACCESSES, per_byte or 0)
+        left -= take
+    return moved + left * SPILL_ACCESSES
+
+
 def spill_traffic(chip: "Chip", occ: Occupancy, threads: int, footprint_scale: float = 1.0,
-                  accesses: float = 0.0) -> MemoryTraffic:
-    """The device-memory traffic of register spills: every thread of the launch accesses
-    each of its `spilled_bytes_per_thread` `accesses` times (how often the kernel touches a
-    byte of the array that spills, `spill_accesses_per_byte`), at least `SPILL_ACCESSES`
-    (one store, one load; also when the accesses were not counted).
+                  profile=()) -> MemoryTraffic:
+    """The device-memory traffic of register spills: every thread of the launch moves
+    `spilled_accesses` bytes for its `spilled_bytes_per_thread` (the least used bytes of
+    its arrays, each as often as the MSL touches it; one store and one load at least).
     The stack lives where the spilled bytes of the threads resident at once fit (the
     threads of the real shape, `threads x footprint_scale`, at most `threads_per_core` on
     every core: a grid that fills the GPU, as the occupancy assumes): the L2, else the
@@ -393,7 +407,7 @@ def spill_traffic(chip: "Chip", occ: Occupancy, threads: int, footprint_scale: f
     cache (the caches are taken to be write-back: an estimate)."""
     if not occ.spilled_bytes_per_thread or not threads:
         return NO_TRAFFIC
-    nbytes = occ.spilled_bytes_per_thread * threads * max(SPILL_ACCESSES, accesses)
+    nbytes = spilled_accesses(occ.spilled_bytes_per_thread, profile) * threads
     resident = min(threads * footprint_scale, occ.threads_per_core * chip.gpu_cores)
     l2, slc, dram = _served(chip, occ.spilled_bytes_per_thread * resident, nbytes)
     return MemoryTraffic(nbytes, dram, l2, slc)
@@ -516,7 +530,7 @@ def model(chip: Chip, *, device_bytes: int, flops: int, launches: int,
     occ = occupancy(chip.on_chip, work, simd_width)
     device = (memory_traffic(chip, buffers, footprint_scale) if buffers
               else MemoryTraffic(device_bytes, device_bytes, 0, 0))
-    spills = spill_traffic(chip, occ, work.threads, footprint_scale, work.spill_accesses)
+    spills = spill_traffic(chip, occ, work.threads, footprint_scale, work.array_profile)
     traffic = device + spills
     levels = traffic.seconds_by_level(chip)
     level = max(levels, key=levels.get)
@@ -670,16 +684,13 @@ def local_array_accesses(msl: str, kernel: str | None = None) -> dict:
     return {name: (size * count, accessed[name]) for name, (size, count) in arrays.items()}
 
 
-def spill_accesses_per_byte(msl: str, kernel: str | None = None) -> float | None:
-    """How often a thread touches each byte of its largest thread-local array (the one
-    that does not fit the registers when a kernel spills, so what the spilled bytes are
-    made of), from `local_array_accesses`; None when there is no array or its accesses
-    cannot be counted. `spill_traffic` charges each spilled byte that many accesses."""
-    arrays = local_array_accesses(msl, kernel)
-    if not arrays:
-        return None
-    nbytes, accessed = max(arrays.values(), key=lambda a: a[0])
-    return round(accessed / nbytes, 3) if accessed is not None and nbytes else None
+def local_array_profile(msl: str, kernel: str | None = None) -> list:
+    """[bytes, accesses per byte] of each thread-local array of `msl` (or of its function
+    `kernel`), least accessed first (`local_array_accesses`; accesses None when they cannot
+    be counted, listed last): what `spill_traffic` reads to price the bytes that spill."""
+    arrays = local_array_accesses(msl, kernel).values()
+    rows = [[n, None if a is None else round(a / n, 3)] for n, a in arrays if n]
+    return sorted(rows, key=lambda r: (r[1] is None, r[1] or 0, -r[0]))
 
 
 def chips(names=DEFAULT_CHIPS) -> list[Chip]:

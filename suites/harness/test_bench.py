@@ -166,10 +166,11 @@ def _softmax_stats(rows: int, cols: int, threads: int, reads: int) -> dict:
             "threadgroup_bytes_written": 2 * simds * 4, "threadgroup_memory_bytes": 64}
 
 
-def _modeled_softmax(stats: dict, local_array_bytes: int, accesses=None,
-                     chips=("M1", "M2", "M4")) -> dict:
-    counters = {**measure.aggregate([stats]), "local_array_bytes": local_array_bytes,
-                "local_array_accesses_per_byte": accesses}
+def _modeled_softmax(stats: dict, profile: list, chips=("M1", "M2", "M4")) -> dict:
+    """The model of `stats` whose thread-local arrays are `profile` ([bytes, accesses per
+    byte], as `roofline.local_array_profile` reads them from the MSL)."""
+    counters = {**measure.aggregate([stats]), "local_array_profile": profile,
+                "local_array_bytes": sum(n for n, _ in profile)}
     x = stats["device_bytes_written"][1]
     return measure.modeled(counters, {"read": x, "written": x}, 5 * x // 4, chips,
                            buffers=roofline.buffer_traffic([stats]))
@@ -179,15 +180,17 @@ def test_a_kernel_that_spills_ranks_below_its_streamed_version():
     # The vocabulary softmax (152064 f32 columns, 256 threads) over a batch that fills the
     # GPU: held whole, each thread declares 596 + 4 floats (2400 B: 2187 B past its share
     # of the register file at 24 simdgroups per core) and touches each element of the row
-    # 8 times (the MSL's passes: load, max, exp, sum, divide, store); streamed, 4-float
-    # chunks (72 B) and the row read twice.
-    held = _modeled_softmax(_softmax_stats(64, 152064, 256, reads=1), 2400, accesses=8.0)
-    streamed = _modeled_softmax(_softmax_stats(64, 152064, 256, reads=2), 72, accesses=1639.0)
+    # 8 times (the MSL's passes: load, max, exp, sum, divide, store), its accumulators far
+    # more often; streamed, 4-float chunks (72 B in all) and the row read twice.
+    held_arrays = [[2384, 8.0], [4, 150.0], [4, 150.0], [4, 1201.0], [4, 1201.0]]
+    held = _modeled_softmax(_softmax_stats(64, 152064, 256, reads=1), held_arrays)
+    streamed = _modeled_softmax(_softmax_stats(64, 152064, 256, reads=2),
+                                [[16, 1639.0], [16, 748.0], [16, 449.0], [24, 100.0]])
     for chip in ("M1", "M2", "M4"):
         h, s = held[chip], streamed[chip]
         assert h["occupancy_limit"] == "registers (spills)" and h["groups_per_core"] == 3
         assert h["spilled_bytes_per_thread"] == 2400 + 64 - 208 * 1024 // 768
-        assert h["spill_bytes"] == 8 * 2187 * 64 * 256          # each access of a byte
+        assert h["spill_bytes"] == 8 * 2187 * 64 * 256    # the row's bytes, 8 accesses each
         # the stacks of 768 threads on every core (16.8 MB on an M2) outgrow the caches
         assert h["spill_level"] == "SLC+DRAM" and h["spill_seconds"] > 0
         assert s["spilled_bytes_per_thread"] == 0 and s["spill_seconds"] == 0
@@ -199,7 +202,8 @@ def test_a_kernel_that_spills_ranks_below_its_streamed_version():
                                   [_softmax_stats(64, 152064, 256, reads=1)]))
     assert no_spill.memory_seconds < streamed["M2"]["memory_seconds"]
     # uncounted accesses cost one store and one load
-    least = _modeled_softmax(_softmax_stats(64, 152064, 256, reads=1), 2400, chips=("M2",))
+    least = _modeled_softmax(_softmax_stats(64, 152064, 256, reads=1), [[2400, None]],
+                             chips=("M2",))
     assert least["M2"]["spill_bytes"] == 2 * 2187 * 64 * 256
     assert least["M2"]["seconds"] < held["M2"]["seconds"]
 
@@ -233,7 +237,7 @@ def test_a_kernel_within_the_register_budget_gets_no_spill_cost():
     m2 = roofline.CHIPS["M2"]
     stats = _softmax_stats(64, 4096, 256, reads=1)
     # the stream_rows budget plus the scalar allowance fits 24 simdgroups' share
-    within = _modeled_softmax(stats, METAL.fragment_register_budget_bytes, accesses=50.0,
+    within = _modeled_softmax(stats, [[METAL.fragment_register_budget_bytes, 50.0]],
                               chips=("M2",))["M2"]
     assert within["spill_seconds"] == 0 and within["spill_bytes"] == 0
     assert within["spill_level"] == "" and within["occupancy_limit"] != "registers (spills)"
@@ -299,11 +303,20 @@ def test_spill_accesses_count_every_reference_once_per_loop_iteration():
     arrays = roofline.local_array_accesses(held)
     assert arrays["v"] == (48, 3 * 3 * 16 + 3 * 16)    # store + two loads a pass, one load
     assert arrays["acc"] == (4, 4 + 3 * 4 + 3 * 4)           # `+=` is one reference
-    assert roofline.spill_accesses_per_byte(held) == 4.0          # the largest array's
+    assert roofline.local_array_profile(held) == [[48, 4.0], [4, 7.0]]   # least used first
     runtime = held.replace("i < ITEMS", "i < int(t)")
     assert roofline.local_array_accesses(runtime)["v"] == (48, None)
-    assert roofline.spill_accesses_per_byte(runtime) is None
-    assert roofline.spill_accesses_per_byte("kernel void k() {\n  float s = 0;\n}\n") is None
+    assert roofline.local_array_profile(runtime) == [[48, None], [4, None]]  # both in it
+    assert roofline.local_array_profile("kernel void k() {\n  float s = 0;\n}\n") == []
+
+
+def test_the_least_used_bytes_spill_each_at_least_stored_and_loaded():
+    profile = [[48, 4.0], [4, 7.0]]
+    assert roofline.spilled_accesses(40, profile) == 40 * 4.0
+    assert roofline.spilled_accesses(50, profile) == 48 * 4.0 + 2 * 7.0
+    assert roofline.spilled_accesses(60, profile) == 48 * 4.0 + 4 * 7.0 + 8 * 2  # scalars
+    assert roofline.spilled_accesses(10, [[8, 1.0], [8, None]]) == 10 * 2       # at least 2
+    assert roofline.spilled_accesses(10) == 20
 
 
 # -- counters and selection ----------------------------------------------------------------
