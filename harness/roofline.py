@@ -5,16 +5,21 @@ Input: the deterministic counters of one checked emulator run (device bytes, per
 all and distinct, threadgroup bytes, barriers, simd operations by kind, launches,
 threadgroups and threads, threadgroup memory per threadgroup) plus the kernel's arithmetic
 (`Built.flops`) and the bytes of its thread-local arrays (`local_array_bytes`, read from the
-MSL: the register estimate). Output: per chip
+MSL: the register estimate) with how often a thread touches each byte of each
+(`local_array_profile`, also read from the MSL). Output: per chip
 
     occupancy   = the throughput a core reaches with its resident simdgroups (measured
                   points, interpolated: 4 -> 37%, 8 -> 64%, 24 or more -> 100%), from
                   the threadgroups a core holds at once (limited by its threads, its
                   threadgroup memory and its register file; a property of the kernel, as
                   if the grid filled the GPU, which the real shapes do)
+    spills      = per thread, register demand beyond register file / resident threads,
+                  its least-used bytes, each moved as often as the MSL touches it (at least
+                  a store and a load), served by the cache level the resident threads'
+                  spilled bytes fit, else partly DRAM (`spill_traffic`)
     memory      = max(DRAM bytes / DRAM bandwidth,      DRAM: every distinct byte once,
                       SLC bytes / SLC bandwidth,         plus repeat accesses no cache holds
-                      all device bytes / L2 bandwidth)   (`memory_traffic`)
+                      all device bytes / L2 bandwidth)   (`memory_traffic`), spills included
     throughput  = max(memory / occupancy,
                       flops / peak flops / occupancy,
                       threadgroup bytes / threadgroup-memory bandwidth,
@@ -58,6 +63,10 @@ Where each figure comes from (docs/bench.md has the table, with every source):
     estimates, not measurements. Apple9 (M3, M4) allocates registers and threadgroup memory
     dynamically ("Dynamic Caching"); no microbenchmark of it was found, so it takes the
     Apple7/8 figures, marked as an estimate.
+  - spills (estimates): the register allowance (64 bytes a thread for scalars), the
+    accesses a spilled byte costs (`SPILL_ACCESSES` at least, the MSL's count when more),
+    write-back caches that keep a stack that fits them off DRAM; the 8 KB L1 data cache
+    per core (metal-benchmarks) holds ~10 bytes a thread at 768 threads and is left out.
   - LAUNCH_OVERHEAD_S = 5 us per dispatch is an assumption: back-to-back dispatches encoded
     in one command buffer; `harness bench` on a Mac measures GPU time to check it.
 
@@ -70,8 +79,10 @@ peak rates are never reached in practice (real kernels get ~70-90% of bandwidth)
 simd collectives are priced by throughput only (a `simd_sum`, 14.54 cycles, and a 5-step
 shuffle butterfly, 5 x 3.04, are close; their latencies, 27.55 and ~5 x 5.9 cycles, are
 not modeled), a reduction is priced at SUM<F32> whatever its type, registers are
-estimated from thread-local arrays plus a fixed allowance for scalars (what the Metal
-compiler really allocates is unknown off a Mac), one occupancy for the whole program
+estimated from thread-local arrays (all as if live at once) plus a fixed allowance for
+scalars, and spills from the MSL's references (what the Metal compiler really allocates and
+spills is unknown off a Mac; spills are priced as traffic, not latency), one occupancy for
+the whole program
 (threads and groups summed over its launches), integer and transcendental operations
 count like FMAs. It ranks compiler changes; it does not predict
 absolute times to better than a factor of ~2.
