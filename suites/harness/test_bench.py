@@ -195,6 +195,8 @@ def test_a_kernel_that_spills_ranks_below_its_streamed_version():
         assert h["spill_level"] == "SLC+DRAM" and h["spill_seconds"] > 0
         assert s["spilled_bytes_per_thread"] == 0 and s["spill_seconds"] == 0
         assert h["seconds"] > s["seconds"]
+    assert report._term_cells(held["M2"])[2].endswith("(2,187 B, SLC+DRAM)")   # spills column
+    assert "of which spills" in report.TERM_HEADER[2]
     # without the spill traffic the held kernel would model faster: it reads X once
     no_spill = roofline.model(roofline.CHIPS["M2"], device_bytes=0, flops=0, launches=1,
                               minimum_bytes=0,
