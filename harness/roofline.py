@@ -602,13 +602,13 @@ def _kernel_body(msl: str, kernel: str | None) -> str:
     return msl[start.start():start.end() + after.start() if after else len(msl)]
 
 
-def _local_arrays(body: str, defines: dict) -> dict:
-    """name -> (element bytes, element count) of the thread-local arrays `body` declares
-    with extents `_extent` can read."""
+def _local_arrays(body: str, defines: dict) -> list:
+    """(name, element bytes, element count) of each thread-local array `body` declares
+    with extents `_extent` can read (a name declared in two kernels of one library twice)."""
     from core.target import DTYPES
     by_msl = {d.msl: d.bytes for d in DTYPES.values()}
     by_msl.update({f"{d.msl}{n}": d.bytes * n for d in DTYPES.values() for n in (2, 3, 4)})
-    out = {}
+    out = []
     for m in _LOCAL_ARRAY.finditer(body):
         elem, name, dims = m.group(1), m.group(2), m.group(3)
         if elem in ("threadgroup", "device", "constant", "return", "typedef"):
@@ -620,7 +620,7 @@ def _local_arrays(body: str, defines: dict) -> dict:
                 break
             count *= extent
         else:
-            out[name] = (by_msl.get(elem, 4), count)
+            out.append((name, by_msl.get(elem, 4), count))
     return out
 
 
@@ -630,7 +630,7 @@ def local_array_bytes(msl: str, kernel: str | None = None) -> int:
     element types of the dtype table, others 4 bytes an element; extents may be #define
     arithmetic. The register estimate of the occupancy term: a fragment held in registers."""
     arrays = _local_arrays(_kernel_body(msl, kernel), dict(_DEFINE.findall(msl)))
-    return sum(size * count for size, count in arrays.values())
+    return sum(size * count for _, size, count in arrays)
 
 
 # A counted loop as the printer and hand-written kernels write it:
@@ -655,10 +655,14 @@ def local_array_accesses(msl: str, kernel: str | None = None) -> dict:
     (`x[i]`, either side of an assignment) counts its element's bytes once per iteration
     of the counted loops around it, branches inside taken (what runs at most; the Metal
     compiler may fuse loops and do less). The accessed bytes are None when a reference
-    lies in a loop whose trip count is not a constant or #define arithmetic."""
+    lies in a loop whose trip count is not a constant or #define arithmetic. Arrays of one
+    name in several kernels of a library count as one: their bytes and accesses add."""
     defines = dict(_DEFINE.findall(msl))
     body = _kernel_body(msl, kernel)
-    arrays = _local_arrays(body, defines)
+    arrays = {}
+    for name, size, count in _local_arrays(body, defines):
+        element, total = arrays.get(name, (size, 0))
+        arrays[name] = (element, total + size * count)
     if not arrays:
         return {}
     accessed = dict.fromkeys(arrays, 0)
@@ -692,7 +696,7 @@ def local_array_accesses(msl: str, kernel: str | None = None) -> dict:
         depth += code.count("{") - code.count("}")
         while loops and depth < loops[-1][0]:
             loops.pop()
-    return {name: (size * count, accessed[name]) for name, (size, count) in arrays.items()}
+    return {name: (nbytes, accessed[name]) for name, (_, nbytes) in arrays.items()}
 
 
 def local_array_profile(msl: str, kernel: str | None = None) -> list:

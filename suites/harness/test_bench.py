@@ -285,6 +285,8 @@ def test_local_array_bytes_reads_thread_arrays_not_threadgroup_ones():
     two = looped + "kernel void j() {\n  float w[3];\n}\n"
     assert roofline.local_array_bytes(two, "j") == 12
     assert roofline.local_array_bytes(two, "k") == 32
+    same = two + "kernel void i() {\n  float w[5];\n}\n"      # one name in two kernels
+    assert roofline.local_array_bytes(same) == 32 + 12 + 20
 
 
 def test_spill_accesses_count_every_reference_once_per_loop_iteration():
