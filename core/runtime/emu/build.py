@@ -21,6 +21,7 @@ errors become `MSLCompileError`s with the MSL line.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import platform
@@ -83,6 +84,25 @@ def _arch_flags() -> list[str]:
 def _arm64() -> bool:
     t = cross.target()
     return t.startswith("aarch64") if t else platform.machine() in ("arm64", "aarch64")
+
+
+def _address_space_flags(toolchain: Toolchain) -> list[str]:
+    """MSL's address spaces are type qualifiers (include/metal_stdlib.h) under SYCL's
+    conversion rules, which clang applies with -fsycl-is-device; that mode mangles some
+    types (bfloat) for its "host" target, which must then be named (the same target)."""
+    triple = cross.target() or _default_triple(toolchain.cxx)
+    return ["-Xclang", "-fsycl-is-device", "-Xclang", "-aux-triple", "-Xclang", triple]
+
+
+@functools.lru_cache(maxsize=None)
+def _default_triple(cxx: str) -> str:
+    res = subprocess.run([cxx, "-print-target-triple"], capture_output=True, text=True,
+                         timeout=60, check=False)
+    triple = res.stdout.strip()
+    if res.returncode != 0 or not triple:
+        raise ToolchainError(f"{cxx} -print-target-triple failed: {res.stderr.strip()}",
+                             construct="emulator toolchain")
+    return triple
 
 
 def _link_flags() -> list[str]:
@@ -151,7 +171,8 @@ class Builder:
             common = [f for f in COMMON_FLAGS if f != "-fexcess-precision=16"] + [
                 "-Xclang", "-ffloat16-excess-precision=none",
                 "-Xclang", "-fbfloat16-excess-precision=none"]
-        return common + _arch_flags() + (CHECKED_FLAGS if checked else [])
+        return (common + _address_space_flags(self.toolchain) + _arch_flags()
+                + (CHECKED_FLAGS if checked else []))
 
     def _shared_artifact(self, key: str, target: Path, what: str, command) -> Path:
         """Build `target` with `command(tmp_path)` unless cached; atomic, memoized."""

@@ -309,6 +309,117 @@ def rewrite_site_overloads(code: str) -> str:
     return "".join(out)
 
 
+_ADDRESS_SPACES = ("thread", "device", "threadgroup", "constant")
+# `) const device {`: the address-space qualifier of a member function (the space of the
+# object it is called on), after its parameter list.
+_MEMBER_SPACE = re.compile(
+    r"\)((?:\s*\b(?:const|volatile|thread|device|threadgroup|constant)\b)+)"
+    r"(?=\s*(?:\{|;|:(?!:)|=|->|noexcept|&))")
+
+
+def _declaration_start(code: str, close: int) -> int:
+    """Where the declaration whose parameter list ends at code[close] == ')' begins: after
+    the previous `;`, `{`, `}` or access label outside brackets."""
+    depth = 0
+    i = close + 1
+    while i > 0:
+        i -= 1
+        c = code[i]
+        if c in ")]":
+            depth += 1
+        elif c in "([":
+            depth -= 1
+        elif depth == 0 and (c in ";{}" or (c == ":" and code[i - 1] != ":"
+                                              and code[i + 1] != ":")):
+            return i + 1
+    return 0
+
+
+def _member_end(code: str, pos: int) -> int:
+    """Index just past a member function's body (or its `;`) that starts at or after pos."""
+    depth = 0
+    for i in range(pos, len(code)):
+        c = code[i]
+        if c in "([":
+            depth += 1
+        elif c in ")]":
+            depth -= 1
+        elif depth == 0 and c == ";":
+            return i + 1
+        elif depth == 0 and c == "{":
+            end = _balanced(code, i, "{", "}")
+            return end if end > 0 else len(code)
+    return len(code)
+
+
+def _enclosing_braces(code: str, positions: list[int]) -> dict[int, int]:
+    """For each position, the offset of the innermost `{` around it (-1: file scope)."""
+    out, stack, wanted = {}, [], sorted(positions)
+    k = 0
+    for m in re.finditer(r"[{}]", code):
+        while k < len(wanted) and wanted[k] < m.start():
+            out[wanted[k]] = stack[-1] if stack else -1
+            k += 1
+        if m.group(0) == "{":
+            stack.append(m.start())
+        elif stack:
+            stack.pop()
+    for pos in wanted[k:]:
+        out[pos] = stack[-1] if stack else -1
+    return out
+
+
+def rewrite_member_address_spaces(code: str, source: str) -> str:
+    """`float get() const device { ... }`: member functions qualified by the address space
+    of their object. clang gives such qualifiers to member functions only in OpenCL's C++,
+    so here every member function takes its object in the default space, which holds
+    objects of every space (metal_stdlib.h): the qualifier is dropped. Overloads of one
+    member for several spaces (MLX writes one per space, with the same body) become one
+    function when their bodies are the same text; bodies that differ are refused, since
+    the emulator could not choose between them by the object's space."""
+    found = list(_MEMBER_SPACE.finditer(code))
+    found = [m for m in found if re.search(r"\b(?:" + "|".join(_ADDRESS_SPACES) + r")\b",
+                                           m.group(1))]
+    if not found:
+        return code
+    enclosing = _enclosing_braces(code, [m.start() for m in found])
+    groups: dict[tuple[int, str], list[tuple[re.Match, int, int]]] = {}
+    for m in found:
+        start = _declaration_start(code, m.start())
+        end = _member_end(code, m.end())
+        header = " ".join(code[start:m.start() + 1].split())
+        quals = " ".join(q for q in m.group(1).split() if q not in _ADDRESS_SPACES)
+        groups.setdefault((enclosing[m.start()], header + " " + quals), []).append(
+            (m, start, end))
+    edits: list[tuple[int, int, str]] = []
+    for (_, header), members in groups.items():
+        bodies = {" ".join(code[m.end():end].split()) for m, _, end in members}
+        if len(bodies) > 1:
+            lines = [line_of(code, m.start()) for m, _, _ in members]
+            name = re.search(r"(operator\b.*|[~\w:]+)\s*$", header[: header.find("(")])
+            raise MSLCompileError(
+                f"member function '{name.group(1) if name else header}' is overloaded on "
+                f"the address space of its object (MSL lines {', '.join(map(str, lines))}) "
+                "with different bodies; the emulator gives every member function its object "
+                "in one address space, so it cannot choose between them",
+                kernel=None, line=lines[1],
+                source_line=source.splitlines()[lines[1] - 1].rstrip())
+        for i, (m, start, end) in enumerate(members):
+            if i == 0:   # the one kept: its qualifier dropped, const kept
+                kept = re.sub(r"\b(?:" + "|".join(_ADDRESS_SPACES) + r")\b",
+                              lambda q: " " * len(q.group(0)), m.group(1))
+                edits.append((m.start() + 1, m.end(), kept))
+            else:        # the same body again: blanked, lines kept
+                edits.append((start, end, _blank(code[start:end])))
+    out, last = [], 0
+    for a, b, text in sorted(edits):
+        out.append(code[last:a])
+        out.append(text)
+        last = b
+    out.append(code[last:])
+    return "".join(out)
+
+
 _CONTINUED_LINE = re.compile(r"[^\n]*\\\n(?:[^\n]*\\\n)*[^\n]*")
 
 
@@ -331,9 +442,9 @@ PRELUDE = f'#line 1 "{SOURCE_NAME}"\nusing namespace metal;\n#line 1 "{SOURCE_NA
 PRELUDE_LINES = PRELUDE.count("\n")
 
 
-def _refuse(source: str, line: int, reason: str,
-            kernels: dict[str, KernelSignature]) -> MSLCompileError:
-    return MSLCompileError(reason, kernel=_kernel_before(kernels, line), line=line,
+def _refuse(source: str, line: int, reason: str, kernels: dict[str, KernelSignature],
+            kernel: str | None = None) -> MSLCompileError:
+    return MSLCompileError(reason, kernel=_kernel_before(kernels, line) or kernel, line=line,
                            source_line=source.splitlines()[line - 1].rstrip())
 
 
@@ -355,6 +466,7 @@ def translate(source: str, kernel_hint: str | None = None,
     code = _INCLUDE.sub(lambda m: "", code)
     code = join_continuations(code)
     code = rewrite_function_constants(code, source, dict(function_constants or {}))
+    code = rewrite_member_address_spaces(code, source)
     code = _FLOAT_LITERAL.sub(_rewrite_literal, code)
     def make_vec(m: re.Match) -> str:
         return f"metal::__mt_make_vec<{m.group(1)}, {m.group(2)}>("
@@ -372,20 +484,30 @@ def translate(source: str, kernel_hint: str | None = None,
         ctype, name, dims = " ".join(m.group(1).split()), m.group(2), "".join(m.group(3).split())
         tg_vars[slot] = name
         t = f"__mt_tg_type_{slot}"
+        # the type keeps its address space, so overloads on `threadgroup` pick it; a
+        # C-style cast is the only one that may give the arena's storage that space
         if not dims:   # a scalar or struct: a reference to the shared object
-            return (f"using {t} = {ctype}; {t}& {name} = *static_cast<{t}*>("
+            return (f"using {t} = threadgroup {ctype}; {t}& {name} = *({t}*)("
                     f"__mt_tg_slot({slot}, sizeof({t}), alignof({t})));"
                     + "\n" * m.group(0).count("\n"))
         # an array: a pointer to its first element (row), so the checker's red zones, not
         # the thread-array bounds checks, judge its outermost index
-        return (f"using {t} = {ctype} {dims}; std::decay_t<{t}> const {name} = "
-                f"*static_cast<{t}*>(__mt_tg_slot({slot}, sizeof({t}), alignof({t})));"
+        return (f"using {t} = threadgroup {ctype} {dims}; std::decay_t<{t}> const {name} = "
+                f"*({t}*)(__mt_tg_slot({slot}, sizeof({t}), alignof({t})));"
                 + "\n" * m.group(0).count("\n"))
 
     code = _THREADGROUP_DECL.sub(threadgroup_decl, code)
     cpp = PRELUDE + code
     translation = Translation(cpp=cpp, source=source, kernels={}, threadgroup_vars=tg_vars)
-    translation.kernels = read_kernels(translation, kernel_hint)
+    try:
+        translation.kernels = read_kernels(translation, kernel_hint)
+    except MSLCompileError as unreadable:
+        if not (initialized or cast):
+            raise
+        # clang's own complaint about a construct refused below is less precise than ours
+        translation.kernels, failed_kernel = {}, unreadable.kernel
+    else:
+        failed_kernel = None
     for i, length in sorted((threadgroup_memory or {}).items()):
         slot = len(tg_vars) + len(translation.threadgroup_params)
         translation.threadgroup_params[int(i)] = (slot, int(length))
@@ -398,11 +520,12 @@ def translate(source: str, kernel_hint: str | None = None,
             f"threadgroup variable '{initialized.group(2)}' has an initializer; MSL does not "
             "allow initializing threadgroup memory in its declaration (one copy is shared by "
             "the threadgroup): declare it without one and write it from the kernel, then "
-            "threadgroup_barrier(mem_flags::mem_threadgroup)", translation.kernels)
+            "threadgroup_barrier(mem_flags::mem_threadgroup)", translation.kernels,
+            failed_kernel)
     if cast:
         raise _refuse(
             source, cast_line,
             f"C-style cast to {cast.group(1)}: the emulator rejects C-style casts between vector "
             f"types (C++ would reinterpret the bits); write the constructor {cast.group(1)}(x)",
-            translation.kernels)
+            translation.kernels, failed_kernel)
     return translation

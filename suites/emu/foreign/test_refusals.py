@@ -12,13 +12,19 @@ from foreigncase import msl_line
 HEAD = "#include <metal_stdlib>\nusing namespace metal;\n"
 
 CASES = {
-    "address-space overload": (
+    "member overloads on the object's space with different bodies": (
         HEAD + """\
-float first(device const float* p) { return p[0]; }
-float first(thread const float* p) { return p[0] + 1.0f; }
-kernel void k(device float* y [[buffer(0)]]) { float v = 2.0f; y[0] = first(&v); }
-""", "float first(thread const float* p)",
-        r"redefinition of 'first'.*erases MSL address spaces"),
+struct Cell {
+  float v;
+  float get() const thread { return v; }
+  float get() const device { return v + 1.0f; }
+};
+kernel void k(device float* y [[buffer(0)]], device const Cell* c [[buffer(1)]]) {
+  y[0] = c[0].get();
+}
+""", "float get() const device",
+        r"member function 'get' is overloaded on the address space of its object \(MSL lines "
+        r"5, 6\) with different bodies"),
     "stage_in": (
         HEAD + """\
 struct V { float4 p; };

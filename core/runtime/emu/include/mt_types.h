@@ -49,6 +49,20 @@
 
 #include "mt_target.h"
 
+// Address spaces (metal_stdlib.h makes device, threadgroup and constant clang address-space
+// qualifiers): `remove_address_space_t<device const float>` is `const float`, for the shim's
+// templates that deduce a type through a pointer in any address space.
+namespace metal { namespace __mt {
+template <class T> struct remove_address_space { using type = T; };
+template <class T> struct remove_address_space<__attribute__((opencl_global)) T> { using type = T; };
+template <class T> struct remove_address_space<__attribute__((opencl_local)) T> { using type = T; };
+template <class T> struct remove_address_space<__attribute__((opencl_private)) T> { using type = T; };
+template <class T> using remove_address_space_t = typename remove_address_space<T>::type;
+// Keeps a parameter out of template argument deduction (std::type_identity, C++20).
+template <class T> struct identity { using type = T; };
+template <class T> using identity_t = typename identity<T>::type;
+}}  // namespace metal::__mt
+
 // ---- Scalar types. Global, like MSL's builtin types; also visible as metal::half etc.
 typedef _Float16 half;
 typedef __bf16 bfloat;
