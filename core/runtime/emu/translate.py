@@ -292,7 +292,8 @@ def rewrite_site_overloads(code: str) -> str:
     """A user's own overload of a simd function (MLX defines `simd_shuffle_down` for its
     complex type) is declared as `(simd_shuffle_down)(__mt_site, params...)`: the
     parentheses keep the call-site macro out of the declaration, and the site parameter
-    lets the macro's calls reach it by overload resolution."""
+    lets the macro's calls reach it by overload resolution (named `__mt_at`: the
+    `__metal_*` simd builtins inside meet at the caller's site, include/mt_builtins.h)."""
     out, last = [], 0
     for m in _SITE_NAME.finditer(code):
         before = code[:m.start()].rstrip()
@@ -303,7 +304,8 @@ def rewrite_site_overloads(code: str) -> str:
             continue                            # `#define R simd_sum(v)`: a call in a macro
         out.append(code[last:m.start()])
         empty = code[m.end():].lstrip().startswith(")")
-        out.append(f"({m.group(1)})(__mt_site{'' if empty else ', '}")
+        # named, so the `__metal_*` simd builtins called inside meet at the caller's site
+        out.append(f"({m.group(1)})(__mt_site __mt_at{'' if empty else ', '}")
         last = m.end()
     out.append(code[last:])
     return "".join(out)
@@ -420,6 +422,29 @@ def rewrite_member_address_spaces(code: str, source: str) -> str:
     return "".join(out)
 
 
+# The `__metal_*` builtins the shim provides (include/mt_builtins.h); any other is refused.
+_BUILTINS_HEADER = strip_comments(
+    (Path(__file__).parent / "include" / "mt_builtins.h").read_text())
+METAL_BUILTINS = frozenset(
+    {f"__metal_{n}" for n in re.findall(r"(?<!define )__MT_METAL_MATH\d\((\w+)\)",
+                                        _BUILTINS_HEADER)}
+    | set(re.findall(r"\b(__metal_\w+)\s*\(", _BUILTINS_HEADER)))
+_METAL_BUILTIN = re.compile(r"\b__metal_\w+")
+
+
+def refuse_unknown_builtins(code: str, source: str) -> None:
+    """An Apple-internal `__metal_*` builtin the shim does not provide is an MSLCompileError
+    naming it and its MSL line."""
+    for m in _METAL_BUILTIN.finditer(code):
+        if m.group(0) not in METAL_BUILTINS:
+            line = line_of(code, m.start())
+            raise MSLCompileError(
+                f"'{m.group(0)}' is an Apple-internal builtin of <metal_stdlib> that the "
+                "emulator does not provide (it provides the __metal_* math and simd builtins "
+                "that have an MSL function of the same name: docs/emulator.md)",
+                kernel=None, line=line, source_line=source.splitlines()[line - 1].rstrip())
+
+
 _CONTINUED_LINE = re.compile(r"[^\n]*\\\n(?:[^\n]*\\\n)*[^\n]*")
 
 
@@ -464,6 +489,7 @@ def translate(source: str, kernel_hint: str | None = None,
     initialized = _THREADGROUP_INIT.search(code)
     initialized_line = line_of(code, initialized.start()) if initialized else 0
     code = _INCLUDE.sub(lambda m: "", code)
+    refuse_unknown_builtins(code, source)
     code = join_continuations(code)
     code = rewrite_function_constants(code, source, dict(function_constants or {}))
     code = rewrite_member_address_spaces(code, source)

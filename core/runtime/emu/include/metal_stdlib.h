@@ -15,6 +15,7 @@
 #include "mt_simd.h"
 #include "mt_matrix.h"
 #include "mt_atomic.h"
+#include "mt_builtins.h"
 #include "mt_sites.h"
 
 // <metal_type_traits>: the standard traits under MSL's names, with half and bfloat counted

@@ -194,6 +194,24 @@ inline float smoothstep_of(float edge0, float edge1, float x) {
 
 }  // namespace __mt
 
+// nextafter for the 16-bit float types: one step of the bit pattern.
+namespace __mt {
+template <class T, class Bits>
+T next_after(T x, T y) {
+  if (x != x || y != y) return T(float(x) + float(y));
+  if (x == y) return y;
+  Bits b;
+  __builtin_memcpy(&b, &x, sizeof b);
+  const Bits sign = Bits(Bits(1) << (8 * sizeof(Bits) - 1));
+  if (x == T(0.0f)) b = Bits((y < x ? sign : Bits(0)) | Bits(1));  // smallest subnormal
+  else if ((x < y) == (x > T(0.0f))) b = Bits(b + 1);              // away from zero
+  else b = Bits(b - 1);
+  T r;
+  __builtin_memcpy(&r, &b, sizeof r);
+  return r;
+}
+}  // namespace __mt
+
 // ---- Float math: math, common and geometric functions. precise:: is the default namespace;
 // fast:: names the same functions (see the header comment).
 inline namespace precise {
@@ -247,7 +265,19 @@ __MT_FLOAT2(fmod, __builtin_fmodf(x, y))
 __MT_FLOAT2(fdim, __builtin_fdimf(x, y))
 __MT_FLOAT2(step, y < x ? 0.0f : 1.0f)  // step(edge, x)
 
+__MT_FLOAT2(divide, x / y)  // fast::divide / precise::divide: here always the exact quotient
+
 __MT_FLOAT3(fma, __builtin_fmaf(x, y, z))
+// max3/min3/median3 (MSL 2.1) and their f-forms: compositions of fmax/fmin, so a NaN
+// operand is ignored as those ignore it.
+__MT_FLOAT3(fmax3, __builtin_fmaxf(__builtin_fmaxf(x, y), z))
+__MT_FLOAT3(fmin3, __builtin_fminf(__builtin_fminf(x, y), z))
+__MT_FLOAT3(fmedian3, __builtin_fmaxf(__builtin_fminf(x, y),
+                                      __builtin_fminf(__builtin_fmaxf(x, y), z)))
+__MT_FLOAT3(max3, __builtin_fmaxf(__builtin_fmaxf(x, y), z))
+__MT_FLOAT3(min3, __builtin_fminf(__builtin_fminf(x, y), z))
+__MT_FLOAT3(median3, __builtin_fmaxf(__builtin_fminf(x, y),
+                                     __builtin_fminf(__builtin_fmaxf(x, y), z)))
 __MT_FLOAT3(clamp, __builtin_fminf(__builtin_fmaxf(x, y), z))  // clamp(x, minval, maxval)
 __MT_FLOAT3(mix, x + (y - x) * z)                               // mix(x, y, a)
 __MT_FLOAT3(smoothstep, __mt::smoothstep_of(x, y, z))           // smoothstep(edge0, edge1, x)
@@ -291,6 +321,17 @@ __mt::ext<E, 3> cross(__mt::ext<E, 3> a, __mt::ext<E, 3> b) {
   __mt::ext<float, 3> c = p.yzx * q.zxy - p.zxy * q.yzx;
   return __mt::ext<E, 3>{E(c.x), E(c.y), E(c.z)};
 }
+
+// frexp(x, exp): x = m * 2^exp with 0.5 <= |m| < 1 (C's frexp; m of x's type).
+inline float frexp(float x, int& e) { return __builtin_frexpf(x, &e); }
+inline half frexp(half x, int& e) { return half(__builtin_frexpf(float(x), &e)); }
+inline bfloat frexp(bfloat x, int& e) { return bfloat(__builtin_frexpf(float(x), &e)); }
+
+// nextafter(x, y): the next value of x's type after x towards y (IEEE nextUp/nextDown;
+// NaN if either is NaN; y if x == y).
+inline float nextafter(float x, float y) { return __builtin_nextafterf(x, y); }
+inline half nextafter(half x, half y) { return __mt::next_after<half, ushort>(x, y); }
+inline bfloat nextafter(bfloat x, bfloat y) { return __mt::next_after<bfloat, ushort>(x, y); }
 
 // ldexp(x, k) = x * 2^k, exactly (MSL 6.5).
 inline float ldexp(float x, int k) { return __builtin_ldexpf(x, k); }
