@@ -275,14 +275,7 @@ class Builder:
 
 # clang messages that come from MSL outside the emulator's subset, and what they mean there:
 # (message pattern, pattern the MSL line must match or None, explanation).
-_ADDRESS_SPACE = re.compile(r"\b(device|threadgroup|thread|constant)\b")
 _EXPLANATIONS = (
-    (re.compile(r"redefinition of '|(constructor|class member) cannot be redeclared|"
-                r"'const' qualifier is not allowed on a constructor"), _ADDRESS_SPACE,
-     "the emulator erases MSL address spaces (device, threadgroup, thread, constant are one "
-     "flat space on the CPU), so functions that differ only in the address space of a "
-     "parameter, or member functions overloaded on it, are the same function here: not "
-     "supported"),
     (re.compile(r"'annotate' attribute cannot be applied to types"), None,
      "an MSL attribute after an array declarator: array-typed kernel parameters (arrays of "
      "buffers) are not supported by the emulator"),

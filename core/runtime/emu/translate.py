@@ -445,6 +445,54 @@ def refuse_unknown_builtins(code: str, source: str) -> None:
                 kernel=None, line=line, source_line=source.splitlines()[line - 1].rstrip())
 
 
+# `constant const int64_t strides[2]` as a function parameter: an array parameter in an
+# address space (MLX's elem_to_loc helpers).
+_ARRAY_PARAMETER = re.compile(
+    r"([(,]\s*)((?:const\s+)?\b(?:constant|device|threadgroup|thread)\b[^,()\[\];{}=]*?)"
+    r"\b([A-Za-z_]\w*)\s*\[[^\[\]]*\]\s*(?=[,)])")
+
+
+def rewrite_array_parameters(code: str) -> str:
+    """`f(constant const int64_t strides[2])` -> `f(constant const int64_t* strides)`: C++
+    adjusts an array parameter to a pointer, as MSL does, but clang refuses the address
+    space on the array type before adjusting it (outside OpenCL), so the rewrite writes the
+    adjusted type."""
+    return _ARRAY_PARAMETER.sub(lambda m: f"{m.group(1)}{m.group(2)}* {m.group(3)}", code)
+
+
+# MSL string literals are `constant char[N]`; C++'s are in the default address space.
+_CONSTANT_CHARS = re.compile(r"\bconstant\s+(?:const\s+)?char\s*\*")
+
+
+def rewrite_string_pointers(code: str) -> str:
+    """`constant char*` -> `const char*`, so that string literals (MSL: in the constant
+    address space; C++: in the default one) bind to it, as they do in MSL."""
+    return _CONSTANT_CHARS.sub("const char*", code)
+
+
+_STATIC_CAST = re.compile(r"\bstatic_cast\s*<")
+
+
+def rewrite_value_casts(code: str) -> str:
+    """`static_cast<T>(x)` with a value type T -> `metal::__mt::value_cast<T>(x)` (mt_types.h):
+    MSL's explicit conversions between half and bfloat, and lane by lane between vectors,
+    which C++ refuses or bit-casts. Casts to pointers and references are left alone."""
+    out, last = [], 0
+    for m in _STATIC_CAST.finditer(code):
+        depth, i = 1, m.end()
+        while i < len(code) and depth:
+            depth += {"<": 1, ">": -1}.get(code[i], 0)
+            i += 1
+        target = code[m.end():i - 1].strip()
+        if depth or target.endswith(("*", "&")):
+            continue
+        out.append(code[last:m.start()])
+        out.append("metal::__mt::value_cast<")
+        last = m.end()
+    out.append(code[last:])
+    return "".join(out)
+
+
 _CONTINUED_LINE = re.compile(r"[^\n]*\\\n(?:[^\n]*\\\n)*[^\n]*")
 
 
@@ -493,6 +541,9 @@ def translate(source: str, kernel_hint: str | None = None,
     code = join_continuations(code)
     code = rewrite_function_constants(code, source, dict(function_constants or {}))
     code = rewrite_member_address_spaces(code, source)
+    code = rewrite_array_parameters(code)
+    code = rewrite_value_casts(code)
+    code = rewrite_string_pointers(code)
     code = _FLOAT_LITERAL.sub(_rewrite_literal, code)
     def make_vec(m: re.Match) -> str:
         return f"metal::__mt_make_vec<{m.group(1)}, {m.group(2)}>("

@@ -104,9 +104,33 @@ constexpr __mt_site __mt_at{0, 0};
 #define __metal_simd_product(...) (metal::simd_product)(__MT_HERE, __VA_ARGS__)
 #define __metal_simd_min(...) (metal::simd_min)(__MT_HERE, __VA_ARGS__)
 #define __metal_simd_max(...) (metal::simd_max)(__MT_HERE, __VA_ARGS__)
-#define __metal_simd_and(...) (metal::simd_and)(__MT_HERE, __VA_ARGS__)
-#define __metal_simd_or(...) (metal::simd_or)(__MT_HERE, __VA_ARGS__)
-#define __metal_simd_xor(...) (metal::simd_xor)(__MT_HERE, __VA_ARGS__)
+// The bitwise reductions also take float types (MLX's bfloat simd_xor passes a float):
+// they combine the values' bit patterns.
+namespace metal {
+namespace __mt {
+template <class T> struct same_size_uint;
+template <> struct same_size_uint<float> { using type = uint; };
+template <> struct same_size_uint<half> { using type = ushort; };
+template <> struct same_size_uint<bfloat> { using type = ushort; };
+template <class Op, class T>
+__MT_INLINE T simd_bitwise(__mt_site at, T v) {
+  if constexpr (is_float<T>::value) {
+    using U = typename same_size_uint<T>::type;
+    U bits;
+    __builtin_memcpy(&bits, &v, sizeof bits);
+    U r = simd_reduce<Op>(at, bits);
+    T out;
+    __builtin_memcpy(&out, &r, sizeof out);
+    return out;
+  } else {
+    return simd_reduce<Op>(at, v);
+  }
+}
+}  // namespace __mt
+}  // namespace metal
+#define __metal_simd_and(...) (metal::__mt::simd_bitwise<metal::__mt::op_and>)(__MT_HERE, __VA_ARGS__)
+#define __metal_simd_or(...) (metal::__mt::simd_bitwise<metal::__mt::op_or>)(__MT_HERE, __VA_ARGS__)
+#define __metal_simd_xor(...) (metal::__mt::simd_bitwise<metal::__mt::op_xor>)(__MT_HERE, __VA_ARGS__)
 #define __metal_simd_prefix_inclusive_sum(...) \
   (metal::simd_prefix_inclusive_sum)(__MT_HERE, __VA_ARGS__)
 #define __metal_simd_prefix_exclusive_sum(...) \

@@ -269,6 +269,27 @@ vec<E, N> __mt_make_vec(A... a) {
   return r;
 }
 
+// ---- static_cast<T>(x) to a value type, as emitted by the source rewrite (translate.py):
+// metal::__mt::value_cast<T>(x). MSL converts explicitly between half and bfloat, and lane
+// by lane between vectors of one length; clang refuses the first and would bit-cast the
+// second (float4 <-> int4). Everything else is C++'s static_cast.
+namespace __mt {
+template <class T, class U>
+constexpr T value_cast(U u) {  // by value: the operand may be a vector element (v.x)
+  using S = std::remove_cv_t<remove_address_space_t<U>>;
+  using D = std::remove_cv_t<T>;
+  if constexpr ((std::is_same_v<D, half> && std::is_same_v<S, bfloat>) ||
+                (std::is_same_v<D, bfloat> && std::is_same_v<S, half>)) {
+    return T(float(u));
+  } else if constexpr (lanes_of<D>::value > 1 && lanes_of<S>::value == lanes_of<D>::value &&
+                       !std::is_same_v<D, S>) {
+    return __mt_make_vec<typename lanes_of<D>::elem, lanes_of<D>::value>(u);
+  } else {
+    return static_cast<T>(static_cast<U&&>(u));
+  }
+}
+}  // namespace __mt
+
 // ---- as_type<T>(x): the bits of x read as T; sizes must match, as in MSL.
 template <class To, class From>
 To as_type(From x) {
