@@ -64,6 +64,17 @@ class KernelParam:
     line: int
     is_reference: bool = False
     threadgroup_index: int | None = None  # [[threadgroup(i)]]: memory sized by the host
+    array_length: int | None = None       # `device T* xs[N] [[buffer(i)]]`: buffers i..i+N-1
+
+    @property
+    def buffer_indices(self) -> tuple[int, ...]:
+        """The buffer indices bound to this parameter (several for an array of buffers)."""
+        if self.buffer_index is None:
+            return ()
+        return tuple(range(self.buffer_index, self.buffer_index + (self.array_length or 1)))
+
+    def buffer_name(self, index: int) -> str:
+        return f"{self.name}[{index - self.buffer_index}]" if self.array_length else self.name
 
 
 @dataclass(frozen=True)
@@ -76,7 +87,8 @@ class KernelSignature:
 
     @property
     def buffers(self) -> dict[int, KernelParam]:
-        return {p.buffer_index: p for p in self.params if p.buffer_index is not None}
+        """Buffer index -> the parameter bound to it (an array of buffers takes several)."""
+        return {i: p for p in self.params for i in p.buffer_indices}
 
 
 @dataclass
@@ -180,6 +192,22 @@ def rewrite_attributes(code: str) -> str:
         items = [piece for _, piece in _split_top_level(m.group(1))]
         return "[[" + ",".join(_rewrite_attribute(i) for i in items) + "]]"
     return _ATTRIBUTE_LIST.sub(one_list, code)
+
+
+# `device float* xs[4] [[clang::annotate(...)]]`: an array of buffers as a kernel parameter.
+_ARRAY_OF_BUFFERS = re.compile(
+    r"\b([A-Za-z_]\w*)\s*\[([^\[\]]+)\]\s*\[\[(clang::annotate\(\"metal\"[^\n]*?\))\]\]"
+    r"(?=\s*[,)])")
+
+
+def rewrite_buffer_arrays(code: str) -> str:
+    """`device float* xs[4] [[buffer(1)]]` (after rewrite_attributes) -> the attributes moved
+    before the bounds, where they belong to the parameter (after them C++ gives them to the
+    array type), plus the length, which the signature reader needs: the parameter's type is
+    the adjusted pointer. The launcher binds buffers i..i+N-1 to the elements, as Metal does."""
+    return _ARRAY_OF_BUFFERS.sub(
+        lambda m: f'{m.group(1)} [[{m.group(3)}, clang::annotate("metal", "array_length", '
+                  f'{m.group(2)})]] [{m.group(2)}]', code)
 
 
 _INSTANTIATION = re.compile(r"\btemplate(?=(?:\s|\\\n)*\[\[)")
@@ -448,15 +476,16 @@ def refuse_unknown_builtins(code: str, source: str) -> None:
 # `constant const int64_t strides[2]` as a function parameter: an array parameter in an
 # address space (MLX's elem_to_loc helpers).
 _ARRAY_PARAMETER = re.compile(
-    r"([(,]\s*)((?:const\s+)?\b(?:constant|device|threadgroup|thread)\b[^,()\[\];{}=]*?)"
-    r"\b([A-Za-z_]\w*)\s*\[[^\[\]]*\]\s*(?=[,)])")
+    r"([(,]\s*)((?:const\s+)?\b(?:constant|device|threadgroup|thread)\b[^,()\[\];{}=*]*?)"
+    r"\b([A-Za-z_]\w*)\s*\[[^\[\]]*\]\s*(?=[,)]|\[\[)")
 
 
 def rewrite_array_parameters(code: str) -> str:
     """`f(constant const int64_t strides[2])` -> `f(constant const int64_t* strides)`: C++
     adjusts an array parameter to a pointer, as MSL does, but clang refuses the address
     space on the array type before adjusting it (outside OpenCL), so the rewrite writes the
-    adjusted type."""
+    adjusted type. Also for a kernel's `constant float v[2] [[buffer(1)]]` (a pointer to
+    buffer 1); an array of pointers is an array of buffers (rewrite_buffer_arrays)."""
     return _ARRAY_PARAMETER.sub(lambda m: f"{m.group(1)}{m.group(2)}* {m.group(3)}", code)
 
 
@@ -551,6 +580,7 @@ def translate(source: str, kernel_hint: str | None = None,
     code = _VECTOR_CTOR.sub(make_vec, code)
     code = _VEC_TEMPLATE_CTOR.sub(make_vec, code)
     code = rewrite_attributes(code)
+    code = rewrite_buffer_arrays(code)
     code = rewrite_instantiations(code)
     code = rewrite_site_overloads(code)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from core.runtime import emu
 from foreigncase import close, run_clean
 
 HEAD = "#include <metal_stdlib>\nusing namespace metal;\n"
@@ -115,3 +116,43 @@ def test_a_library_bfloat_math_next_to_the_float_functions():
     xb = torch.from_numpy(x).to(torch.bfloat16).double()
     close(z, torch.cos(xb).to(torch.bfloat16).double() + torch.exp(xb).to(torch.bfloat16).double(),
           op_class="transcendental")
+
+
+ARRAY_OF_BUFFERS = HEAD + """\
+kernel void k(device float* y [[buffer(0)]],
+              device const float* parts[3] [[buffer(1)]],
+              constant uint& n [[buffer(4)]], uint i [[thread_position_in_grid]]) {
+  if (i < n) y[i] = parts[0][i] + 10.0f * parts[1][i] + 100.0f * parts[2][i];
+}
+"""
+
+
+def test_an_array_of_buffers_binds_consecutive_indices():
+    sig = emu.kernel_signatures(ARRAY_OF_BUFFERS)["k"]
+    assert sorted(sig.buffers) == [0, 1, 2, 3, 4]
+    assert [sig.buffers[i].buffer_name(i) for i in (1, 3)] == ["parts[0]", "parts[2]"]
+    a, b, c = (np.arange(8, dtype=np.float32) + k for k in range(3))
+    y = np.zeros(8, np.float32)
+    run_clean(ARRAY_OF_BUFFERS, "k", 1, 8, [y, a, b, c, np.array([8], np.uint32)])
+    close(y, a + 10 * b.astype(np.float64) + 100 * c.astype(np.float64))
+
+
+def test_an_out_of_bounds_element_of_an_array_of_buffers_is_named():
+    buffers = [np.zeros(8, np.float32), *(np.zeros(4, np.float32) for _ in range(3)),
+               np.array([8], np.uint32)]
+    res = emu.run_msl(ARRAY_OF_BUFFERS, "k", grid=1, threadgroup=8, buffers=buffers)
+    named = {f.buffer_or_offset.split(",")[0] for f in res.findings if f.kind == "bounds"}
+    assert named == {"buffer 1 ('parts[0]')", "buffer 2 ('parts[1]')", "buffer 3 ('parts[2]')"}
+
+
+def test_an_array_of_values_as_a_kernel_parameter_is_a_pointer_to_its_buffer():
+    # C++ (and so MSL) adjusts an array parameter to a pointer to its element
+    src = HEAD + """\
+kernel void k(device float* y [[buffer(0)]], constant float scales[2] [[buffer(1)]],
+              uint i [[thread_position_in_grid]]) {
+  y[i] = scales[0] * float(i) + scales[1];
+}
+"""
+    y = np.zeros(4, np.float32)
+    run_clean(src, "k", 1, 4, [y, np.array([2.0, 0.5], np.float32)])
+    close(y, 2.0 * np.arange(4) + 0.5)

@@ -30,12 +30,14 @@ kernel void k(device float* y [[buffer(0)]], device const Cell* c [[buffer(1)]])
 struct V { float4 p; };
 kernel void k(device float* y [[buffer(0)]], V v [[stage_in]]) { y[0] = v.p.x; }
 """, "kernel void k", r"parameter 'v': the attribute \[\[stage_in\]\] is not supported"),
-    "array of buffers": (
+    "array kernel parameter that is not an array of buffers": (
         HEAD + """\
-kernel void k(device float* y [[buffer(0)]], device float* xs[2] [[buffer(1)]]) {
-  y[0] = xs[0][0] + xs[1][0];
+kernel void k(device float* y [[buffer(0)]],
+              threadgroup float* tiles[2] [[threadgroup(0)]]) {
+  y[0] = tiles[0][0] + tiles[1][0];
 }
-""", "kernel void k", r"array-typed kernel parameters \(arrays of buffers\) are not supported"),
+""", "threadgroup float* tiles[2]",
+        r"parameter 'tiles': an array kernel parameter must be an array of buffers"),
     "texture": (
         HEAD + """\
 kernel void k(texture2d<float> t [[texture(0)]], device float* y [[buffer(0)]]) {
