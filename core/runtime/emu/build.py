@@ -51,15 +51,17 @@ RUNTIME_SOURCES = (*RUNTIME_UNITS, *sorted(RUNTIME_DIR.glob("*.h")),
 # integer wraparound (-fwrapv), half and bfloat rounding after every operation (excess
 # precision off), no contraction of a*b+c into fma (results do not depend on the
 # optimizer), hardware half conversions on x86 (-mf16c), and thread variables that start
-# as zero (-ftrivial-auto-var-init=zero): in MSL an uninitialized variable only holds an
-# unspecified value, while in C++ reading it is undefined behaviour the optimizer exploits
-# (TVM's all-reduce reads one on inactive lanes, and -O1 then deletes the branch guarding
-# a threadgroup load); and pointer casts between element types that read the same bytes
-# as another type (-fno-strict-aliasing), which MSL allows and TileLang's half/bfloat
-# `uint4` carriers rely on.
+# as a poison pattern (-ftrivial-auto-var-init=pattern: float and half NaN, integers 0xAA
+# bytes): in MSL an uninitialized variable only holds an unspecified value, while in C++
+# reading it is undefined behaviour the optimizer exploits (TVM's all-reduce reads one on
+# inactive lanes, and -O1 then deletes the branch guarding a threadgroup load); the pattern
+# makes the read defined, and a result built from it visible (NaN), where zero hid it
+# (docs/emulator.md: why it is not a finding); and pointer casts between element types
+# that read the same bytes as another type (-fno-strict-aliasing), which MSL allows and
+# TileLang's half/bfloat `uint4` carriers rely on.
 COMMON_FLAGS = [
     "-std=c++17", "-O1", "-fwrapv", "-fno-exceptions", "-fno-rtti", "-ffp-contract=off",
-    "-fexcess-precision=16", "-fno-pie", "-pthread", "-ftrivial-auto-var-init=zero",
+    "-fexcess-precision=16", "-fno-pie", "-pthread", "-ftrivial-auto-var-init=pattern",
     "-fno-strict-aliasing",
     "-Wno-unknown-attributes", "-Wno-duplicate-decl-specifier", "-Wno-ignored-attributes",
     "-Werror=vector-conversion",  # MSL has no implicit conversion between vector types

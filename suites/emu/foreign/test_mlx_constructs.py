@@ -78,9 +78,12 @@ kernel void k(device int* y [[buffer(0)]], uint i [[thread_position_in_grid]]) {
 
 BF16_MATH = HEAD + """\
 #define define_math(itype, otype, ctype, mode) \\
-  METAL_FUNC otype cos(itype x) { return static_cast<otype>(__metal_cos(static_cast<ctype>(x), mode)); } \\
-  METAL_FUNC otype exp(itype x) { return static_cast<otype>(__metal_exp(static_cast<ctype>(x), mode)); } \\
-  METAL_FUNC otype abs(itype x) { return static_cast<otype>(__metal_fabs(static_cast<ctype>(x), mode)); }
+  METAL_FUNC otype cos(itype x) { \\
+    return static_cast<otype>(__metal_cos(static_cast<ctype>(x), mode)); } \\
+  METAL_FUNC otype exp(itype x) { \\
+    return static_cast<otype>(__metal_exp(static_cast<ctype>(x), mode)); } \\
+  METAL_FUNC otype abs(itype x) { \\
+    return static_cast<otype>(__metal_fabs(static_cast<ctype>(x), mode)); }
 namespace metal {
 define_math(bfloat, bfloat, float, __METAL_MAYBE_FAST_MATH__)
 namespace fast {
