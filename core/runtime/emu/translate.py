@@ -17,7 +17,17 @@ findings point at the user's MSL line:
    its own stack; one with an initializer is refused (it would become one per thread);
 6. every attribute in `[[...]]` that is not C++'s own becomes
    `clang::annotate("metal", "name", args...)`, which clang keeps in its AST: kernel
-   signatures are read from that AST (signature.py), not from the text.
+   signatures are read from that AST (signature.py), not from the text; an array of
+   buffers (`device T* xs[N] [[buffer(i)]]`) gets its attributes before its bounds, and
+   its length;
+7. address spaces are types (include/metal_stdlib.h); where clang's C++ cannot say what
+   MSL says, the text is adjusted: a member function's address-space qualifier is dropped
+   (overloads for several spaces with one body merged, different bodies refused), an array
+   parameter in an address space becomes the pointer C++ adjusts it to, `constant char*`
+   becomes `const char*` (string literals);
+8. `static_cast<T>(x)` to a value type becomes `metal::__mt::value_cast<T>(x)`, which
+   converts between half and bfloat and lane by lane between vectors as MSL does;
+9. a `__metal_*` builtin the shim does not provide (include/mt_builtins.h) is refused.
 
 Kernel signatures are read into `KernelSignature`s (buffer bindings, thread-position
 parameters, `max_total_threads_per_threadgroup`); the launcher (launcher.py) calls the

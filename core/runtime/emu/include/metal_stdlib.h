@@ -31,8 +31,9 @@ using std::is_unsigned_v; using std::make_signed; using std::make_signed_t;
 using std::make_unsigned; using std::make_unsigned_t; using std::remove_const;
 using std::remove_const_t; using std::remove_cv; using std::remove_cv_t; using std::remove_reference;
 using std::remove_reference_t; using std::is_void; using std::is_void_v; using std::void_t;
-using std::remove_pointer; using std::remove_pointer_t; using std::add_pointer; using std::add_pointer_t;
-using std::is_reference; using std::is_reference_v; using std::remove_extent; using std::remove_extent_t;
+using std::remove_pointer; using std::remove_pointer_t; using std::add_pointer;
+using std::add_pointer_t; using std::is_reference; using std::is_reference_v;
+using std::remove_extent; using std::remove_extent_t;
 template <class T>
 struct is_floating_point
     : std::bool_constant<std::is_floating_point_v<std::remove_cv_t<T>> ||

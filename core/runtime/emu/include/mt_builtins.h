@@ -128,9 +128,12 @@ __MT_INLINE T simd_bitwise(__mt_site at, T v) {
 }
 }  // namespace __mt
 }  // namespace metal
-#define __metal_simd_and(...) (metal::__mt::simd_bitwise<metal::__mt::op_and>)(__MT_HERE, __VA_ARGS__)
-#define __metal_simd_or(...) (metal::__mt::simd_bitwise<metal::__mt::op_or>)(__MT_HERE, __VA_ARGS__)
-#define __metal_simd_xor(...) (metal::__mt::simd_bitwise<metal::__mt::op_xor>)(__MT_HERE, __VA_ARGS__)
+#define __metal_simd_and(...) \
+  (metal::__mt::simd_bitwise<metal::__mt::op_and>)(__MT_HERE, __VA_ARGS__)
+#define __metal_simd_or(...) \
+  (metal::__mt::simd_bitwise<metal::__mt::op_or>)(__MT_HERE, __VA_ARGS__)
+#define __metal_simd_xor(...) \
+  (metal::__mt::simd_bitwise<metal::__mt::op_xor>)(__MT_HERE, __VA_ARGS__)
 #define __metal_simd_prefix_inclusive_sum(...) \
   (metal::simd_prefix_inclusive_sum)(__MT_HERE, __VA_ARGS__)
 #define __metal_simd_prefix_exclusive_sum(...) \

@@ -141,12 +141,14 @@ boolvec<N> each_bool(F f, ext<E, N> a, ext<E, N> b) {
 #define __MT_FLOAT1(name, expr)                                                   \
   inline float name(float x) { return expr; }                                     \
   inline half name(half x) { return half(name(float(x))); }                       \
-  template <int = 0> inline bfloat name(bfloat x) { return bfloat(name(float(x))); }                 \
+  template <int = 0>                                                              \
+  inline bfloat name(bfloat x) { return bfloat(name(float(x))); }                 \
   __MT_LIFT1(name, __mt::if_float)
 #define __MT_FLOAT2(name, expr)                                                   \
   inline float name(float x, float y) { return expr; }                            \
   inline half name(half x, half y) { return half(name(float(x), float(y))); }     \
-  template <int = 0> inline bfloat name(bfloat x, bfloat y) {                                        \
+  template <int = 0>                                                              \
+  inline bfloat name(bfloat x, bfloat y) {                                        \
     return bfloat(name(float(x), float(y)));                                      \
   }                                                                               \
   __MT_LIFT2(name, __mt::if_float)
@@ -155,7 +157,8 @@ boolvec<N> each_bool(F f, ext<E, N> a, ext<E, N> b) {
   inline half name(half x, half y, half z) {                                      \
     return half(name(float(x), float(y), float(z)));                              \
   }                                                                               \
-  template <int = 0> inline bfloat name(bfloat x, bfloat y, bfloat z) {                              \
+  template <int = 0>                                                              \
+  inline bfloat name(bfloat x, bfloat y, bfloat z) {                              \
     return bfloat(name(float(x), float(y), float(z)));                            \
   }                                                                               \
   __MT_LIFT3(name, __mt::if_float)
@@ -328,18 +331,21 @@ __mt::ext<E, 3> cross(__mt::ext<E, 3> a, __mt::ext<E, 3> b) {
 // frexp(x, exp): x = m * 2^exp with 0.5 <= |m| < 1 (C's frexp; m of x's type).
 inline float frexp(float x, int& e) { return __builtin_frexpf(x, &e); }
 inline half frexp(half x, int& e) { return half(__builtin_frexpf(float(x), &e)); }
-template <int = 0> inline bfloat frexp(bfloat x, int& e) { return bfloat(__builtin_frexpf(float(x), &e)); }
+template <int = 0>
+inline bfloat frexp(bfloat x, int& e) { return bfloat(__builtin_frexpf(float(x), &e)); }
 
 // nextafter(x, y): the next value of x's type after x towards y (IEEE nextUp/nextDown;
 // NaN if either is NaN; y if x == y).
 inline float nextafter(float x, float y) { return __builtin_nextafterf(x, y); }
 inline half nextafter(half x, half y) { return __mt::next_after<half, ushort>(x, y); }
-template <int = 0> inline bfloat nextafter(bfloat x, bfloat y) { return __mt::next_after<bfloat, ushort>(x, y); }
+template <int = 0>
+inline bfloat nextafter(bfloat x, bfloat y) { return __mt::next_after<bfloat, ushort>(x, y); }
 
 // ldexp(x, k) = x * 2^k, exactly (MSL 6.5).
 inline float ldexp(float x, int k) { return __builtin_ldexpf(x, k); }
 inline half ldexp(half x, int k) { return half(__builtin_ldexpf(float(x), k)); }
-template <int = 0> inline bfloat ldexp(bfloat x, int k) { return bfloat(__builtin_ldexpf(float(x), k)); }
+template <int = 0>
+inline bfloat ldexp(bfloat x, int k) { return bfloat(__builtin_ldexpf(float(x), k)); }
 template <class E, int N, __mt::if_float<E> = 0>
 __mt::ext<E, N> ldexp(__mt::ext<E, N> x, __mt::ext<int, N> k) {
   __mt::ext<E, N> r;

@@ -53,10 +53,12 @@
 // qualifiers): `remove_address_space_t<device const float>` is `const float`, for the shim's
 // templates that deduce a type through a pointer in any address space.
 namespace metal { namespace __mt {
+#define __MT_AS(space) __attribute__((space))
 template <class T> struct remove_address_space { using type = T; };
-template <class T> struct remove_address_space<__attribute__((opencl_global)) T> { using type = T; };
-template <class T> struct remove_address_space<__attribute__((opencl_local)) T> { using type = T; };
-template <class T> struct remove_address_space<__attribute__((opencl_private)) T> { using type = T; };
+template <class T> struct remove_address_space<__MT_AS(opencl_global) T> { using type = T; };
+template <class T> struct remove_address_space<__MT_AS(opencl_local) T> { using type = T; };
+template <class T> struct remove_address_space<__MT_AS(opencl_private) T> { using type = T; };
+#undef __MT_AS
 template <class T> using remove_address_space_t = typename remove_address_space<T>::type;
 // Keeps a parameter out of template argument deduction (std::type_identity, C++20).
 template <class T> struct identity { using type = T; };
