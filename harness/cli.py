@@ -202,7 +202,7 @@ def _run_emu(args: argparse.Namespace) -> int:
                                "with --kernel NAME")
         args.kernel = next(iter(kernels))
     signature = kernels.get(args.kernel)
-    names = {i: p.name for i, p in signature.buffers.items()} if signature else {}
+    names = {i: p.buffer_name(i) for i, p in signature.buffers.items()} if signature else {}
     total_threads = math.prod(args.grid) * math.prod(args.threadgroup)
     out.print(Text.assemble("kernel ", (args.kernel, "bold"), f" from {args.file}"),
               soft_wrap=True)

@@ -21,6 +21,7 @@ errors become `MSLCompileError`s with the MSL line.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import platform
@@ -50,15 +51,17 @@ RUNTIME_SOURCES = (*RUNTIME_UNITS, *sorted(RUNTIME_DIR.glob("*.h")),
 # integer wraparound (-fwrapv), half and bfloat rounding after every operation (excess
 # precision off), no contraction of a*b+c into fma (results do not depend on the
 # optimizer), hardware half conversions on x86 (-mf16c), and thread variables that start
-# as zero (-ftrivial-auto-var-init=zero): in MSL an uninitialized variable only holds an
-# unspecified value, while in C++ reading it is undefined behaviour the optimizer exploits
-# (TVM's all-reduce reads one on inactive lanes, and -O1 then deletes the branch guarding
-# a threadgroup load); and pointer casts between element types that read the same bytes
-# as another type (-fno-strict-aliasing), which MSL allows and TileLang's half/bfloat
-# `uint4` carriers rely on.
+# as a poison pattern (-ftrivial-auto-var-init=pattern: float and half NaN, integers 0xAA
+# bytes): in MSL an uninitialized variable only holds an unspecified value, while in C++
+# reading it is undefined behaviour the optimizer exploits (TVM's all-reduce reads one on
+# inactive lanes, and -O1 then deletes the branch guarding a threadgroup load); the pattern
+# makes the read defined, and a result built from it visible (NaN), where zero hid it
+# (docs/emulator.md: why it is not a finding); and pointer casts between element types
+# that read the same bytes as another type (-fno-strict-aliasing), which MSL allows and
+# TileLang's half/bfloat `uint4` carriers rely on.
 COMMON_FLAGS = [
     "-std=c++17", "-O1", "-fwrapv", "-fno-exceptions", "-fno-rtti", "-ffp-contract=off",
-    "-fexcess-precision=16", "-fno-pie", "-pthread", "-ftrivial-auto-var-init=zero",
+    "-fexcess-precision=16", "-fno-pie", "-pthread", "-ftrivial-auto-var-init=pattern",
     "-fno-strict-aliasing",
     "-Wno-unknown-attributes", "-Wno-duplicate-decl-specifier", "-Wno-ignored-attributes",
     "-Werror=vector-conversion",  # MSL has no implicit conversion between vector types
@@ -83,6 +86,25 @@ def _arch_flags() -> list[str]:
 def _arm64() -> bool:
     t = cross.target()
     return t.startswith("aarch64") if t else platform.machine() in ("arm64", "aarch64")
+
+
+def _address_space_flags(toolchain: Toolchain) -> list[str]:
+    """MSL's address spaces are type qualifiers (include/metal_stdlib.h) under SYCL's
+    conversion rules, which clang applies with -fsycl-is-device; that mode mangles some
+    types (bfloat) for its "host" target, which must then be named (the same target)."""
+    triple = cross.target() or _default_triple(toolchain.cxx)
+    return ["-Xclang", "-fsycl-is-device", "-Xclang", "-aux-triple", "-Xclang", triple]
+
+
+@functools.lru_cache(maxsize=None)
+def _default_triple(cxx: str) -> str:
+    res = subprocess.run([cxx, "-print-target-triple"], capture_output=True, text=True,
+                         timeout=60, check=False)
+    triple = res.stdout.strip()
+    if res.returncode != 0 or not triple:
+        raise ToolchainError(f"{cxx} -print-target-triple failed: {res.stderr.strip()}",
+                             construct="emulator toolchain")
+    return triple
 
 
 def _link_flags() -> list[str]:
@@ -151,7 +173,8 @@ class Builder:
             common = [f for f in COMMON_FLAGS if f != "-fexcess-precision=16"] + [
                 "-Xclang", "-ffloat16-excess-precision=none",
                 "-Xclang", "-fbfloat16-excess-precision=none"]
-        return common + _arch_flags() + (CHECKED_FLAGS if checked else [])
+        return (common + _address_space_flags(self.toolchain) + _arch_flags()
+                + (CHECKED_FLAGS if checked else []))
 
     def _shared_artifact(self, key: str, target: Path, what: str, command) -> Path:
         """Build `target` with `command(tmp_path)` unless cached; atomic, memoized."""
@@ -254,14 +277,7 @@ class Builder:
 
 # clang messages that come from MSL outside the emulator's subset, and what they mean there:
 # (message pattern, pattern the MSL line must match or None, explanation).
-_ADDRESS_SPACE = re.compile(r"\b(device|threadgroup|thread|constant)\b")
 _EXPLANATIONS = (
-    (re.compile(r"redefinition of '|(constructor|class member) cannot be redeclared|"
-                r"'const' qualifier is not allowed on a constructor"), _ADDRESS_SPACE,
-     "the emulator erases MSL address spaces (device, threadgroup, thread, constant are one "
-     "flat space on the CPU), so functions that differ only in the address space of a "
-     "parameter, or member functions overloaded on it, are the same function here: not "
-     "supported"),
     (re.compile(r"'annotate' attribute cannot be applied to types"), None,
      "an MSL attribute after an array declarator: array-typed kernel parameters (arrays of "
      "buffers) are not supported by the emulator"),

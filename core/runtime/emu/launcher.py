@@ -21,10 +21,25 @@ def _argument(p, i: int, threadgroup_params: dict[int, tuple[int, int]]) -> str:
     if p.threadgroup_index is not None:   # run.py checked that the host gave a length
         slot, length = threadgroup_params[p.threadgroup_index]
         return f"({ptype})__mt_tg_slot({slot}, {length}, 16)"
+    if p.array_length:                     # an array of buffers: see _buffer_arrays
+        return f"__a{i}"
     if p.buffer_index is not None:
         return f"metal::__mt::bind_buffer<{ptype}>(__b[{p.buffer_index}])"
     field = POSITION_ATTRIBUTES[p.position]
     return f"metal::__mt::position<std::remove_cv_t<{ptype}>>(__p->{field})"
+
+
+def _buffer_arrays(k) -> list[str]:
+    """An array-of-buffers parameter (adjusted to a pointer to its element) gets a local array
+    holding buffers i..i+N-1, passed as the argument."""
+    out = []
+    for j, p in enumerate(k.params):
+        if p.array_length:
+            elem = f"std::remove_pointer_t<metal::__mt::param_t<__F, {j}>>"
+            items = ", ".join(f"metal::__mt::bind_buffer<{elem}>(__b[{b}])"
+                              for b in p.buffer_indices)
+            out.append(f"  {elem} __a{j}[{p.array_length}] = {{{items}}};")
+    return out
 
 
 def _min_bytes(k, i: int, p) -> str:
@@ -49,15 +64,17 @@ def generate(kernels: dict[str, KernelSignature],
         out.append(f"static void __mt_entry_{i}(void* const* __b, const __mt_thread_pos* __p) {{")
         out.append("  (void)__b; (void)__p;")
         out.append(f"  using __F = std::remove_cv_t<decltype({k.call})>;")
+        out.extend(_buffer_arrays(k))
         out.append(f"  ({k.call})({args});")
         out.append("}")
         params = ", ".join(
-            f'{{"{p.name}", {-1 if p.buffer_index is None else p.buffer_index}, '
-            f'{_min_bytes(k, j, p)}}}'
-            for j, p in enumerate(k.params))
+            f'{{"{p.buffer_name(b) if b is not None else p.name}", '
+            f'{-1 if b is None else b}, {_min_bytes(k, j, p)}}}'
+            for j, p in enumerate(k.params) for b in (p.buffer_indices or (None,)))
         rows = params or "{nullptr, -1, 0}"
         out.append(f"static const __mt_param_desc __mt_params_{i}[] = {{{rows}}};")
-        table.append(f'{{"{k.name}", __mt_entry_{i}, {len(k.params)}, __mt_params_{i}}}')
+        rows_count = sum(len(p.buffer_indices) or 1 for p in k.params)
+        table.append(f'{{"{k.name}", __mt_entry_{i}, {rows_count}, __mt_params_{i}}}')
     count = len(table)
     if not table:
         table.append('{"", nullptr, 0, nullptr}')

@@ -322,7 +322,7 @@ def _halted(report: dict, binary: Path, kernel: str, grid3, tg3) -> EmuResult:
 def _result(report: dict, binary: Path, sig, translation: Translation, kernel: str) -> EmuResult:
     raw = report["findings"]
     lines = _symbolize(binary, {f["pc"] for f in raw} | {f["other_pc"] for f in raw})
-    names = {p.buffer_index: p.name for p in sig.params if p.buffer_index is not None}
+    names = {i: p.buffer_name(i) for p in sig.params for i in p.buffer_indices}
     findings = []
     for f in raw:
         if f["space"] == "device":

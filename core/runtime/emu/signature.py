@@ -176,14 +176,13 @@ def _kernels(tree: dict, translation: Translation) -> dict[str, KernelSignature]
         params = _number_unbound_buffers(params)
         seen: dict[int, str] = {}
         for p in params:
-            if p.buffer_index is None:
-                continue
-            if p.buffer_index in seen:
-                raise MSLCompileError(
-                    f"parameters '{seen[p.buffer_index]}' and '{p.name}' are both bound to "
-                    f"[[buffer({p.buffer_index})]]", kernel=name, line=p.line,
-                    source_line=lines.text(p.line))
-            seen[p.buffer_index] = p.name
+            for index in p.buffer_indices:
+                if index in seen:
+                    raise MSLCompileError(
+                        f"parameters '{seen[index]}' and '{p.buffer_name(index)}' are both "
+                        f"bound to [[buffer({index})]]", kernel=name, line=p.line,
+                        source_line=lines.text(p.line))
+                seen[index] = p.buffer_name(index)
         if name in kernels:
             raise MSLCompileError(f"two kernels are named '{name}'", kernel=name, line=line,
                                   source_line=lines.text(line))
@@ -229,7 +228,22 @@ def _param(node: dict, index: int, kernel: str, lines: _Lines) -> KernelParam:
             f"kernel parameter '{name}' has no attribute and is neither a pointer nor a "
             "reference; the emulator binds a parameter by [[buffer(i)]] (or, without one, in "
             "order as a buffer) or by its thread-position attribute", **where)
+    length = dict(attrs).get("array_length")
+    attrs = [(a, v) for a, v in attrs if a != "array_length"]
     attr, args = attrs[0]
+    if length is not None:
+        if attr != "buffer" or not length or not isinstance(length[0], int) or length[0] < 1:
+            raise MSLCompileError(
+                f"parameter '{name}': an array kernel parameter must be an array of buffers "
+                "with a constant length and [[buffer(i)]]", **where)
+        if not _strip_qualifiers(ctype).endswith("* *"):
+            raise MSLCompileError(
+                f"parameter '{name}': an array of buffers must hold pointers "
+                f"(e.g. device float* {name}[N] [[buffer(i)]])", **where)
+        if not args or not isinstance(args[0], int):
+            raise MSLCompileError(f"parameter '{name}': [[buffer(...)]] needs a constant index",
+                                  **where)
+        return KernelParam(name, spelled, args[0], None, line, False, None, length[0])
     if attr == "buffer":
         if len(args) != 1 or not isinstance(args[0], int):
             raise MSLCompileError(f"parameter '{name}': [[buffer(...)]] needs a constant index",

@@ -17,7 +17,17 @@ findings point at the user's MSL line:
    its own stack; one with an initializer is refused (it would become one per thread);
 6. every attribute in `[[...]]` that is not C++'s own becomes
    `clang::annotate("metal", "name", args...)`, which clang keeps in its AST: kernel
-   signatures are read from that AST (signature.py), not from the text.
+   signatures are read from that AST (signature.py), not from the text; an array of
+   buffers (`device T* xs[N] [[buffer(i)]]`) gets its attributes before its bounds, and
+   its length;
+7. address spaces are types (include/metal_stdlib.h); where clang's C++ cannot say what
+   MSL says, the text is adjusted: a member function's address-space qualifier is dropped
+   (overloads for several spaces with one body merged, different bodies refused), an array
+   parameter in an address space becomes the pointer C++ adjusts it to, `constant char*`
+   becomes `const char*` (string literals);
+8. `static_cast<T>(x)` to a value type becomes `metal::__mt::value_cast<T>(x)`, which
+   converts between half and bfloat and lane by lane between vectors as MSL does;
+9. a `__metal_*` builtin the shim does not provide (include/mt_builtins.h) is refused.
 
 Kernel signatures are read into `KernelSignature`s (buffer bindings, thread-position
 parameters, `max_total_threads_per_threadgroup`); the launcher (launcher.py) calls the
@@ -64,6 +74,17 @@ class KernelParam:
     line: int
     is_reference: bool = False
     threadgroup_index: int | None = None  # [[threadgroup(i)]]: memory sized by the host
+    array_length: int | None = None       # `device T* xs[N] [[buffer(i)]]`: buffers i..i+N-1
+
+    @property
+    def buffer_indices(self) -> tuple[int, ...]:
+        """The buffer indices bound to this parameter (several for an array of buffers)."""
+        if self.buffer_index is None:
+            return ()
+        return tuple(range(self.buffer_index, self.buffer_index + (self.array_length or 1)))
+
+    def buffer_name(self, index: int) -> str:
+        return f"{self.name}[{index - self.buffer_index}]" if self.array_length else self.name
 
 
 @dataclass(frozen=True)
@@ -76,7 +97,8 @@ class KernelSignature:
 
     @property
     def buffers(self) -> dict[int, KernelParam]:
-        return {p.buffer_index: p for p in self.params if p.buffer_index is not None}
+        """Buffer index -> the parameter bound to it (an array of buffers takes several)."""
+        return {i: p for p in self.params for i in p.buffer_indices}
 
 
 @dataclass
@@ -180,6 +202,22 @@ def rewrite_attributes(code: str) -> str:
         items = [piece for _, piece in _split_top_level(m.group(1))]
         return "[[" + ",".join(_rewrite_attribute(i) for i in items) + "]]"
     return _ATTRIBUTE_LIST.sub(one_list, code)
+
+
+# `device float* xs[4] [[clang::annotate(...)]]`: an array of buffers as a kernel parameter.
+_ARRAY_OF_BUFFERS = re.compile(
+    r"\b([A-Za-z_]\w*)\s*\[([^\[\]]+)\]\s*\[\[(clang::annotate\(\"metal\"[^\n]*?\))\]\]"
+    r"(?=\s*[,)])")
+
+
+def rewrite_buffer_arrays(code: str) -> str:
+    """`device float* xs[4] [[buffer(1)]]` (after rewrite_attributes) -> the attributes moved
+    before the bounds, where they belong to the parameter (after them C++ gives them to the
+    array type), plus the length, which the signature reader needs: the parameter's type is
+    the adjusted pointer. The launcher binds buffers i..i+N-1 to the elements, as Metal does."""
+    return _ARRAY_OF_BUFFERS.sub(
+        lambda m: f'{m.group(1)} [[{m.group(3)}, clang::annotate("metal", "array_length", '
+                  f'{m.group(2)})]] [{m.group(2)}]', code)
 
 
 _INSTANTIATION = re.compile(r"\btemplate(?=(?:\s|\\\n)*\[\[)")
@@ -292,7 +330,8 @@ def rewrite_site_overloads(code: str) -> str:
     """A user's own overload of a simd function (MLX defines `simd_shuffle_down` for its
     complex type) is declared as `(simd_shuffle_down)(__mt_site, params...)`: the
     parentheses keep the call-site macro out of the declaration, and the site parameter
-    lets the macro's calls reach it by overload resolution."""
+    lets the macro's calls reach it by overload resolution (named `__mt_at`: the
+    `__metal_*` simd builtins inside meet at the caller's site, include/mt_builtins.h)."""
     out, last = [], 0
     for m in _SITE_NAME.finditer(code):
         before = code[:m.start()].rstrip()
@@ -303,7 +342,191 @@ def rewrite_site_overloads(code: str) -> str:
             continue                            # `#define R simd_sum(v)`: a call in a macro
         out.append(code[last:m.start()])
         empty = code[m.end():].lstrip().startswith(")")
-        out.append(f"({m.group(1)})(__mt_site{'' if empty else ', '}")
+        # named, so the `__metal_*` simd builtins called inside meet at the caller's site
+        out.append(f"({m.group(1)})(__mt_site __mt_at{'' if empty else ', '}")
+        last = m.end()
+    out.append(code[last:])
+    return "".join(out)
+
+
+_ADDRESS_SPACES = ("thread", "device", "threadgroup", "constant")
+# `) const device {`: the address-space qualifier of a member function (the space of the
+# object it is called on), after its parameter list.
+_MEMBER_SPACE = re.compile(
+    r"\)((?:\s*\b(?:const|volatile|thread|device|threadgroup|constant)\b)+)"
+    r"(?=\s*(?:\{|;|:(?!:)|=|->|noexcept|&))")
+
+
+def _declaration_start(code: str, close: int) -> int:
+    """Where the declaration whose parameter list ends at code[close] == ')' begins: after
+    the previous `;`, `{`, `}` or access label outside brackets."""
+    depth = 0
+    i = close + 1
+    while i > 0:
+        i -= 1
+        c = code[i]
+        if c in ")]":
+            depth += 1
+        elif c in "([":
+            depth -= 1
+        elif depth == 0 and (c in ";{}" or (c == ":" and code[i - 1] != ":"
+                                              and code[i + 1] != ":")):
+            return i + 1
+    return 0
+
+
+def _member_end(code: str, pos: int) -> int:
+    """Index just past a member function's body (or its `;`) that starts at or after pos."""
+    depth = 0
+    for i in range(pos, len(code)):
+        c = code[i]
+        if c in "([":
+            depth += 1
+        elif c in ")]":
+            depth -= 1
+        elif depth == 0 and c == ";":
+            return i + 1
+        elif depth == 0 and c == "{":
+            end = _balanced(code, i, "{", "}")
+            return end if end > 0 else len(code)
+    return len(code)
+
+
+def _enclosing_braces(code: str, positions: list[int]) -> dict[int, int]:
+    """For each position, the offset of the innermost `{` around it (-1: file scope)."""
+    out, stack, wanted = {}, [], sorted(positions)
+    k = 0
+    for m in re.finditer(r"[{}]", code):
+        while k < len(wanted) and wanted[k] < m.start():
+            out[wanted[k]] = stack[-1] if stack else -1
+            k += 1
+        if m.group(0) == "{":
+            stack.append(m.start())
+        elif stack:
+            stack.pop()
+    for pos in wanted[k:]:
+        out[pos] = stack[-1] if stack else -1
+    return out
+
+
+def rewrite_member_address_spaces(code: str, source: str) -> str:
+    """`float get() const device { ... }`: member functions qualified by the address space
+    of their object. clang gives such qualifiers to member functions only in OpenCL's C++,
+    so here every member function takes its object in the default space, which holds
+    objects of every space (metal_stdlib.h): the qualifier is dropped. Overloads of one
+    member for several spaces (MLX writes one per space, with the same body) become one
+    function when their bodies are the same text; bodies that differ are refused, since
+    the emulator could not choose between them by the object's space."""
+    found = list(_MEMBER_SPACE.finditer(code))
+    found = [m for m in found if re.search(r"\b(?:" + "|".join(_ADDRESS_SPACES) + r")\b",
+                                           m.group(1))]
+    if not found:
+        return code
+    enclosing = _enclosing_braces(code, [m.start() for m in found])
+    groups: dict[tuple[int, str], list[tuple[re.Match, int, int]]] = {}
+    for m in found:
+        start = _declaration_start(code, m.start())
+        end = _member_end(code, m.end())
+        header = " ".join(code[start:m.start() + 1].split())
+        quals = " ".join(q for q in m.group(1).split() if q not in _ADDRESS_SPACES)
+        groups.setdefault((enclosing[m.start()], header + " " + quals), []).append(
+            (m, start, end))
+    edits: list[tuple[int, int, str]] = []
+    for (_, header), members in groups.items():
+        bodies = {" ".join(code[m.end():end].split()) for m, _, end in members}
+        if len(bodies) > 1:
+            lines = [line_of(code, m.start()) for m, _, _ in members]
+            name = re.search(r"(operator\b.*|[~\w:]+)\s*$", header[: header.find("(")])
+            raise MSLCompileError(
+                f"member function '{name.group(1) if name else header}' is overloaded on "
+                f"the address space of its object (MSL lines {', '.join(map(str, lines))}) "
+                "with different bodies; the emulator gives every member function its object "
+                "in one address space, so it cannot choose between them",
+                kernel=None, line=lines[1],
+                source_line=source.splitlines()[lines[1] - 1].rstrip())
+        for i, (m, start, end) in enumerate(members):
+            if i == 0:   # the one kept: its qualifier dropped, const kept
+                kept = re.sub(r"\b(?:" + "|".join(_ADDRESS_SPACES) + r")\b",
+                              lambda q: " " * len(q.group(0)), m.group(1))
+                edits.append((m.start() + 1, m.end(), kept))
+            else:        # the same body again: blanked, lines kept
+                edits.append((start, end, _blank(code[start:end])))
+    out, last = [], 0
+    for a, b, text in sorted(edits):
+        out.append(code[last:a])
+        out.append(text)
+        last = b
+    out.append(code[last:])
+    return "".join(out)
+
+
+# The `__metal_*` builtins the shim provides (include/mt_builtins.h); any other is refused.
+_BUILTINS_HEADER = strip_comments(
+    (Path(__file__).parent / "include" / "mt_builtins.h").read_text())
+METAL_BUILTINS = frozenset(
+    {f"__metal_{n}" for n in re.findall(r"(?<!define )__MT_METAL_MATH\d\((\w+)\)",
+                                        _BUILTINS_HEADER)}
+    | set(re.findall(r"\b(__metal_\w+)\s*\(", _BUILTINS_HEADER)))
+_METAL_BUILTIN = re.compile(r"\b__metal_\w+")
+
+
+def refuse_unknown_builtins(code: str, source: str) -> None:
+    """An Apple-internal `__metal_*` builtin the shim does not provide is an MSLCompileError
+    naming it and its MSL line."""
+    for m in _METAL_BUILTIN.finditer(code):
+        if m.group(0) not in METAL_BUILTINS:
+            line = line_of(code, m.start())
+            raise MSLCompileError(
+                f"'{m.group(0)}' is an Apple-internal builtin of <metal_stdlib> that the "
+                "emulator does not provide (it provides the __metal_* math and simd builtins "
+                "that have an MSL function of the same name: docs/emulator.md)",
+                kernel=None, line=line, source_line=source.splitlines()[line - 1].rstrip())
+
+
+# `constant const int64_t strides[2]` as a function parameter: an array parameter in an
+# address space (MLX's elem_to_loc helpers).
+_ARRAY_PARAMETER = re.compile(
+    r"([(,]\s*)((?:const\s+)?\b(?:constant|device|threadgroup|thread)\b[^,()\[\];{}=*]*?)"
+    r"\b([A-Za-z_]\w*)\s*\[[^\[\]]*\]\s*(?=[,)]|\[\[)")
+
+
+def rewrite_array_parameters(code: str) -> str:
+    """`f(constant const int64_t strides[2])` -> `f(constant const int64_t* strides)`: C++
+    adjusts an array parameter to a pointer, as MSL does, but clang refuses the address
+    space on the array type before adjusting it (outside OpenCL), so the rewrite writes the
+    adjusted type. Also for a kernel's `constant float v[2] [[buffer(1)]]` (a pointer to
+    buffer 1); an array of pointers is an array of buffers (rewrite_buffer_arrays)."""
+    return _ARRAY_PARAMETER.sub(lambda m: f"{m.group(1)}{m.group(2)}* {m.group(3)}", code)
+
+
+# MSL string literals are `constant char[N]`; C++'s are in the default address space.
+_CONSTANT_CHARS = re.compile(r"\bconstant\s+(?:const\s+)?char\s*\*")
+
+
+def rewrite_string_pointers(code: str) -> str:
+    """`constant char*` -> `const char*`, so that string literals (MSL: in the constant
+    address space; C++: in the default one) bind to it, as they do in MSL."""
+    return _CONSTANT_CHARS.sub("const char*", code)
+
+
+_STATIC_CAST = re.compile(r"\bstatic_cast\s*<")
+
+
+def rewrite_value_casts(code: str) -> str:
+    """`static_cast<T>(x)` with a value type T -> `metal::__mt::value_cast<T>(x)` (mt_types.h):
+    MSL's explicit conversions between half and bfloat, and lane by lane between vectors,
+    which C++ refuses or bit-casts. Casts to pointers and references are left alone."""
+    out, last = [], 0
+    for m in _STATIC_CAST.finditer(code):
+        depth, i = 1, m.end()
+        while i < len(code) and depth:
+            depth += {"<": 1, ">": -1}.get(code[i], 0)
+            i += 1
+        target = code[m.end():i - 1].strip()
+        if depth or target.endswith(("*", "&")):
+            continue
+        out.append(code[last:m.start()])
+        out.append("metal::__mt::value_cast<")
         last = m.end()
     out.append(code[last:])
     return "".join(out)
@@ -331,9 +554,9 @@ PRELUDE = f'#line 1 "{SOURCE_NAME}"\nusing namespace metal;\n#line 1 "{SOURCE_NA
 PRELUDE_LINES = PRELUDE.count("\n")
 
 
-def _refuse(source: str, line: int, reason: str,
-            kernels: dict[str, KernelSignature]) -> MSLCompileError:
-    return MSLCompileError(reason, kernel=_kernel_before(kernels, line), line=line,
+def _refuse(source: str, line: int, reason: str, kernels: dict[str, KernelSignature],
+            kernel: str | None = None) -> MSLCompileError:
+    return MSLCompileError(reason, kernel=_kernel_before(kernels, line) or kernel, line=line,
                            source_line=source.splitlines()[line - 1].rstrip())
 
 
@@ -353,8 +576,13 @@ def translate(source: str, kernel_hint: str | None = None,
     initialized = _THREADGROUP_INIT.search(code)
     initialized_line = line_of(code, initialized.start()) if initialized else 0
     code = _INCLUDE.sub(lambda m: "", code)
+    refuse_unknown_builtins(code, source)
     code = join_continuations(code)
     code = rewrite_function_constants(code, source, dict(function_constants or {}))
+    code = rewrite_member_address_spaces(code, source)
+    code = rewrite_array_parameters(code)
+    code = rewrite_value_casts(code)
+    code = rewrite_string_pointers(code)
     code = _FLOAT_LITERAL.sub(_rewrite_literal, code)
     def make_vec(m: re.Match) -> str:
         return f"metal::__mt_make_vec<{m.group(1)}, {m.group(2)}>("
@@ -362,6 +590,7 @@ def translate(source: str, kernel_hint: str | None = None,
     code = _VECTOR_CTOR.sub(make_vec, code)
     code = _VEC_TEMPLATE_CTOR.sub(make_vec, code)
     code = rewrite_attributes(code)
+    code = rewrite_buffer_arrays(code)
     code = rewrite_instantiations(code)
     code = rewrite_site_overloads(code)
 
@@ -372,20 +601,30 @@ def translate(source: str, kernel_hint: str | None = None,
         ctype, name, dims = " ".join(m.group(1).split()), m.group(2), "".join(m.group(3).split())
         tg_vars[slot] = name
         t = f"__mt_tg_type_{slot}"
+        # the type keeps its address space, so overloads on `threadgroup` pick it; a
+        # C-style cast is the only one that may give the arena's storage that space
         if not dims:   # a scalar or struct: a reference to the shared object
-            return (f"using {t} = {ctype}; {t}& {name} = *static_cast<{t}*>("
+            return (f"using {t} = threadgroup {ctype}; {t}& {name} = *({t}*)("
                     f"__mt_tg_slot({slot}, sizeof({t}), alignof({t})));"
                     + "\n" * m.group(0).count("\n"))
         # an array: a pointer to its first element (row), so the checker's red zones, not
         # the thread-array bounds checks, judge its outermost index
-        return (f"using {t} = {ctype} {dims}; std::decay_t<{t}> const {name} = "
-                f"*static_cast<{t}*>(__mt_tg_slot({slot}, sizeof({t}), alignof({t})));"
+        return (f"using {t} = threadgroup {ctype} {dims}; std::decay_t<{t}> const {name} = "
+                f"*({t}*)(__mt_tg_slot({slot}, sizeof({t}), alignof({t})));"
                 + "\n" * m.group(0).count("\n"))
 
     code = _THREADGROUP_DECL.sub(threadgroup_decl, code)
     cpp = PRELUDE + code
     translation = Translation(cpp=cpp, source=source, kernels={}, threadgroup_vars=tg_vars)
-    translation.kernels = read_kernels(translation, kernel_hint)
+    try:
+        translation.kernels = read_kernels(translation, kernel_hint)
+    except MSLCompileError as unreadable:
+        if not (initialized or cast):
+            raise
+        # clang's own complaint about a construct refused below is less precise than ours
+        translation.kernels, failed_kernel = {}, unreadable.kernel
+    else:
+        failed_kernel = None
     for i, length in sorted((threadgroup_memory or {}).items()):
         slot = len(tg_vars) + len(translation.threadgroup_params)
         translation.threadgroup_params[int(i)] = (slot, int(length))
@@ -398,11 +637,12 @@ def translate(source: str, kernel_hint: str | None = None,
             f"threadgroup variable '{initialized.group(2)}' has an initializer; MSL does not "
             "allow initializing threadgroup memory in its declaration (one copy is shared by "
             "the threadgroup): declare it without one and write it from the kernel, then "
-            "threadgroup_barrier(mem_flags::mem_threadgroup)", translation.kernels)
+            "threadgroup_barrier(mem_flags::mem_threadgroup)", translation.kernels,
+            failed_kernel)
     if cast:
         raise _refuse(
             source, cast_line,
             f"C-style cast to {cast.group(1)}: the emulator rejects C-style casts between vector "
             f"types (C++ would reinterpret the bits); write the constructor {cast.group(1)}(x)",
-            translation.kernels)
+            translation.kernels, failed_kernel)
     return translation

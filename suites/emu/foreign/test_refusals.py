@@ -12,24 +12,32 @@ from foreigncase import msl_line
 HEAD = "#include <metal_stdlib>\nusing namespace metal;\n"
 
 CASES = {
-    "address-space overload": (
+    "member overloads on the object's space with different bodies": (
         HEAD + """\
-float first(device const float* p) { return p[0]; }
-float first(thread const float* p) { return p[0] + 1.0f; }
-kernel void k(device float* y [[buffer(0)]]) { float v = 2.0f; y[0] = first(&v); }
-""", "float first(thread const float* p)",
-        r"redefinition of 'first'.*erases MSL address spaces"),
+struct Cell {
+  float v;
+  float get() const thread { return v; }
+  float get() const device { return v + 1.0f; }
+};
+kernel void k(device float* y [[buffer(0)]], device const Cell* c [[buffer(1)]]) {
+  y[0] = c[0].get();
+}
+""", "float get() const device",
+        r"member function 'get' is overloaded on the address space of its object \(MSL lines "
+        r"5, 6\) with different bodies"),
     "stage_in": (
         HEAD + """\
 struct V { float4 p; };
 kernel void k(device float* y [[buffer(0)]], V v [[stage_in]]) { y[0] = v.p.x; }
 """, "kernel void k", r"parameter 'v': the attribute \[\[stage_in\]\] is not supported"),
-    "array of buffers": (
+    "array kernel parameter that is not an array of buffers": (
         HEAD + """\
-kernel void k(device float* y [[buffer(0)]], device float* xs[2] [[buffer(1)]]) {
-  y[0] = xs[0][0] + xs[1][0];
+kernel void k(device float* y [[buffer(0)]],
+              threadgroup float* tiles[2] [[threadgroup(0)]]) {
+  y[0] = tiles[0][0] + tiles[1][0];
 }
-""", "kernel void k", r"array-typed kernel parameters \(arrays of buffers\) are not supported"),
+""", "threadgroup float* tiles[2]",
+        r"parameter 'tiles': an array kernel parameter must be an array of buffers"),
     "texture": (
         HEAD + """\
 kernel void k(texture2d<float> t [[texture(0)]], device float* y [[buffer(0)]]) {

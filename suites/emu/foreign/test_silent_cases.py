@@ -90,3 +90,28 @@ def test_out_of_range_private_array_index_is_a_bounds_finding_at_its_line(shift,
     assert f.line == msl_line(PRIVATE, "w[int(i) - shift] = 0.0f;")
     assert f"index {bad} is out of bounds for the array type 'float[4]'" in f.detail
     assert f.thread == (0, 0, 0)   # the forward schedule runs thread 0 first
+
+
+def test_an_uninitialized_thread_variable_shows_as_poison_not_zero():
+    # MSL leaves it unspecified; the emulator starts thread variables as clang's pattern
+    # (float/half NaN, integer bytes 0xAA), so a result built from one is visibly wrong
+    src = """\
+#include <metal_stdlib>
+using namespace metal;
+kernel void k(device float* y [[buffer(0)]], device int* z [[buffer(1)]],
+              uint i [[thread_position_in_grid]]) {
+  float v;
+  int n;
+  if (i % 2 == 0) { v = 1.5f; n = 3; }
+  y[i] = v;
+  z[i] = n;
+}
+"""
+    y = np.zeros(4, np.float32)
+    z = np.zeros(4, np.int32)
+    res = emu.run_msl(src, "k", grid=1, threadgroup=4, buffers=[y, z])
+    assert res.findings == []
+    np.testing.assert_array_equal(y[0::2], 1.5)
+    assert np.isnan(y[1::2]).all()
+    np.testing.assert_array_equal(z, [3, np.uint32(0xAAAAAAAA).view(np.int32), 3,
+                                      np.uint32(0xAAAAAAAA).view(np.int32)])

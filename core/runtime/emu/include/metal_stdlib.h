@@ -15,6 +15,7 @@
 #include "mt_simd.h"
 #include "mt_matrix.h"
 #include "mt_atomic.h"
+#include "mt_builtins.h"
 #include "mt_sites.h"
 
 // <metal_type_traits>: the standard traits under MSL's names, with half and bfloat counted
@@ -30,6 +31,9 @@ using std::is_unsigned_v; using std::make_signed; using std::make_signed_t;
 using std::make_unsigned; using std::make_unsigned_t; using std::remove_const;
 using std::remove_const_t; using std::remove_cv; using std::remove_cv_t; using std::remove_reference;
 using std::remove_reference_t; using std::is_void; using std::is_void_v; using std::void_t;
+using std::remove_pointer; using std::remove_pointer_t; using std::add_pointer;
+using std::add_pointer_t; using std::is_reference; using std::is_reference_v;
+using std::remove_extent; using std::remove_extent_t;
 template <class T>
 struct is_floating_point
     : std::bool_constant<std::is_floating_point_v<std::remove_cv_t<T>> ||
@@ -91,16 +95,26 @@ template <class R, class... A, size_t I> struct param_of<R (*)(A...), I> {
 };
 template <class F, size_t I> using param_t = typename param_of<F, I>::type;
 template <class T> inline T bind_buffer(void* p) {
-  if constexpr (std::is_reference_v<T>) return *static_cast<std::remove_reference_t<T>*>(p);
+  // C-style casts: the only casts that may change the address space
+  if constexpr (std::is_reference_v<T>) return *(std::remove_reference_t<T>*)p;
   else return (T)p;
 }
 }  // namespace __mt
 }  // namespace metal
 
-#define device
-#define threadgroup
+// Address spaces are qualifiers of the type, as in MSL, so that overloads and templates
+// that differ only in one are distinct (a `device float*` and a `threadgroup float*`
+// overload, `is_same_v<T, device float>`). They are clang's address-space qualifiers under
+// SYCL's rules (build.py compiles with -fsycl-is-device): the default space (`thread`) is
+// a superset of the others, so a struct in device memory copies, compares and calls its
+// plain member functions as in MSL, while an exact match still wins overload resolution.
+// All of them are one flat LLVM address space on the host, so the race checker's hooks
+// see every access. `constant` is read-only storage; its qualifier (SYCL's private space,
+// the one left over) only keeps it apart from the others in overloads.
+#define device __attribute__((opencl_global))
+#define threadgroup __attribute__((opencl_local))
 #define thread
-#define constant const
+#define constant const __attribute__((opencl_private))
 #define kernel [[clang::annotate("metal", "kernel")]]
 // <metal_stdlib>'s own spelling of a forced-inline function, which MSL libraries use.
 #define METAL_FUNC inline __attribute__((__always_inline__))

@@ -33,10 +33,19 @@ typedef atomic<float> atomic_float;
 struct atomic_bool { bool __value; };
 
 namespace __mt {
+// The value type of an atomic object in any address space: the functions below take
+// `volatile device atomic_int*`, `threadgroup atomic_float*`, ... by deducing the object.
+template <class O> struct atomic_value;
+template <class T> struct atomic_value<atomic<T>> { using type = T; };
+template <class O>
+using atomic_value_t = typename atomic_value<std::remove_cv_t<remove_address_space_t<O>>>::type;
+}  // namespace __mt
+
+namespace __mt {
 
 template <class T>
 __MT_INLINE T* atomic_ptr(volatile atomic<T>* o, int kind) {  // 0 load, 1 rmw, 2 store
-  T* p = const_cast<T*>(&o->__value);
+  T* p = (T*)&o->__value;
   __mt_atomic_access(p, sizeof(T), kind);
   return p;
 }
@@ -61,28 +70,28 @@ __MT_INLINE T atomic_rmw(volatile atomic<T>* o, F f) {
 
 }  // namespace __mt
 
-template <class T, class U>
-__MT_INLINE void atomic_store_explicit(volatile atomic<T>* o, U v, memory_order) {
+template <class O, class U, class T = __mt::atomic_value_t<O>>
+__MT_INLINE void atomic_store_explicit(volatile O* o, U v, memory_order) {
   T value = T(v);
   uint bits;
   __builtin_memcpy(&bits, &value, 4);
-  __atomic_store_n(reinterpret_cast<uint*>(__mt::atomic_ptr(o, 2)), bits, __ATOMIC_RELAXED);
+  __atomic_store_n(reinterpret_cast<uint*>(__mt::atomic_ptr<T>(o, 2)), bits, __ATOMIC_RELAXED);
 }
-template <class T>
-__MT_INLINE T atomic_load_explicit(volatile atomic<T>* o, memory_order) {
-  uint bits = __atomic_load_n(reinterpret_cast<uint*>(__mt::atomic_ptr(o, 0)), __ATOMIC_RELAXED);
+template <class O, class T = __mt::atomic_value_t<O>>
+__MT_INLINE T atomic_load_explicit(volatile O* o, memory_order) {
+  uint bits = __atomic_load_n(reinterpret_cast<uint*>(__mt::atomic_ptr<T>(o, 0)), __ATOMIC_RELAXED);
   T value;
   __builtin_memcpy(&value, &bits, 4);
   return value;
 }
-template <class T, class U>
-__MT_INLINE T atomic_exchange_explicit(volatile atomic<T>* o, U v, memory_order) {
-  return __mt::atomic_rmw(o, [&](T) { return T(v); });
+template <class O, class U, class T = __mt::atomic_value_t<O>>
+__MT_INLINE T atomic_exchange_explicit(volatile O* o, U v, memory_order) {
+  return __mt::atomic_rmw<T>(o, [&](T) { return T(v); });
 }
-template <class T, class U>
-__MT_INLINE bool atomic_compare_exchange_weak_explicit(volatile atomic<T>* o, T* expected, U desired,
+template <class O, class U, class T = __mt::atomic_value_t<O>>
+__MT_INLINE bool atomic_compare_exchange_weak_explicit(volatile O* o, T* expected, U desired,
                                                       memory_order, memory_order) {
-  T* p = __mt::atomic_ptr(o, 1);
+  T* p = __mt::atomic_ptr<T>(o, 1);
   uint exp_bits, new_bits;
   T d = T(desired);
   __builtin_memcpy(&exp_bits, expected, 4);
@@ -92,33 +101,33 @@ __MT_INLINE bool atomic_compare_exchange_weak_explicit(volatile atomic<T>* o, T*
   if (!ok) __builtin_memcpy(expected, &exp_bits, 4);
   return ok;
 }
-template <class T, class U>
-__MT_INLINE T atomic_fetch_add_explicit(volatile atomic<T>* o, U v, memory_order) {
-  return __mt::atomic_rmw(o, [&](T x) { return T(x + T(v)); });
+template <class O, class U, class T = __mt::atomic_value_t<O>>
+__MT_INLINE T atomic_fetch_add_explicit(volatile O* o, U v, memory_order) {
+  return __mt::atomic_rmw<T>(o, [&](T x) { return T(x + T(v)); });
 }
-template <class T, class U>
-__MT_INLINE T atomic_fetch_sub_explicit(volatile atomic<T>* o, U v, memory_order) {
-  return __mt::atomic_rmw(o, [&](T x) { return T(x - T(v)); });
+template <class O, class U, class T = __mt::atomic_value_t<O>>
+__MT_INLINE T atomic_fetch_sub_explicit(volatile O* o, U v, memory_order) {
+  return __mt::atomic_rmw<T>(o, [&](T x) { return T(x - T(v)); });
 }
-template <class T, class U>
-__MT_INLINE T atomic_fetch_and_explicit(volatile atomic<T>* o, U v, memory_order) {
-  return __mt::atomic_rmw(o, [&](T x) { return T(x & T(v)); });
+template <class O, class U, class T = __mt::atomic_value_t<O>>
+__MT_INLINE T atomic_fetch_and_explicit(volatile O* o, U v, memory_order) {
+  return __mt::atomic_rmw<T>(o, [&](T x) { return T(x & T(v)); });
 }
-template <class T, class U>
-__MT_INLINE T atomic_fetch_or_explicit(volatile atomic<T>* o, U v, memory_order) {
-  return __mt::atomic_rmw(o, [&](T x) { return T(x | T(v)); });
+template <class O, class U, class T = __mt::atomic_value_t<O>>
+__MT_INLINE T atomic_fetch_or_explicit(volatile O* o, U v, memory_order) {
+  return __mt::atomic_rmw<T>(o, [&](T x) { return T(x | T(v)); });
 }
-template <class T, class U>
-__MT_INLINE T atomic_fetch_xor_explicit(volatile atomic<T>* o, U v, memory_order) {
-  return __mt::atomic_rmw(o, [&](T x) { return T(x ^ T(v)); });
+template <class O, class U, class T = __mt::atomic_value_t<O>>
+__MT_INLINE T atomic_fetch_xor_explicit(volatile O* o, U v, memory_order) {
+  return __mt::atomic_rmw<T>(o, [&](T x) { return T(x ^ T(v)); });
 }
-template <class T, class U>
-__MT_INLINE T atomic_fetch_min_explicit(volatile atomic<T>* o, U v, memory_order) {
-  return __mt::atomic_rmw(o, [&](T x) { return T(v) < x ? T(v) : x; });
+template <class O, class U, class T = __mt::atomic_value_t<O>>
+__MT_INLINE T atomic_fetch_min_explicit(volatile O* o, U v, memory_order) {
+  return __mt::atomic_rmw<T>(o, [&](T x) { return T(v) < x ? T(v) : x; });
 }
-template <class T, class U>
-__MT_INLINE T atomic_fetch_max_explicit(volatile atomic<T>* o, U v, memory_order) {
-  return __mt::atomic_rmw(o, [&](T x) { return T(v) > x ? T(v) : x; });
+template <class O, class U, class T = __mt::atomic_value_t<O>>
+__MT_INLINE T atomic_fetch_max_explicit(volatile O* o, U v, memory_order) {
+  return __mt::atomic_rmw<T>(o, [&](T x) { return T(v) > x ? T(v) : x; });
 }
 
 }  // namespace metal

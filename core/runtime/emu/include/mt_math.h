@@ -27,7 +27,10 @@
 // overload rules decide mixed calls: max(half, float) is ambiguous (rejected, never silently
 // widened); max(h, 2.0h) is half; a literal of another kind converts (max(x, 0) is float for
 // a float x). Integer scalars are templates over the exact type (max(uchar, uchar) is
-// uchar); mixing two integer types (max(uint, int)) is rejected.
+// uchar); mixing two integer types (max(uint, int)) is rejected. The bfloat forms are
+// templates (`template <int = 0>`) with the same parameters: Apple's <metal_stdlib> has no
+// bfloat math, and libraries define their own (MLX's bf16_math.h, in metal, metal::fast
+// and metal::precise); a user's non-template function is then no redefinition, and wins.
 //
 // Only freestanding headers, no <cmath>: see mt_types.h.
 #pragma once
@@ -138,11 +141,13 @@ boolvec<N> each_bool(F f, ext<E, N> a, ext<E, N> b) {
 #define __MT_FLOAT1(name, expr)                                                   \
   inline float name(float x) { return expr; }                                     \
   inline half name(half x) { return half(name(float(x))); }                       \
+  template <int = 0>                                                              \
   inline bfloat name(bfloat x) { return bfloat(name(float(x))); }                 \
   __MT_LIFT1(name, __mt::if_float)
 #define __MT_FLOAT2(name, expr)                                                   \
   inline float name(float x, float y) { return expr; }                            \
   inline half name(half x, half y) { return half(name(float(x), float(y))); }     \
+  template <int = 0>                                                              \
   inline bfloat name(bfloat x, bfloat y) {                                        \
     return bfloat(name(float(x), float(y)));                                      \
   }                                                                               \
@@ -152,6 +157,7 @@ boolvec<N> each_bool(F f, ext<E, N> a, ext<E, N> b) {
   inline half name(half x, half y, half z) {                                      \
     return half(name(float(x), float(y), float(z)));                              \
   }                                                                               \
+  template <int = 0>                                                              \
   inline bfloat name(bfloat x, bfloat y, bfloat z) {                              \
     return bfloat(name(float(x), float(y), float(z)));                            \
   }                                                                               \
@@ -194,9 +200,27 @@ inline float smoothstep_of(float edge0, float edge1, float x) {
 
 }  // namespace __mt
 
-// ---- Float math: math, common and geometric functions. precise:: is the default namespace;
-// fast:: names the same functions (see the header comment).
-inline namespace precise {
+// nextafter for the 16-bit float types: one step of the bit pattern.
+namespace __mt {
+template <class T, class Bits>
+T next_after(T x, T y) {
+  if (x != x || y != y) return T(float(x) + float(y));
+  if (x == y) return y;
+  Bits b;
+  __builtin_memcpy(&b, &x, sizeof b);
+  const Bits sign = Bits(Bits(1) << (8 * sizeof(Bits) - 1));
+  if (x == T(0.0f)) b = Bits((y < x ? sign : Bits(0)) | Bits(1));  // smallest subnormal
+  else if ((x < y) == (x > T(0.0f))) b = Bits(b + 1);              // away from zero
+  else b = Bits(b - 1);
+  T r;
+  __builtin_memcpy(&r, &b, sizeof r);
+  return r;
+}
+}  // namespace __mt
+
+// ---- Float math: math, common and geometric functions, defined in precise::; metal:: and
+// fast:: name the same functions (see below and the header comment).
+namespace precise {
 __MT_FLOAT1(abs, __builtin_fabsf(x))
 __MT_FLOAT1(fabs, __builtin_fabsf(x))
 __MT_FLOAT1(ceil, __builtin_ceilf(x))
@@ -232,7 +256,7 @@ __MT_FLOAT1(sign, x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x == 0.0f ? x : 0.0f)  //
 
 inline float fract(float x) { return __mt::fract_of(x); }
 inline half fract(half x) { return __mt::fract_of(x); }
-inline bfloat fract(bfloat x) { return __mt::fract_of(x); }
+template <int = 0> inline bfloat fract(bfloat x) { return __mt::fract_of(x); }
 __MT_LIFT1(fract, __mt::if_float)
 
 __MT_FLOAT2(pow, __builtin_powf(x, y))
@@ -247,7 +271,19 @@ __MT_FLOAT2(fmod, __builtin_fmodf(x, y))
 __MT_FLOAT2(fdim, __builtin_fdimf(x, y))
 __MT_FLOAT2(step, y < x ? 0.0f : 1.0f)  // step(edge, x)
 
+__MT_FLOAT2(divide, x / y)  // fast::divide / precise::divide: here always the exact quotient
+
 __MT_FLOAT3(fma, __builtin_fmaf(x, y, z))
+// max3/min3/median3 (MSL 2.1) and their f-forms: compositions of fmax/fmin, so a NaN
+// operand is ignored as those ignore it.
+__MT_FLOAT3(fmax3, __builtin_fmaxf(__builtin_fmaxf(x, y), z))
+__MT_FLOAT3(fmin3, __builtin_fminf(__builtin_fminf(x, y), z))
+__MT_FLOAT3(fmedian3, __builtin_fmaxf(__builtin_fminf(x, y),
+                                      __builtin_fminf(__builtin_fmaxf(x, y), z)))
+__MT_FLOAT3(max3, __builtin_fmaxf(__builtin_fmaxf(x, y), z))
+__MT_FLOAT3(min3, __builtin_fminf(__builtin_fminf(x, y), z))
+__MT_FLOAT3(median3, __builtin_fmaxf(__builtin_fminf(x, y),
+                                     __builtin_fminf(__builtin_fmaxf(x, y), z)))
 __MT_FLOAT3(clamp, __builtin_fminf(__builtin_fmaxf(x, y), z))  // clamp(x, minval, maxval)
 __MT_FLOAT3(mix, x + (y - x) * z)                               // mix(x, y, a)
 __MT_FLOAT3(smoothstep, __mt::smoothstep_of(x, y, z))           // smoothstep(edge0, edge1, x)
@@ -292,9 +328,23 @@ __mt::ext<E, 3> cross(__mt::ext<E, 3> a, __mt::ext<E, 3> b) {
   return __mt::ext<E, 3>{E(c.x), E(c.y), E(c.z)};
 }
 
+// frexp(x, exp): x = m * 2^exp with 0.5 <= |m| < 1 (C's frexp; m of x's type).
+inline float frexp(float x, int& e) { return __builtin_frexpf(x, &e); }
+inline half frexp(half x, int& e) { return half(__builtin_frexpf(float(x), &e)); }
+template <int = 0>
+inline bfloat frexp(bfloat x, int& e) { return bfloat(__builtin_frexpf(float(x), &e)); }
+
+// nextafter(x, y): the next value of x's type after x towards y (IEEE nextUp/nextDown;
+// NaN if either is NaN; y if x == y).
+inline float nextafter(float x, float y) { return __builtin_nextafterf(x, y); }
+inline half nextafter(half x, half y) { return __mt::next_after<half, ushort>(x, y); }
+template <int = 0>
+inline bfloat nextafter(bfloat x, bfloat y) { return __mt::next_after<bfloat, ushort>(x, y); }
+
 // ldexp(x, k) = x * 2^k, exactly (MSL 6.5).
 inline float ldexp(float x, int k) { return __builtin_ldexpf(x, k); }
 inline half ldexp(half x, int k) { return half(__builtin_ldexpf(float(x), k)); }
+template <int = 0>
 inline bfloat ldexp(bfloat x, int k) { return bfloat(__builtin_ldexpf(float(x), k)); }
 template <class E, int N, __mt::if_float<E> = 0>
 __mt::ext<E, N> ldexp(__mt::ext<E, N> x, __mt::ext<int, N> k) {
@@ -303,12 +353,49 @@ __mt::ext<E, N> ldexp(__mt::ext<E, N> x, __mt::ext<int, N> k) {
   return r;
 }
 
-}  // inline namespace precise
+}  // namespace precise
 
-// fast:: names the same functions, as a namespace of its own so that MSL code can reopen
-// metal::fast (MLX adds its own functions to it).
+// metal:: and fast:: name the same functions. precise and fast are namespaces of their own
+// (not inline) so that MSL code can reopen them (MLX adds its bfloat math to metal, fast and
+// precise alike, which an inline precise would make ambiguous in metal). Using-declarations,
+// not a using-directive: a name a library declares in fast (MLX's bfloat cos) must not hide
+// the float function from a qualified call (metal::fast::cos(x) for a float x), as it would
+// hide a directive's.
+using precise::abs; using precise::fabs; using precise::ceil; using precise::floor;
+using precise::round; using precise::rint; using precise::trunc; using precise::sqrt;
+using precise::rsqrt; using precise::exp; using precise::exp2; using precise::exp10;
+using precise::log; using precise::log2; using precise::log10; using precise::sin;
+using precise::cos; using precise::tan; using precise::asin; using precise::acos;
+using precise::atan; using precise::sinh; using precise::cosh; using precise::tanh;
+using precise::asinh; using precise::acosh; using precise::atanh; using precise::sinpi;
+using precise::cospi; using precise::tanpi; using precise::saturate; using precise::sign;
+using precise::pow; using precise::powr; using precise::atan2; using precise::fmax;
+using precise::fmin; using precise::max; using precise::min; using precise::copysign;
+using precise::fmod; using precise::fdim; using precise::step; using precise::divide;
+using precise::fma; using precise::fmax3; using precise::fmin3; using precise::fmedian3;
+using precise::max3; using precise::min3; using precise::median3; using precise::clamp;
+using precise::mix; using precise::smoothstep; using precise::fract; using precise::frexp;
+using precise::nextafter; using precise::ldexp; using precise::dot; using precise::length;
+using precise::length_squared; using precise::distance; using precise::normalize;
+using precise::cross;
 namespace fast {
-using namespace precise;
+using precise::abs; using precise::fabs; using precise::ceil; using precise::floor;
+using precise::round; using precise::rint; using precise::trunc; using precise::sqrt;
+using precise::rsqrt; using precise::exp; using precise::exp2; using precise::exp10;
+using precise::log; using precise::log2; using precise::log10; using precise::sin;
+using precise::cos; using precise::tan; using precise::asin; using precise::acos;
+using precise::atan; using precise::sinh; using precise::cosh; using precise::tanh;
+using precise::asinh; using precise::acosh; using precise::atanh; using precise::sinpi;
+using precise::cospi; using precise::tanpi; using precise::saturate; using precise::sign;
+using precise::pow; using precise::powr; using precise::atan2; using precise::fmax;
+using precise::fmin; using precise::max; using precise::min; using precise::copysign;
+using precise::fmod; using precise::fdim; using precise::step; using precise::divide;
+using precise::fma; using precise::fmax3; using precise::fmin3; using precise::fmedian3;
+using precise::max3; using precise::min3; using precise::median3; using precise::clamp;
+using precise::mix; using precise::smoothstep; using precise::fract; using precise::frexp;
+using precise::nextafter; using precise::ldexp; using precise::dot; using precise::length;
+using precise::length_squared; using precise::distance; using precise::normalize;
+using precise::cross;
 }
 
 // ---- Integer functions. Templates over the exact integer type.

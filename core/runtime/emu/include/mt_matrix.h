@@ -118,7 +118,8 @@ __MT_INLINE ulong matrix_offset(const matrix_access& a, int r, int c) {
 }  // namespace __mt
 
 template <class T, int Cols, int Rows>
-__MT_INLINE void simdgroup_load(__mt_site at, simdgroup_matrix<T, Cols, Rows>& d, const T* src,
+__MT_INLINE void simdgroup_load(__mt_site at, simdgroup_matrix<T, Cols, Rows>& d,
+                                const __mt::identity_t<T>* src,
                                 ulong elements_per_row = Cols, ulong2 matrix_origin = 0,
                                 bool transpose_matrix = false) {
   __mt::matrix_access a{src, elements_per_row, matrix_origin.x, matrix_origin.y, transpose_matrix};
@@ -143,7 +144,8 @@ __MT_INLINE void simdgroup_load(__mt_site at, simdgroup_matrix<T, Cols, Rows>& d
 }
 
 template <class T, int Cols, int Rows>
-__MT_INLINE void simdgroup_store(__mt_site at, const simdgroup_matrix<T, Cols, Rows>& m, T* dst,
+__MT_INLINE void simdgroup_store(__mt_site at, const simdgroup_matrix<T, Cols, Rows>& m,
+                                 __mt::identity_t<T>* dst,
                                  ulong elements_per_row = Cols, ulong2 matrix_origin = 0,
                                  bool transpose_matrix = false) {
   __mt::matrix_access a{dst, elements_per_row, matrix_origin.x, matrix_origin.y, transpose_matrix};

@@ -74,6 +74,10 @@ void __mt_simd_inactive_lane(unsigned kind, unsigned src_lane);
 // Lanes of one collective disagreed on an argument that MSL requires to be uniform.
 void __mt_simd_nonuniform(unsigned kind, const char* what);
 
+// The running thread's positions (what its thread-position attributes would receive), for
+// builtins that read them without a parameter (mt_builtins.h).
+const __mt_thread_pos* __mt_current_position(void);
+
 // Storage of the `threadgroup` variable number `slot`, shared by the group's threads.
 void* __mt_tg_slot(unsigned slot, unsigned size, unsigned align);
 

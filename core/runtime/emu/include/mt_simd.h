@@ -5,7 +5,11 @@
 // lanes take part. simd_shuffle(v, i) reads lane i; reading a lane that is not active is
 // undefined, reported here as a divergence finding (the caller gets its own value back).
 // simd_shuffle_up/down leave the lowest/highest `delta` lanes unchanged; the rotate forms
-// wrap around the simdgroup width. simd_sum/product/min/max/and/or/xor reduce over the
+// wrap around the simdgroup width. simd_shuffle_and_fill_up/down(data, filling, delta
+// [, modulo]) split the lanes into vectors of `modulo` lanes (default: the simdgroup) and
+// shift data within each; the lanes shifted in take `filling` of the lanes at the other end
+// of their vector (fill_down: lane j of the vector gets filling of lane j + delta - modulo).
+// simd_sum/product/min/max/and/or/xor reduce over the
 // active lanes; this emulator combines them in increasing lane order, in the value's own
 // type (a half simd_sum rounds at every step). Prefix scans follow lane order as well.
 // Every function is a meeting point of the lanes of one simdgroup (see mt_runtime.h).
@@ -96,15 +100,35 @@ template <class T> __MT_INLINE T simd_shuffle_rotate_down(__mt_site at, T v, ush
   __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_SHUFFLE);
   return __mt::simd_read(t, (t.lane + delta) % t.width, v, __MT_SIMD_SHUFFLE);
 }
+namespace __mt {
+template <class T> struct fill_pair { T data, filling; };
+// Lane j of a vector of `modulo` lanes reads lane j -+ delta's data, or, shifted past the
+// end of the vector, the filling of the lane that many lanes in from the other end.
+template <class T>
+__MT_INLINE T simd_shift_fill(__mt_site at, T v, T fill, int delta, unsigned modulo) {
+  fill_pair<T> mine{v, fill};
+  __mt_simd_table t = simd_meet(at, mine, __MT_SIMD_SHUFFLE);
+  const int m = int(modulo ? modulo : t.width);
+  const int j = int(t.lane) % m, k = j + delta;
+  const bool filled = k < 0 || k >= m;
+  const unsigned src = unsigned(int(t.lane) - j + ((k % m) + m) % m);
+  fill_pair<T> p = simd_read(t, src, mine, __MT_SIMD_SHUFFLE);
+  return filled ? p.filling : p.data;
+}
+}  // namespace __mt
 template <class T> __MT_INLINE T simd_shuffle_and_fill_up(__mt_site at, T v, T fill, ushort delta) {
-  __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_SHUFFLE);
-  if (t.lane < delta) return fill;
-  return __mt::simd_read(t, t.lane - delta, v, __MT_SIMD_SHUFFLE);
+  return __mt::simd_shift_fill(at, v, fill, -int(delta), 0);
 }
 template <class T> __MT_INLINE T simd_shuffle_and_fill_down(__mt_site at, T v, T fill, ushort delta) {
-  __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_SHUFFLE);
-  if (t.lane + delta >= t.width) return fill;
-  return __mt::simd_read(t, t.lane + delta, v, __MT_SIMD_SHUFFLE);
+  return __mt::simd_shift_fill(at, v, fill, int(delta), 0);
+}
+template <class T>
+__MT_INLINE T simd_shuffle_and_fill_up(__mt_site at, T v, T fill, ushort delta, ushort modulo) {
+  return __mt::simd_shift_fill(at, v, fill, -int(delta), modulo);
+}
+template <class T>
+__MT_INLINE T simd_shuffle_and_fill_down(__mt_site at, T v, T fill, ushort delta, ushort modulo) {
+  return __mt::simd_shift_fill(at, v, fill, int(delta), modulo);
 }
 template <class T> __MT_INLINE T simd_broadcast(__mt_site at, T v, ushort lane) {
   __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_BROADCAST);

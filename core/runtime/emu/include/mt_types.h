@@ -49,6 +49,22 @@
 
 #include "mt_target.h"
 
+// Address spaces (metal_stdlib.h makes device, threadgroup and constant clang address-space
+// qualifiers): `remove_address_space_t<device const float>` is `const float`, for the shim's
+// templates that deduce a type through a pointer in any address space.
+namespace metal { namespace __mt {
+#define __MT_AS(space) __attribute__((space))
+template <class T> struct remove_address_space { using type = T; };
+template <class T> struct remove_address_space<__MT_AS(opencl_global) T> { using type = T; };
+template <class T> struct remove_address_space<__MT_AS(opencl_local) T> { using type = T; };
+template <class T> struct remove_address_space<__MT_AS(opencl_private) T> { using type = T; };
+#undef __MT_AS
+template <class T> using remove_address_space_t = typename remove_address_space<T>::type;
+// Keeps a parameter out of template argument deduction (std::type_identity, C++20).
+template <class T> struct identity { using type = T; };
+template <class T> using identity_t = typename identity<T>::type;
+}}  // namespace metal::__mt
+
 // ---- Scalar types. Global, like MSL's builtin types; also visible as metal::half etc.
 typedef _Float16 half;
 typedef __bf16 bfloat;
@@ -254,6 +270,27 @@ vec<E, N> __mt_make_vec(A... a) {
   }
   return r;
 }
+
+// ---- static_cast<T>(x) to a value type, as emitted by the source rewrite (translate.py):
+// metal::__mt::value_cast<T>(x). MSL converts explicitly between half and bfloat, and lane
+// by lane between vectors of one length; clang refuses the first and would bit-cast the
+// second (float4 <-> int4). Everything else is C++'s static_cast.
+namespace __mt {
+template <class T, class U>
+constexpr T value_cast(U u) {  // by value: the operand may be a vector element (v.x)
+  using S = std::remove_cv_t<remove_address_space_t<U>>;
+  using D = std::remove_cv_t<T>;
+  if constexpr ((std::is_same_v<D, half> && std::is_same_v<S, bfloat>) ||
+                (std::is_same_v<D, bfloat> && std::is_same_v<S, half>)) {
+    return T(float(u));
+  } else if constexpr (lanes_of<D>::value > 1 && lanes_of<S>::value == lanes_of<D>::value &&
+                       !std::is_same_v<D, S>) {
+    return __mt_make_vec<typename lanes_of<D>::elem, lanes_of<D>::value>(u);
+  } else {
+    return static_cast<T>(static_cast<U&&>(u));
+  }
+}
+}  // namespace __mt
 
 // ---- as_type<T>(x): the bits of x read as T; sizes must match, as in MSL.
 template <class To, class From>

@@ -268,6 +268,9 @@ using namespace mt;
 
 extern "C" {
 
+const __mt_thread_pos* __mt_current_position(void) { return &t_worker->current->pos; }
+
+
 void __mt_threadgroup_barrier(unsigned flags, __mt_site site) {
   Worker* w = t_worker;
   park(w, kAtBarrier, site, flags, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
