@@ -99,7 +99,7 @@ struct matrix_meeting {
 
 // Meets the simdgroup and checks the uniform arguments.
 __MT_INLINE matrix_meeting matrix_meet(__mt_site at, const matrix_access& a, unsigned kind) {
-  __mt_simd_table t = __mt_simd_meet(&a, sizeof(a), kind, at);
+  __mt_simd_table t = __mt_simd_meet(&a, sizeof(a), kind, at, nullptr);
   unsigned first = unsigned(__builtin_ctz(t.active));
   matrix_access lead;
   __builtin_memcpy(&lead, t.slots + first * __MT_SIMD_SLOT, sizeof(lead));

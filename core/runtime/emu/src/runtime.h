@@ -140,7 +140,7 @@ struct Worker {
   unsigned char* arena = nullptr;
   uintptr_t arena_lo = 0, arena_span = 0;
   std::vector<int16_t> arena_owner;            // per byte: slot index or -1 (red zone)
-  std::vector<TgShadow> arena_shadow;
+  TgShadow* arena_shadow = nullptr;            // per byte; mapped zero pages (map_shadow)
   std::vector<void*> slot_ptr;
   // Results.
   std::vector<Finding> findings;

@@ -151,7 +151,7 @@ void reset_arena(Worker* w) {
   uint32_t used = g_launch.arena_bytes.load();
   if (!used) return;
   std::memset(w->arena, 0xFF, used);
-  std::memset(w->arena_shadow.data(), 0, used * sizeof(TgShadow));
+  std::memset(w->arena_shadow, 0, used * sizeof(TgShadow));
 }
 
 // Stacks are mapped at page multiples, so without an offset every fiber's hot top of
@@ -254,7 +254,11 @@ void worker_main(Worker* w) {
   w->arena_lo = reinterpret_cast<uintptr_t>(w->arena);
   w->arena_span = arena_cap;
   w->arena_owner.assign(arena_cap, -1);
-  w->arena_shadow.assign(arena_cap, TgShadow{});
+  // Zero pages until a threadgroup uses them: a kernel with little threadgroup memory
+  // touches a few pages of the 2 x MT_THREADGROUP_MEMORY_BYTES this can hold.
+  void* shadow = map_shadow(arena_cap * sizeof(TgShadow));
+  if (shadow == MAP_FAILED) fail_launch("cannot map the threadgroup memory shadow");
+  w->arena_shadow = static_cast<TgShadow*>(shadow);
   for (;;) {
     uint64_t g = g_launch.next_group.fetch_add(1);
     if (g >= g_launch.groups) break;
@@ -279,20 +283,20 @@ void __mt_simdgroup_barrier(unsigned flags, __mt_site site) {
   park(w, kAtSimd, site, 0, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
 }
 
-__mt_simd_table __mt_simd_meet(const void* mine, unsigned nbytes, unsigned kind, __mt_site site) {
+__mt_simd_table __mt_simd_meet(const void* mine, unsigned nbytes, unsigned kind, __mt_site site,
+                               const void* pc) {
   Worker* w = t_worker;
   Fiber* f = w->current;
   f->deposit_bytes = nbytes < __MT_SIMD_SLOT ? nbytes : __MT_SIMD_SLOT;
   std::memcpy(f->deposit, mine, f->deposit_bytes);
-  park(w, kAtSimd, site, kind, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+  park(w, kAtSimd, site, kind, reinterpret_cast<uintptr_t>(pc ? pc : __builtin_return_address(0)));
   return f->table;
 }
 
-void __mt_simd_inactive_lane(unsigned kind, unsigned src_lane) {
+void __mt_simd_inactive_lane(unsigned kind, unsigned src_lane, const void* pc) {
   Worker* w = t_worker;
   const char* what = kind == __MT_SIMD_BROADCAST ? "simd_broadcast" : "simd_shuffle";
-  add_finding(w, make_finding(w, kDivergence, false, -1, 0,
-                              reinterpret_cast<uintptr_t>(__builtin_return_address(0)),
+  add_finding(w, make_finding(w, kDivergence, false, -1, 0, reinterpret_cast<uintptr_t>(pc),
                               format("%s reads lane %u, which is not active in this simdgroup "
                                      "(undefined in MSL); the lane's own value was returned",
                                      what, src_lane)));
