@@ -24,6 +24,9 @@
 // tile again or doing the 512 multiply-adds again. Lanes whose operands are untagged or
 // differ compute on their own, as every lane did before. Counters and findings are
 // unchanged: the recording lane still performs every recorded access itself.
+// simdgroup matrices live in the thread address space (MSL allows no other), so the
+// multiply and the copy of a loaded tile from the scratch touch no memory the checker
+// judges: they are __MT_UNCHECKED (mt_sync.h), plain copies without hook calls.
 #pragma once
 #include "mt_runtime.h"
 #include "mt_sync.h"
@@ -117,6 +120,13 @@ __MT_INLINE ulong matrix_offset(const matrix_access& a, int r, int c) {
 
 }  // namespace __mt
 
+namespace __mt {
+template <class T>
+__MT_UNCHECKED void copy_tile(T (&dst)[8][8], const unsigned char* src) {
+  __builtin_memcpy(&dst[0][0], src, sizeof dst);
+}
+}  // namespace __mt
+
 template <class T, int Cols, int Rows>
 __MT_INLINE void simdgroup_load(__mt_site at, simdgroup_matrix<T, Cols, Rows>& d, const T* src,
                                 ulong elements_per_row = Cols, ulong2 matrix_origin = 0,
@@ -129,7 +139,7 @@ __MT_INLINE void simdgroup_load(__mt_site at, simdgroup_matrix<T, Cols, Rows>& d
   // simdgroup's scratch; the others copy it from there. The recording lane always
   // performs (and so records) every access itself.
   if (!m.records && m.tag && m.shared->meet_id == m.id) {
-    __builtin_memcpy(&d.e[0][0], m.shared->bytes, sizeof d.e);
+    __mt::copy_tile(d.e, m.shared->bytes);
     return;
   }
   if (!m.records) __mt_hooks_suppress(1);
@@ -153,7 +163,7 @@ __MT_INLINE void simdgroup_store(__mt_site at, const simdgroup_matrix<T, Cols, R
 }
 
 template <class TD, class TAB>
-__MT_INLINE void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8>& d,
+__MT_UNCHECKED void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8>& d,
                                                const simdgroup_matrix<TAB, 8, 8>& a,
                                                const simdgroup_matrix<TAB, 8, 8>& b,
                                                const simdgroup_matrix<TD, 8, 8>& c) {

@@ -11,7 +11,7 @@
 // Every function is a meeting point of the lanes of one simdgroup (see mt_runtime.h).
 //
 // Emulator cost: the functions are compiled without the checker's instrumentation
-// (__MT_COLLECTIVE): they read only the runtime's table of deposited values and the
+// (__MT_UNCHECKED, mt_sync.h): they read only the runtime's table of deposited values and the
 // caller's own arguments, never device or threadgroup memory, so there is nothing to check,
 // and a reduction reading 32 slots per lane would otherwise make 32 hook calls per lane. A
 // reduction is computed once per meeting: the first lane to resume combines the slots and
@@ -23,12 +23,6 @@
 #include "mt_target.h"
 
 static_assert(MT_SIMD_WIDTH == 32, "active-lane masks are 32-bit words (core/target.py simd_width)");
-
-// Out of the checker's view, and a call of its own from the kernel: the kernel passes plain
-// values, and the helpers below (inlined into it) name the kernel's call site in findings
-// by the collective's return address.
-#define __MT_COLLECTIVE inline __attribute__((no_sanitize("thread"), noinline))
-#define __MT_CALL_SITE __builtin_return_address(0)
 
 namespace metal {
 namespace __mt {
@@ -92,63 +86,63 @@ __MT_INLINE T simd_scan(__mt_site at, T v, bool inclusive, T identity) {
 
 }  // namespace __mt
 
-template <class T> __MT_COLLECTIVE T simd_shuffle(__mt_site at, T v, ushort lane) {
+template <class T> __MT_UNCHECKED T simd_shuffle(__mt_site at, T v, ushort lane) {
   __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_SHUFFLE);
   return __mt::simd_read(t, lane, v, __MT_SIMD_SHUFFLE);
 }
-template <class T> __MT_COLLECTIVE T simd_shuffle_xor(__mt_site at, T v, ushort mask) {
+template <class T> __MT_UNCHECKED T simd_shuffle_xor(__mt_site at, T v, ushort mask) {
   __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_SHUFFLE);
   return __mt::simd_read(t, t.lane ^ unsigned(mask), v, __MT_SIMD_SHUFFLE);
 }
-template <class T> __MT_COLLECTIVE T simd_shuffle_up(__mt_site at, T v, ushort delta) {
+template <class T> __MT_UNCHECKED T simd_shuffle_up(__mt_site at, T v, ushort delta) {
   __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_SHUFFLE);
   if (t.lane < delta) return v;
   return __mt::simd_read(t, t.lane - delta, v, __MT_SIMD_SHUFFLE);
 }
-template <class T> __MT_COLLECTIVE T simd_shuffle_down(__mt_site at, T v, ushort delta) {
+template <class T> __MT_UNCHECKED T simd_shuffle_down(__mt_site at, T v, ushort delta) {
   __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_SHUFFLE);
   if (t.lane + delta >= t.width) return v;
   return __mt::simd_read(t, t.lane + delta, v, __MT_SIMD_SHUFFLE);
 }
-template <class T> __MT_COLLECTIVE T simd_shuffle_rotate_up(__mt_site at, T v, ushort delta) {
+template <class T> __MT_UNCHECKED T simd_shuffle_rotate_up(__mt_site at, T v, ushort delta) {
   __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_SHUFFLE);
   return __mt::simd_read(t, (t.lane + t.width - delta % t.width) % t.width, v, __MT_SIMD_SHUFFLE);
 }
-template <class T> __MT_COLLECTIVE T simd_shuffle_rotate_down(__mt_site at, T v, ushort delta) {
+template <class T> __MT_UNCHECKED T simd_shuffle_rotate_down(__mt_site at, T v, ushort delta) {
   __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_SHUFFLE);
   return __mt::simd_read(t, (t.lane + delta) % t.width, v, __MT_SIMD_SHUFFLE);
 }
-template <class T> __MT_COLLECTIVE T simd_shuffle_and_fill_up(__mt_site at, T v, T fill, ushort delta) {
+template <class T> __MT_UNCHECKED T simd_shuffle_and_fill_up(__mt_site at, T v, T fill, ushort delta) {
   __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_SHUFFLE);
   if (t.lane < delta) return fill;
   return __mt::simd_read(t, t.lane - delta, v, __MT_SIMD_SHUFFLE);
 }
-template <class T> __MT_COLLECTIVE T simd_shuffle_and_fill_down(__mt_site at, T v, T fill, ushort delta) {
+template <class T> __MT_UNCHECKED T simd_shuffle_and_fill_down(__mt_site at, T v, T fill, ushort delta) {
   __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_SHUFFLE);
   if (t.lane + delta >= t.width) return fill;
   return __mt::simd_read(t, t.lane + delta, v, __MT_SIMD_SHUFFLE);
 }
-template <class T> __MT_COLLECTIVE T simd_broadcast(__mt_site at, T v, ushort lane) {
+template <class T> __MT_UNCHECKED T simd_broadcast(__mt_site at, T v, ushort lane) {
   __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_BROADCAST);
   return __mt::simd_read(t, lane, v, __MT_SIMD_BROADCAST);
 }
-template <class T> __MT_COLLECTIVE T simd_broadcast_first(__mt_site at, T v) {
+template <class T> __MT_UNCHECKED T simd_broadcast_first(__mt_site at, T v) {
   __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_BROADCAST);
   return __mt::simd_lane_value<T>(t, __mt::simd_first_lane(t));
 }
 
-template <class T> __MT_COLLECTIVE T simd_sum(__mt_site at, T v) { return __mt::simd_reduce<__mt::op_sum>(at, v); }
-template <class T> __MT_COLLECTIVE T simd_product(__mt_site at, T v) { return __mt::simd_reduce<__mt::op_product>(at, v); }
-template <class T> __MT_COLLECTIVE T simd_min(__mt_site at, T v) { return __mt::simd_reduce<__mt::op_min>(at, v); }
-template <class T> __MT_COLLECTIVE T simd_max(__mt_site at, T v) { return __mt::simd_reduce<__mt::op_max>(at, v); }
-template <class T> __MT_COLLECTIVE T simd_and(__mt_site at, T v) { return __mt::simd_reduce<__mt::op_and>(at, v); }
-template <class T> __MT_COLLECTIVE T simd_or(__mt_site at, T v) { return __mt::simd_reduce<__mt::op_or>(at, v); }
-template <class T> __MT_COLLECTIVE T simd_xor(__mt_site at, T v) { return __mt::simd_reduce<__mt::op_xor>(at, v); }
+template <class T> __MT_UNCHECKED T simd_sum(__mt_site at, T v) { return __mt::simd_reduce<__mt::op_sum>(at, v); }
+template <class T> __MT_UNCHECKED T simd_product(__mt_site at, T v) { return __mt::simd_reduce<__mt::op_product>(at, v); }
+template <class T> __MT_UNCHECKED T simd_min(__mt_site at, T v) { return __mt::simd_reduce<__mt::op_min>(at, v); }
+template <class T> __MT_UNCHECKED T simd_max(__mt_site at, T v) { return __mt::simd_reduce<__mt::op_max>(at, v); }
+template <class T> __MT_UNCHECKED T simd_and(__mt_site at, T v) { return __mt::simd_reduce<__mt::op_and>(at, v); }
+template <class T> __MT_UNCHECKED T simd_or(__mt_site at, T v) { return __mt::simd_reduce<__mt::op_or>(at, v); }
+template <class T> __MT_UNCHECKED T simd_xor(__mt_site at, T v) { return __mt::simd_reduce<__mt::op_xor>(at, v); }
 
-template <class T> __MT_COLLECTIVE T simd_prefix_inclusive_sum(__mt_site at, T v) { return __mt::simd_scan<__mt::op_sum>(at, v, true, T(0)); }
-template <class T> __MT_COLLECTIVE T simd_prefix_exclusive_sum(__mt_site at, T v) { return __mt::simd_scan<__mt::op_sum>(at, v, false, T(0)); }
-template <class T> __MT_COLLECTIVE T simd_prefix_inclusive_product(__mt_site at, T v) { return __mt::simd_scan<__mt::op_product>(at, v, true, T(1)); }
-template <class T> __MT_COLLECTIVE T simd_prefix_exclusive_product(__mt_site at, T v) { return __mt::simd_scan<__mt::op_product>(at, v, false, T(1)); }
+template <class T> __MT_UNCHECKED T simd_prefix_inclusive_sum(__mt_site at, T v) { return __mt::simd_scan<__mt::op_sum>(at, v, true, T(0)); }
+template <class T> __MT_UNCHECKED T simd_prefix_exclusive_sum(__mt_site at, T v) { return __mt::simd_scan<__mt::op_sum>(at, v, false, T(0)); }
+template <class T> __MT_UNCHECKED T simd_prefix_inclusive_product(__mt_site at, T v) { return __mt::simd_scan<__mt::op_product>(at, v, true, T(1)); }
+template <class T> __MT_UNCHECKED T simd_prefix_exclusive_product(__mt_site at, T v) { return __mt::simd_scan<__mt::op_product>(at, v, false, T(1)); }
 
 // simd_vote: one bit per lane, as MSL's simd_vote (convertible to its vote_t).
 struct simd_vote {
@@ -157,26 +151,26 @@ struct simd_vote {
   explicit constexpr operator vote_t() const { return bits; }
   constexpr bool any() const { return bits != 0; }
 };
-__MT_COLLECTIVE simd_vote simd_ballot(__mt_site at, bool pred) {
+__MT_UNCHECKED simd_vote simd_ballot(__mt_site at, bool pred) {
   __mt_simd_table t = __mt::simd_meet(at, pred, __MT_SIMD_VOTE);
   ulong bits = 0;
   for (unsigned i = 0; i < MT_SIMD_WIDTH; ++i)
     if (((t.active >> i) & 1u) && __mt::simd_lane_value<bool>(t, i)) bits |= ulong(1) << i;
   return simd_vote{bits};
 }
-__MT_COLLECTIVE bool simd_all(__mt_site at, bool pred) {
+__MT_UNCHECKED bool simd_all(__mt_site at, bool pred) {
   __mt_simd_table t = __mt::simd_meet(at, pred, __MT_SIMD_VOTE);
   for (unsigned i = 0; i < MT_SIMD_WIDTH; ++i)
     if (((t.active >> i) & 1u) && !__mt::simd_lane_value<bool>(t, i)) return false;
   return true;
 }
-__MT_COLLECTIVE bool simd_any(__mt_site at, bool pred) {
+__MT_UNCHECKED bool simd_any(__mt_site at, bool pred) {
   __mt_simd_table t = __mt::simd_meet(at, pred, __MT_SIMD_VOTE);
   for (unsigned i = 0; i < MT_SIMD_WIDTH; ++i)
     if (((t.active >> i) & 1u) && __mt::simd_lane_value<bool>(t, i)) return true;
   return false;
 }
-__MT_COLLECTIVE bool simd_is_first(__mt_site at) {
+__MT_UNCHECKED bool simd_is_first(__mt_site at) {
   char unused = 0;
   __mt_simd_table t = __mt::simd_meet(at, unused, __MT_SIMD_VOTE);
   return t.lane == __mt::simd_first_lane(t);

@@ -102,6 +102,8 @@ bool resolve_simd(Worker* w) {
         f.table = __mt_simd_table{slots, active, i - lo, hi - lo, uniform, w->meetings + 1,
                                   &w->simd_shared[sg]};
         f.state = kReady;
+        f.interval = w->meetings + 1;
+        f.products = 0;
       }
     }
     ++w->meetings;
@@ -143,8 +145,14 @@ void resolve_barrier(Worker* w) {
   if (flags & __MT_MEM_THREADGROUP) ++w->tg_epoch;
   if (flags & __MT_MEM_DEVICE) ++w->dev_epoch;
   ++w->barriers;
-  for (uint32_t i = 0; i < T; ++i)
-    if (w->fibers[i].state == kAtBarrier) w->fibers[i].state = kReady;
+  const uint64_t id = ++w->meetings;
+  for (uint32_t i = 0; i < T; ++i) {
+    Fiber& f = w->fibers[i];
+    if (f.state != kAtBarrier) continue;
+    f.state = kReady;
+    f.interval = id;
+    f.products = 0;
+  }
 }
 
 void reset_arena(Worker* w) {
@@ -167,12 +175,15 @@ void run_group(Worker* w, uint64_t g) {
   w->tg_epoch = w->dev_epoch = 1;
   std::fill(w->simd_epoch.begin(), w->simd_epoch.end(), 0);
   reset_arena(w);
+  for (ProductLog& log : w->product_log) log.interval = ~uint64_t(0);  // interval 0 is per group
   uint32_t gp[3] = {uint32_t(g % job->grid[0]), uint32_t(g / job->grid[0] % job->grid[1]),
                     uint32_t(g / (uint64_t(job->grid[0]) * job->grid[1]))};
   for (uint32_t i = 0; i < T; ++i) {
     Fiber& f = w->fibers[i];
     f.state = kReady;
     f.suppress = false;
+    f.interval = 0;
+    f.products = 0;
     __mt_thread_pos& p = f.pos;
     uint32_t lp[3] = {i % job->threadgroup[0], i / job->threadgroup[0] % job->threadgroup[1],
                       i / (job->threadgroup[0] * job->threadgroup[1])};
