@@ -300,7 +300,7 @@ __mt_simd_table __mt_simd_meet(const void* mine, unsigned nbytes, unsigned kind,
   Fiber* f = w->current;
   f->deposit_bytes = nbytes < __MT_SIMD_SLOT ? nbytes : __MT_SIMD_SLOT;
   std::memcpy(f->deposit, mine, f->deposit_bytes);
-  park(w, kAtSimd, site, kind, reinterpret_cast<uintptr_t>(pc ? pc : __builtin_return_address(0)));
+  park(w, kAtSimd, site, kind, reinterpret_cast<uintptr_t>(pc));
   return f->table;
 }
 
@@ -313,10 +313,9 @@ void __mt_simd_inactive_lane(unsigned kind, unsigned src_lane, const void* pc) {
                                      what, src_lane)));
 }
 
-void __mt_simd_nonuniform(unsigned kind, const char* what) {
+void __mt_simd_nonuniform(unsigned kind, const char* what, const void* pc) {
   Worker* w = t_worker;
-  add_finding(w, make_finding(w, kDivergence, false, -1, 0,
-                              reinterpret_cast<uintptr_t>(__builtin_return_address(0)),
+  add_finding(w, make_finding(w, kDivergence, false, -1, 0, reinterpret_cast<uintptr_t>(pc),
                               format("simdgroup matrix %s: lanes disagree on %s, which must be "
                                      "uniform across the simdgroup",
                                      kind == __MT_SIMD_MATRIX_LOAD ? "load" : "store", what)));
