@@ -71,6 +71,20 @@ void divergence(Worker* w, uint32_t tid, uintptr_t pc, std::string detail) {
   w->current = saved;
 }
 
+// Whether the first n bytes of a and b agree (n <= __MT_SIMD_SLOT: a word at a time).
+inline bool same_bytes(const unsigned char* a, const unsigned char* b, uint32_t n) {
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t x, y;
+    std::memcpy(&x, a + i, 8);
+    std::memcpy(&y, b + i, 8);
+    if (x != y) return false;
+  }
+  for (; i < n; ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
 // Completes one simd collective per simdgroup whose live lanes are all parked.
 bool resolve_simd(Worker* w) {
   bool progressed = false;
@@ -89,10 +103,11 @@ bool resolve_simd(Worker* w) {
       Fiber& f = w->fibers[i];
       if (f.state == kAtSimd && f.site.id == site) {
         active |= 1u << (i - lo);
-        // Lanes at one call site deposit values of one type: the same number of bytes.
-        std::memcpy(slots + (i - lo) * __MT_SIMD_SLOT, f.deposit, f.deposit_bytes);
+        // Lanes at one call site deposit values of one type: the same number of bytes. The
+        // whole slot is copied (a fixed size, inlined); readers read only the deposited bytes.
+        std::memcpy(slots + (i - lo) * __MT_SIMD_SLOT, f.deposit, __MT_SIMD_SLOT);
         if (uniform && (f.deposit_bytes != w->fibers[first].deposit_bytes ||
-                        std::memcmp(f.deposit, w->fibers[first].deposit, f.deposit_bytes) != 0))
+                        !same_bytes(f.deposit, w->fibers[first].deposit, f.deposit_bytes)))
           uniform = 0;
       }
     }
