@@ -250,10 +250,26 @@ void run_group(Worker* w, uint64_t g) {
 // Every fiber stack of a worker in one mapping, each with a guard page below it that turns
 // an overflow into a fault the crash handler names. The guards are Linux guard regions
 // where the kernel has them (one call each, no split of the mapping: far cheaper for the
-// hundreds of stacks a launch maps), else PROT_NONE pages.
-#ifndef MADV_GUARD_INSTALL
+// hundreds of stacks a launch maps), else PROT_NONE pages. A guard region is trusted only
+// once the kernel refuses to copy from it: qemu-user accepts the advice and ignores it.
+#if defined(__linux__) && !defined(MADV_GUARD_INSTALL)
 #define MADV_GUARD_INSTALL 102  // Linux 6.13 <linux/mman.h>
 #endif
+bool install_guard_region(void* page, size_t bytes) {
+#if defined(__linux__)
+  if (madvise(page, bytes, MADV_GUARD_INSTALL) != 0) return false;
+  int fds[2];
+  if (pipe(fds) != 0) return false;
+  const bool refused = write(fds[1], page, 1) < 0;  // EFAULT where the guard is real
+  close(fds[0]);
+  close(fds[1]);
+  return refused;
+#else
+  (void)page, (void)bytes;
+  return false;
+#endif
+}
+
 void map_stacks(Worker* w, size_t bytes) {
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
   const size_t stride = page + (bytes + page - 1) / page * page;
@@ -262,11 +278,11 @@ void map_stacks(Worker* w, size_t bytes) {
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) fail_launch("cannot map %zu fiber stacks of %zu bytes", n, bytes);
   unsigned char* base = static_cast<unsigned char*>(p);
-  bool guard_regions = true;
+  const bool guard_regions = install_guard_region(base, page);
   for (size_t i = 0; i < n; ++i) {
     unsigned char* guard = base + i * stride;
-    if (guard_regions && madvise(guard, page, MADV_GUARD_INSTALL) != 0) guard_regions = false;
     if (!guard_regions) mprotect(guard, page, PROT_NONE);
+    else if (i) madvise(guard, page, MADV_GUARD_INSTALL);
     w->fibers[i].stack = guard + page;
   }
 }
