@@ -6,7 +6,9 @@ Targets from the foundation issue, measured side by side in one run: cold kernel
 the precompiled header (<= 0.6 s), cached build (<= 10 ms), fiber context switch (<= 20 ns),
 a 64x256-thread block reduction (<= 25 ms on one core; scaling on two), race-check
 overhead (<= 3x). Wall-clock figures are noisy on a shared machine: compare ratios within
-one run, never single timings across runs.
+one run, never single timings across runs. Issue 11's goals (GEMM 512^3 >= 10x, softmax
+256x1024 >= 4x against an older emulator) are measured by the group "emulator against a
+reference revision" (METALTILE_EMU_AGAINST=GITREF; `harness emu-against GITREF` prints it).
 """
 
 import itertools
