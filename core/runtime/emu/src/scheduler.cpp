@@ -270,6 +270,17 @@ bool install_guard_region(void* page, size_t bytes) {
 #endif
 }
 
+void guard_page(void* page, size_t bytes, bool region) {
+#if defined(__linux__)
+  if (region) {
+    madvise(page, bytes, MADV_GUARD_INSTALL);
+    return;
+  }
+#endif
+  (void)region;
+  mprotect(page, bytes, PROT_NONE);
+}
+
 void map_stacks(Worker* w, size_t bytes) {
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
   const size_t stride = page + (bytes + page - 1) / page * page;
@@ -281,8 +292,7 @@ void map_stacks(Worker* w, size_t bytes) {
   const bool guard_regions = install_guard_region(base, page);
   for (size_t i = 0; i < n; ++i) {
     unsigned char* guard = base + i * stride;
-    if (!guard_regions) mprotect(guard, page, PROT_NONE);
-    else if (i) madvise(guard, page, MADV_GUARD_INSTALL);
+    if (i || !guard_regions) guard_page(guard, page, guard_regions);  // the first: installed
     w->fibers[i].stack = guard + page;
   }
 }
