@@ -686,10 +686,13 @@ def _run_emu_against(args: argparse.Namespace) -> int:
         table.add_row(row["shape"], "on" if row["checks"] else "off",
                       f"{row['this_median']:.4f}", f"{row['ref_median']:.4f}",
                       f"{row['speedup']:.2f}x", str(row["same_outputs"]),
-                      str(row["same_counters"]) if row["same_counters"]
+                      f"all {row['counters_compared']}" if row["same_counters"]
                       else "differ: " + ", ".join(row["counter_differences"]),
                       row["oracle"][:60])
     out.print(table)
+    only = sorted({k for row in result["rows"] for k in row.get("counters_only_here", ())})
+    if only:
+        out.print(f"counters only this tree reports (not compared): {', '.join(only)}")
     return EXIT_FINDINGS if failed else EXIT_CLEAN
 
 
