@@ -7,6 +7,8 @@ Subcommands:
   report           re-render the reports of a saved bench result
   fuzz             time-budgeted fuzzing of the kernel families (harness.fuzz); each
                    failure is shrunk and saved as a regression case
+  emu-against REF  the emulator's time on the issue's kernel shapes, A/B against another
+                   revision's emulator running the same MSL (harness.emu_against)
 
 Only parsing and printing live here: launches go through `core.runtime.emu.run_msl`, buffer
 specs through `harness.bufspec`, the self-check through `harness.selfcheck`, the benchmark's
@@ -107,6 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.set_defaults(run=_run_selfcheck)
     _add_bench_commands(commands)
     _add_fuzz_command(commands)
+    _add_emu_against_command(commands)
     return parser
 
 
@@ -625,6 +628,72 @@ def _run_fuzz(args: argparse.Namespace) -> int:
         return _error(err, error)
     fuzzview.print_summary(out, summary)
     return summary.exit_code
+
+
+def _add_emu_against_command(commands) -> None:
+    from harness import emu_against
+
+    help_ = "emulator time A/B against another revision's emulator, on today's MSL"
+    sub = commands.add_parser("emu-against", help=help_,
+                              description=emu_against.__doc__.split("\n\n")[1],
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub.add_argument("ref", metavar="GITREF", help="the other revision")
+    sub.add_argument("--rounds", type=_positive, default=emu_against.DEFAULT_ROUNDS,
+                     metavar="N", help="interleaved rounds per side after one warm-up "
+                     f"(default: {emu_against.DEFAULT_ROUNDS})")
+    sub.add_argument("--shapes", type=_names, default=None, metavar="A,B",
+                     help="shapes to time (default: all: "
+                          f"{', '.join(s.name for s in emu_against.SHAPES)})")
+    sub.add_argument("--out", type=Path, default=Path("reports/out"), metavar="DIR",
+                     help="where the other revision is checked out (DIR/against/REF) and "
+                          "the result JSON goes (DIR/emu-against.json; default: reports/out)")
+    sub.set_defaults(run=_run_emu_against)
+
+
+def _run_emu_against(args: argparse.Namespace) -> int:
+    import json
+
+    from harness import emu_against
+
+    out, err = _consoles()
+    known = {s.name: s for s in emu_against.SHAPES}
+    unknown = [n for n in args.shapes or () if n not in known]
+    if unknown:
+        err.print(f"unknown shapes {unknown}; choose from {sorted(known)}")
+        return EXIT_ERROR
+    shapes = [known[n] for n in args.shapes] if args.shapes else list(emu_against.SHAPES)
+    root = Path(__file__).resolve().parent.parent
+    result = emu_against.run(args.ref, shapes, root=root, out_dir=args.out.resolve(),
+                             rounds=args.rounds,
+                             progress=lambda r, n: out.print(f"round {r}/{n}"))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "emu-against.json").write_text(json.dumps(result, indent=1, default=str))
+    if "error" in result:
+        err.print(f"emu-against: {result['error']}")
+        return EXIT_ERROR
+    table = Table(title=f"emulator time, this tree vs {result['ref']} ({result['commit'][:10]}), "
+                        f"median of {result['rounds']} rounds")
+    for col in ("shape", "checks", "this (s)", "ref (s)", "speed-up", "same outputs",
+                "same counters", "oracle"):
+        table.add_column(col)
+    failed = False
+    for row in result["rows"]:
+        if "error" in row:
+            failed = True
+            table.add_row(row["shape"], str(row["checks"]), "-", "-", "-", "-", "-", row["error"])
+            continue
+        failed |= not (row["same_outputs"] and row["same_counters"]) or row["oracle"] != "pass"
+        table.add_row(row["shape"], "on" if row["checks"] else "off",
+                      f"{row['this_median']:.4f}", f"{row['ref_median']:.4f}",
+                      f"{row['speedup']:.2f}x", str(row["same_outputs"]),
+                      f"all {row['counters_compared']}" if row["same_counters"]
+                      else "differ: " + ", ".join(row["counter_differences"]),
+                      row["oracle"][:60])
+    out.print(table)
+    only = sorted({k for row in result["rows"] for k in row.get("counters_only_here", ())})
+    if only:
+        out.print(f"counters only this tree reports (not compared): {', '.join(only)}")
+    return EXIT_FINDINGS if failed else EXIT_CLEAN
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ Targets from the foundation issue, measured side by side in one run: cold kernel
 the precompiled header (<= 0.6 s), cached build (<= 10 ms), fiber context switch (<= 20 ns),
 a 64x256-thread block reduction (<= 25 ms on one core; scaling on two), race-check
 overhead (<= 3x). Wall-clock figures are noisy on a shared machine: compare ratios within
-one run, never single timings across runs.
+one run, never single timings across runs. Issue 11's goals (GEMM 512^3 >= 10x, softmax
+256x1024 >= 4x against an older emulator) are measured by the group "emulator against a
+reference revision" (METALTILE_EMU_AGAINST=GITREF; `harness emu-against GITREF` prints it).
 """
 
 import itertools
@@ -224,3 +226,36 @@ def test_gemm_plain_cpp_anchor(benchmark, tmp_path):
     ms, got, ref = (float(v) for v in runs[-1])
     assert abs(got - ref) <= 1e-3 * (1 + abs(ref))
     benchmark.extra_info["anchor_ms_min"] = min(float(r[0]) for r in runs)
+
+
+# -- the emulator against another revision's, on this tree's MSL -----------------------------
+#
+# METALTILE_EMU_AGAINST=GITREF runs `harness emu-against`'s interleaved A/B (the other
+# revision checked out under reports/out/against/) and records, per shape and checks
+# setting, both sides' medians and the speed-up; the two emulators must agree on every
+# output byte and counter. Without the variable it is skipped (it builds another tree).
+
+@pytest.mark.benchmark(group="emulator against a reference revision")
+def test_emulator_against_reference(benchmark):
+    import os
+    from pathlib import Path
+
+    from harness import emu_against
+
+    ref = os.environ.get("METALTILE_EMU_AGAINST")
+    if not ref:
+        pytest.skip("set METALTILE_EMU_AGAINST=GITREF to time the emulator against GITREF's")
+    root = Path(__file__).resolve().parents[2]
+    rounds = int(os.environ.get("METALTILE_EMU_AGAINST_ROUNDS", emu_against.DEFAULT_ROUNDS))
+    result = benchmark.pedantic(
+        lambda: emu_against.run(ref, root=root, out_dir=root / "reports" / "out",
+                                rounds=rounds), rounds=1, iterations=1)
+    assert "error" not in result, result.get("error")
+    for row in result["rows"]:
+        key = f"{row['shape']} checks {'on' if row['checks'] else 'off'}"
+        assert "error" not in row, f"{key}: {row.get('error')}"
+        assert row["same_outputs"] and row["same_counters"], (key, row["counter_differences"])
+        assert row["oracle"] == "pass", (key, row["oracle"])
+        benchmark.extra_info[key] = {"this_median_s": row["this_median"],
+                                     "ref_median_s": row["ref_median"],
+                                     "speedup": row["speedup"]}

@@ -221,6 +221,24 @@ kernel void wild(device float* y [[buffer(0)]], uint i [[thread_position_in_grid
     clean(WITH_BARRIER, "reverse_tile", 1, 256, np.zeros(256, np.float32), np.zeros(256, np.float32))
 
 
+def test_fiber_stack_overflow_is_named_and_a_larger_stack_runs():
+    # 12 KiB of locals on an 8 KiB stack (+ its cache-colour slack) reach the guard page
+    # below the stack (the stacks of a worker share one mapping, a guard under each).
+    src = r"""
+kernel void deep(device float* out [[buffer(0)]], uint tid [[thread_index_in_threadgroup]]) {
+  float big[3072];
+  for (uint i = 0; i < 3072; ++i) big[i] = float(i + tid);
+  out[tid] = big[(tid * 37) % 3072];
+}
+"""
+    out = np.zeros(64, np.float32)
+    with pytest.raises(KernelCrashError, match=r"kernel 'deep'.*fiber stack overflow"):
+        run(src, "deep", 1, 64, out, stack_bytes=8192)
+    clean(src, "deep", 1, 64, out, stack_bytes=65536)
+    tid = np.arange(64)
+    np.testing.assert_array_equal(out, ((tid * 37) % 3072 + tid).astype(np.float32))
+
+
 def test_endless_kernel_hits_the_watchdog():
     src = r"""
 kernel void spin(device atomic_uint* flag [[buffer(0)]]) {

@@ -24,6 +24,9 @@
 // tile again or doing the 512 multiply-adds again. Lanes whose operands are untagged or
 // differ compute on their own, as every lane did before. Counters and findings are
 // unchanged: the recording lane still performs every recorded access itself.
+// simdgroup matrices live in the thread address space (MSL allows no other), so the
+// multiply and the copy of a loaded tile from the scratch touch no memory the checker
+// judges: they are __MT_UNCHECKED (mt_sync.h), plain copies without hook calls.
 #pragma once
 #include "mt_runtime.h"
 #include "mt_sync.h"
@@ -92,22 +95,44 @@ struct matrix_access {
 
 struct matrix_meeting {
   bool records;   // this lane performs the recorded accesses
+  bool copied;    // the loaded tile was copied from the simdgroup's scratch (load only)
+  bool share;     // this lane reads the tile and leaves it in the scratch (share_tile)
   ulong tag;      // the loaded tile's tag when the arguments are uniform, else 0
   ulong id;       // the meeting
   __mt_simd_shared* shared;
 };
 
-// Meets the simdgroup and checks the uniform arguments.
-__MT_INLINE matrix_meeting matrix_meet(__mt_site at, const matrix_access& a, unsigned kind) {
-  __mt_simd_table t = __mt_simd_meet(&a, sizeof(a), kind, at);
+// Meets the simdgroup and checks the uniform arguments. For a load (`tile` not null): a
+// uniform load's tile is read by the first lane to resume, which leaves it in the
+// simdgroup's scratch; a later lane that does not record copies it into `tile` here. The
+// recording lane always performs (and so records) every access itself.
+__MT_UNCHECKED matrix_meeting matrix_meet(__mt_site at, matrix_access a, unsigned kind,
+                                          void* tile, unsigned tile_bytes) {
+  __mt_simd_table t = __mt_simd_meet(&a, sizeof(a), kind, at, __MT_CALL_SITE);
   unsigned first = unsigned(__builtin_ctz(t.active));
   matrix_access lead;
   __builtin_memcpy(&lead, t.slots + first * __MT_SIMD_SLOT, sizeof(lead));
   if (lead.ptr != a.ptr || lead.elements_per_row != a.elements_per_row ||
       lead.origin_x != a.origin_x || lead.origin_y != a.origin_y || lead.transpose != a.transpose)
-    __mt_simd_nonuniform(kind, "pointer, elements_per_row, matrix_origin and transpose_matrix");
-  return matrix_meeting{t.lane == first, t.uniform ? kTagLoad | t.meet_id : 0, t.meet_id,
-                        t.shared};
+    __mt_simd_nonuniform(kind, "pointer, elements_per_row, matrix_origin and transpose_matrix",
+                         __MT_CALL_SITE);
+  matrix_meeting m{t.lane == first, false, false, t.uniform ? kTagLoad | t.meet_id : 0, t.meet_id,
+                   t.shared};
+  if (tile && m.tag) {
+    const bool filled = t.shared->meet_id == t.meet_id;
+    if (!m.records && filled) {
+      __builtin_memcpy(tile, t.shared->bytes, tile_bytes);
+      m.copied = true;
+    }
+    m.share = !filled;
+  }
+  return m;
+}
+
+// The tile this lane read, for the other lanes of its meeting (matrix_meet).
+__MT_UNCHECKED void share_tile(const matrix_meeting& m, const void* tile, unsigned tile_bytes) {
+  __builtin_memcpy(m.shared->bytes, tile, tile_bytes);
+  m.shared->meet_id = m.id;
 }
 
 __MT_INLINE ulong matrix_offset(const matrix_access& a, int r, int c) {
@@ -122,25 +147,16 @@ __MT_INLINE void simdgroup_load(__mt_site at, simdgroup_matrix<T, Cols, Rows>& d
                                 const __mt::identity_t<T>* src,
                                 ulong elements_per_row = Cols, ulong2 matrix_origin = 0,
                                 bool transpose_matrix = false) {
+  static_assert(sizeof d.e <= sizeof(__mt_simd_shared::bytes), "simdgroup_load: tile too large");
   __mt::matrix_access a{src, elements_per_row, matrix_origin.x, matrix_origin.y, transpose_matrix};
-  __mt::matrix_meeting m = __mt::matrix_meet(at, a, __MT_SIMD_MATRIX_LOAD);
+  __mt::matrix_meeting m = __mt::matrix_meet(at, a, __MT_SIMD_MATRIX_LOAD, &d.e[0][0], sizeof d.e);
   d.__tag = m.tag;
-  static_assert(sizeof d.e <= sizeof m.shared->bytes, "simdgroup_load: tile too large");
-  // A uniform load: the first lane to resume reads the tile and leaves it in the
-  // simdgroup's scratch; the others copy it from there. The recording lane always
-  // performs (and so records) every access itself.
-  if (!m.records && m.tag && m.shared->meet_id == m.id) {
-    __builtin_memcpy(&d.e[0][0], m.shared->bytes, sizeof d.e);
-    return;
-  }
+  if (m.copied) return;
   if (!m.records) __mt_hooks_suppress(1);
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < Cols; ++c) d.e[r][c] = src[__mt::matrix_offset(a, r, c)];
   if (!m.records) __mt_hooks_suppress(0);
-  if (m.tag && m.shared->meet_id != m.id) {
-    __builtin_memcpy(m.shared->bytes, &d.e[0][0], sizeof d.e);
-    m.shared->meet_id = m.id;
-  }
+  if (m.share) __mt::share_tile(m, &d.e[0][0], sizeof d.e);
 }
 
 template <class T, int Cols, int Rows>
@@ -149,13 +165,13 @@ __MT_INLINE void simdgroup_store(__mt_site at, const simdgroup_matrix<T, Cols, R
                                  ulong elements_per_row = Cols, ulong2 matrix_origin = 0,
                                  bool transpose_matrix = false) {
   __mt::matrix_access a{dst, elements_per_row, matrix_origin.x, matrix_origin.y, transpose_matrix};
-  if (!__mt::matrix_meet(at, a, __MT_SIMD_MATRIX_STORE).records) return;
+  if (!__mt::matrix_meet(at, a, __MT_SIMD_MATRIX_STORE, nullptr, 0).records) return;
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < Cols; ++c) dst[__mt::matrix_offset(a, r, c)] = m.e[r][c];
 }
 
 template <class TD, class TAB>
-__MT_INLINE void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8>& d,
+__MT_UNCHECKED void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8>& d,
                                                const simdgroup_matrix<TAB, 8, 8>& a,
                                                const simdgroup_matrix<TAB, 8, 8>& b,
                                                const simdgroup_matrix<TD, 8, 8>& c) {

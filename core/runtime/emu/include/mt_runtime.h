@@ -66,13 +66,17 @@ enum : unsigned { __MT_SIMD_SLOT = 64 };
 
 // Deposit `nbytes` (<= __MT_SIMD_SLOT) and wait until every lane of the simdgroup that
 // has not exited is waiting at a collective; lanes waiting at the same call site take
-// part. The table stays valid until the calling lane's next meeting point.
-__mt_simd_table __mt_simd_meet(const void* mine, unsigned nbytes, unsigned kind, __mt_site site);
+// part. The table stays valid until the calling lane's next meeting point. `pc` is the
+// kernel's call site, for findings (the shim's collectives are calls of their own from the
+// kernel, and pass their return address: __MT_CALL_SITE in mt_sync.h).
+__mt_simd_table __mt_simd_meet(const void* mine, unsigned nbytes, unsigned kind, __mt_site site,
+                               const void* pc);
 
-// A simd operation read a lane that did not take part (undefined in MSL).
-void __mt_simd_inactive_lane(unsigned kind, unsigned src_lane);
-// Lanes of one collective disagreed on an argument that MSL requires to be uniform.
-void __mt_simd_nonuniform(unsigned kind, const char* what);
+// A simd operation read a lane that did not take part (undefined in MSL); `pc` as above.
+void __mt_simd_inactive_lane(unsigned kind, unsigned src_lane, const void* pc);
+// Lanes of one collective disagreed on an argument that MSL requires to be uniform; `pc`
+// is the kernel's call site.
+void __mt_simd_nonuniform(unsigned kind, const char* what, const void* pc);
 
 // The running thread's positions (what its thread-position attributes would receive), for
 // builtins that read them without a parameter (mt_builtins.h).

@@ -10,6 +10,14 @@
 #include "mt_runtime.h"
 
 #define __MT_INLINE inline __attribute__((always_inline))
+// A function of the shim that touches only thread-private values and the runtime's tables,
+// never device or threadgroup memory: compiled without the checker's instrumentation (its
+// copies and reads would each be a hook call with nothing to check) and called, not
+// inlined, from the instrumented kernel (LLVM does not inline across differing sanitizer
+// attributes; noinline says so for unchecked builds too). Inside one, __MT_CALL_SITE is the
+// kernel's call site, for findings.
+#define __MT_UNCHECKED inline __attribute__((no_sanitize("thread"), noinline))
+#define __MT_CALL_SITE __builtin_return_address(0)
 
 namespace metal {
 

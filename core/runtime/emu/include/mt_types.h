@@ -219,6 +219,22 @@ void append_lanes(R &r, int &k, A a) {
   }
 }
 
+// Whether the constructor's arguments are one ext vector convertible to R by
+// __builtin_convertvector with convert_lane's results: same lane count, neither side bool,
+// and not half <-> bfloat (which convert_lane routes through float).
+template <class R, class... A>
+struct direct_vector_conversion : std::false_type {};
+template <class E, int N, class S>
+struct direct_vector_conversion<ext<E, N>, ext<S, N>>
+    : std::bool_constant<!std::is_same<E, bool>::value && !std::is_same<S, bool>::value &&
+                         !(std::is_same<E, half>::value && std::is_same<S, bfloat>::value) &&
+                         !(std::is_same<E, bfloat>::value && std::is_same<S, half>::value)> {};
+
+template <class R, class S>
+R convert_vector(S s) {
+  return __builtin_convertvector(s, R);
+}
+
 // Fails with "requirement 'K == N'" naming both counts when a constructor's lanes are off.
 template <int Given, int Expected>
 struct vector_constructor_lanes {
@@ -264,6 +280,10 @@ vec<E, N> __mt_make_vec(A... a) {
   } else if constexpr (sizeof...(A) == 1 && lanes == 1) {
     auto s = __mt::convert_lane<E>(a...);
     for (int i = 0; i < N; ++i) r[i] = s;
+  } else if constexpr (__mt::direct_vector_conversion<vec<E, N>, A...>::value) {
+    // One numeric vector of N lanes: converted lane by lane in one operation (the same
+    // conversion per lane; a lane-indexed loop here goes through memory at -O1).
+    return __mt::convert_vector<vec<E, N>>(a...);
   } else if constexpr (__mt::vector_constructor_lanes<lanes, N>::ok) {
     int k = 0;
     (__mt::append_lanes(r, k, a), ...);

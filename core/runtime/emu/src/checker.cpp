@@ -98,6 +98,35 @@ void atomic_race(Worker* w, const char* what, int b, uint64_t off, uint64_t othe
   add_finding(w, std::move(f));
 }
 
+// Read-shared granules. A GEMM reads each input element from many threadgroups and never
+// writes it: once every byte of an 8-byte granule has been read by several threadgroups
+// (reader word kReadByGroups) and written by none, a further plain read can neither
+// conflict (reads conflict only with writes and atomic updates, and without atomics in
+// the launch there are none) nor change a shadow word, so it skips the per-byte shadow
+// (dev_read_shared). A write clears the flag after exchanging its writer words, and the
+// marking reader checks the writer words again after setting it: with both in one total
+// order (seq_cst), a flag never outlives a write made by another worker meanwhile.
+constexpr uint64_t kGranule = 8;
+constexpr uint64_t kReadByGroups = kValid | (kManyGroups << 32);
+
+bool granule_unwritten(int b, uint64_t lo, uint64_t hi) {
+  for (uint64_t i = lo; i < hi; ++i)
+    if (g_launch.dev_writer[b][i].load() & kValid) return false;
+  return true;
+}
+
+void mark_read_shared(int b, uint64_t q) {
+  const uint64_t lo = q * kGranule;
+  const uint64_t hi = std::min<uint64_t>(lo + kGranule, g_launch.job->buffers[b].size);
+  std::atomic<uint8_t>& flag = g_launch.dev_read_shared[b][q];
+  if (flag.load(std::memory_order_relaxed)) return;
+  for (uint64_t i = lo; i < hi; ++i)
+    if (g_launch.dev_reader[b][i].load(std::memory_order_relaxed) != kReadByGroups) return;
+  if (!granule_unwritten(b, lo, hi)) return;
+  flag.store(1);
+  if (!granule_unwritten(b, lo, hi)) flag.store(0);
+}
+
 // Out of line, as tg_access: the hooks' common path (an address outside device and
 // threadgroup memory: the fiber's own stack) stays a few instructions with no frame.
 __attribute__((noinline)) void device_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc) {
@@ -124,10 +153,20 @@ __attribute__((noinline)) void device_access(Worker* w, uintptr_t a, unsigned n,
   for (unsigned i = 0; i < n; ++i) touched[i] |= bit;
   if (!(checks & kCheckRaces)) return;
 
+  const bool atomics = g_launch.any_device_atomic.load(std::memory_order_relaxed);
+  std::atomic<uint8_t>* shared = g_launch.dev_read_shared[b];
+  const uint64_t first_granule = off / kGranule, last_granule = (off + n - 1) / kGranule;
+  if (!write && !atomics) {
+    bool all_shared = true;
+    for (uint64_t q = first_granule; q <= last_granule && all_shared; ++q)
+      all_shared = shared[q].load(std::memory_order_relaxed) != 0;
+    if (all_shared) return;
+  }
+
   const uint32_t t = w->current->tid, e = w->dev_epoch;
   const uint64_t me = encode_dev(w->group, t, e);
   const uint64_t g = w->group & kManyGroups;
-  const bool atomics = g_launch.any_device_atomic.load(std::memory_order_relaxed);
+  bool many_readers = !write;  // every byte read so far: read by several groups, unwritten
   for (unsigned i = 0; i < n; ++i) {
     std::atomic<uint64_t>& W = g_launch.dev_writer[b][off + i];
     std::atomic<uint64_t>& R = g_launch.dev_reader[b][off + i];
@@ -164,14 +203,86 @@ __attribute__((noinline)) void device_access(Worker* w, uintptr_t a, unsigned n,
       else if (dev_thread(r) != t)
         next = r | kManyThreads;
       if (next != r) R.store(next, std::memory_order_relaxed);
+      many_readers = many_readers && !(old & kValid) && next == kReadByGroups;
     }
   }
+  if (many_readers)
+    for (uint64_t q = first_granule; q <= last_granule; ++q) mark_read_shared(b, q);
+  if (write)  // after the writer words changed (mark_read_shared says why)
+    for (uint64_t q = first_granule; q <= last_granule; ++q)
+      if (shared[q].load()) shared[q].store(0);
 }
 
 // ---------------------------------------------------------------------------------------
 // Threadgroup memory checks
 
 inline bool same_simdgroup(uint32_t a, uint32_t b) { return a / kSimdWidth == b / kSimdWidth; }
+
+// The reports of tg_access, out of line so that its common path keeps a small frame.
+enum TgConflict { kTgAtomic, kTgWrite, kTgReads };
+
+__attribute__((noinline, cold)) void tg_bounds(Worker* w, uint64_t base, unsigned n, bool write,
+                                               uintptr_t pc) {
+  // Name the variable just below the address: its red zone was hit.
+  int near = -1;
+  const uint32_t count = g_launch.slot_count.load();
+  for (uint32_t s = 0; s < count; ++s) {
+    const uint32_t o = g_launch.slot_offset[s];
+    if (o != UINT32_MAX && o <= base && (near < 0 || o > g_launch.slot_offset[near]))
+      near = int(s);
+  }
+  if (near < 0) near = 0;
+  int64_t off = int64_t(base) - int64_t(count == 0 ? 0 : g_launch.slot_offset[near].load());
+  add_finding(w, make_finding(w, kBounds, false, near, uint64_t(off), pc,
+                              format("%u-byte %s at byte offset %" PRId64
+                                     " of threadgroup variable #%d, which holds %u bytes",
+                                     n, write ? "write" : "read", off, near,
+                                     count == 0 ? 0u : g_launch.slot_size[near].load())));
+}
+
+__attribute__((noinline, cold)) void tg_uninit(Worker* w, int slot, uint64_t var_off, unsigned n,
+                                               uintptr_t pc) {
+  add_finding(w, make_finding(w, kUninit, false, slot, var_off, pc,
+                              format("%u-byte read of threadgroup memory that no thread "
+                                     "has written in this threadgroup", n)));
+}
+
+__attribute__((noinline, cold)) void tg_race(Worker* w, TgConflict what, const TgShadow& sh,
+                                             int slot, uint64_t var_off, bool write, uintptr_t pc) {
+  Finding r = make_finding(w, kRace, false, slot, var_off, pc, "");
+  if (what == kTgAtomic) {
+    r.detail = format("plain %s conflicts with an atomic %s by %s in the same barrier interval "
+                      "(atomics order only atomics)", write ? "write" : "read",
+                      sh.atomic_update ? "update" : "load",
+                      sh.atomic_many ? "other threads" : "another thread");
+    r.other_thread = sh.atomic_many ? -1 : sh.atomic_thread;
+  } else if (what == kTgWrite) {
+    r.detail = format("%s conflicts with a write by thread %u in the same barrier interval",
+                      write ? "write" : "read", sh.writer);
+    r.other_thread = sh.writer;
+  } else {
+    r.detail = sh.many_readers
+                   ? format("write conflicts with reads by other threads in the same barrier interval")
+                   : format("write conflicts with a read by thread %u in the same barrier interval",
+                            sh.reader);
+    r.other_thread = sh.many_readers ? -1 : sh.reader;
+  }
+  add_finding(w, std::move(r));
+}
+
+// The shadow cell bytes that describe a byte's state (the atomic fields change only with
+// atomics, which compare them per byte): two cells agree when these do.
+constexpr size_t kCellBytes = offsetof(TgShadow, many_readers) + 1;
+static_assert(kCellBytes > 16 && kCellBytes <= 24, "same_cell compares three 8-byte words");
+inline uint64_t cell_word(const TgShadow& c, size_t at) {
+  uint64_t v;
+  std::memcpy(&v, reinterpret_cast<const unsigned char*>(&c) + at, 8);
+  return v;
+}
+inline bool same_cell(const TgShadow& a, const TgShadow& b) {
+  return cell_word(a, 0) == cell_word(b, 0) && cell_word(a, 8) == cell_word(b, 8) &&
+         cell_word(a, kCellBytes - 8) == cell_word(b, kCellBytes - 8);
+}
 
 __attribute__((noinline)) void tg_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc) {
   const uint32_t checks = g_launch.job->checks;
@@ -180,23 +291,7 @@ __attribute__((noinline)) void tg_access(Worker* w, uintptr_t a, unsigned n, boo
   int slot = base < w->arena_owner.size() ? w->arena_owner[base] : -1;
   bool inside = slot >= 0 && base + n <= g_launch.slot_offset[slot] + g_launch.slot_size[slot];
   if (!inside) {
-    if (checks & kCheckBounds) {
-      // Name the variable just below the address: its red zone was hit.
-      int near = -1;
-      const uint32_t count = g_launch.slot_count.load();
-      for (uint32_t s = 0; s < count; ++s) {
-        const uint32_t o = g_launch.slot_offset[s];
-        if (o != UINT32_MAX && o <= base && (near < 0 || o > g_launch.slot_offset[near]))
-          near = int(s);
-      }
-      if (near < 0) near = 0;
-      int64_t off = int64_t(base) - int64_t(count == 0 ? 0 : g_launch.slot_offset[near].load());
-      add_finding(w, make_finding(w, kBounds, false, near, uint64_t(off), pc,
-                                  format("%u-byte %s at byte offset %" PRId64
-                                         " of threadgroup variable #%d, which holds %u bytes",
-                                         n, write ? "write" : "read", off, near,
-                                         count == 0 ? 0u : g_launch.slot_size[near].load())));
-    }
+    if (checks & kCheckBounds) tg_bounds(w, base, n, write, pc);
     return;
   }
   (write ? w->tg_written : w->tg_read) += n;
@@ -210,18 +305,14 @@ __attribute__((noinline)) void tg_access(Worker* w, uintptr_t a, unsigned n, boo
   // Bytes of one access usually share one shadow state (a float written and read whole):
   // then the first byte's checks stand for every byte's, and all get the same update.
   TgShadow* cells = &w->arena_shadow[base];
-  constexpr size_t kCellBytes = offsetof(TgShadow, many_readers) + 1;
   bool same_state = n > 1;
-  for (unsigned i = 1; i < n && same_state; ++i)
-    same_state = std::memcmp(&cells[i], &cells[0], kCellBytes) == 0;
+  for (unsigned i = 1; i < n && same_state; ++i) same_state = same_cell(cells[i], cells[0]);
   const unsigned visit = same_state ? 1 : n;
   for (unsigned i = 0; i < visit; ++i) {
     TgShadow& sh = cells[i];
     if (!write && !sh.initialized && (checks & kCheckUninit) && !reported_uninit) {
       reported_uninit = true;  // once per access, not once per byte
-      add_finding(w, make_finding(w, kUninit, false, slot, var_off + i, pc,
-                                  format("%u-byte read of threadgroup memory that no thread "
-                                         "has written in this threadgroup", n)));
+      tg_uninit(w, slot, var_off + i, n, pc);
     }
     if (checks & kCheckRaces) {
       // Ordered by a simdgroup_barrier: same simdgroup, different simd interval.
@@ -230,33 +321,16 @@ __attribute__((noinline)) void tg_access(Worker* w, uintptr_t a, unsigned n, boo
       };
       if (sh.atomic_epoch == e && (sh.atomic_many || sh.atomic_thread != t) &&
           (write || sh.atomic_update)) {
-        Finding r = make_finding(w, kRace, false, slot, var_off + i, pc,
-                                 format("plain %s conflicts with an atomic %s by %s in the same "
-                                        "barrier interval (atomics order only atomics)",
-                                        write ? "write" : "read",
-                                        sh.atomic_update ? "update" : "load",
-                                        sh.atomic_many ? "other threads" : "another thread"));
-        r.other_thread = sh.atomic_many ? -1 : sh.atomic_thread;
-        add_finding(w, std::move(r));
+        tg_race(w, kTgAtomic, sh, slot, var_off + i, write, pc);
         break;
       }
       if (sh.write_epoch == e && sh.writer != t && !ordered(sh.writer, sh.write_sepoch)) {
-        Finding r = make_finding(w, kRace, false, slot, var_off + i, pc,
-                                 format("%s conflicts with a write by thread %u in the same "
-                                        "barrier interval", write ? "write" : "read", sh.writer));
-        r.other_thread = sh.writer;
-        add_finding(w, std::move(r));
+        tg_race(w, kTgWrite, sh, slot, var_off + i, write, pc);
         break;
       }
       if (write && sh.read_epoch == e && (sh.many_readers || sh.reader != t) &&
           !(!sh.many_readers && ordered(sh.reader, sh.read_sepoch))) {
-        Finding r = make_finding(w, kRace, false, slot, var_off + i, pc,
-                                 sh.many_readers
-                                     ? format("write conflicts with reads by other threads in the same barrier interval")
-                                     : format("write conflicts with a read by thread %u in the same "
-                                              "barrier interval", sh.reader));
-        r.other_thread = sh.many_readers ? -1 : sh.reader;
-        add_finding(w, std::move(r));
+        tg_race(w, kTgReads, sh, slot, var_off + i, write, pc);
         break;
       }
     }

@@ -86,8 +86,9 @@ int main(int argc, char** argv) {
       g_launch.dev_writer[b] = static_cast<std::atomic<uint64_t>*>(map_shadow(n * 8));
       g_launch.dev_reader[b] = static_cast<std::atomic<uint64_t>*>(map_shadow(n * 8));
       g_launch.dev_atomic[b] = static_cast<std::atomic<uint64_t>*>(map_shadow(n * 8));
+      g_launch.dev_read_shared[b] = static_cast<std::atomic<uint8_t>*>(map_shadow(n / 8 + 1));
       if (g_launch.dev_writer[b] == MAP_FAILED || g_launch.dev_reader[b] == MAP_FAILED ||
-          g_launch.dev_atomic[b] == MAP_FAILED)
+          g_launch.dev_atomic[b] == MAP_FAILED || g_launch.dev_read_shared[b] == MAP_FAILED)
         fail_launch("cannot map race-checker shadow memory for buffer %u (%zu bytes)", b, n * 24);
     }
   }

@@ -4,6 +4,12 @@
 // lane calls it: the first lane computes the product and stores it here under the tags of
 // its operand tiles, and the other lanes of the simdgroup take it from the memo. This is
 // a cache of work, not state MSL can observe: a miss recomputes the same result.
+//
+// Two levels. The product log (runtime.h, ProductLog) holds, per simdgroup, the products
+// made since the meeting point its lanes last passed, in order: a lane resumed from the
+// same meeting looks at its n-th product's entry and compares keys, with no hashing. Lanes
+// that diverged, or products past the log's end, use the set-associative memo keyed by a
+// hash of the operands' tags. Either way the product's tag is the same hash of its key.
 
 #include "runtime.h"
 
@@ -57,16 +63,63 @@ __mt_memo_tile memo_lookup(const uint64_t key[4], bool insert) {
   r.tile = w->memo_data.data() + (set_index * kMemoWays + size_t(way)) * kMemoTileBytes;
   return r;
 }
+
+// The running lane's place in its simdgroup's product log, or null outside a worker.
+inline ProductLog* product_log(Worker* w, Fiber** f) {
+  if (!w || !w->current) return nullptr;
+  if (w->product_log.empty()) {
+    w->product_log.resize(g_launch.simdgroups);
+    w->product_data.assign(size_t(g_launch.simdgroups) * kProductLogEntries * kMemoTileBytes, 0);
+  }
+  *f = w->current;
+  return &w->product_log[(*f)->simdgroup];
+}
+
+inline unsigned char* log_tile(Worker* w, const Fiber* f, uint32_t n) {
+  return w->product_data.data() + (size_t(f->simdgroup) * kProductLogEntries + n) * kMemoTileBytes;
+}
+
+inline bool same_key(const uint64_t a[4], const uint64_t b[4]) {
+  return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3];
+}
 }  // namespace
 
 __mt_memo_tile __mt_matrix_memo_find(uint64_t k0, uint64_t k1, uint64_t k2, uint64_t k3) {
   const uint64_t key[4] = {k0, k1, k2, k3};
-  return memo_lookup(key, false);
+  Worker* w = t_worker;
+  Fiber* f = nullptr;
+  if (ProductLog* log = product_log(w, &f)) {
+    const uint32_t n = f->products;
+    if (log->interval == f->interval && n < log->count && same_key(log->entry[n].key, key)) {
+      ++f->products;
+      return __mt_memo_tile{log_tile(w, f, n), log->entry[n].tag};
+    }
+    // The first lane since the meeting: no other lane has made this product yet.
+    if ((log->interval != f->interval && n == 0) || (log->interval == f->interval && n == log->count))
+      return __mt_memo_tile{nullptr, 0};
+  }
+  return memo_lookup(key, false);  // a miss is followed by __mt_matrix_memo_slot
 }
 
 __mt_memo_tile __mt_matrix_memo_slot(uint64_t k0, uint64_t k1, uint64_t k2, uint64_t k3) {
   static thread_local unsigned char scratch[kMemoTileBytes];  // outside a worker: not shared
   const uint64_t key[4] = {k0, k1, k2, k3};
+  Worker* w = t_worker;
+  Fiber* f = nullptr;
+  if (ProductLog* log = product_log(w, &f)) {
+    const uint32_t n = f->products++;
+    if (log->interval != f->interval) {  // the first product since this lane's meeting
+      log->interval = f->interval;
+      log->count = 0;
+    }
+    if (n == log->count && n < kProductLogEntries) {
+      ProductLog::Entry& e = log->entry[n];
+      std::memcpy(e.key, key, sizeof e.key);
+      e.tag = kTagMultiply | (memo_hash(key) >> 2);
+      ++log->count;
+      return __mt_memo_tile{log_tile(w, f, n), e.tag};
+    }
+  }
   __mt_memo_tile r = memo_lookup(key, true);
   if (!r.tile) r.tile = scratch;
   return r;

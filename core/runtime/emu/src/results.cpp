@@ -80,6 +80,29 @@ void write_position(FILE* out, uint64_t linear, const uint32_t* dims) {
           linear / (uint64_t(dims[0]) * dims[1]));
 }
 
+// Bytes of buffer `b` read (bit 0) and written (bit 1) by any worker: the workers' maps
+// OR-ed eight bytes at a time, each bit counted across a word at once.
+void count_unique(uint32_t b, uint64_t size, uint64_t* read, uint64_t* written) {
+  constexpr uint64_t kReadBits = 0x0101010101010101ull, kWriteBits = kReadBits << 1;
+  uint64_t i = 0;
+  for (; i + 8 <= size; i += 8) {
+    uint64_t any = 0;
+    for (Worker* w : g_workers) {
+      uint64_t word;
+      std::memcpy(&word, w->touched[b] + i, 8);
+      any |= word;
+    }
+    *read += uint64_t(__builtin_popcountll(any & kReadBits));
+    *written += uint64_t(__builtin_popcountll(any & kWriteBits));
+  }
+  for (; i < size; ++i) {
+    uint8_t any = 0;
+    for (Worker* w : g_workers) any |= w->touched[b][i];
+    *read += any & 1;
+    *written += (any >> 1) & 1;
+  }
+}
+
 void write_results() {
   const JobHeader* job = g_launch.job;
   std::vector<Finding> all;
@@ -145,24 +168,16 @@ void write_results() {
   // access differently); each name is the stats key of one __MT_SIMD_* kind.
   for (uint32_t k = 1; k < kSimdKinds; ++k)
     fprintf(out, ",\"%s\":%" PRIu64, kSimdKindStats[k], total.simd_ops[k]);
+  uint64_t unique[2][kMaxBuffers] = {};
+  for (uint32_t b = 0; b < job->nbuffers; ++b)
+    count_unique(b, job->buffers[b].size, &unique[0][b], &unique[1][b]);
   const char* names[4] = {"device_bytes_read", "device_bytes_written", "device_unique_bytes_read",
                           "device_unique_bytes_written"};
+  const uint64_t* values[4] = {total.dev_read, total.dev_written, unique[0], unique[1]};
   for (int k = 0; k < 4; ++k) {
     fprintf(out, ",\"%s\":[", names[k]);
-    for (uint32_t b = 0; b < job->nbuffers; ++b) {
-      uint64_t v = 0;
-      if (k == 0) v = total.dev_read[b];
-      else if (k == 1) v = total.dev_written[b];
-      else {
-        uint8_t bit = k == 2 ? 1 : 2;
-        for (uint64_t i = 0; i < job->buffers[b].size; ++i) {
-          uint8_t any = 0;
-          for (Worker* w : g_workers) any |= w->touched[b][i];
-          v += (any & bit) != 0;
-        }
-      }
-      fprintf(out, "%s%" PRIu64, b ? "," : "", v);
-    }
+    for (uint32_t b = 0; b < job->nbuffers; ++b)
+      fprintf(out, "%s%" PRIu64, b ? "," : "", values[k][b]);
     fputc(']', out);
   }
   fprintf(out, "},\"dropped_findings\":%" PRIu64 ",\"findings\":[", dropped);

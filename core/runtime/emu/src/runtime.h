@@ -42,6 +42,9 @@ constexpr uint32_t kSimdKinds = __MT_SIMD_BROADCAST + 1;  // simd collective kin
 // tiles each, which the accumulators of a 128x128 tile per simdgroup would fill), tiles of
 // at most kMemoTileBytes.
 constexpr uint32_t kMemoSetsPerSimdgroup = 64, kMemoWays = 4, kMemoTileBytes = 256;
+// Product log: products one lane makes between two meeting points that the other lanes of
+// its simdgroup take in order (a GEMM's inner step makes 16 per simdgroup).
+constexpr uint32_t kProductLogEntries = 256;
 
 // ---------------------------------------------------------------------------------------
 // Findings
@@ -80,6 +83,9 @@ struct Launch {
   std::atomic<uint64_t>* dev_reader[kMaxBuffers] = {};
   // Atomic accesses per byte: encode_atomic() words (who, when, whether an update).
   std::atomic<uint64_t>* dev_atomic[kMaxBuffers] = {};
+  // Per 8-byte granule (checker.cpp, read-shared granules): 1 when several threadgroups
+  // have read every byte and none has written one, so a plain read has nothing to update.
+  std::atomic<uint8_t>* dev_read_shared[kMaxBuffers] = {};
   std::atomic<uint64_t> next_group{0};
   std::atomic<bool> any_device_atomic{false};  // plain accesses look at dev_atomic only then
   // Threadgroup variable layout, shared by all workers (decided on first request, under
@@ -112,6 +118,22 @@ struct Fiber {
   __mt_simd_table table{};
   __mt_thread_pos pos{};
   unsigned char* stack = nullptr;
+  // Since the last meeting point it passed: which one (its id; 0 at the kernel's start) and
+  // how many simdgroup matrix products it made (its place in the simdgroup's product log).
+  uint64_t interval = 0;
+  uint32_t products = 0;
+};
+
+// The simdgroup matrix products the first lane of a simdgroup made since a meeting point,
+// in order (matrix_memo.cpp): the other lanes, running the same code from the same meeting,
+// find their n-th product at entry n without hashing.
+struct ProductLog {
+  uint64_t interval = ~uint64_t(0);  // the meeting the entries follow; ~0: empty
+  uint32_t count = 0;
+  struct Entry {
+    uint64_t key[4];
+    uint64_t tag;
+  } entry[kProductLogEntries];
 };
 
 struct TgShadow {
@@ -140,7 +162,7 @@ struct Worker {
   unsigned char* arena = nullptr;
   uintptr_t arena_lo = 0, arena_span = 0;
   std::vector<int16_t> arena_owner;            // per byte: slot index or -1 (red zone)
-  std::vector<TgShadow> arena_shadow;
+  TgShadow* arena_shadow = nullptr;            // per byte; mapped zero pages (map_shadow)
   std::vector<void*> slot_ptr;
   // Results.
   std::vector<Finding> findings;
@@ -167,6 +189,8 @@ struct Worker {
   };
   std::vector<MemoSet> memo;
   std::vector<unsigned char> memo_data;        // kMemoTileBytes per way
+  std::vector<ProductLog> product_log;         // per simdgroup, allocated on first use
+  std::vector<unsigned char> product_data;     // kMemoTileBytes per log entry
 };
 
 // The worker running on this OS thread. __thread rather than thread_local: it is defined

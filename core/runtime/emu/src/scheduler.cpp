@@ -71,6 +71,20 @@ void divergence(Worker* w, uint32_t tid, uintptr_t pc, std::string detail) {
   w->current = saved;
 }
 
+// Whether the first n bytes of a and b agree (n <= __MT_SIMD_SLOT: a word at a time).
+inline bool same_bytes(const unsigned char* a, const unsigned char* b, uint32_t n) {
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t x, y;
+    std::memcpy(&x, a + i, 8);
+    std::memcpy(&y, b + i, 8);
+    if (x != y) return false;
+  }
+  for (; i < n; ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
 // Completes one simd collective per simdgroup whose live lanes are all parked.
 bool resolve_simd(Worker* w) {
   bool progressed = false;
@@ -89,10 +103,11 @@ bool resolve_simd(Worker* w) {
       Fiber& f = w->fibers[i];
       if (f.state == kAtSimd && f.site.id == site) {
         active |= 1u << (i - lo);
-        // Lanes at one call site deposit values of one type: the same number of bytes.
-        std::memcpy(slots + (i - lo) * __MT_SIMD_SLOT, f.deposit, f.deposit_bytes);
+        // Lanes at one call site deposit values of one type: the same number of bytes. The
+        // whole slot is copied (a fixed size, inlined); readers read only the deposited bytes.
+        std::memcpy(slots + (i - lo) * __MT_SIMD_SLOT, f.deposit, __MT_SIMD_SLOT);
         if (uniform && (f.deposit_bytes != w->fibers[first].deposit_bytes ||
-                        std::memcmp(f.deposit, w->fibers[first].deposit, f.deposit_bytes) != 0))
+                        !same_bytes(f.deposit, w->fibers[first].deposit, f.deposit_bytes)))
           uniform = 0;
       }
     }
@@ -102,6 +117,8 @@ bool resolve_simd(Worker* w) {
         f.table = __mt_simd_table{slots, active, i - lo, hi - lo, uniform, w->meetings + 1,
                                   &w->simd_shared[sg]};
         f.state = kReady;
+        f.interval = w->meetings + 1;
+        f.products = 0;
       }
     }
     ++w->meetings;
@@ -143,15 +160,21 @@ void resolve_barrier(Worker* w) {
   if (flags & __MT_MEM_THREADGROUP) ++w->tg_epoch;
   if (flags & __MT_MEM_DEVICE) ++w->dev_epoch;
   ++w->barriers;
-  for (uint32_t i = 0; i < T; ++i)
-    if (w->fibers[i].state == kAtBarrier) w->fibers[i].state = kReady;
+  const uint64_t id = ++w->meetings;
+  for (uint32_t i = 0; i < T; ++i) {
+    Fiber& f = w->fibers[i];
+    if (f.state != kAtBarrier) continue;
+    f.state = kReady;
+    f.interval = id;
+    f.products = 0;
+  }
 }
 
 void reset_arena(Worker* w) {
   uint32_t used = g_launch.arena_bytes.load();
   if (!used) return;
   std::memset(w->arena, 0xFF, used);
-  std::memset(w->arena_shadow.data(), 0, used * sizeof(TgShadow));
+  std::memset(w->arena_shadow, 0, used * sizeof(TgShadow));
 }
 
 // Stacks are mapped at page multiples, so without an offset every fiber's hot top of
@@ -167,12 +190,15 @@ void run_group(Worker* w, uint64_t g) {
   w->tg_epoch = w->dev_epoch = 1;
   std::fill(w->simd_epoch.begin(), w->simd_epoch.end(), 0);
   reset_arena(w);
+  for (ProductLog& log : w->product_log) log.interval = ~uint64_t(0);  // interval 0 is per group
   uint32_t gp[3] = {uint32_t(g % job->grid[0]), uint32_t(g / job->grid[0] % job->grid[1]),
                     uint32_t(g / (uint64_t(job->grid[0]) * job->grid[1]))};
   for (uint32_t i = 0; i < T; ++i) {
     Fiber& f = w->fibers[i];
     f.state = kReady;
     f.suppress = false;
+    f.interval = 0;
+    f.products = 0;
     __mt_thread_pos& p = f.pos;
     uint32_t lp[3] = {i % job->threadgroup[0], i / job->threadgroup[0] % job->threadgroup[1],
                       i / (job->threadgroup[0] * job->threadgroup[1])};
@@ -221,13 +247,54 @@ void run_group(Worker* w, uint64_t g) {
   w->threads_run += T;
 }
 
-unsigned char* map_stack(size_t bytes) {
-  // One guard page below the stack turns an overflow into a fault the handler names.
-  size_t page = size_t(sysconf(_SC_PAGESIZE));
-  void* p = mmap(nullptr, bytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) fail_launch("cannot map a %zu-byte fiber stack", bytes);
-  mprotect(p, page, PROT_NONE);
-  return static_cast<unsigned char*>(p) + page;
+// Every fiber stack of a worker in one mapping, each with a guard page below it that turns
+// an overflow into a fault the crash handler names. The guards are Linux guard regions
+// where the kernel has them (one call each, no split of the mapping: far cheaper for the
+// hundreds of stacks a launch maps), else PROT_NONE pages. A guard region is trusted only
+// once the kernel refuses to copy from it: qemu-user accepts the advice and ignores it.
+#if defined(__linux__) && !defined(MADV_GUARD_INSTALL)
+#define MADV_GUARD_INSTALL 102  // Linux 6.13 <linux/mman.h>
+#endif
+bool install_guard_region(void* page, size_t bytes) {
+#if defined(__linux__)
+  if (madvise(page, bytes, MADV_GUARD_INSTALL) != 0) return false;
+  int fds[2];
+  if (pipe(fds) != 0) return false;
+  const bool refused = write(fds[1], page, 1) < 0;  // EFAULT where the guard is real
+  close(fds[0]);
+  close(fds[1]);
+  return refused;
+#else
+  (void)page, (void)bytes;
+  return false;
+#endif
+}
+
+void guard_page(void* page, size_t bytes, bool region) {
+#if defined(__linux__)
+  if (region) {
+    madvise(page, bytes, MADV_GUARD_INSTALL);
+    return;
+  }
+#endif
+  (void)region;
+  mprotect(page, bytes, PROT_NONE);
+}
+
+void map_stacks(Worker* w, size_t bytes) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  const size_t stride = page + (bytes + page - 1) / page * page;
+  const size_t n = w->fibers.size();
+  void* p = mmap(nullptr, stride * n, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) fail_launch("cannot map %zu fiber stacks of %zu bytes", n, bytes);
+  unsigned char* base = static_cast<unsigned char*>(p);
+  const bool guard_regions = install_guard_region(base, page);
+  for (size_t i = 0; i < n; ++i) {
+    unsigned char* guard = base + i * stride;
+    if (i || !guard_regions) guard_page(guard, page, guard_regions);  // the first: installed
+    w->fibers[i].stack = guard + page;
+  }
 }
 
 void worker_main(Worker* w) {
@@ -239,8 +306,8 @@ void worker_main(Worker* w) {
     f.tid = i;
     f.lane = i % kSimdWidth;
     f.simdgroup = i / kSimdWidth;
-    f.stack = map_stack(g_launch.job->stack_bytes + kStackColors);
   }
+  map_stacks(w, g_launch.job->stack_bytes + kStackColors);
   for (uint32_t b = 0; b < g_launch.job->nbuffers; ++b) {
     void* p = map_shadow(g_launch.job->buffers[b].size ? g_launch.job->buffers[b].size : 1);
     if (p == MAP_FAILED) fail_launch("cannot map the access map of buffer %u", b);
@@ -254,7 +321,11 @@ void worker_main(Worker* w) {
   w->arena_lo = reinterpret_cast<uintptr_t>(w->arena);
   w->arena_span = arena_cap;
   w->arena_owner.assign(arena_cap, -1);
-  w->arena_shadow.assign(arena_cap, TgShadow{});
+  // Zero pages until a threadgroup uses them: a kernel with little threadgroup memory
+  // touches a few pages of the 2 x MT_THREADGROUP_MEMORY_BYTES this can hold.
+  void* shadow = map_shadow(arena_cap * sizeof(TgShadow));
+  if (shadow == MAP_FAILED) fail_launch("cannot map the threadgroup memory shadow");
+  w->arena_shadow = static_cast<TgShadow*>(shadow);
   for (;;) {
     uint64_t g = g_launch.next_group.fetch_add(1);
     if (g >= g_launch.groups) break;
@@ -282,29 +353,28 @@ void __mt_simdgroup_barrier(unsigned flags, __mt_site site) {
   park(w, kAtSimd, site, 0, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
 }
 
-__mt_simd_table __mt_simd_meet(const void* mine, unsigned nbytes, unsigned kind, __mt_site site) {
+__mt_simd_table __mt_simd_meet(const void* mine, unsigned nbytes, unsigned kind, __mt_site site,
+                               const void* pc) {
   Worker* w = t_worker;
   Fiber* f = w->current;
   f->deposit_bytes = nbytes < __MT_SIMD_SLOT ? nbytes : __MT_SIMD_SLOT;
   std::memcpy(f->deposit, mine, f->deposit_bytes);
-  park(w, kAtSimd, site, kind, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+  park(w, kAtSimd, site, kind, reinterpret_cast<uintptr_t>(pc));
   return f->table;
 }
 
-void __mt_simd_inactive_lane(unsigned kind, unsigned src_lane) {
+void __mt_simd_inactive_lane(unsigned kind, unsigned src_lane, const void* pc) {
   Worker* w = t_worker;
   const char* what = kind == __MT_SIMD_BROADCAST ? "simd_broadcast" : "simd_shuffle";
-  add_finding(w, make_finding(w, kDivergence, false, -1, 0,
-                              reinterpret_cast<uintptr_t>(__builtin_return_address(0)),
+  add_finding(w, make_finding(w, kDivergence, false, -1, 0, reinterpret_cast<uintptr_t>(pc),
                               format("%s reads lane %u, which is not active in this simdgroup "
                                      "(undefined in MSL); the lane's own value was returned",
                                      what, src_lane)));
 }
 
-void __mt_simd_nonuniform(unsigned kind, const char* what) {
+void __mt_simd_nonuniform(unsigned kind, const char* what, const void* pc) {
   Worker* w = t_worker;
-  add_finding(w, make_finding(w, kDivergence, false, -1, 0,
-                              reinterpret_cast<uintptr_t>(__builtin_return_address(0)),
+  add_finding(w, make_finding(w, kDivergence, false, -1, 0, reinterpret_cast<uintptr_t>(pc),
                               format("simdgroup matrix %s: lanes disagree on %s, which must be "
                                      "uniform across the simdgroup",
                                      kind == __MT_SIMD_MATRIX_LOAD ? "load" : "store", what)));

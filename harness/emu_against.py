@@ -1,0 +1,256 @@
+"""Emulator time A/B against another git revision, within one run (`harness emu-against REF`).
+
+The emulator's own speed on the kernel shapes that matter, compared with another
+revision's emulator running the same MSL. This tree compiles each shape (a kernel family
+at fixed params, `SHAPES`) to MSL once, with today's compiler, and writes the launch (MSL,
+kernel name, grid, threadgroup, input buffers) to a job directory; then a worker process
+per tree (the other revision checked out by `harness.against.worktree`) calls its own
+`core.runtime.emu.run_msl` on it, round after round, this tree first in even rounds and
+the other first in odd ones, so drift and other load hit both alike (docs/bench.md: wall
+times compare only within one run). Round 0 is the warm-up (it builds the kernel).
+
+Per shape and checks setting it reports both sides' median seconds, the speed-up
+(median of ref/this over the paired rounds) and whether both sides computed the same: the
+output bytes and every counter both emulators report must be identical, since the counters
+describe the Apple GPU's work, not the emulator's (counters only one revision has, e.g. ones
+added since, are listed, not compared). This side's output is also compared with
+the family's oracle (harness.diff). What the worker needs from the other revision:
+`core.runtime.emu.run_msl(source, kernel, grid=, threadgroup=, buffers=, checks=)` and
+`core.runtime.emu.ALL_CHECKS`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_ROUNDS = 5
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    family: str
+    params: dict
+    about: str
+
+
+# The shapes of issue 11's speed goals (GEMM 512^3 >= 10x, softmax 256x1024 >= 4x) and the
+# GEMM at 256^3 the issue's plain C++ anchor runs (suites/bench/test_emu_bench.py).
+SHAPES = (
+    Shape("gemm-256", "gemm",
+          {"M": 256, "N": 256, "K": 256, "bM": 64, "bN": 64, "bK": 32, "threads": 128,
+           "dtype": "float16", "out_dtype": "float32", "trans_A": False, "trans_B": False,
+           "num_stages": 2, "init": "clear"},
+          "GEMM f16 -> f32 256^3, 64x64x32 tiles, 128 threads, 2 stages"),
+    Shape("gemm-512", "gemm",
+          {"M": 512, "N": 512, "K": 512, "bM": 64, "bN": 64, "bK": 32, "threads": 128,
+           "dtype": "float16", "out_dtype": "float32", "trans_A": False, "trans_B": False,
+           "num_stages": 2, "init": "clear"},
+          "GEMM f16 -> f32 512^3, 64x64x32 tiles, 128 threads, 2 stages"),
+    Shape("softmax-256x1024", "softmax",
+          {"M": 256, "N": 1024, "dtype": "float16", "scale": 1.0, "bM": 4, "threads": 256},
+          "row softmax f16 256x1024, 64 threadgroups of 256"),
+)
+
+WORKER = r"""
+import hashlib, json, sys, time
+protocol = sys.stdout
+sys.stdout = sys.stderr          # whatever the other revision prints stays off the protocol
+import numpy as np
+from core.runtime import emu
+
+jobs = {}
+
+
+def once(request):
+    path = request["job"]
+    if path not in jobs:
+        with np.load(path + ".npz") as z:
+            arrays = [z[f"b{i}"] for i in range(len(z.files))]
+        with open(path + ".json") as f:
+            jobs[path] = (json.load(f), arrays)
+    meta, arrays = jobs[path]
+    buffers = [a.copy() for a in arrays]
+    checks = emu.ALL_CHECKS if request["checks"] else ()
+    t0 = time.perf_counter()
+    res = emu.run_msl(meta["msl"], meta["kernel"], grid=tuple(meta["grid"]),
+                      threadgroup=tuple(meta["threadgroup"]), buffers=buffers, checks=checks)
+    seconds = time.perf_counter() - t0
+    digest = hashlib.sha256(b"".join(b.tobytes() for b in buffers)).hexdigest()
+    return {"seconds": seconds, "stats": res.stats, "outputs": digest,
+            "findings": [str(f) for f in res.findings]}
+
+
+for line in sys.stdin:
+    request = json.loads(line)
+    if request["op"] == "quit":
+        break
+    try:
+        reply = once(request)
+    except Exception as err:
+        reply = {"error": type(err).__name__ + ": " + str(err).splitlines()[0][:300]}
+    protocol.write(json.dumps(reply, default=str) + "\n")
+    protocol.flush()
+"""
+
+
+class EmuAgainstError(Exception):
+    """A shape cannot be laid out as one launch (several launches, scalar arguments)."""
+
+
+def write_job(shape: Shape, directory: Path, seed: int = 0) -> tuple[Path, str | None]:
+    """Compile `shape` with this tree's compiler, call it once on the emulator (its outputs
+    against the family's oracle: None, or the mismatch) and write its launch for the
+    workers, outputs zeroed."""
+    import torch
+
+    import core
+    from harness.diff import assert_close
+    from harness.gen import family as families
+
+    built = families.get(shape.family).build(dict(shape.params))
+    kernel = core.compile(built.func, out_idx=built.out_idx)
+    if len(kernel.launches) != 1:
+        raise EmuAgainstError(f"{shape.name}: {len(kernel.launches)} launches; the A/B times "
+                              "one launch")
+    site = kernel.launches[0]
+    if site.scalars or any(kind != "const" for kind, _ in site.grid):
+        raise EmuAgainstError(f"{shape.name}: the launch has scalar arguments or a computed "
+                              "grid; the A/B times launches of constant geometry")
+    inputs = list(built.inputs(seed))
+    result = kernel(*inputs, backend="emu", checks=())
+    outputs = list(result) if isinstance(result, (list, tuple)) else [result]
+    mismatch = None
+    try:
+        for k, (got, want) in enumerate(zip(outputs, built.oracle(inputs))):
+            dtype = built.tolerance_dtypes[k] if k < len(built.tolerance_dtypes) else ""
+            assert_close(got, want, dtype=getattr(torch, dtype) if dtype else None,
+                         reduction_length=built.reduction_length, what=shape.name,
+                         op_class=built.op_class)
+    except AssertionError as err:
+        mismatch = str(err).splitlines()[0]
+    n = len(built.func.params)
+    out_positions = sorted(i % n for i in built.out_idx)
+    pending_in, pending_out = iter(inputs), iter(torch.zeros_like(o) for o in outputs)
+    by_name = {p.name: next(pending_out) if i in out_positions else next(pending_in)
+               for i, p in enumerate(built.func.params)}
+    arrays = [by_name[n].contiguous().view(torch.uint8).numpy() for n in site.buffers]
+    path = directory / shape.name
+    np.savez(str(path) + ".npz", **{f"b{i}": a for i, a in enumerate(arrays)})
+    meta = {"msl": kernel.msl, "kernel": site.kernel,
+            "grid": [int(v) for _, v in site.grid], "threadgroup": list(site.threadgroup)}
+    Path(str(path) + ".json").write_text(json.dumps(meta))
+    return path, mismatch
+
+
+class Worker:
+    """One timing process for one source tree (as harness.against.Worker)."""
+
+    def __init__(self, tree: Path, log: Path):
+        env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
+        self.log = open(log, "w")  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen([sys.executable, "-c", WORKER], cwd=tree, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, text=True)
+
+    def time(self, job: Path, checks: bool) -> dict:
+        self.proc.stdin.write(json.dumps({"op": "time", "job": str(job), "checks": checks}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            return {"error": f"worker exited (status {self.proc.poll()}); see {self.log.name}"}
+        return json.loads(line)
+
+    def close(self):
+        try:
+            if self.proc.poll() is None:
+                self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+        self.log.close()
+
+
+def run(ref: str, shapes=SHAPES, *, root: Path, out_dir: Path, rounds: int = DEFAULT_ROUNDS,
+        checks=(True, False), progress=None) -> dict:
+    """Time `shapes` on this tree's emulator (`root`) and on `ref`'s, interleaved."""
+    from harness.against import AgainstError, worktree
+
+    method = (f"{rounds} interleaved rounds per side after one warm-up, one process per "
+              "tree, today's MSL on both; speed-up = median over rounds of ref/this")
+    try:
+        tree, commit = worktree(ref, root, out_dir)
+    except (AgainstError, subprocess.TimeoutExpired, OSError) as err:
+        return {"ref": ref, "error": str(err), "rows": [], "method": method}
+    jobs_dir = out_dir / "emu-against"
+    jobs_dir.mkdir(parents=True, exist_ok=True)
+    jobs, rows, oracle = {}, [], {}
+    for shape in shapes:
+        jobs[shape.name], oracle[shape.name] = write_job(shape, jobs_dir)
+    sides = {"this": Worker(root, jobs_dir / "this.worker.log"),
+             "ref": Worker(tree, jobs_dir / f"{tree.name}.worker.log")}
+    keys = [(s, c) for s in shapes for c in checks]
+    data = {(s.name, c): {"this": [], "ref": []} for s, c in keys}
+    replies: dict = {}
+    errors: dict = {}
+    try:
+        for r in range(rounds + 1):
+            order = ("this", "ref") if r % 2 == 0 else ("ref", "this")
+            if progress:
+                progress(r, rounds)
+            for shape, c in keys:
+                key = (shape.name, c)
+                if key in errors:
+                    continue
+                for side in order:
+                    reply = sides[side].time(jobs[shape.name], c)
+                    if "error" in reply:
+                        errors[key] = f"{side}: {reply['error']}"
+                        break
+                    replies[key, side] = reply
+                    if r:
+                        data[key][side].append(reply["seconds"])
+    finally:
+        for w in sides.values():
+            w.close()
+    for shape, c in keys:
+        key = (shape.name, c)
+        row = {"shape": shape.name, "about": shape.about, "checks": c,
+               "oracle": oracle[shape.name] or "pass"}
+        if key in errors:
+            rows.append({**row, "error": errors[key]})
+            continue
+        this, other = data[key]["this"], data[key]["ref"]
+        a, b = replies[key, "this"], replies[key, "ref"]
+        ca, cb = _counters(a["stats"]), _counters(b["stats"])
+        common = sorted(set(ca) & set(cb))  # a counter one revision does not have is listed
+        differ = [k for k in common if ca[k] != cb[k]]
+        row.update({
+            "this_median": statistics.median(this), "ref_median": statistics.median(other),
+            "this_data": this, "ref_data": other,
+            "speedup": math.exp(statistics.median(math.log(o / t) for t, o in zip(this, other))),
+            "same_outputs": a["outputs"] == b["outputs"],
+            "same_counters": not differ, "counter_differences": differ,
+            "counters_compared": len(common),
+            "counters_only_here": sorted(set(ca) - set(cb)),
+            "findings": {"this": a["findings"], "ref": b["findings"]},
+        })
+        rows.append(row)
+    return {"ref": ref, "commit": commit, "tree": str(tree), "rounds": rounds,
+            "method": method, "rows": rows}
+
+
+def _counters(stats: dict) -> dict:
+    # JSON turned the per-buffer dicts' integer keys into strings on one side only.
+    return {k: ({str(i): n for i, n in v.items()} if isinstance(v, dict) else v)
+            for k, v in stats.items()}

@@ -1,0 +1,38 @@
+"""harness.emu_against lays out each speed shape as one launch the workers can replay."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from core.runtime import emu
+from harness import emu_against
+from harness.diff import assert_close
+from harness.gen import family as families
+
+
+@pytest.mark.parametrize("name", ["gemm-256", "softmax-256x1024"])
+def test_a_written_job_replays_to_the_oracle(tmp_path, name):
+    shape = next(s for s in emu_against.SHAPES if s.name == name)
+    path, mismatch = emu_against.write_job(shape, tmp_path)
+    assert mismatch is None
+    meta = json.loads((tmp_path / f"{name}.json").read_text())
+    with np.load(str(path) + ".npz") as z:
+        buffers = [z[f"b{i}"].copy() for i in range(len(z.files))]
+    res = emu.run_msl(meta["msl"], meta["kernel"], grid=tuple(meta["grid"]),
+                      threadgroup=tuple(meta["threadgroup"]), buffers=buffers)
+    assert res.findings == []
+    built = families.get(shape.family).build(dict(shape.params))
+    (want,) = built.oracle(list(built.inputs(0)))
+    got = torch.from_numpy(buffers[-1]).view(want.dtype).reshape(want.shape)
+    assert_close(got, want, reduction_length=built.reduction_length, what=name,
+                 op_class=built.op_class)
+
+
+def test_a_shape_of_several_launches_is_refused(tmp_path):
+    params = {"N": 4096, "dtype": "float16", "kernels": 3, "read": "tile_reverse", "shift": 0,
+              "b1": 256, "b2": 256, "b3": 256, "t1": 256, "t2": 128, "t3": 256}
+    shape = emu_against.Shape("chain3", "multikernel", params, "three kernels in a row")
+    with pytest.raises(emu_against.EmuAgainstError, match="chain3: 3 launches"):
+        emu_against.write_job(shape, tmp_path)
