@@ -245,8 +245,8 @@ def macro(func=None, *, hygienic=True):
     prim_func or another macro (TVMScript's macro in a prim_func)."""
 
     def decorate(fn):
-        from tvm.script.parser.tirx.entry import macro as tvm_macro
-        script = tvm_macro(fn, hygienic=hygienic)
+        from core.language.script_cache import Macro
+        script = Macro(fn, hygienic)
         traced = None
 
         @functools.wraps(fn)

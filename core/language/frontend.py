@@ -1,9 +1,10 @@
 """`@T.prim_func`: parse a TileLang-style Python function into a TIR PrimFunc.
 
-TVMScript's tirx parser does the parsing; every `T.*` name the function uses resolves to
-this package, whose functions emit TIR through TVMScript's IR builder (loops, buffers,
-thread launches) or tile-op calls (`core.ir.ops`). Errors raised while parsing come back
-as `KernelDefinitionError` naming the kernel and the source line.
+TVMScript's tirx parser does the parsing, on a source and AST read once per function
+(script_cache.py); every `T.*` name the function uses resolves to this package, whose
+functions emit TIR through TVMScript's IR builder (loops, buffers, thread launches) or
+tile-op calls (`core.ir.ops`). Errors raised while parsing come back as
+`KernelDefinitionError` naming the kernel and the source line.
 """
 
 from __future__ import annotations
@@ -14,15 +15,16 @@ import sys
 import textwrap
 from types import SimpleNamespace
 
-from tvm.script.parser._core import parse, utils
+from tvm.script.parser._core import utils
 
 from core.errors import MetaltileError
-from core.language import compare, conditions
+from core.language import compare, conditions, script_cache
 from core.language.eager import check_capacity_dims
 from core.language.errors import KernelDefinitionError
 
 compare.install()     # int32 < int64 promotes inside kernels too (core/language/compare.py)
 conditions.install()  # Python values decide `if` and ternaries at trace time (conditions.py)
+script_cache.install()  # the evaluator's compiled expressions are reused (script_cache.py)
 
 
 def _project_error_in_chain(exc: BaseException) -> MetaltileError | None:
@@ -88,9 +90,9 @@ def prim_func(func=None, **_options):
 
     def parse_func(fn):
         extra_vars = utils.inspect_function_capture(fn)
-        utils.resolve_closure_vars(fn, extra_vars, outer_stack)
+        script_cache.resolve_closure_vars(fn, extra_vars, outer_stack)
         try:
-            parsed = parse(fn, extra_vars, check_well_formed=False)
+            parsed = script_cache.parse(fn, extra_vars)
         except MetaltileError as exc:
             raise _located(exc, fn.__name__, "") from None
         except Exception as exc:  # noqa: BLE001 - every parser failure becomes a project error

@@ -470,6 +470,16 @@ def test_report_shows_ratios_and_misses_of_the_target():
         _results(case), [])
 
 
+def test_report_marks_compile_times_over_the_goal():
+    fast, slow = _case("fam/fast"), _case("fam/slow")
+    slow["compile"] = bench.timing_summary(_stats(0.031, 0.032, 0.040))
+    assert not measure.over_goal(fast["compile"]) and measure.over_goal(slow["compile"])
+    assert not measure.over_goal(None)
+    text = report.markdown(_results(fast, slow), [])
+    assert "| fam/slow | pass | s | x | 32.0 ± 4.9 (n=3) > 30 goal |" in text
+    assert "| fam/fast | pass | s | x | 12.0 ± 2.0 (n=3) |" in text
+
+
 def test_report_lists_the_streamed_rows_from_the_msl():
     streamed, held = _case("fam/streamed"), _case("fam/held")
     streamed["msl"] = ("kernel void k() {\n  // streamed: 16 chunks of 2048 over dim 1 of 'x'"

@@ -1,0 +1,215 @@
+"""Parsing T.* functions without re-reading their source: TVMScript's inputs, cached.
+
+TVMScript rebuilds a function's `Source` (its lines, plus `inspect.getsource` of the whole
+module) and re-parses its AST every time a `@T.prim_func` is decorated, and again on every
+*call* of a `@T.macro`; and a macro call finds the active parser through
+`inspect.getouterframes`, which reads the source file of every frame on the stack. The
+families build their kernels (and define their macros) inside functions, so a bench case
+paid these for every build and every macro use. This module gives TVMScript the same
+values from caches:
+
+    source_of(fn)            TVMScript's `Source` of fn, built once per code object; its
+                             `as_ast()` parses once and returns the same doc AST after
+    resolve_closure_vars     TVMScript's lookup of names used only in string annotations,
+                             with those names read from the source once per code object
+    parse(fn, extra_vars)    `tvm.script.parser.core.entry.parse(fn, extra_vars,
+                             check_well_formed=False)`, reading `source_of(fn)`
+    Macro(fn, hygienic)      TVMScript's TIR macro (`T.macro` in a prim_func) reading
+                             `source_of(fn)`, finding the parser by a plain frame walk
+    install()                TVMScript's expression evaluator compiles every operation it
+                             cannot fold itself (a call, an attribute, a subscript, a tuple of
+                             already-evaluated operands) into Python code and evals it; the
+                             code of such an expression is kept by its shape (node types,
+                             names, constants), so each shape is compiled once per process
+
+Contract: the parse result is the one TVMScript's own entry points give (same parser, same
+visitors, same variable tables; only where the source text, its AST and the evaluator's
+compiled code come from changes).
+The cache key is the function's code object itself (identity, held weakly): a function
+defined again by running its `def` shares the code object and so the entry; new code (a
+reloaded module, `exec`) gets a new entry, and an entry goes when its code object does.
+The doc AST is shared between parses. TVMScript's visitors read it; the one write is an
+idempotent normalisation (a slice call argument `a[i:j]` gets an explicit step 1 before it
+is evaluated, evaluator.py), so every visit after the first sees what the first one saw.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import weakref
+
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.parser.core import doc
+from tvm.script.parser.core import entry as _entry
+from tvm.script.parser.core import utils
+from tvm.script.parser.core.diagnostics import Source
+from tvm.script.parser.core.evaluator import ExprEvaluator
+from tvm.script.parser.core.evaluator import _eval_expr as _tvm_eval_expr
+from tvm.script.parser.core.error import ParserError
+from tvm.script.parser.core.parser import Parser, ScriptMacro
+from tvm.script.parser.tirx.entry import TIRMacro
+
+
+class CachedSource(Source):
+    """A `Source` whose doc AST is parsed once (TVMScript parses it on every `as_ast`)."""
+
+    def as_ast(self):
+        tree = self.__dict__.get("_tree")
+        if tree is None:
+            tree = self._tree = super().as_ast()
+        return tree
+
+
+_SOURCES: dict[int, tuple[weakref.ref, dict]] = {}   # id(code) -> (its ref, what is kept)
+
+
+def _kept(fn) -> dict:
+    """What is kept for the code object of `fn` (an empty dict the first time)."""
+    code = fn.__code__
+    key = id(code)
+    hit = _SOURCES.get(key)
+    if hit is not None and hit[0]() is code:
+        return hit[1]
+    kept: dict = {}
+    _SOURCES[key] = (weakref.ref(code, lambda _ref, key=key: _SOURCES.pop(key, None)), kept)
+    return kept
+
+
+def source_of(fn) -> CachedSource:
+    """TVMScript's `Source(fn)`, built once per code object of `fn`."""
+    kept = _kept(fn)
+    if "source" not in kept:
+        kept["source"] = CachedSource(fn)
+    return kept["source"]
+
+
+def resolve_closure_vars(fn, extra_vars: dict, outer_stack: list) -> None:
+    """TVMScript's `utils.resolve_closure_vars(fn, extra_vars, outer_stack)` (names used only
+    in string annotations, under `from __future__ import annotations`, looked up in the
+    enclosing functions' frames), with the names read from the source once per code."""
+    if not utils._has_string_annotations(fn):
+        return
+    kept = _kept(fn)
+    if "annotation_names" not in kept:
+        kept["annotation_names"] = frozenset(utils._collect_annotation_names(fn))
+    enclosing = utils._get_enclosing_scope_names(fn.__qualname__)
+    for name in kept["annotation_names"]:
+        if name not in extra_vars:
+            for frame_info in outer_stack[1:]:
+                if frame_info.frame.f_code.co_name in enclosing:
+                    if name in frame_info.frame.f_locals:
+                        extra_vars[name] = frame_info.frame.f_locals[name]
+                        break
+
+
+def parse(fn, extra_vars: dict):
+    """`entry.parse(fn, extra_vars, check_well_formed=False)` on the cached source of fn."""
+    parser = Parser(source_of(fn), {fn.__name__: fn.__annotations__})
+    with IRBuilder() as builder:
+        try:
+            parser.parse(extra_vars=extra_vars)
+        except ParserError as err:
+            parser.report_error(err.node, err.args[0])
+    return builder.get()
+
+
+def _active_parser(skip: int):
+    """The parser a macro call runs in: the first frame outward whose globals hold it
+    (TVMScript's evaluator puts it there), as `ScriptMacro._find_parser_def` finds it."""
+    frame = sys._getframe(skip + 1)
+    while frame is not None:
+        parser = frame.f_globals.get(ScriptMacro.parser_object_name)
+        if parser is not None:
+            return parser
+        frame = frame.f_back
+    raise RuntimeError(f"{ScriptMacro.parser_object_name} not available")
+
+
+class Macro(TIRMacro):
+    """TVMScript's TIR macro of `fn` (what `tvm.script.tirx.macro` builds), on the cached
+    source and AST, with the parser found without reading any source file."""
+
+    def __init__(self, fn, hygienic: bool):
+        closure_vars = utils.inspect_function_capture(fn) or _entry._default_globals()
+        super().__init__(source_of(fn), closure_vars, fn, hygienic)
+
+    def _find_parser_def(self):
+        return _active_parser(1)
+
+
+# -- the evaluator's compiled expressions ------------------------------------------------
+
+def _ctx(node) -> str:
+    return type(node.ctx).__name__
+
+
+def _key(node):
+    """The shape of an expression the evaluator compiles, or None for one it is not kept
+    for: everything that decides the compiled code except source positions (which only
+    number the lines of the `<ast>` frame in a traceback)."""
+    kind = type(node)
+    if kind is doc.Name:
+        return ("Name", node.id, _ctx(node))
+    if kind is doc.Constant:
+        return ("Constant", type(node.value).__name__, repr(node.value))
+    if kind is doc.Attribute:
+        inner = _key(node.value)
+        return None if inner is None else ("Attribute", inner, node.attr, _ctx(node))
+    if kind is doc.Subscript:
+        inner, index = _key(node.value), _key(node.slice)
+        if inner is None or index is None:
+            return None
+        return ("Subscript", inner, index, _ctx(node))
+    if kind is doc.Tuple or kind is doc.List:
+        elts = tuple(_key(e) for e in node.elts)
+        return None if None in elts else (kind.__name__, elts, _ctx(node))
+    if kind is doc.Slice:
+        parts = tuple(None if p is None else _key(p)
+                      for p in (node.lower, node.upper, node.step))
+        if any(k is None and p is not None
+               for k, p in zip(parts, (node.lower, node.upper, node.step))):
+            return None
+        return ("Slice", parts)
+    if kind is doc.Call:
+        func = _key(node.func)
+        args = tuple(_key(a) for a in node.args)
+        if func is None or None in args or any(kw.arg is None for kw in node.keywords):
+            return None
+        kws = tuple((kw.arg, _key(kw.value)) for kw in node.keywords)
+        if any(k is None for _, k in kws):
+            return None
+        return ("Call", func, args, kws)
+    return None
+
+
+_CODE: dict = {}
+_CODE_LIMIT = 8192   # shapes kept; a fuzz run's stream of new constants cannot grow it past
+
+
+def _eval_expr(self, node):
+    """`ExprEvaluator._eval_expr`: TVMScript's compile-and-eval of `node` in the
+    evaluator's value table, with the compiled code of a known shape reused."""
+    key = _key(node) if isinstance(node, doc.AST) else None
+    if key is None or self.value_table is None:
+        return _tvm_eval_expr(node, self.value_table)
+    code = _CODE.get(key)
+    if code is None:
+        tree = doc.from_doc(node)
+        tree = ast.fix_missing_locations(ast.Expression(body=tree))
+        code = compile(tree, filename="<ast>", mode="eval")
+        if len(_CODE) >= _CODE_LIMIT:
+            _CODE.clear()
+        _CODE[key] = code
+    return eval(code, self.value_table)  # noqa: S307 - what TVMScript's evaluator does
+
+
+_installed = False
+
+
+def install() -> None:
+    """Let TVMScript's evaluator reuse compiled expressions (once per process)."""
+    global _installed
+    if not _installed:
+        ExprEvaluator._eval_expr = _eval_expr
+        _installed = True

@@ -1,0 +1,146 @@
+"""The parse caches (core/language/script_cache.py): a kernel factory built again reuses its
+source and AST, yet every build parses its own values; a macro keeps working across uses
+and builds; names in string annotations resolve per build; errors keep naming the kernel
+and the line; the evaluator's compiled code is
+kept per expression shape, with constants of different types kept apart."""
+
+import importlib.util
+import textwrap
+
+import pytest
+import torch
+
+import core
+import core.language as T
+from core.language import script_cache
+from harness.diff import assert_close
+from tvm.script.parser.core import doc
+
+
+def _scaled_rows(scale, bias):
+    @T.macro
+    def affine_row(src, dst, row, a, b):
+        for j in T.Parallel(64):
+            dst[row, j] = src[row, j] * a + b
+
+    @T.prim_func
+    def scaled_rows(A: T.Tensor((4, 64), "float32"), C: T.Tensor((4, 64), "float32")):
+        with T.Kernel(2, threads=64) as pair:
+            affine_row(A, C, pair * 2, scale, bias)          # one macro, two uses
+            affine_row(A, C, pair * 2 + 1, bias, scale)
+
+    return scaled_rows, affine_row
+
+
+def test_factory_rebuilt_reuses_source_and_parses_its_own_values(run):
+    a = torch.randn(4, 64, generator=torch.Generator().manual_seed(0))
+    first, macro_1 = _scaled_rows(2.0, 0.5)
+    entries = len(script_cache._SOURCES)
+    second, macro_2 = _scaled_rows(-3.0, 1.25)
+    assert len(script_cache._SOURCES) == entries
+    source = script_cache.source_of(macro_1.__wrapped__)
+    assert source is script_cache.source_of(macro_2.__wrapped__)
+    assert source.as_ast() is source.as_ast()
+    for func, (s, b) in ((first, (2.0, 0.5)), (second, (-3.0, 1.25))):
+        expected = a.clone()
+        expected[0::2] = a[0::2] * s + b
+        expected[1::2] = a[1::2] * b + s
+        assert_close(run(core.compile(func, out_idx=[1]), a), expected)
+
+
+def test_same_name_in_two_modules_parses_each_body(tmp_path, run):
+    a = torch.randn(64, generator=torch.Generator().manual_seed(1))
+    funcs = []
+    for i, op in enumerate(("A[j] + 1.0", "A[j] * A[j]")):
+        path = tmp_path / f"cached_source_{i}.py"
+        path.write_text(textwrap.dedent(f"""
+            import core.language as T
+
+            @T.prim_func
+            def k(A: T.Tensor((64,), "float32"), C: T.Tensor((64,), "float32")):
+                with T.Kernel(1, threads=64):
+                    for j in T.Parallel(64):
+                        C[j] = {op}
+        """))
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        funcs.append(module.k)
+    assert_close(run(core.compile(funcs[0], out_idx=[1]), a), a + 1.0)
+    assert_close(run(core.compile(funcs[1], out_idx=[1]), a), a * a)
+
+
+def test_string_annotations_resolve_per_build(tmp_path, run):
+    # under `from __future__ import annotations` a name used only in an annotation is not in
+    # the closure: it is looked up in the factory's frame, on every build
+    path = tmp_path / "cached_annotations.py"
+    path.write_text(textwrap.dedent("""
+        from __future__ import annotations
+
+        import core.language as T
+
+        def make(n):
+            @T.prim_func
+            def twice(A: T.Tensor((n,), "float32"), C: T.Tensor((n,), "float32")):
+                with T.Kernel(1, threads=n):
+                    for j in T.Parallel(n):
+                        C[j] = A[j] * 2.0
+            return twice
+    """))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for n in (32, 64):
+        a = torch.randn(n, generator=torch.Generator().manual_seed(n))
+        assert_close(run(core.compile(module.make(n), out_idx=[1]), a), a * 2.0)
+
+
+def _undefined_in_macro():
+    @T.macro
+    def scale_row(dst, row):
+        for j in T.Parallel(64):
+            dst[row, j] = dst[row, j] * missing_factor  # noqa: F821 - the error under test
+
+    @T.prim_func
+    def scaled(A: T.Tensor((4, 64), "float32")):
+        with T.Kernel(4, threads=64) as row:
+            scale_row(A, row)
+
+    return scaled
+
+
+def test_error_in_cached_macro_names_kernel_and_line_every_time():
+    messages = []
+    for _ in range(2):      # the second parse reads the cached source and AST
+        with pytest.raises(T.KernelDefinitionError) as err:
+            _undefined_in_macro()
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
+    assert "kernel 'scaled'" in messages[0]
+    assert "Undefined variable: missing_factor" in messages[0]
+    assert "test_script_cache.py:" in messages[0]
+
+
+def _constant(value):
+    return doc.Constant(value, None, 1, 0, 1, 1)
+
+
+def _call(*args):
+    func = doc.Attribute(doc.Name("T", doc.Load(), 1, 0, 1, 1), "max", doc.Load(), 1, 0, 1, 5)
+    return doc.Call(func, list(args), [], 1, 0, 1, 9)
+
+
+def test_expression_shapes_keep_constants_of_different_types_apart():
+    keys = {script_cache._key(_call(_constant(v))) for v in (1, 1.0, True, "1")}
+    assert len(keys) == 4
+    # the same shape at another source position is the same compiled code
+    moved = _call(_constant(2))
+    moved.lineno = 40
+    assert script_cache._key(moved) == script_cache._key(_call(_constant(2)))
+
+
+def test_expressions_outside_the_kept_shapes_go_to_tvmscript():
+    lam = doc.Lambda(doc.arguments([], [], None, [], [], None, []), _constant(1), 1, 0, 1, 9)
+    starred = doc.Starred(doc.Name("xs", doc.Load(), 1, 0, 1, 2), doc.Load(), 1, 0, 1, 3)
+    assert script_cache._key(lam) is None
+    assert script_cache._key(_call(starred)) is None
