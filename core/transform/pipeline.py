@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from core.transform.block_swizzle import block_swizzle
 from core.transform.flatten_simplify import flatten_simplify
+from core.transform.fold_temporaries import fold_temporaries
 from core.transform.host_program import host_program
 from core.transform.layout_inference import layout_inference
 from core.transform.legalize import legalize
@@ -29,6 +30,7 @@ PASSES = (
     ("stream_rows", stream_rows),              # rows over the register budget -> chunk loops
     ("layout_inference", layout_inference),    # fragments -> (thread, slot)
     ("lower_tile_ops", lower_tile_ops),        # tile ops, T.Parallel -> per-thread loops
+    ("fold_temporaries", fold_temporaries),    # one-reader local arrays -> computed at the read
     ("vectorize", vectorize),                  # proven-safe runs -> vector loads/stores
     ("flatten_simplify", flatten_simplify),    # flat buffers, simplified indices
     ("thread_sync", thread_sync),              # threadgroup barriers where races are possible

@@ -1,0 +1,200 @@
+"""Pass `fold_temporaries`: a thread-local array that one loop nest fills element by
+element and one later loop nest of the same shape reads is not materialized; its element
+expression is computed where it is read.
+
+The pattern is TileLang's `sq = x * x` (an element-wise T.Parallel into a fragment) read
+only by `T.reduce_sum(sq, ...)`: after `lower_tile_ops` both are per-thread nests over the
+fragment's rounds and runs, `sq[r * v + l] = x[r * v + l] * x[r * v + l]` and
+`acc = acc + sq[k * v + m]`. Folding gives `acc = acc + x[k * v + m] * x[k * v + m]`, as a
+hand-written kernel accumulates `dot(v, v)`: one array of registers per thread fewer.
+
+Expects: lowered per-thread TIR (`lower_tile_ops`), before `vectorize` (whose run loops it
+may remove) and before flattening; local arrays allocated by AllocBuffer statements.
+Guarantees: a local array B is folded only when all of these hold:
+  - B is stored by exactly one statement S and loaded exactly once in the kernel, by a
+    statement of the nest N_L, a later statement of the sequence that holds S's nest N_S;
+  - N_S is serial loops and condition-only ifs down to S; N_L has, level by level, loops of
+    the same bounds and ifs of the same conditions (after renaming N_S's loop variables to
+    N_L's), and below them no loop around the load; the load's indices are S's indices
+    after that renaming, so each element is read at the iteration that wrote it;
+  - S's value reads no B, calls only pure operations, and reads no buffer that any
+    statement from N_S (excluded) through N_L (included) stores, so the value computed at
+    the load is the value S computed.
+Then the load becomes S's (renamed) value, and N_S and B's allocation are removed. Every
+element is computed once, at the same iteration, from the same inputs; results are equal
+up to the compiler contracting the moved arithmetic into its reader (x * x + acc may
+become one fused multiply-add), which the tolerance policy covers. Anything else is left
+as it is: the pass never fails.
+"""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+from tvm.sym import Analyzer
+
+from core.ir import ops
+from core.ir.kernel import map_kernels
+from core.ir.stmt import collect, rewrite, seq, substitute, walk
+
+_PURE_EFFECT = 1  # CallEffectKind.Pure and below (ExprAnnotation): no memory effects
+
+
+def fold_temporaries(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    return map_kernels(func, lambda nest: nest.wrap(_fold_kernel(nest.body)))
+
+
+def _fold_kernel(body):
+    while True:
+        folded = _fold_one(body)
+        if folded is None:
+            return body
+        body = folded
+
+
+def _fold_one(body):
+    """`body` with one temporary folded, or None when none can be."""
+    stores, load_count = {}, {}
+    walk(body, lambda s: stores.setdefault(s.buffer, []).append(s)
+         if isinstance(s, tirx.BufferStore) else None)
+    tvm_ffi.structural_walk(body, (tvm.ir.TensorLoad, lambda ld: load_count.__setitem__(
+        ld.source, load_count.get(ld.source, 0) + 1)))
+    candidates = [b for b, ss in stores.items() if len(ss) == 1
+                  and load_count.get(b, 0) == 1 and ops.buffer_scope(b) == "local"]
+    sequences = []
+    walk(body, lambda s: sequences.append(s) if isinstance(s, tirx.SeqStmt) else None)
+    for buf in candidates:
+        for sq in sequences:
+            found = _fold_in(sq, buf)
+            if found is not None:
+                old, new = found
+                body = rewrite(body, lambda s: new if s.same_as(old) else s)
+                return rewrite(body, lambda s: _drop_alloc(s, buf))
+    return None
+
+
+def _drop_alloc(stmt, buf):
+    if isinstance(stmt, tirx.SeqStmt):
+        kept = [s for s in stmt.seq
+                if not (isinstance(s, tirx.AllocBuffer) and s.buffer.same_as(buf))]
+        if len(kept) != len(stmt.seq):
+            return seq(kept)
+    return stmt
+
+
+def _levels(stmt):
+    """(levels, innermost): the For / else-less IfThenElse chain of single-child bodies
+    above `stmt`'s innermost statement."""
+    levels = []
+    while isinstance(stmt, tirx.For) or (isinstance(stmt, tirx.IfThenElse)
+                                         and stmt.else_case is None):
+        levels.append(stmt)
+        stmt = stmt.body if isinstance(stmt, tirx.For) else stmt.then_case
+    return levels, stmt
+
+
+def _fold_in(sequence, buf):
+    """(old SeqStmt, new SeqStmt) folding `buf` inside `sequence`, or None."""
+    items = list(sequence.seq)
+    writer = next((i for i, s in enumerate(items) if _stores_to(s, buf)), None)
+    reader = next((i for i, s in enumerate(items) if _loads_from(s, buf)), None)
+    if writer is None or reader is None or reader <= writer:
+        return None
+    levels_s, store = _levels(items[writer])
+    if not isinstance(store, tirx.BufferStore) or not store.buffer.same_as(buf):
+        return None
+    if any(isinstance(lv, tirx.For) and lv.kind != tirx.ForKind.SERIAL for lv in levels_s):
+        return None
+    if not _pure(store.value, buf):
+        return None
+    read = [ld.source for ld in collect(store.value, tvm.ir.TensorLoad)[0]]
+    if any(_stores_any(s, read) for s in items[writer + 1:reader + 1]):
+        return None
+    renamed = _match(levels_s, items[reader])
+    if renamed is None:
+        return None
+    vmap, inner = renamed
+    if collect(inner, tirx.For)[0]:
+        return None                  # a loop below the matched levels would recompute it
+    value = substitute(store.value, vmap)
+    want = [substitute(i, vmap) for i in store.indices]
+    analyzer = Analyzer()
+    hits = []
+
+    def fold(ld):
+        if not ld.source.same_as(buf):
+            return ld
+        if len(ld.indices) != len(want) or not all(
+                tvm_ffi.structural_equal(analyzer.simplify(a), analyzer.simplify(b))
+                for a, b in zip(ld.indices, want)):
+            return ld
+        hits.append(ld)
+        return value
+
+    new_reader = tvm_ffi.structural_map(items[reader], (tvm.ir.TensorLoad, fold))
+    if not hits:
+        return None
+    items[reader] = new_reader
+    del items[writer]
+    return sequence, seq(items)
+
+
+def _match(levels_s, reader):
+    """({N_S loop var: N_L loop var}, N_L's statement below the matched levels) when
+    `reader` opens with levels matching `levels_s`, else None."""
+    vmap, stmt = {}, reader
+    for lv in levels_s:
+        if isinstance(lv, tirx.For):
+            if not isinstance(stmt, tirx.For) or stmt.kind != tirx.ForKind.SERIAL:
+                return None
+            if not (tvm_ffi.structural_equal(substitute(lv.min, vmap), stmt.min)
+                    and tvm_ffi.structural_equal(substitute(lv.extent, vmap), stmt.extent)):
+                return None
+            vmap[lv.loop_var] = stmt.loop_var
+            stmt = stmt.body
+        else:
+            if not isinstance(stmt, tirx.IfThenElse) or stmt.else_case is not None or \
+                    not tvm_ffi.structural_equal(substitute(lv.condition, vmap),
+                                                 stmt.condition):
+                return None
+            stmt = stmt.then_case
+    return vmap, stmt
+
+
+def _pure(value, buf) -> bool:
+    """`value` reads no `buf` and calls only operations without memory effects."""
+    lds, calls = collect(value, tvm.ir.TensorLoad, tvm.ir.Call)
+    return not any(ld.source.same_as(buf) for ld in lds) and all(map(_pure_call, calls))
+
+
+def _pure_call(call) -> bool:
+    if not isinstance(call.op, tvm.ir.Op):
+        return False
+    effect = call.op.get_attr("TCallEffectKind")
+    return effect is not None and int(effect) <= _PURE_EFFECT
+
+
+def _stores(stmt) -> list:
+    found = []
+    walk(stmt, lambda s: found.append(s.buffer) if isinstance(s, tirx.BufferStore) else None)
+    return found
+
+
+def _stores_to(stmt, buf) -> bool:
+    return any(b.same_as(buf) for b in _stores(stmt))
+
+
+def _stores_any(stmt, bufs) -> bool:
+    """Whether `stmt` may write any of `bufs`: a store to one, or a call with effects
+    (an atomic, a barrier, a simdgroup matrix store) where one of them is not local."""
+    if any(b.same_as(r) for b in _stores(stmt) for r in bufs):
+        return True
+    if all(ops.buffer_scope(b) == "local" for b in bufs):
+        return False
+    return not all(map(_pure_call, collect(stmt, tvm.ir.Call)[0]))
+
+
+def _loads_from(stmt, buf) -> bool:
+    return any(ld.source.same_as(buf) for ld in collect(stmt, tvm.ir.TensorLoad)[0])
+
