@@ -28,6 +28,10 @@ intrinsics, builtin attributes); `_KernelPrinter` is the one visitor that uses t
 Scalar ABI (docs/architecture.md, "Code generation"): all scalars of a kernel are fields
 of one struct `<kernel>_args`, one 8-byte slot each in parameter order, passed as
 `constant <kernel>_args& args [[buffer(K)]]` with K = number of buffers.
+
+Thread scalars: a one-element thread array accessed only at index 0 (an accumulator, a
+row statistic) is printed as a scalar variable, `float inv;` and `inv`, as hand-written
+kernels declare it; anything else local is an array.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from tvm.tirx import is_buffer_var
 from core.ir import annotations as keys
 from core.ir import ops
 from core.ir.matrix import MATRIX_SCOPE
-from core.ir.stmt import as_int, bind_ranges, choice_parts, loads
+from core.ir.stmt import as_int, bind_ranges, choice_parts, collect, loads, walk
 from core.language.errors import LoweringError
 from core.target import DTYPES, METAL
 
@@ -261,6 +265,7 @@ class _KernelPrinter:
         for buf, index in _vector_accesses(func.body):
             if ops.buffer_scope(buf) == "shared" and _aligned_vector(index):
                 self.need_alignment(buf, TYPE_BYTES[str(buf.ty.dtype)] * int(index.lanes))
+        self.thread_scalars = _thread_scalars(func.body)
 
     def need_alignment(self, buf, nbytes):
         key = next((b for b in self.word_aligned if b.same_as(buf)), buf)
@@ -399,6 +404,9 @@ class _KernelPrinter:
             self.emit(f"threadgroup {ALIGNED_WORDS[align]} {name}_words[{words}];")
             self.emit(f"threadgroup {t}* {name} = (threadgroup {t}*){name}_words;")
             return
+        if scope == "local" and buf in self.thread_scalars:
+            self.emit(f"{msl_type(buf.ty.dtype)} {self.ident(buf)};")
+            return
         self.emit(f"{space}{msl_type(buf.ty.dtype)} {self.ident(buf)}[{size}];")
 
     def loop(self, s):
@@ -454,6 +462,9 @@ class _KernelPrinter:
                     self.emit(f"  {name}[{base} + {k}] = _v[{k}];")
                 self.emit("}")
             return
+        if buf in self.thread_scalars:
+            self.emit(f"{name} = {self.expr(value)};")
+            return
         self.emit(f"{name}[{self.expr(index)}] = {self.expr(value)};")
 
     def load(self, ld):
@@ -467,6 +478,8 @@ class _KernelPrinter:
                 return f"(*{self.pointer(buf, dt, False)}({name} + {base}))"
             elems = ", ".join(f"{name}[{base} + {k}]" for k in range(lanes))
             return f"{msl_type(dt)}({elems})"
+        if buf in self.thread_scalars:
+            return name
         return f"{name}[{self.expr(index)}]"
 
     # bf16 carriers: 4 or 8 bf16 lanes moved as the bits of a uint2 / uint4
@@ -713,6 +726,23 @@ class _KernelPrinter:
         x = self.expr(args[0])
         one = self.float_literal(1.0, scalar_dtype(e.ty.dtype))
         return f"({one} / ({one} + exp(-{x})))"
+
+
+def _thread_scalars(body) -> set:
+    """The one-element local buffers of `body` whose every load and store is at the
+    constant index 0: the printer declares them as scalars."""
+    allocated, accesses = [], []
+    walk(body, lambda s: allocated.append(s.buffer) if isinstance(s, tirx.AllocBuffer) and
+         ops.buffer_scope(s.buffer) == "local" and
+         [as_int(d) for d in s.buffer.ty.shape] == [1] else None)
+    walk(body, lambda s: accesses.append((s.buffer, s.indices))
+         if isinstance(s, tirx.BufferStore) else None)
+    accesses += [(ld.source, ld.indices) for ld in collect(body, tvm.ir.TensorLoad)[0]]
+    scalars = set(allocated)
+    for buf, indices in accesses:
+        if buf in scalars and [as_int(i) for i in indices] != [0]:
+            scalars.discard(buf)
+    return scalars
 
 
 # TIR call op -> its form, for the calls that are not a plain MSL function (INTRINSICS) or

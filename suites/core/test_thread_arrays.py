@@ -1,0 +1,137 @@
+"""Per-thread arrays of generated kernels (issue 13): a fragment that one element-wise
+T.Parallel fills and only one T.reduce_* reads is not materialized (pass
+`fold_temporaries`: `sq = x * x; reduce_sum(sq)` accumulates `x * x` directly), and a
+one-element thread array (an accumulator, a row statistic) is printed as a scalar.
+
+Every kernel runs through the `run` fixture (all emulator checks) against the torch
+oracles with the tolerance policy; the emulator does not contract a * b + c, so folding
+is checked bit for bit against the pipeline without the pass.
+"""
+
+import re
+
+import pytest
+import torch
+
+import core
+import core.language as T
+from harness.barriers import check_barriers
+from harness.diff import assert_close, run_case
+from harness.roofline import local_array_bytes
+from oracles import norm
+from suites.core.test_reduce import rand, rmsnorm_kernel
+
+
+def _arrays(msl) -> set:
+    """Names of the thread arrays a kernel declares (`float x[4];`)."""
+    return set(re.findall(r"^\s+(?:float|half|bfloat|int)\d?\s+(\w+)\[\d+\];$", msl, re.M))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_squares_fold_into_the_sum(dtype, run):
+    M, N, bM, threads = 8, 1024, 1, 128
+    x, w = rand((M, N), dtype), rand((N,), dtype)
+    kernel = core.compile(rmsnorm_kernel(M, N, bM, threads, dtype), out_idx=[2])
+    assert_close(run(kernel, x, w), norm.rmsnorm(x, w, 1e-6), dtype,
+                 op_class="transcendental")
+    assert _arrays(kernel.msl) == {"x"}                 # no sq[8]
+    assert "(x[" in kernel.msl and "] * x[" in kernel.msl
+    # x: 8 floats per thread; the row statistic and the accumulator are scalars
+    assert local_array_bytes(kernel.msl) == 8 * 4
+    assert re.search(r"^\s+float ss;$", kernel.msl, re.M)
+
+
+def test_folding_is_bit_identical_on_the_emulator(run):
+    M, N, dtype = 6, 512, "float16"
+    x, w = rand((M, N), dtype), rand((N,), dtype)
+    func = rmsnorm_kernel(M, N, 2, 128, dtype)
+    folded = core.compile(func, out_idx=[2])
+    kept = core.compile(func, out_idx=[2], disable=("fold_temporaries",))
+    assert "sq" in _arrays(kept.msl) and "sq" not in _arrays(folded.msl)
+    assert torch.equal(run(folded, x, w), run(kept, x, w))
+
+
+def test_896_threads_keep_one_float4_per_thread(run):
+    # MLX's exact fit for hidden size 3584: 896 threads x 4 elements, one masked-free round
+    M, N, dtype = 3, 3584, "float16"
+    x, w = rand((M, N), dtype), rand((N,), dtype)
+    kernel = core.compile(rmsnorm_kernel(M, N, 1, 896, dtype), out_idx=[2])
+    assert_close(run(kernel, x, w), norm.rmsnorm(x, w, 1e-6), dtype,
+                 op_class="transcendental")
+    assert _arrays(kernel.msl) == {"x"}
+    assert local_array_bytes(kernel.msl) == 4 * 4
+    report = check_barriers(kernel, [x, w])
+    assert report.ok, report.summary()
+
+
+def _squares_read_twice(M, N, threads, dtype):
+    """Y = x^2 / sum(x^2): `sq` is read by the reduction and by the division."""
+    @T.prim_func
+    def share(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype)):
+        with T.Kernel(M, threads=threads) as bx:
+            x = T.alloc_fragment((1, N), "float32")
+            sq = T.alloc_fragment((1, N), "float32")
+            s = T.alloc_fragment((1,), "float32")
+            T.copy(X[bx, 0], x)
+            for i, j in T.Parallel(1, N):
+                sq[i, j] = x[i, j] * x[i, j]
+            T.reduce_sum(sq, s, dim=1)
+            for i, j in T.Parallel(1, N):
+                x[i, j] = sq[i, j] / s[i]
+            T.copy(x, Y[bx, 0])
+    return share
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fragment_read_twice_stays_materialized(dtype, run):
+    M, N = 4, 768
+    x = rand((M, N), dtype)
+    kernel = core.compile(_squares_read_twice(M, N, 96, dtype), out_idx=[1])
+    assert "sq" in _arrays(kernel.msl)
+    sq = x.double() ** 2
+    assert_close(run(kernel, x), sq / sq.sum(-1, keepdim=True), dtype, reduction_length=N)
+
+
+def test_inputs_overwritten_before_the_reduction_stay_materialized(run):
+    # x changes between the squares and their sum: computing x * x at the sum would read
+    # the new x, so sq is kept
+    M, N, threads, dtype = 4, 256, 64, "float32"
+
+    @T.prim_func
+    def overwrite(X: T.Tensor((M, N), dtype), S: T.Tensor((M,), dtype),
+                  Y: T.Tensor((M, N), dtype)):
+        with T.Kernel(M, threads=threads) as bx:
+            x = T.alloc_fragment((1, N), "float32")
+            sq = T.alloc_fragment((1, N), "float32")
+            s = T.alloc_fragment((1,), "float32")
+            T.copy(X[bx, 0], x)
+            for i, j in T.Parallel(1, N):
+                sq[i, j] = x[i, j] * x[i, j]
+            for i, j in T.Parallel(1, N):
+                x[i, j] = x[i, j] + 1.0
+            T.reduce_sum(sq, s, dim=1)
+            T.copy(s, S[bx:bx + 1])
+            T.copy(x, Y[bx, 0])
+
+    x = rand((M, N), dtype)
+    kernel = core.compile(overwrite, out_idx=[1, 2])
+    assert "sq" in _arrays(kernel.msl)
+    s, y = run(kernel, x)
+    assert_close(s, (x.double() ** 2).sum(-1), dtype, reduction_length=N)
+    assert_close(y, x.double() + 1.0, dtype)
+
+
+@pytest.mark.backend("emu")
+@pytest.mark.parametrize("family,params", [
+    ("layernorm", {"M": 5, "N": 3584, "dtype": "float16", "eps": 1e-5, "bM": 1,
+                   "threads": 896}),
+    ("rmsnorm", {"M": 9, "N": 150, "dtype": "bfloat16", "eps": 1e-5, "weight": "global",
+                 "bM": 4, "threads": 96}),
+    ("rmsnorm", {"M": 7, "N": 1000, "dtype": "float32", "eps": 1e-6, "weight": "shared",
+                 "bM": 2, "threads": 384}),
+], ids=["layernorm-896", "rmsnorm-ragged-rows-96", "rmsnorm-masked-round-384"])
+def test_families_with_folded_squares(family, params, backend):
+    # the harness's own path: oracle, every emulator check, barrier necessity
+    result = run_case(family, params, backend=backend, barriers=True)
+    assert result.status == "pass", f"{family} {params}: {result.status}\n{result.message}"
+    assert "sq" not in _arrays(result.msl)
