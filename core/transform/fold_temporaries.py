@@ -1,6 +1,6 @@
 """Pass `fold_temporaries`: a thread-local array that one loop nest fills element by
-element and one later loop nest of the same shape reads is not materialized; its element
-expression is computed where it is read.
+element and only a later reduction's per-thread accumulation of the same shape reads is
+not materialized; its element expression is accumulated directly.
 
 The pattern is TileLang's `sq = x * x` (an element-wise T.Parallel into a fragment) read
 only by `T.reduce_sum(sq, ...)`: after `lower_tile_ops` both are per-thread nests over the
@@ -13,13 +13,18 @@ may remove) and before flattening; local arrays allocated by AllocBuffer stateme
 Guarantees: a local array B is folded only when all of these hold:
   - B is stored by exactly one statement S and loaded exactly once in the kernel, by a
     statement of the nest N_L, a later statement of the sequence that holds S's nest N_S;
+  - that statement is an accumulation, `acc[k] = op(acc[k], ... B[...] ...)` into another
+    local array (a T.reduce_* step): a copy or element-wise reader keeps B, so its
+    vector stores stay vector stores (`vectorize` works on whole runs of B);
   - N_S is serial loops and condition-only ifs down to S; N_L has, level by level, loops of
     the same bounds and ifs of the same conditions (after renaming N_S's loop variables to
     N_L's), and below them no loop around the load; the load's indices are S's indices
     after that renaming, so each element is read at the iteration that wrote it;
-  - S's value reads no B, calls only pure operations, and reads no buffer that any
-    statement from N_S (excluded) through N_L (included) stores, so the value computed at
-    the load is the value S computed.
+  - S's value reads only thread-local arrays other than B (a copy from device or
+    threadgroup memory keeps its vector loads, and no other thread's write can come
+    between), calls only pure operations, and reads no array that any statement from N_S
+    (excluded) through N_L (included) stores, so the value computed at the load is the
+    value S computed.
 Then the load becomes S's (renamed) value, and N_S and B's allocation are removed. Every
 element is computed once, at the same iteration, from the same inputs; results are equal
 up to the compiler contracting the moved arithmetic into its reader (x * x + acc may
@@ -117,6 +122,8 @@ def _fold_in(sequence, buf):
     vmap, inner = renamed
     if collect(inner, tirx.For)[0]:
         return None                  # a loop below the matched levels would recompute it
+    if not _accumulates(inner, buf):
+        return None
     value = substitute(store.value, vmap)
     want = [substitute(i, vmap) for i in store.indices]
     analyzer = Analyzer()
@@ -162,10 +169,25 @@ def _match(levels_s, reader):
     return vmap, stmt
 
 
+def _accumulates(stmt, buf) -> bool:
+    """`stmt` (under condition-only ifs) is `acc[k] = f(acc[k], ...)` for a local array
+    acc other than `buf`: a reduction's per-thread step."""
+    while isinstance(stmt, tirx.IfThenElse) and stmt.else_case is None:
+        stmt = stmt.then_case
+    if not isinstance(stmt, tirx.BufferStore) or stmt.buffer.same_as(buf) or \
+            ops.buffer_scope(stmt.buffer) != "local":
+        return False
+    return any(ld.source.same_as(stmt.buffer) and len(ld.indices) == len(stmt.indices)
+               and all(tvm_ffi.structural_equal(a, b) for a, b in zip(ld.indices, stmt.indices))
+               for ld in collect(stmt.value, tvm.ir.TensorLoad)[0])
+
+
 def _pure(value, buf) -> bool:
-    """`value` reads no `buf` and calls only operations without memory effects."""
+    """`value` reads only local arrays other than `buf` and calls only operations
+    without memory effects."""
     lds, calls = collect(value, tvm.ir.TensorLoad, tvm.ir.Call)
-    return not any(ld.source.same_as(buf) for ld in lds) and all(map(_pure_call, calls))
+    return all(ops.buffer_scope(ld.source) == "local" and not ld.source.same_as(buf)
+               for ld in lds) and all(map(_pure_call, calls))
 
 
 def _pure_call(call) -> bool:
@@ -186,13 +208,8 @@ def _stores_to(stmt, buf) -> bool:
 
 
 def _stores_any(stmt, bufs) -> bool:
-    """Whether `stmt` may write any of `bufs`: a store to one, or a call with effects
-    (an atomic, a barrier, a simdgroup matrix store) where one of them is not local."""
-    if any(b.same_as(r) for b in _stores(stmt) for r in bufs):
-        return True
-    if all(ops.buffer_scope(b) == "local" for b in bufs):
-        return False
-    return not all(map(_pure_call, collect(stmt, tvm.ir.Call)[0]))
+    """Whether `stmt` stores to any of the local arrays `bufs` (only its own thread can)."""
+    return any(b.same_as(r) for b in _stores(stmt) for r in bufs)
 
 
 def _loads_from(stmt, buf) -> bool:

@@ -206,7 +206,8 @@ def test_half_stores_are_explicit_conversions(run):
 def test_pipeline_is_named_and_replaceable(run):
     assert pipeline.pass_names() == ("legalize", "block_swizzle", "host_program", "verify",
                                      "stream_rows", "layout_inference",
-                                     "lower_tile_ops", "vectorize", "flatten_simplify",
+                                     "lower_tile_ops", "fold_temporaries", "vectorize",
+                                     "flatten_simplify",
                                      "thread_sync", "split_host_device")
 
     @T.prim_func

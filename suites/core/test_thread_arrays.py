@@ -135,3 +135,24 @@ def test_families_with_folded_squares(family, params, backend):
     result = run_case(family, params, backend=backend, barriers=True)
     assert result.status == "pass", f"{family} {params}: {result.status}\n{result.message}"
     assert "sq" not in _arrays(result.msl)
+
+
+def test_fragments_copied_from_memory_keep_their_vector_loads(run):
+    # x is filled by a T.copy from device memory and read only by the sum: folding it
+    # would turn one half4 load per run into four scalar loads, so it stays
+    M, N, threads, dtype = 4, 512, 64, "float16"
+
+    @T.prim_func
+    def row_sum(X: T.Tensor((M, N), dtype), S: T.Tensor((M,), "float32")):
+        with T.Kernel(M, threads=threads) as bx:
+            x = T.alloc_fragment((1, N), dtype)
+            s = T.alloc_fragment((1,), "float32")
+            T.copy(X[bx, 0], x)
+            T.reduce_sum(x, s, dim=1)
+            T.copy(s, S[bx:bx + 1])
+
+    x = rand((M, N), dtype)
+    kernel = core.compile(row_sum, out_idx=[1])
+    assert "x" in _arrays(kernel.msl) and "device half4*" in kernel.msl
+    assert_close(run(kernel, x), x.double().sum(-1), "float32", reduction_length=N,
+                 op_class="accumulation")
