@@ -17,9 +17,10 @@ import core
 import core.language as T
 from harness.barriers import check_barriers
 from harness.diff import assert_close, run_case
+from harness.gen.inputs import random_tensor
+from harness.gen.strategies import FLOATS
 from harness.roofline import local_array_bytes
-from oracles import norm
-from suites.core.test_reduce import rand, rmsnorm_kernel
+from suites.core.test_reduce import rmsnorm_kernel, rmsnorm_params
 
 
 def _arrays(msl) -> set:
@@ -27,23 +28,19 @@ def _arrays(msl) -> set:
     return set(re.findall(r"^\s+(?:float|half|bfloat|int)\d?\s+(\w+)\[\d+\];$", msl, re.M))
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_squares_fold_into_the_sum(dtype, run):
-    M, N, bM, threads = 8, 1024, 1, 128
-    x, w = rand((M, N), dtype), rand((N,), dtype)
-    kernel = core.compile(rmsnorm_kernel(M, N, bM, threads, dtype), out_idx=[2])
-    assert_close(run(kernel, x, w), norm.rmsnorm(x, w, 1e-6), dtype,
-                 op_class="transcendental")
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_squares_fold_into_the_sum(dtype, run_family):
+    kernel, _, _ = run_family("rmsnorm", rmsnorm_params(8, 1024, 1, 128, dtype))
     assert _arrays(kernel.msl) == {"x"}                 # no sq[8]
     assert "(x[" in kernel.msl and "] * x[" in kernel.msl
     # x: 8 floats per thread; the row statistic and the accumulator are scalars
     assert local_array_bytes(kernel.msl) == 8 * 4
-    assert re.search(r"^\s+float ss;$", kernel.msl, re.M)
+    assert re.search(r"^\s+float inv;$", kernel.msl, re.M)
 
 
 def test_folding_is_bit_identical_on_the_emulator(run):
     M, N, dtype = 6, 512, "float16"
-    x, w = rand((M, N), dtype), rand((N,), dtype)
+    x, w = random_tensor((M, N), dtype, 0), random_tensor((N,), dtype, 1)
     func = rmsnorm_kernel(M, N, 2, 128, dtype)
     folded = core.compile(func, out_idx=[2])
     kept = core.compile(func, out_idx=[2], disable=("fold_temporaries",))
@@ -51,16 +48,12 @@ def test_folding_is_bit_identical_on_the_emulator(run):
     assert torch.equal(run(folded, x, w), run(kept, x, w))
 
 
-def test_896_threads_keep_one_float4_per_thread(run):
-    # MLX's exact fit for hidden size 3584: 896 threads x 4 elements, one masked-free round
-    M, N, dtype = 3, 3584, "float16"
-    x, w = rand((M, N), dtype), rand((N,), dtype)
-    kernel = core.compile(rmsnorm_kernel(M, N, 1, 896, dtype), out_idx=[2])
-    assert_close(run(kernel, x, w), norm.rmsnorm(x, w, 1e-6), dtype,
-                 op_class="transcendental")
+def test_896_threads_keep_one_float4_per_thread(run_family):
+    # MLX's exact fit for hidden size 3584: 896 threads x 4 elements, one round
+    kernel, inputs, _ = run_family("rmsnorm", rmsnorm_params(3, 3584, 1, 896, "float16"))
     assert _arrays(kernel.msl) == {"x"}
     assert local_array_bytes(kernel.msl) == 4 * 4
-    report = check_barriers(kernel, [x, w])
+    report = check_barriers(kernel, inputs)
     assert report.ok, report.summary()
 
 
@@ -85,7 +78,7 @@ def _squares_read_twice(M, N, threads, dtype):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_fragment_read_twice_stays_materialized(dtype, run):
     M, N = 4, 768
-    x = rand((M, N), dtype)
+    x = random_tensor((M, N), dtype, 0)
     kernel = core.compile(_squares_read_twice(M, N, 96, dtype), out_idx=[1])
     assert "sq" in _arrays(kernel.msl)
     sq = x.double() ** 2
@@ -113,7 +106,7 @@ def test_inputs_overwritten_before_the_reduction_stay_materialized(run):
             T.copy(s, S[bx:bx + 1])
             T.copy(x, Y[bx, 0])
 
-    x = rand((M, N), dtype)
+    x = random_tensor((M, N), dtype, 0)
     kernel = core.compile(overwrite, out_idx=[1, 2])
     assert "sq" in _arrays(kernel.msl)
     s, y = run(kernel, x)
@@ -151,7 +144,7 @@ def test_fragments_copied_from_memory_keep_their_vector_loads(run):
             T.reduce_sum(x, s, dim=1)
             T.copy(s, S[bx:bx + 1])
 
-    x = rand((M, N), dtype)
+    x = random_tensor((M, N), dtype, 0)
     kernel = core.compile(row_sum, out_idx=[1])
     assert "x" in _arrays(kernel.msl) and "device half4*" in kernel.msl
     assert_close(run(kernel, x), x.double().sum(-1), "float32", reduction_length=N,
