@@ -16,10 +16,12 @@ Guarantees: a local array B is folded only when all of these hold:
   - that statement is an accumulation, `acc[k] = op(acc[k], ... B[...] ...)` into another
     local array (a T.reduce_* step): a copy or element-wise reader keeps B, so its
     vector stores stay vector stores (`vectorize` works on whole runs of B);
-  - N_S is serial loops and condition-only ifs down to S; N_L has, level by level, loops of
-    the same bounds and ifs of the same conditions (after renaming N_S's loop variables to
-    N_L's), and below them no loop around the load; the load's indices are S's indices
-    after that renaming, so each element is read at the iteration that wrote it;
+  - N_S is serial loops and condition-only ifs down to S, and S's indices map its
+    iterations one to one onto elements (no element is written twice); N_L has, level
+    by level, loops of the same bounds and ifs of the same conditions (after renaming
+    N_S's loop variables to N_L's), and below them no loop around the load; the load's
+    indices are S's indices after that renaming, so each element is read at the
+    iteration that wrote it;
   - S's value reads only thread-local arrays other than B (a copy from device or
     threadgroup memory keeps its vector loads, and no other thread's write can come
     between), calls only pure operations, and reads no array that any statement from N_S
@@ -37,7 +39,7 @@ from __future__ import annotations
 import tvm
 import tvm_ffi
 from tvm import tirx
-from tvm.sym import Analyzer
+from tvm.sym import Analyzer, detect_iter_map
 
 from core.ir import ops
 from core.ir.kernel import map_kernels
@@ -116,6 +118,8 @@ def _fold_in(sequence, buf):
     read = [ld.source for ld in collect(store.value, tvm.ir.TensorLoad)[0]]
     if any(_stores_any(s, read) for s in items[writer + 1:reader + 1]):
         return None
+    if not _one_element_per_iteration(levels_s, store):
+        return None
     renamed = _match(levels_s, items[reader])
     if renamed is None:
         return None
@@ -145,6 +149,17 @@ def _fold_in(sequence, buf):
     items[reader] = new_reader
     del items[writer]
     return sequence, seq(items)
+
+
+def _one_element_per_iteration(levels, store) -> bool:
+    """The store's indices map N_S's iterations one to one onto elements (the analyzer's
+    iter-map detection proves it bijective), so no later iteration overwrites the element
+    the reader takes from an earlier one."""
+    loops = {lv.loop_var: tvm.ir.Range.from_min_extent(lv.min, lv.extent)
+             for lv in levels if isinstance(lv, tirx.For)}
+    if not loops:
+        return True
+    return len(detect_iter_map(list(store.indices), loops, check_level="bijective").indices) > 0
 
 
 def _match(levels_s, reader):

@@ -149,3 +149,62 @@ def test_fragments_copied_from_memory_keep_their_vector_loads(run):
     assert "x" in _arrays(kernel.msl) and "device half4*" in kernel.msl
     assert_close(run(kernel, x), x.double().sum(-1), "float32", reduction_length=N,
                  op_class="accumulation")
+
+
+# ---- the pass's own guards, on hand-built per-thread TIR ---------------------------------
+
+def _nest(index):
+    """A one-thread kernel: b[index(r, l)] = x[r * 4 + l] * 2 over r < 2, l < 4, then
+    acc[0] += b[index(k, m)] over k < 2, m < 4, then Out[0] = acc[0]."""
+    from tvm import tirx
+    from tvm.tirx import IterVar
+
+    X = tirx.decl_buffer((8,), "float32", "X")
+    Out = tirx.decl_buffer((1,), "float32", "Out")
+    x = tirx.decl_buffer((8,), "float32", "x", scope="local")
+    b = tirx.decl_buffer((8,), "float32", "b", scope="local")
+    acc = tirx.decl_buffer((1,), "float32", "acc", scope="local")
+    r, l, k, m, i = (tirx.Var(n, "int32") for n in "rlkmi")
+
+    def loop(v, n, body):
+        return tirx.For(v, 0, n, tirx.ForKind.SERIAL, body)
+
+    zero = tirx.IntImm("int32", 0)
+    body = tirx.SeqStmt([
+        tirx.AllocBuffer(x), tirx.AllocBuffer(b), tirx.AllocBuffer(acc),
+        loop(i, 8, tirx.BufferStore(x, tirx.BufferLoad(X, [i]), [i])),
+        loop(r, 2, loop(l, 4, tirx.BufferStore(
+            b, tirx.BufferLoad(x, [r * 4 + l]) * 2.0, [index(r, l)]))),
+        tirx.BufferStore(acc, tirx.const(0.0, "float32"), [zero]),
+        loop(k, 2, loop(m, 4, tirx.BufferStore(
+            acc, tirx.BufferLoad(acc, [zero]) + tirx.BufferLoad(b, [index(k, m)]), [zero]))),
+        tirx.BufferStore(Out, tirx.BufferLoad(acc, [zero]), [zero]),
+    ])
+    tx = IterVar(None, tirx.Var("tx", "int32"), IterVar.ThreadIndex, "threadIdx.x")
+    kernel = tirx.AttrStmt(tx, "thread_extent", 1, body)
+    return tirx.PrimFunc([X, Out], kernel)
+
+
+def _local_arrays(func) -> set:
+    from tvm import tirx
+
+    from core.ir.stmt import walk
+    found = set()
+    walk(func.body, lambda s: found.add(s.buffer.name) if isinstance(s, tirx.AllocBuffer)
+         else None)
+    return found
+
+
+def test_the_pass_folds_a_one_to_one_writer():
+    from core.transform.fold_temporaries import fold_temporaries
+    folded = fold_temporaries(_nest(lambda r, l: r * 4 + l))
+    assert _local_arrays(folded) == {"x", "acc"}
+    assert "x[k * 4 + m] * T.float32(2.0)" in str(folded)
+
+
+def test_the_pass_keeps_an_array_whose_elements_are_written_twice():
+    # b[l] is written at r = 0 and again at r = 1: the sum reads the r = 1 values twice,
+    # so x[k * 4 + m] * 2 at the read would be wrong
+    from core.transform.fold_temporaries import fold_temporaries
+    func = _nest(lambda r, l: l)
+    assert _local_arrays(fold_temporaries(func)) == {"x", "b", "acc"}
