@@ -101,25 +101,28 @@ def worktree(ref: str, root: Path, out_dir: Path) -> tuple[Path, str]:
 
 
 class Worker:
-    """One timing process for one source tree."""
+    """One timing process for one source tree: `program` (Python source run with `-c` in
+    the tree) reads one JSON request per line and answers each with one JSON line."""
 
-    def __init__(self, tree: Path, log: Path):
+    def __init__(self, tree: Path, log: Path, program: str = WORKER):
         # One hash seed for both sides: string-keyed sets iterate in hash order, and a
         # per-process order would be a per-process bias of the timings.
         env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
         self.log = open(log, "w")  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen([sys.executable, "-c", WORKER], cwd=tree, env=env,
+        self.proc = subprocess.Popen([sys.executable, "-c", program], cwd=tree, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, text=True)
 
-    def time(self, case) -> dict:
-        self.proc.stdin.write(json.dumps({"op": "time", "family": case.family,
-                                          "params": case.params}) + "\n")
+    def request(self, message: dict) -> dict:
+        self.proc.stdin.write(json.dumps(message) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
             return {"error": f"worker exited (status {self.proc.poll()}); see {self.log.name}"}
         return json.loads(line)
+
+    def time(self, case) -> dict:
+        return self.request({"op": "time", "family": case.family, "params": case.params})
 
     def close(self):
         try:

@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from harness import against
 
 DEFAULT_ROUNDS = 5
 
@@ -152,45 +152,24 @@ def write_job(shape: Shape, directory: Path, seed: int = 0) -> tuple[Path, str |
     return path, mismatch
 
 
-class Worker:
-    """One timing process for one source tree (as harness.against.Worker)."""
+class Worker(against.Worker):
+    """One emulator-timing process for one source tree (the protocol of against.Worker)."""
 
     def __init__(self, tree: Path, log: Path):
-        env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
-        self.log = open(log, "w")  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen([sys.executable, "-c", WORKER], cwd=tree, env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.log, text=True)
+        super().__init__(tree, log, program=WORKER)
 
     def time(self, job: Path, checks: bool) -> dict:
-        self.proc.stdin.write(json.dumps({"op": "time", "job": str(job), "checks": checks}) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            return {"error": f"worker exited (status {self.proc.poll()}); see {self.log.name}"}
-        return json.loads(line)
-
-    def close(self):
-        try:
-            if self.proc.poll() is None:
-                self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
-                self.proc.stdin.flush()
-                self.proc.wait(timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
-        self.log.close()
+        return self.request({"op": "time", "job": str(job), "checks": checks})
 
 
 def run(ref: str, shapes=SHAPES, *, root: Path, out_dir: Path, rounds: int = DEFAULT_ROUNDS,
         checks=(True, False), progress=None) -> dict:
     """Time `shapes` on this tree's emulator (`root`) and on `ref`'s, interleaved."""
-    from harness.against import AgainstError, worktree
-
     method = (f"{rounds} interleaved rounds per side after one warm-up, one process per "
               "tree, today's MSL on both; speed-up = median over rounds of ref/this")
     try:
-        tree, commit = worktree(ref, root, out_dir)
-    except (AgainstError, subprocess.TimeoutExpired, OSError) as err:
+        tree, commit = against.worktree(ref, root, out_dir)
+    except (against.AgainstError, subprocess.TimeoutExpired, OSError) as err:
         return {"ref": ref, "error": str(err), "rows": [], "method": method}
     jobs_dir = out_dir / "emu-against"
     jobs_dir.mkdir(parents=True, exist_ok=True)

@@ -76,8 +76,8 @@ def _fold_one(body):
             found = _fold_in(sq, buf)
             if found is not None:
                 old, new = found
-                body = rewrite(body, lambda s: new if s.same_as(old) else s)
-                return rewrite(body, lambda s: _drop_alloc(s, buf))
+                body = rewrite(body, lambda s, old=old, new=new: new if s.same_as(old) else s)
+                return rewrite(body, lambda s, buf=buf: _drop_alloc(s, buf))
     return None
 
 

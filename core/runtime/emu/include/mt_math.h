@@ -361,42 +361,27 @@ __mt::ext<E, N> ldexp(__mt::ext<E, N> x, __mt::ext<int, N> k) {
 // not a using-directive: a name a library declares in fast (MLX's bfloat cos) must not hide
 // the float function from a qualified call (metal::fast::cos(x) for a float x), as it would
 // hide a directive's.
-using precise::abs; using precise::fabs; using precise::ceil; using precise::floor;
-using precise::round; using precise::rint; using precise::trunc; using precise::sqrt;
-using precise::rsqrt; using precise::exp; using precise::exp2; using precise::exp10;
-using precise::log; using precise::log2; using precise::log10; using precise::sin;
-using precise::cos; using precise::tan; using precise::asin; using precise::acos;
-using precise::atan; using precise::sinh; using precise::cosh; using precise::tanh;
-using precise::asinh; using precise::acosh; using precise::atanh; using precise::sinpi;
-using precise::cospi; using precise::tanpi; using precise::saturate; using precise::sign;
-using precise::pow; using precise::powr; using precise::atan2; using precise::fmax;
-using precise::fmin; using precise::max; using precise::min; using precise::copysign;
-using precise::fmod; using precise::fdim; using precise::step; using precise::divide;
-using precise::fma; using precise::fmax3; using precise::fmin3; using precise::fmedian3;
-using precise::max3; using precise::min3; using precise::median3; using precise::clamp;
-using precise::mix; using precise::smoothstep; using precise::fract; using precise::frexp;
-using precise::nextafter; using precise::ldexp; using precise::dot; using precise::length;
-using precise::length_squared; using precise::distance; using precise::normalize;
-using precise::cross;
-namespace fast {
-using precise::abs; using precise::fabs; using precise::ceil; using precise::floor;
-using precise::round; using precise::rint; using precise::trunc; using precise::sqrt;
-using precise::rsqrt; using precise::exp; using precise::exp2; using precise::exp10;
-using precise::log; using precise::log2; using precise::log10; using precise::sin;
-using precise::cos; using precise::tan; using precise::asin; using precise::acos;
-using precise::atan; using precise::sinh; using precise::cosh; using precise::tanh;
-using precise::asinh; using precise::acosh; using precise::atanh; using precise::sinpi;
-using precise::cospi; using precise::tanpi; using precise::saturate; using precise::sign;
-using precise::pow; using precise::powr; using precise::atan2; using precise::fmax;
-using precise::fmin; using precise::max; using precise::min; using precise::copysign;
-using precise::fmod; using precise::fdim; using precise::step; using precise::divide;
-using precise::fma; using precise::fmax3; using precise::fmin3; using precise::fmedian3;
-using precise::max3; using precise::min3; using precise::median3; using precise::clamp;
-using precise::mix; using precise::smoothstep; using precise::fract; using precise::frexp;
-using precise::nextafter; using precise::ldexp; using precise::dot; using precise::length;
-using precise::length_squared; using precise::distance; using precise::normalize;
-using precise::cross;
-}
+#define __MT_PRECISE_NAMES \
+  using precise::abs; using precise::fabs; using precise::ceil; using precise::floor; \
+  using precise::round; using precise::rint; using precise::trunc; using precise::sqrt; \
+  using precise::rsqrt; using precise::exp; using precise::exp2; using precise::exp10; \
+  using precise::log; using precise::log2; using precise::log10; using precise::sin; \
+  using precise::cos; using precise::tan; using precise::asin; using precise::acos; \
+  using precise::atan; using precise::sinh; using precise::cosh; using precise::tanh; \
+  using precise::asinh; using precise::acosh; using precise::atanh; using precise::sinpi; \
+  using precise::cospi; using precise::tanpi; using precise::saturate; using precise::sign; \
+  using precise::pow; using precise::powr; using precise::atan2; using precise::fmax; \
+  using precise::fmin; using precise::max; using precise::min; using precise::copysign; \
+  using precise::fmod; using precise::fdim; using precise::step; using precise::divide; \
+  using precise::fma; using precise::fmax3; using precise::fmin3; using precise::fmedian3; \
+  using precise::max3; using precise::min3; using precise::median3; using precise::clamp; \
+  using precise::mix; using precise::smoothstep; using precise::fract; using precise::frexp; \
+  using precise::nextafter; using precise::ldexp; using precise::dot; using precise::length; \
+  using precise::length_squared; using precise::distance; using precise::normalize; \
+  using precise::cross;
+__MT_PRECISE_NAMES
+namespace fast { __MT_PRECISE_NAMES }
+#undef __MT_PRECISE_NAMES
 
 // ---- Integer functions. Templates over the exact integer type.
 template <class T, __mt::if_int<T> = 0>
