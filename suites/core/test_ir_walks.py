@@ -39,3 +39,32 @@ def test_map_nodes_replaces_like_structural_map():
     assert not any(v.same_as(i) for v in free_vars(mine))
     assert any(v.same_as(k) for v in free_vars(mine))
     assert tvm_ffi.structural_equal(substitute(e, {i: k}), mine)
+
+
+def _shared(n, name="S"):
+    return tirx.decl_buffer((n,), "float32", name=name, scope="shared")
+
+
+def test_lazy_footprints_enumerate_only_when_a_comparison_needs_them():
+    from core.ir.footprint import Footprint, LoopRange, may_race
+    tx, r, g = tirx.Var("tx", "int32"), tirx.Var("r", "int32"), tirx.Var("g", "int32")
+    axes = [(tx, 64, 1)]
+    s, other = _shared(1024), _shared(1024, "T")
+    loops = [LoopRange(r, 4), LoopRange(g, 16)]
+    write = Footprint.of(s, r * 256 + tx * 4, True, axes, loops)
+    read = Footprint.of(s, r * 256 + (tx + 1) % 64 * 4, False, axes, loops)
+    elsewhere = Footprint.of(other, tx, True, axes, loops)
+    # only the loop the index reads is enumerated, known before any point is
+    assert write.loop_vars == (r,) and read.loop_vars == (r,)
+    assert not may_race(write, elsewhere) and not may_race(read, Footprint.of(
+        s, tx, False, axes, loops))
+    assert write.points.value is write.points          # nothing enumerated yet
+    carried = read.carried_over(set())                 # from the next iteration of r
+    assert carried.match == frozenset() and carried.points is read.points
+    assert may_race(write, read)                       # another thread's element, same r
+    assert write.elements.size == 64 * 4 and list(write.loops) == [r]
+    # a thread reading back its own elements: no race, in one iteration or across them
+    own = Footprint.of(s, r * 256 + tx * 4, False, axes, loops)
+    assert not may_race(write, own)
+    shifted = Footprint.of(s, (r + 1) % 4 * 256 + tx * 4, False, axes, loops)
+    assert not may_race(write, shifted.carried_over(set()))
