@@ -31,14 +31,32 @@ def seq(stmts) -> tirx.Stmt:
     return flat[0] if len(flat) == 1 else tirx.SeqStmt(flat)
 
 
+# How a statement's child statements are read, per concrete node type. TVM's node classes
+# are ABCs, so every isinstance() on them runs the ABC machinery; `children` is called for
+# every statement of every walk, so it decides the kind once per type.
+_SEQ, _BODY, _BRANCHES, _LEAF = range(4)
+_CHILD_KIND: dict = {}
+
+
+def _child_kind(node_type) -> int:
+    kind = _CHILD_KIND.get(node_type)
+    if kind is None:
+        kind = _CHILD_KIND[node_type] = (
+            _SEQ if issubclass(node_type, tirx.SeqStmt)
+            else _BODY if issubclass(node_type, (tirx.For, tirx.AttrStmt, tirx.While))
+            else _BRANCHES if issubclass(node_type, tirx.IfThenElse) else _LEAF)
+    return kind
+
+
 def children(stmt) -> list:
-    if isinstance(stmt, tirx.SeqStmt):
-        return list(stmt.seq)
-    if isinstance(stmt, (tirx.For, tirx.AttrStmt, tirx.While)):
+    kind = _child_kind(type(stmt))
+    if kind == _LEAF:
+        return []
+    if kind == _BODY:
         return [stmt.body]
-    if isinstance(stmt, tirx.IfThenElse):
-        return [stmt.then_case] + ([stmt.else_case] if stmt.else_case is not None else [])
-    return []
+    if kind == _SEQ:
+        return list(stmt.seq)
+    return [stmt.then_case] + ([stmt.else_case] if stmt.else_case is not None else [])
 
 
 def rebuild(stmt, new_children):
