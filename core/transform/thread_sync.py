@@ -59,6 +59,7 @@ class _Planner:
         self.cache = {}
         self.plans = {}              # plan(stmt, []) in one loop/guard context, see `plan`
         self.divergent_checked = {}  # `if`s check_divergent passed, per context
+        self.uniform_headers = {}    # statement handle -> (statement, uniform_header)
         self.negations = {}          # condition handle -> (condition, Not(condition))
         self.inserted = 0            # barriers placed so far (plans only ever add them)
 
@@ -185,8 +186,17 @@ class _Planner:
             self.inserted += entry[3]
         return entry[1], list(entry[2])
 
+    def uniform_header(self, s) -> bool:
+        """`uniform` of a loop's range or an if's condition, once per statement."""
+        entry = self.uniform_headers.get(s.__chandle__())
+        if entry is None:
+            exprs = [s.min, s.extent] if isinstance(s, tirx.For) else [s.condition]
+            entry = self.uniform_headers[s.__chandle__()] = (s, self.uniform(exprs))
+        return entry[1]
+
     def _plan(self, s, pending):
-        if isinstance(s, tirx.SeqStmt):
+        kind = _kind(type(s))
+        if kind is tirx.SeqStmt:
             out = []
             for k in s.seq:
                 k, pending = self.plan(k, pending)
@@ -194,7 +204,7 @@ class _Planner:
             return seq(out), pending
         if ops.is_barrier(s):
             return s, []
-        if isinstance(s, tirx.For) and self.uniform([s.min, s.extent]):
+        if kind is tirx.For and self.uniform_header(s):
             ext = as_int(s.extent)
             if ext is not None and ext <= 0:  # never runs: a barrier there is never reached
                 return s, pending
@@ -228,7 +238,7 @@ class _Planner:
             if prefix is None and (ext is None or ext <= 0):
                 after = pending + after
             return seq([prefix, rebuild(s, [body])]), after
-        if isinstance(s, tirx.IfThenElse) and self.uniform([s.condition]):
+        if kind is tirx.IfThenElse and self.uniform_header(s):
             self.guards.append(s.condition)
             then, p_then = self.plan(s.then_case, pending)
             self.guards.pop()
@@ -238,7 +248,7 @@ class _Planner:
             other, p_else = self.plan(s.else_case, pending)
             self.guards.pop()
             return tirx.IfThenElse(s.condition, then, other), p_then + p_else
-        if isinstance(s, tirx.AttrStmt):
+        if kind is tirx.AttrStmt:
             body, pending = self.plan(s.body, pending)
             return rebuild(s, [body]), pending
         return self.leaf(s, pending)
@@ -278,6 +288,18 @@ class _Planner:
                     "reached by every thread. Split the branch so the shared-memory exchange "
                     "happens outside it, or make the condition uniform",
                     kernel=self.kernel, construct="threadgroup barrier")
+
+
+_KINDS = (tirx.SeqStmt, tirx.For, tirx.IfThenElse, tirx.AttrStmt)
+_KIND_OF: dict = {}
+
+
+def _kind(node_type):
+    """The class of `_KINDS` a statement type is (None: a leaf), once per type: TVM's node
+    classes are ABCs, and isinstance() on them is slow."""
+    if node_type not in _KIND_OF:
+        _KIND_OF[node_type] = next((k for k in _KINDS if issubclass(node_type, k)), None)
+    return _KIND_OF[node_type]
 
 
 def _count_barriers(stmt) -> int:
