@@ -1,12 +1,20 @@
-"""The direct structural walks of core/ir/stmt.py (`visit_nodes`, `map_nodes`) and the
-footprint pre-checks of core/ir/footprint.py: each must decide exactly what the slower
-general path decides."""
+"""What the passes keep or skip to compile faster must not change what they decide: the
+direct structural walks of core/ir/stmt.py (`visit_nodes`, `map_nodes`), the footprints
+core/ir/footprint.py enumerates only when a comparison needs them, and the plans
+thread_sync keeps per statement and loop/guard context."""
 
+import torch
 import tvm
 import tvm_ffi
 from tvm import tirx
 
+import core
+import core.language as T
+from core.ir.footprint import Footprint, LoopRange, may_race
 from core.ir.stmt import collect, free_vars, map_nodes, substitute, visit_nodes
+from harness import barriers
+from harness.diff import assert_close
+from harness.gen.inputs import random_tensor
 
 
 def _expr():
@@ -46,7 +54,6 @@ def _shared(n, name="S"):
 
 
 def test_lazy_footprints_enumerate_only_when_a_comparison_needs_them():
-    from core.ir.footprint import Footprint, LoopRange, may_race
     tx, r, g = tirx.Var("tx", "int32"), tirx.Var("r", "int32"), tirx.Var("g", "int32")
     axes = [(tx, 64, 1)]
     s, other = _shared(1024), _shared(1024, "T")
@@ -68,3 +75,39 @@ def test_lazy_footprints_enumerate_only_when_a_comparison_needs_them():
     assert not may_race(write, own)
     shifted = Footprint.of(s, (r + 1) % 4 * 256 + tx * 4, False, axes, loops)
     assert not may_race(write, shifted.carried_over(set()))
+
+
+def test_nested_loop_plans_place_every_needed_barrier(run):
+    # S is written before a two-deep nest whose inner body (planned alone, with what an
+    # iteration leaves the next, and with what came before, at both depths) reads it
+    # reversed under a uniform if/else and is rewritten at the end of each outer
+    # iteration: the barriers before the nest, between read and rewrite, and after the
+    # rewrite must all be there, and each must be necessary.
+    @T.prim_func
+    def k(A: T.Tensor((4, 32), "float32"), B: T.Tensor((4, 4, 32), "float32")):
+        with T.Kernel(1, threads=32):
+            S = T.alloc_shared((32,), "float32")
+            for i in T.Parallel(32):
+                S[i] = A[0, i]
+            for ko in T.serial(4):
+                for ki in T.serial(4):
+                    if ki % 2 == 0:
+                        for i in T.Parallel(32):
+                            B[ko, ki, i] = S[31 - i]
+                    else:
+                        for i in T.Parallel(32):
+                            B[ko, ki, i] = S[i] + 1.0
+                for i in T.Parallel(32):
+                    S[i] = A[ko, (i + 1) % 32]
+    kernel = core.compile(k, out_idx=[1])
+    a = random_tensor((4, 32), "float32", 11)
+    want = torch.zeros(4, 4, 32, dtype=torch.float64)
+    s = a.double()[0]
+    for ko in range(4):
+        for ki in range(4):
+            want[ko, ki] = s.flip(0) if ki % 2 == 0 else s + 1.0
+        s = a.double()[ko].roll(-1)
+    assert_close(run(kernel, a), want)
+    report = barriers.check_barriers(kernel, [a])
+    assert report.ok and report.barriers, report.summary()
+    assert all(v.necessary for v in report.barriers), report.summary()
