@@ -41,7 +41,6 @@ import math
 from dataclasses import dataclass
 
 import tvm
-import tvm_ffi
 from tvm import tirx
 from tvm.sym import Analyzer
 from tvm.tirx import is_buffer_var
@@ -49,7 +48,7 @@ from tvm.tirx import is_buffer_var
 from core.ir import annotations as keys
 from core.ir import ops
 from core.ir.matrix import MATRIX_SCOPE
-from core.ir.stmt import as_int, bind_ranges, choice_parts, collect, loads, walk
+from core.ir.stmt import as_int, bind_ranges, choice_parts, collect, loads, visit_nodes, walk
 from core.language.errors import LoweringError
 from core.target import DTYPES, METAL
 
@@ -797,7 +796,7 @@ def _vector_accesses(body) -> list:
     """(buffer, Ramp index) of every vector load and store in `body`."""
     found = [(ld.source, ld.indices[0]) for ld in loads(body)
              if type(ld.indices[0]).__name__ == "Ramp"]
-    tvm_ffi.structural_walk(body, (tirx.BufferStore, lambda st: found.append(
+    visit_nodes(body, (tirx.BufferStore, lambda st: found.append(
         (st.buffer, st.indices[0])) if type(st.indices[0]).__name__ == "Ramp" else None))
     return found
 

@@ -38,42 +38,75 @@ class LoopRange:
     start: int = 0      # the variable runs over start .. start + extent - 1
 
 
+class _Points:
+    """The enumerated points of one access, computed on first use and shared by the
+    access's carried-over views: most accesses are only ever compared with accesses of
+    other buffers, or with reads, and never need their points."""
+    __slots__ = ("compute", "value", "summary")
+
+    def __init__(self, compute):
+        self.compute = compute
+        self.value = self
+        self.summary = None
+
+    def get(self):
+        """(elements, threads, loops) or None (unknown)."""
+        if self.value is self:
+            self.value, self.compute = self.compute(), None
+        return self.value
+
+
 @dataclass
 class Footprint:
     buffer: object
     write: bool
-    elements: np.ndarray | None = None     # flat element index per point
-    threads: np.ndarray | None = None      # linear thread id per point
     size: int = 0
-    # Per point, the value of each enumerated enclosing loop variable (var -> array), and
-    # the variables two accesses may be matched on (None: all of them). Two accesses in
+    # Per point (the properties below): the flat element index, the linear thread id, and
+    # the value of each enumerated enclosing loop variable (var -> array). `match`: the
+    # variables two accesses may be matched on (None: all of them). Two accesses in
     # one iteration of a loop only meet at equal values of its variable; an access
     # carried over from the previous iteration is not matched on it (nor on the loops
     # inside it), see `carried_over`.
-    loops: dict = field(default_factory=dict)
     match: frozenset | None = None
     atomic: bool = False                   # an atomic update (a write that orders itself)
-    _summary: tuple | None = field(default=None, repr=False)
+    points: _Points | None = field(default=None, repr=False)
+    loop_vars: tuple = ()                  # the loop variables the points are enumerated on
 
     @property
     def unknown(self) -> bool:
-        return self.elements is None
+        return self.points is None or self.points.get() is None
+
+    @property
+    def elements(self) -> np.ndarray | None:
+        return None if self.unknown else self.points.get()[0]
+
+    @property
+    def threads(self) -> np.ndarray | None:
+        return None if self.unknown else self.points.get()[1]
+
+    @property
+    def loops(self) -> dict:
+        return {} if self.unknown else self.points.get()[2]
 
     @classmethod
     def of(cls, buffer, index, write, thread_axes, loops, guards=()) -> "Footprint":
         """`thread_axes`: [(var, extent, stride)] of the thread index; `loops`: LoopRange;
         `guards`: conditions the access executes under (points where one is false are
-        dropped; a guard that cannot be enumerated is ignored, which only adds points)."""
+        dropped; a guard that cannot be enumerated is ignored, which only adds points).
+        The points are enumerated when a comparison first needs them."""
         fp = cls(buffer, write, size=_flat_size(buffer))
-        points = _points(index, thread_axes, loops, guards) if fp.size else None
-        if points is not None:
-            fp._set(*points)
+        if fp.size:
+            thread_axes, guards = tuple(thread_axes), tuple(guards)
+            loops = _used_loops(index, loops, guards)
+            fp.loop_vars = tuple(lp.var for lp in loops)
+            fp.points = _Points(lambda: _inside(
+                _points(index, thread_axes, loops, guards), fp.size))
         return fp
 
     def carried_over(self, enclosing) -> "Footprint":
         """This access as seen from the next iteration of a loop: matched only on the
         loop variables in `enclosing` (the loops around that loop)."""
-        keep = frozenset(v for v in self.loops if v in enclosing)
+        keep = frozenset(v for v in self.loop_vars if v in enclosing)
         match = keep if self.match is None else frozenset(v for v in self.match if v in keep)
         return dataclasses.replace(self, match=match)
 
@@ -91,29 +124,43 @@ class Footprint:
         stride = as_int(access.stride)
         if not fp.size or access.base is None or stride is None:
             return fp
-        first = thread_axes[0] if thread_axes else None
-        sample = simd_width if first is not None and first[2] == 1 and \
-            first[1] % simd_width == 0 else 1
-        offsets = (np.arange(access.rows, dtype=np.int64)[:, None] * stride
-                   + np.arange(access.cols, dtype=np.int64)[None, :]).ravel()
-        points = _points(access.base, thread_axes, loops, guards, sample, offsets.size)
-        if points is not None:
-            elements, tid, values = points
-            fp._set((elements[:, None] + offsets[None, :]).ravel(),
-                    np.repeat(first_unit + tid // simd_width, offsets.size),
-                    {v: np.repeat(a, offsets.size) for v, a in values.items()})
-        return fp
+        thread_axes, guards = tuple(thread_axes), tuple(guards)
+        loops = _used_loops(access.base, loops, guards)
+        fp.loop_vars = tuple(lp.var for lp in loops)
 
-    def _set(self, elements, threads, loops):
-        if elements.size and (elements.min() < 0 or elements.max() >= self.size):
-            return  # outside the buffer: leave the footprint unknown
-        self.elements, self.threads, self.loops = elements, threads, loops
+        def compute():
+            first = thread_axes[0] if thread_axes else None
+            sample = simd_width if first is not None and first[2] == 1 and \
+                first[1] % simd_width == 0 else 1
+            offsets = (np.arange(access.rows, dtype=np.int64)[:, None] * stride
+                       + np.arange(access.cols, dtype=np.int64)[None, :]).ravel()
+            points = _points(access.base, thread_axes, loops, guards, sample, offsets.size)
+            if points is None:
+                return None
+            elements, tid, values = points
+            return _inside(((elements[:, None] + offsets[None, :]).ravel(),
+                            np.repeat(first_unit + tid // simd_width, offsets.size),
+                            {v: np.repeat(a, offsets.size) for v, a in values.items()}),
+                           fp.size)
+
+        fp.points = _Points(compute)
+        return fp
 
     def summary(self):
         """(lowest thread, highest thread) per element; sentinel for untouched elements."""
-        if self._summary is None:
-            self._summary = _thread_bounds(self.elements, self.threads, self.size)
-        return self._summary
+        if self.points.summary is None:
+            self.points.summary = _thread_bounds(self.elements, self.threads, self.size)
+        return self.points.summary
+
+
+def _inside(points, size):
+    """`points` unless an element lies outside the buffer (then unknown: None)."""
+    if points is None:
+        return None
+    elements = points[0]
+    if elements.size and (elements.min() < 0 or elements.max() >= size):
+        return None
+    return points
 
 
 def may_race(a: Footprint, b: Footprint) -> bool:
@@ -172,17 +219,22 @@ def _flat_size(buffer) -> int:
     return (as_int(buffer.ty.shape[0]) or 0) if len(buffer.ty.shape) == 1 else 0
 
 
-def _points(index, thread_axes, loops, guards, sample=1, per_point=1):
-    """(element, linear thread id) of every enumerated point where all guards hold, or None
-    when `index` cannot be enumerated. The first thread axis steps by `sample`."""
-    # Only the loops the index or a guard reads are enumerated: an access that does not
-    # depend on a loop touches the same (element, thread) pairs in every iteration, so
-    # matching it on that loop's variable (may_race) decides nothing the element alone
-    # does not, and enumerating it would multiply the points by the loop's extent.
+def _used_loops(index, loops, guards) -> tuple:
+    """The loops (LoopRange) the index or a guard reads: only those are enumerated. An
+    access that does not depend on a loop touches the same (element, thread) pairs in
+    every iteration, so matching it on that loop's variable (may_race) decides nothing the
+    element alone does not, and enumerating it would multiply the points by the loop's
+    extent."""
     used = set(free_vars(index))
     for g in guards:
         used.update(free_vars(g))
-    loops = [lp for lp in loops if lp.var in used]
+    return tuple(lp for lp in loops if lp.var in used)
+
+
+def _points(index, thread_axes, loops, guards, sample=1, per_point=1):
+    """(element, linear thread id, {loop var: value}) of every enumerated point where all
+    guards hold, or None when `index` cannot be enumerated. `loops`: the loops to
+    enumerate (`_used_loops`). The first thread axis steps by `sample`."""
     axes = [(v, e, sample if k == 0 else 1, 0) for k, (v, e, _) in enumerate(thread_axes)]
     axes += [(lp.var, lp.extent, 1, lp.start) for lp in loops]
     if prod(-(-e // step) for _, e, step, _ in axes) * per_point > MAX_POINTS:

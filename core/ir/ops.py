@@ -45,7 +45,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
-import tvm_ffi
 from tvm.ir import Op, register_op_attr
 
 TILE_OPS = ("tl.region", "tl.copy", "tl.fill", "tl.parallel_scope", "tl.gemm", "tl.reduce",
@@ -173,5 +172,6 @@ def atomics_in(node) -> list:
         if a is not None:
             found.append(a)
 
-    tvm_ffi.structural_walk(node, (tvm.ir.Call, visit))
+    from core.ir.stmt import visit_nodes  # core.ir.stmt imports this module
+    visit_nodes(node, (tvm.ir.Call, visit))
     return found

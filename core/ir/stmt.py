@@ -31,14 +31,32 @@ def seq(stmts) -> tirx.Stmt:
     return flat[0] if len(flat) == 1 else tirx.SeqStmt(flat)
 
 
+# How a statement's child statements are read, per concrete node type. TVM's node classes
+# are ABCs, so every isinstance() on them runs the ABC machinery; `children` is called for
+# every statement of every walk, so it decides the kind once per type.
+_SEQ, _BODY, _BRANCHES, _LEAF = range(4)
+_CHILD_KIND: dict = {}
+
+
+def _child_kind(node_type) -> int:
+    kind = _CHILD_KIND.get(node_type)
+    if kind is None:
+        kind = _CHILD_KIND[node_type] = (
+            _SEQ if issubclass(node_type, tirx.SeqStmt)
+            else _BODY if issubclass(node_type, (tirx.For, tirx.AttrStmt, tirx.While))
+            else _BRANCHES if issubclass(node_type, tirx.IfThenElse) else _LEAF)
+    return kind
+
+
 def children(stmt) -> list:
-    if isinstance(stmt, tirx.SeqStmt):
-        return list(stmt.seq)
-    if isinstance(stmt, (tirx.For, tirx.AttrStmt, tirx.While)):
+    kind = _child_kind(type(stmt))
+    if kind == _LEAF:
+        return []
+    if kind == _BODY:
         return [stmt.body]
-    if isinstance(stmt, tirx.IfThenElse):
-        return [stmt.then_case] + ([stmt.else_case] if stmt.else_case is not None else [])
-    return []
+    if kind == _SEQ:
+        return list(stmt.seq)
+    return [stmt.then_case] + ([stmt.else_case] if stmt.else_case is not None else [])
 
 
 def rebuild(stmt, new_children):
@@ -75,11 +93,43 @@ def walk(stmt, fn):
         walk(k, fn)
 
 
+# tvm_ffi.structural_walk/structural_map normalize their callback shorthand and look up
+# each callback type's FFI type index on every call, in Python: on the small expressions
+# the passes query thousands of times per kernel that fixed cost is most of the walk.
+# `visit_nodes`/`map_nodes` keep the type indices and call the FFI entry points directly
+# with the same (post-order, no def-region callbacks) semantics.
+_TYPE_INDEX: dict = {}
+_POST_ORDER = int(tvm_ffi.structural.WalkOrder.POSTORDER)
+
+
+def _entries(pairs) -> list:
+    out = []
+    for node_type, fn in pairs:
+        index = _TYPE_INDEX.get(node_type)
+        if index is None:
+            index = _TYPE_INDEX[node_type] = \
+                tvm_ffi.core.TypeSchema.from_annotation(node_type).origin_type_index
+        out.append((index, fn))
+    return out
+
+
+def visit_nodes(node, *pairs) -> None:
+    """`tvm_ffi.structural_walk(node, [(type, fn), ...])` (post-order): `fn(n)` for every
+    node `n` of `type` inside `node`."""
+    tvm_ffi.structural._ffi_api.StructuralWalk(node, _entries(pairs), [], _POST_ORDER)
+
+
+def map_nodes(node, *pairs):
+    """`tvm_ffi.structural_map(node, [(type, fn), ...])` (post-order): `node` with every
+    node of `type` replaced by `fn(n)`."""
+    return tvm_ffi.structural._ffi_api.StructuralMap(node, _entries(pairs), [], _POST_ORDER)
+
+
 def substitute(node, vmap: dict):
     """`node` with every Var in `vmap` replaced (expressions or statements)."""
     if not vmap:
         return node
-    return tvm_ffi.structural_map(node, (tvm.ir.Var, lambda v: vmap.get(v, v)))
+    return map_nodes(node, (tvm.ir.Var, lambda v: vmap.get(v, v)))
 
 
 def free_vars(node) -> list:
@@ -89,14 +139,14 @@ def free_vars(node) -> list:
     def visit(v):
         found.setdefault(v, None)
 
-    tvm_ffi.structural_walk(node, (tvm.ir.Var, visit))
+    visit_nodes(node, (tvm.ir.Var, visit))
     return list(found)
 
 
 def loads(node) -> list:
     """All buffer loads inside `node`."""
     out = []
-    tvm_ffi.structural_walk(node, (tvm.ir.TensorLoad, out.append))
+    visit_nodes(node, (tvm.ir.TensorLoad, out.append))
     return out
 
 
@@ -105,7 +155,7 @@ def collect(node, *types) -> list:
     order: several of `loads`/`free_vars`-style queries in a single walk (each walk has a
     fixed cost of its own, which dominates on small expressions)."""
     found = [[] for _ in types]
-    tvm_ffi.structural_walk(node, [(t, out.append) for t, out in zip(types, found)])
+    visit_nodes(node, *((t, out.append) for t, out in zip(types, found)))
     return found
 
 

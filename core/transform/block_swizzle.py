@@ -51,6 +51,8 @@ def _apply(name):
 def block_swizzle(func: tirx.PrimFunc) -> tirx.PrimFunc:
     name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs \
         else "kernel"
+    if not _count(func.body):  # no T.use_swizzle: nothing to remap (most kernels)
+        return func
     out = map_kernels(func, _apply(name))
     if _count(out.body):
         raise KernelDefinitionError("is only allowed inside a `with T.Kernel(...)` block",

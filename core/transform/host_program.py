@@ -19,10 +19,9 @@ scalars per launch and has no host state.
 from __future__ import annotations
 
 import tvm
-import tvm_ffi
 from tvm import tirx
 
-from core.ir.stmt import children, is_kernel_attr, rebuild, seq
+from core.ir.stmt import children, is_kernel_attr, map_nodes, rebuild, seq
 from core.language.errors import KernelDefinitionError
 
 
@@ -54,7 +53,7 @@ class _HostScalars:
             var = self.current.get(e.source)
             return var if var is not None else e
 
-        out = tvm_ffi.structural_map(node, (tvm.ir.TensorLoad, load))
+        out = map_nodes(node, (tvm.ir.TensorLoad, load))
         if carried:
             name = carried[0].name
             raise KernelDefinitionError(

@@ -64,12 +64,12 @@ from dataclasses import dataclass
 from math import prod
 
 import tvm
-import tvm_ffi
 from tvm import tirx
 
 from core.ir import matrix, ops
 from core.ir.matrix import TILE, AccumulatorLayout
-from core.ir.stmt import as_int, loads, once_assigned_scalars, rewrite, seq, substitute, walk
+from core.ir.stmt import (as_int, loads, map_nodes, once_assigned_scalars, rewrite, seq,
+                          substitute, walk)
 from core.language.buffers import FRAGMENT
 from core.language.dtypes import bits
 from core.language.errors import LoweringError
@@ -633,7 +633,7 @@ class GemmLowering:
         for _ in range(4):  # scalars defined from scalars, a few levels deep
             if not any(ld.source in self.scalars for ld in loads(expr)):
                 break
-            expr = tvm_ffi.structural_map(expr, (tvm.ir.TensorLoad, lambda ld: self.scalars.get(
+            expr = map_nodes(expr, (tvm.ir.TensorLoad, lambda ld: self.scalars.get(
                 ld.source, ld) if ld.source in self.scalars else ld))
         return expr
 
@@ -666,7 +666,7 @@ class GemmLowering:
                 return tirx.BufferStore(stages[st.buffer], st.value, list(st.indices))
             return st
 
-        loop = rewrite(tvm_ffi.structural_map(loop, (tvm.ir.TensorLoad, load)), store)
+        loop = rewrite(map_nodes(loop, (tvm.ir.TensorLoad, load)), store)
         post = [self.load_all(a, self.stage(a)) for a in accs
                 if any(a.fragment.same_as(w) for w in written)]
         return seq(pre + [self.ctx.parallel(loop)] + post)
@@ -695,7 +695,7 @@ class GemmLowering:
                                             [st.indices[0] - shift, *st.indices[1:]])
                 return st
 
-            body = rewrite(tvm_ffi.structural_map(body, (tvm.ir.TensorLoad, load)), store)
+            body = rewrite(map_nodes(body, (tvm.ir.TensorLoad, load)), store)
             part = tirx.For(row_var, _i32(0), _i32(rows), tirx.ForKind.PARALLEL, body,
                             loop.thread_binding, loop.annotations)
             out += [self.store_all(acc, stage, chunk=c), self.ctx.parallel(part)]

@@ -43,14 +43,14 @@ import dataclasses
 from math import prod
 
 import tvm
-import tvm_ffi
 from tvm import tirx
 
 from core.ir import ops
 from core.ir.annotations import VECTOR_LANES  # read by vectorize
 from core.ir.kernel import map_kernels
 from core.ir.layout import FragmentLayout, broadcast_dims, broadcast_ok, run_width
-from core.ir.stmt import as_int, children, loads, rebuild, rewrite, seq, substitute, walk
+from core.ir.stmt import (as_int, children, loads, map_nodes, rebuild, rewrite, seq,
+                          substitute, walk)
 from core.language.buffers import FRAGMENT
 from core.language.errors import LoweringError
 from core.transform.kernel_context import KernelContext
@@ -259,7 +259,7 @@ class _KernelLowering:
                 return tirx.IfThenElse(layout.owner_expr(self.ctx.tid), st, None)
             return st
 
-        body = tvm_ffi.structural_map(body, (tvm.ir.TensorLoad, load))
+        body = map_nodes(body, (tvm.ir.TensorLoad, load))
         return rewrite(body, store)
 
     def check_broadcast(self, ld, flayout, loop_vars, layout):

@@ -107,13 +107,18 @@ class _Split:
         kname = f"{self.name}_kernel{i}" if n > 1 else \
             f"{self.name}_kernel" if self.name in RESERVED else self.name
         stmt = nest.wrap(nest.body)
-        used_buffers, used_scalars = [], []
+        # dicts as ordered sets: a Var's hash and `==` are its identity, and a list scan
+        # would build one TIR EQ node per comparison
+        parameters = dict.fromkeys(self.buffers)
+        used_buffers, used_scalars = {}, {}
         for v in free_vars(stmt):
             target = self.views.get(v, v)
-            if target in self.buffers and target not in used_buffers:
-                used_buffers.append(target)
-            elif v in self.names and v not in used_scalars:
-                used_scalars.append(v)
+            if target in parameters:
+                used_buffers.setdefault(target)
+            elif v in self.names:
+                used_scalars.setdefault(v)
+        parameters_used = used_buffers
+        used_buffers, used_scalars = list(used_buffers), list(used_scalars)
         written = set()
         views = self.views
 
@@ -128,7 +133,7 @@ class _Split:
                 written.add(views.get(tile.buffer, tile.buffer).name)
 
         walk(stmt, note_store)
-        body = seq([d for d in self.decls if views[d.buffer] in used_buffers] + [stmt])
+        body = seq([d for d in self.decls if views[d.buffer] in parameters_used] + [stmt])
         dfunc = tirx.PrimFunc(used_buffers + used_scalars, body)
         dfunc = dfunc.with_attr("global_symbol", kname)
         dfunc = dfunc.with_attr(keys.READONLY,

@@ -48,14 +48,14 @@ from dataclasses import dataclass
 from math import gcd
 
 import tvm
-import tvm_ffi
 from tvm import tirx
 
 from core.ir import ops
 from core.ir.annotations import STREAMED
 from core.ir.kernel import map_kernels
 from core.ir.layout import FragmentLayout, NoLayout, reduce_layout
-from core.ir.stmt import as_int, children, loads, rebuild, rewrite, seq, substitute
+from core.ir.stmt import (as_int, children, loads, map_nodes, rebuild, rewrite, seq,
+                          substitute, visit_nodes)
 from core.language.buffers import FRAGMENT
 from core.target import DTYPES, METAL
 from core.transform.lower_reduce import accumulator_dtype, combine, identity
@@ -100,8 +100,7 @@ def _shape(buf) -> tuple:
 
 def _uses(stmt, buf) -> bool:
     found = []
-    tvm_ffi.structural_walk(stmt, (tvm.ir.Var, lambda v: found.append(1)
-                                   if v.same_as(buf) else None))
+    visit_nodes(stmt, (tvm.ir.Var, lambda v: found.append(1) if v.same_as(buf) else None))
     return bool(found)
 
 
@@ -143,7 +142,7 @@ def _update(s, frag, R, N, per_row):
         if not ok:
             return None
     calls = []
-    tvm_ffi.structural_walk(s.value, (tvm.ir.Call, calls.append))
+    visit_nodes(s.value, (tvm.ir.Call, calls.append))
     if any(isinstance(c.op, tvm.ir.Op) and c.op.name.startswith("tl.") for c in calls):
         return None
     return _Update(i, j, s.value)
@@ -295,7 +294,7 @@ class _Streamer:
                 if ld.source.same_as(frag):
                     return tirx.BufferLoad(chunk, [i, j])
                 return ld
-            value = tvm_ffi.structural_map(value, (tvm.ir.TensorLoad, relocate))
+            value = map_nodes(value, (tvm.ir.TensorLoad, relocate))
             return tirx.BufferStore(chunk, value, [i, j])
         return _parallel(self.R, self.C, body)
 
@@ -412,7 +411,7 @@ class _Kernel:
 
         def refs(node):
             found = []
-            tvm_ffi.structural_walk(node, (tvm.ir.Var, found.append))
+            visit_nodes(node, (tvm.ir.Var, found.append))
             return found
 
         def visit(s):

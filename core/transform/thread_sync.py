@@ -57,6 +57,11 @@ class _Planner:
         self.loops = []              # enclosing uniform loops with constant ranges
         self.guards = []             # conditions of enclosing uniform ifs
         self.cache = {}
+        self.plans = {}              # plan(stmt, []) in one loop/guard context, see `plan`
+        self.divergent_checked = {}  # `if`s check_divergent passed, per context
+        self.uniform_headers = {}    # statement handle -> (statement, uniform_header)
+        self.negations = {}          # condition handle -> (condition, Not(condition))
+        self.inserted = 0            # barriers placed so far (plans only ever add them)
 
     # ---- uniformity ---------------------------------------------------------------------
     def uniform(self, exprs) -> bool:
@@ -83,15 +88,20 @@ class _Planner:
                 and self.uniform(list(load.indices)))
 
     # ---- footprints -----------------------------------------------------------------
-    def footprints(self, stmt, loops) -> list:
-        # The planner visits loop bodies twice. Keyed by object identity (the handles;
-        # the entry keeps the objects alive): a tuple of the nodes themselves would compare
-        # Vars with `==`, which builds a TIR EQ node per comparison.
-        nodes = (stmt, *(lp.var for lp in loops), *self.guards)
-        key = (len(loops), *(n.__chandle__() for n in nodes))
+    def context(self, stmt):
+        """(key, nodes): `stmt` in the enclosing loops and guards, for the caches. Keyed
+        by object identity (the handles; each entry keeps `nodes` alive): a tuple of the
+        nodes themselves would compare Vars with `==`, which builds a TIR EQ node per
+        comparison."""
+        nodes = (stmt, *(lp.var for lp in self.loops), *self.guards)
+        return (len(self.loops), *(n.__chandle__() for n in nodes)), nodes
+
+    def footprints(self, stmt) -> list:
+        # The planner visits loop bodies more than once.
+        key, nodes = self.context(stmt)
         entry = self.cache.get(key)
         if entry is None:
-            entry = self.cache[key] = (nodes, self._footprints(stmt, loops))
+            entry = self.cache[key] = (nodes, self._footprints(stmt, self.loops))
         return entry[1]
 
     def _footprints(self, stmt, loops) -> list:
@@ -116,7 +126,7 @@ class _Planner:
                 self.exprs(s.condition, add=add)
                 visit(s.then_case, loops, guards + [s.condition])
                 if s.else_case is not None:
-                    visit(s.else_case, loops, guards + [tirx.Not(s.condition)])
+                    visit(s.else_case, loops, guards + [self.negation(s.condition)])
                 return
             if isinstance(s, tirx.BufferStore):
                 add(s.buffer, s.indices[0], True)
@@ -148,10 +158,45 @@ class _Planner:
                 if is_buffer_var(ld.source) and not any(ld.same_as(u) for u in updated):
                     add(ld.source, ld.indices[0], False)
 
+    def negation(self, cond):
+        """`Not(cond)`, one node per condition: the else branch's guard is then the same
+        object every time the branch is planned, so the caches keyed by it hit."""
+        entry = self.negations.get(cond.__chandle__())
+        if entry is None:
+            entry = self.negations[cond.__chandle__()] = (cond, tirx.Not(cond))
+        return entry[1]
+
     # ---- planning -------------------------------------------------------------------
     def plan(self, s, pending):
-        """(new stmt, accesses pending after it) given `pending` before it."""
-        if isinstance(s, tirx.SeqStmt):
+        """(new stmt, accesses pending after it) given `pending` before it.
+
+        A loop's body is planned up to three times (alone, with what an iteration leaves
+        the next, with what came before), so the plans of a nested loop's body with
+        nothing pending repeat: they are kept per statement and loop/guard context (by
+        handle; the entry holds the objects), with the barriers they placed."""
+        if pending:
+            return self._plan(s, pending)
+        key, nodes = self.context(s)
+        entry = self.plans.get(key)
+        if entry is None:
+            before = self.inserted
+            planned, after = self._plan(s, [])
+            entry = self.plans[key] = (nodes, planned, after, self.inserted - before)
+        else:
+            self.inserted += entry[3]
+        return entry[1], list(entry[2])
+
+    def uniform_header(self, s) -> bool:
+        """`uniform` of a loop's range or an if's condition, once per statement."""
+        entry = self.uniform_headers.get(s.__chandle__())
+        if entry is None:
+            exprs = [s.min, s.extent] if isinstance(s, tirx.For) else [s.condition]
+            entry = self.uniform_headers[s.__chandle__()] = (s, self.uniform(exprs))
+        return entry[1]
+
+    def _plan(self, s, pending):
+        kind = _kind(type(s))
+        if kind is tirx.SeqStmt:
             out = []
             for k in s.seq:
                 k, pending = self.plan(k, pending)
@@ -159,7 +204,7 @@ class _Planner:
             return seq(out), pending
         if ops.is_barrier(s):
             return s, []
-        if isinstance(s, tirx.For) and self.uniform([s.min, s.extent]):
+        if kind is tirx.For and self.uniform_header(s):
             ext = as_int(s.extent)
             if ext is not None and ext <= 0:  # never runs: a barrier there is never reached
                 return s, pending
@@ -181,8 +226,10 @@ class _Planner:
             # once, before the loop; otherwise it flows through the first iteration.
             prefix = None
             if pending:
-                checked, after_first = self.plan(body, pending)
-                if _count_barriers(checked) > _count_barriers(body):
+                before = self.inserted
+                _, after_first = self.plan(body, pending)
+                if self.inserted > before:   # `pending` needed a barrier in the body
+                    self.inserted = before + 1
                     prefix = ops.barrier()
                 else:
                     after = after_first + after
@@ -191,17 +238,17 @@ class _Planner:
             if prefix is None and (ext is None or ext <= 0):
                 after = pending + after
             return seq([prefix, rebuild(s, [body])]), after
-        if isinstance(s, tirx.IfThenElse) and self.uniform([s.condition]):
+        if kind is tirx.IfThenElse and self.uniform_header(s):
             self.guards.append(s.condition)
             then, p_then = self.plan(s.then_case, pending)
             self.guards.pop()
             if s.else_case is None:
                 return tirx.IfThenElse(s.condition, then, None), pending + p_then
-            self.guards.append(tirx.Not(s.condition))
+            self.guards.append(self.negation(s.condition))
             other, p_else = self.plan(s.else_case, pending)
             self.guards.pop()
             return tirx.IfThenElse(s.condition, then, other), p_then + p_else
-        if isinstance(s, tirx.AttrStmt):
+        if kind is tirx.AttrStmt:
             body, pending = self.plan(s.body, pending)
             return rebuild(s, [body]), pending
         return self.leaf(s, pending)
@@ -212,9 +259,13 @@ class _Planner:
 
     def leaf(self, s, pending):
         if isinstance(s, tirx.IfThenElse):
-            self.check_divergent(s)
-        accesses = self.footprints(s, self.loops)
+            key, nodes = self.context(s)
+            if key not in self.divergent_checked:  # the same check in the same context
+                self.check_divergent(s)
+                self.divergent_checked[key] = nodes
+        accesses = self.footprints(s)
         if self.conflicts(accesses, pending):
+            self.inserted += 1
             return seq([ops.barrier(), s]), accesses
         return s, pending + accesses
 
@@ -223,7 +274,8 @@ class _Planner:
         """An `if` on a thread-dependent condition holds no barrier (not every thread would
         reach it), so a race between two accesses inside one branch cannot be ordered:
         that is an error, never a kernel silently left racing."""
-        for cond, branch in ((s.condition, s.then_case), (tirx.Not(s.condition), s.else_case)):
+        for cond, branch in ((s.condition, s.then_case),
+                             (self.negation(s.condition), s.else_case)):
             if branch is None:
                 continue
             self.guards.append(cond)
@@ -236,6 +288,18 @@ class _Planner:
                     "reached by every thread. Split the branch so the shared-memory exchange "
                     "happens outside it, or make the condition uniform",
                     kernel=self.kernel, construct="threadgroup barrier")
+
+
+_KINDS = (tirx.SeqStmt, tirx.For, tirx.IfThenElse, tirx.AttrStmt)
+_KIND_OF: dict = {}
+
+
+def _kind(node_type):
+    """The class of `_KINDS` a statement type is (None: a leaf), once per type: TVM's node
+    classes are ABCs, and isinstance() on them is slow."""
+    if node_type not in _KIND_OF:
+        _KIND_OF[node_type] = next((k for k in _KINDS if issubclass(node_type, k)), None)
+    return _KIND_OF[node_type]
 
 
 def _count_barriers(stmt) -> int:

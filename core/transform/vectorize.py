@@ -34,7 +34,6 @@ either way.
 from __future__ import annotations
 
 import tvm
-import tvm_ffi
 from tvm import tirx
 from tvm.sym import Analyzer
 
@@ -42,7 +41,7 @@ from core.ir import ops
 from core.ir.annotations import VECTOR_LANES
 from core.ir.kernel import map_kernels
 from core.ir.stmt import (as_int, bind_ranges, children, choice_parts, free_vars, loads,
-                          rebuild, seq, substitute)
+                          map_nodes, rebuild, seq, substitute, visit_nodes)
 from core.language.dtypes import bits
 from core.target import METAL
 
@@ -58,7 +57,7 @@ def _simplify(stmt, analyzer):
 
     def simp(e):
         e = analyzer.simplify(e)
-        return tvm_ffi.structural_map(e, (tvm.ir.TensorLoad, simp_load))
+        return map_nodes(e, (tvm.ir.TensorLoad, simp_load))
 
     if isinstance(stmt, tirx.BufferStore):
         return tirx.BufferStore(stmt.buffer, simp(stmt.value), [simp(i) for i in stmt.indices])
@@ -110,7 +109,7 @@ class _Check:
                                                                         ld.indices):
                 return False
         # every dependence on the lane must sit in an (already checked) load index
-        stripped = tvm_ffi.structural_map(
+        stripped = map_nodes(
             e, (tvm.ir.TensorLoad, lambda ld: tirx.const(0, str(ld.ty.dtype))))
         if _depends(stripped, self.lane):
             return False
@@ -122,7 +121,7 @@ class _Check:
             if dt is not None and str(dt) not in ("bool", "int32") and not self.dtype_ok(dt):
                 bad.append(node)
 
-        tvm_ffi.structural_walk(e, (tvm.ir.Expr, visit))
+        visit_nodes(e, (tvm.ir.Expr, visit))
         return not bad
 
     def body_ok(self, body) -> bool:

@@ -29,14 +29,13 @@ from __future__ import annotations
 from math import prod
 
 import tvm
-import tvm_ffi
 from tvm import tirx
 from tvm.tirx import is_buffer_var
 
 from core.ir import matrix, ops
 from core.ir.kernel import unwrap
 from core.ir.layout import broadcast_dims
-from core.ir.stmt import as_int, children, is_kernel_attr, loads
+from core.ir.stmt import as_int, children, is_kernel_attr, loads, visit_nodes
 from core.language.buffers import FRAGMENT
 from core.language.dtypes import SCALAR_PARAM_DTYPES, SUPPORTED, bits
 from core.language.eager import check_capacity_dims
@@ -177,7 +176,7 @@ class _Verifier:
         def visit(node):
             if type(node).__name__ in _ARITHMETIC and str(node.ty.dtype).startswith("bool"):
                 bad.append(node)
-        tvm_ffi.structural_walk(expr, (tvm.ir.Expr, visit))
+        visit_nodes(expr, (tvm.ir.Expr, visit))
         if bad:
             self.fail(what, f"arithmetic ({type(bad[0]).__name__}) on bool values in "
                             f"'{_short(bad[0])}'; cast to an integer type first "

@@ -1,0 +1,113 @@
+"""What the passes keep or skip to compile faster must not change what they decide: the
+direct structural walks of core/ir/stmt.py (`visit_nodes`, `map_nodes`), the footprints
+core/ir/footprint.py enumerates only when a comparison needs them, and the plans
+thread_sync keeps per statement and loop/guard context."""
+
+import torch
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+import core
+import core.language as T
+from core.ir.footprint import Footprint, LoopRange, may_race
+from core.ir.stmt import collect, free_vars, map_nodes, substitute, visit_nodes
+from harness import barriers
+from harness.diff import assert_close
+from harness.gen.inputs import random_tensor
+
+
+def _expr():
+    i, j = tirx.Var("i", "int32"), tirx.Var("j", "int32")
+    buf = tirx.decl_buffer((64,), "float32", name="S", scope="shared")
+    e = tirx.BufferLoad(buf, [i * 8 + j]) + tirx.BufferLoad(buf, [j]) * tirx.Cast("float32", i)
+    return e, i, j, buf
+
+
+def test_visit_nodes_visits_what_structural_walk_visits_in_the_same_order():
+    e, i, j, _ = _expr()
+    for types in ((tvm.ir.Var,), (tvm.ir.TensorLoad,), (tvm.ir.Var, tvm.ir.TensorLoad),
+                  (tvm.ir.Expr,)):
+        mine, theirs = [], []
+        visit_nodes(e, *((t, lambda n, t=t: mine.append((t, n))) for t in types))
+        tvm_ffi.structural_walk(e, [(t, lambda n, t=t: theirs.append((t, n))) for t in types])
+        assert len(mine) == len(theirs) > 0
+        assert all(a[0] is b[0] and a[1].same_as(b[1]) for a, b in zip(mine, theirs))
+    assert [v.name for v in free_vars(e)] == ["S", "i", "j"]  # the buffer is a Var too
+    variables, lds = collect(e, tvm.ir.Var, tvm.ir.TensorLoad)
+    assert len(lds) == 2 and any(v.same_as(i) for v in variables)
+
+
+def test_map_nodes_replaces_like_structural_map():
+    e, i, j, _ = _expr()
+    k = tirx.Var("k", "int32")
+    mine = map_nodes(e, (tvm.ir.Var, lambda v: k if v.same_as(i) else v))
+    theirs = tvm_ffi.structural_map(e, (tvm.ir.Var, lambda v: k if v.same_as(i) else v))
+    assert tvm_ffi.structural_equal(mine, theirs)
+    assert not any(v.same_as(i) for v in free_vars(mine))
+    assert any(v.same_as(k) for v in free_vars(mine))
+    assert tvm_ffi.structural_equal(substitute(e, {i: k}), mine)
+
+
+def _shared(n, name="S"):
+    return tirx.decl_buffer((n,), "float32", name=name, scope="shared")
+
+
+def test_lazy_footprints_enumerate_only_when_a_comparison_needs_them():
+    tx, r, g = tirx.Var("tx", "int32"), tirx.Var("r", "int32"), tirx.Var("g", "int32")
+    axes = [(tx, 64, 1)]
+    s, other = _shared(1024), _shared(1024, "T")
+    loops = [LoopRange(r, 4), LoopRange(g, 16)]
+    write = Footprint.of(s, r * 256 + tx * 4, True, axes, loops)
+    read = Footprint.of(s, r * 256 + (tx + 1) % 64 * 4, False, axes, loops)
+    elsewhere = Footprint.of(other, tx, True, axes, loops)
+    # only the loop the index reads is enumerated, known before any point is
+    assert write.loop_vars == (r,) and read.loop_vars == (r,)
+    assert not may_race(write, elsewhere) and not may_race(read, Footprint.of(
+        s, tx, False, axes, loops))
+    assert write.points.value is write.points          # nothing enumerated yet
+    carried = read.carried_over(set())                 # from the next iteration of r
+    assert carried.match == frozenset() and carried.points is read.points
+    assert may_race(write, read)                       # another thread's element, same r
+    assert write.elements.size == 64 * 4 and list(write.loops) == [r]
+    # a thread reading back its own elements: no race, in one iteration or across them
+    own = Footprint.of(s, r * 256 + tx * 4, False, axes, loops)
+    assert not may_race(write, own)
+    shifted = Footprint.of(s, (r + 1) % 4 * 256 + tx * 4, False, axes, loops)
+    assert not may_race(write, shifted.carried_over(set()))
+
+
+def test_nested_loop_plans_place_every_needed_barrier(run):
+    # S is written before a two-deep nest whose inner body (planned alone, with what an
+    # iteration leaves the next, and with what came before, at both depths) reads it
+    # reversed under a uniform if/else and is rewritten at the end of each outer
+    # iteration: the barriers before the nest, between read and rewrite, and after the
+    # rewrite must all be there, and each must be necessary.
+    @T.prim_func
+    def k(A: T.Tensor((4, 32), "float32"), B: T.Tensor((4, 4, 32), "float32")):
+        with T.Kernel(1, threads=32):
+            S = T.alloc_shared((32,), "float32")
+            for i in T.Parallel(32):
+                S[i] = A[0, i]
+            for ko in T.serial(4):
+                for ki in T.serial(4):
+                    if ki % 2 == 0:
+                        for i in T.Parallel(32):
+                            B[ko, ki, i] = S[31 - i]
+                    else:
+                        for i in T.Parallel(32):
+                            B[ko, ki, i] = S[i] + 1.0
+                for i in T.Parallel(32):
+                    S[i] = A[ko, (i + 1) % 32]
+    kernel = core.compile(k, out_idx=[1])
+    a = random_tensor((4, 32), "float32", 11)
+    want = torch.zeros(4, 4, 32, dtype=torch.float64)
+    s = a.double()[0]
+    for ko in range(4):
+        for ki in range(4):
+            want[ko, ki] = s.flip(0) if ki % 2 == 0 else s + 1.0
+        s = a.double()[ko].roll(-1)
+    assert_close(run(kernel, a), want)
+    report = barriers.check_barriers(kernel, [a])
+    assert report.ok and report.barriers, report.summary()
+    assert all(v.necessary for v in report.barriers), report.summary()
