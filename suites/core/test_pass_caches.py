@@ -29,8 +29,9 @@ def test_visit_nodes_visits_what_structural_walk_visits_in_the_same_order():
     for types in ((tvm.ir.Var,), (tvm.ir.TensorLoad,), (tvm.ir.Var, tvm.ir.TensorLoad),
                   (tvm.ir.Expr,)):
         mine, theirs = [], []
-        visit_nodes(e, *((t, lambda n, t=t: mine.append((t, n))) for t in types))
-        tvm_ffi.structural_walk(e, [(t, lambda n, t=t: theirs.append((t, n))) for t in types])
+        visit_nodes(e, *((t, lambda n, t=t, out=mine: out.append((t, n))) for t in types))
+        tvm_ffi.structural_walk(e, [(t, lambda n, t=t, out=theirs: out.append((t, n)))
+                                    for t in types])
         assert len(mine) == len(theirs) > 0
         assert all(a[0] is b[0] and a[1].same_as(b[1]) for a, b in zip(mine, theirs))
     assert [v.name for v in free_vars(e)] == ["S", "i", "j"]  # the buffer is a Var too
