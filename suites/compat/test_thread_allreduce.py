@@ -2,12 +2,15 @@
 GEMV example), lowered onto the reduction machinery, on the emulator with every check,
 against torch; what stays unsupported is a clear error."""
 
+import math
+
 import pytest
 import torch
 
 import core
 import core.language as T
 from core.language.errors import KernelDefinitionError
+from core.target import DTYPES
 from harness.barriers import check_barriers
 from harness.diff import assert_close, run_case
 from harness.gen.inputs import random_tensor
@@ -19,7 +22,7 @@ def gemv_allreduce(N, K, BLOCK_N, reduce_threads, dtype="float16", accum_dtype="
     """examples/gemv/example_gemv.py's splitk_gemv_vectorized_tvm, in our words: a
     (BLOCK_N, reduce_threads) thread block, each thread a strided slice of K for row
     bn * BLOCK_N + tn, the partial sums combined over tk by the thread all-reduce."""
-    TILE_K = TILE_K or 128 // {"float16": 16, "bfloat16": 16, "float32": 32}[dtype]
+    TILE_K = TILE_K or 128 // DTYPES[dtype].bits
     BLOCK_K = reduce_threads * TILE_K
 
     @T.prim_func
@@ -70,9 +73,7 @@ def test_gemv_example_port(run, N, K, BLOCK_N, reduce_threads):
 def allreduce_kernel(threads, kind_fn, identity, dims, dtype="float32",
                      accum_dtype="float32"):
     """Every thread contributes f(tid); out[tid] = the all-reduce over `dims`."""
-    total = 1
-    for t in threads:
-        total *= t
+    total = math.prod(threads)
 
     @T.prim_func
     def allreduce(X: T.Tensor((total,), dtype), O: T.Tensor((total,), accum_dtype)):
@@ -122,9 +123,7 @@ KINDS = {"sum": (lambda x, y: x + y, 0),
 def test_allreduce_kinds_and_thread_ranges(run, kind, threads, dims):
     fn, ident = KINDS[kind]
     kernel = core.compile(allreduce_kernel(threads, fn, ident, dims))
-    total = 1
-    for t in threads:
-        total *= t
+    total = math.prod(threads)
     x = random_tensor((total,), "float32", 2)
     out = torch.zeros(total)
     run(kernel, x, out)
@@ -211,7 +210,7 @@ def gemv_allreduce_exact(N, K, BLOCK_N, reduce_threads, dtype="float16",
     (N and K multiples of the block), the all-reduce, then the store. Its
     `for k in T.vectorized(TILE_K)` is written T.serial: metaltile rejects explicit vector
     loops (docs/language.md) and vectorizes the proven-safe accesses itself."""
-    TILE_K = 128 // {"float16": 16, "bfloat16": 16, "float32": 32}[dtype]
+    TILE_K = 128 // DTYPES[dtype].bits
     BLOCK_K = reduce_threads * TILE_K
 
     @T.prim_func
