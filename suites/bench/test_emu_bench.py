@@ -244,7 +244,8 @@ def test_emulator_against_reference(benchmark):
 
     ref = os.environ.get("METALTILE_EMU_AGAINST")
     if not ref:
-        pytest.skip("set METALTILE_EMU_AGAINST=GITREF to time the emulator against GITREF's")
+        pytest.skip("opt-in: set METALTILE_EMU_AGAINST=GITREF (a git revision) to time this "
+                    "tree's emulator against GITREF's; it checks out and builds GITREF")
     root = Path(__file__).resolve().parents[2]
     rounds = int(os.environ.get("METALTILE_EMU_AGAINST_ROUNDS", emu_against.DEFAULT_ROUNDS))
     result = benchmark.pedantic(
