@@ -14,6 +14,7 @@ import torch
 import core
 import core.language as T
 from core.language.errors import KernelDefinitionError
+from core.target import DTYPES
 from harness.diff import assert_close
 from harness.gen.inputs import random_tensor
 from harness.gen.strategies import FLOATS, HALVES
@@ -115,7 +116,7 @@ def test_scalar_atomics_on_threadgroup_memory(run, kind, dtype):
     out = torch.zeros((3, N), dtype=a.dtype)
     run(kernel, a, out)
     G = -(-M // bM)
-    wide = torch.float64 if dtype.startswith(("float", "bfloat")) else torch.int64
+    wide = torch.float64 if DTYPES[dtype].is_float else torch.int64
     pad = torch.full((G * bM - M, N), init, dtype=wide)
     padded = torch.cat([a.to(pad.dtype), pad]).reshape(G, bM, N)
     base = torch.full((G, N), init, dtype=pad.dtype)
