@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from core.runtime import emu
+from core.target import METAL
 from foreigncase import close, msl_line, run_clean
 from harness.cli import main
 from harness.gen.inputs import random_tensor, uniform_tensor
@@ -39,7 +40,7 @@ def test_rms_norm_instantiations_by_host_name(host_name, dtype, n_reads, has_w):
     eps = np.array([1e-5], np.float32)
     axis = np.array([AXIS], np.uint32)
     threads = -(-AXIS // n_reads)                    # MLX: one thread per N_READS elements,
-    threads = -(-threads // 32) * 32                 # rounded up to whole simdgroups
+    threads = -(-threads // METAL.simd_width) * METAL.simd_width  # whole simdgroups
     run_clean(SOURCE, host_name, ROWS, threads, [x, w, out, eps, axis],
               function_constants={20: has_w}, schedule="random", seed=1)
     close(out, rms_oracle(x, w, 1e-5, has_w), reduction_length=AXIS, op_class="accumulation",
