@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tvm
+from tvm.script import tirx as T
 
-tvm = pytest.importorskip("tvm")
-from tvm.script import tirx as T  # noqa: E402
-
-from core.target import METAL  # noqa: E402
-from foreigncase import close, run_clean  # noqa: E402
-from harness.cli import main  # noqa: E402
+from core.target import METAL
+from foreigncase import close, run_clean
+from harness.cli import main
 
 TARGET = {"kind": "metal", "thread_warp_size": METAL.simd_width}
 
