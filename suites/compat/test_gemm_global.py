@@ -16,11 +16,11 @@ import torch
 import core
 import core.language as T
 from core.language.errors import KernelDefinitionError, LoweringError
-from harness.barriers import check_barriers
 from harness.diff import assert_close
 from harness.gen.inputs import random_tensor
-from oracles.gemm import gemm as gemm_oracle
 from harness.gen.strategies import FLOATS, HALVES
+from oracles.gemm import gemm as gemm_oracle
+from suites.core.test_gemm import assert_every_barrier_necessary
 
 # the float32 stage: an array, or a pointer to words when it is read back as vectors
 FLOAT_STAGE = re.compile(r"threadgroup float\*? C_stage\b")
@@ -142,11 +142,9 @@ def test_a_device_tile_that_may_cross_the_edge_is_a_clear_error():
 def test_every_barrier_of_a_device_c_gemm_is_necessary(out_dtype):
     M, N, K = 40, 36, 48                          # edge tiles through the stage
     func = gemm_global(M, N, K, 16, 16, 16, "float16", out_dtype, threads=64)
-    report = check_barriers(core.compile(func),
-                            (random_tensor((M, K), "float16", 10), random_tensor((K, N), "float16", 11),
-                             torch.zeros(M, N, dtype=getattr(torch, out_dtype))))
-    assert report.ok, report.summary()
-    assert len(report.barriers) >= 2
+    args = (random_tensor((M, K), "float16", 10), random_tensor((K, N), "float16", 11),
+            torch.zeros(M, N, dtype=getattr(torch, out_dtype)))
+    assert assert_every_barrier_necessary(func, None, args) >= 2
 
 
 def splitk_accumulate(M, N, K, bM, bN, bK, split_k):
