@@ -88,7 +88,7 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
     from core.errors import (KernelCrashError, KernelDefinitionError, KernelTimeoutError,
                              LaunchError, LoweringError, MetaltileError, MSLCompileError)
     from core.runtime.backends import to_device, to_host
-    from harness.diff import assert_close
+    from harness.diff import assert_outputs_close
     from harness.gen import family as families
 
     if barriers:
@@ -136,12 +136,7 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
     outs = [outs] if not isinstance(outs, (list, tuple)) else list(outs)
     expected = built.oracle(inputs)
     try:
-        for i, (got, want) in enumerate(zip(outs, expected)):
-            dtype = built.tolerance_dtypes[i] if i < len(built.tolerance_dtypes) else None
-            assert_close(got, want, dtype or None, built.reduction_length,
-                         what=f"output {i}:", op_class=built.op_class)
-        if len(outs) != len(expected):
-            raise AssertionError(f"{len(outs)} outputs, oracle gives {len(expected)}")
+        assert_outputs_close(outs, expected, built)
     except AssertionError as err:
         result.status, result.message = "mismatch", str(err)
     if result.findings:  # a race is a failure even when the numbers match
