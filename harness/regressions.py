@@ -161,14 +161,6 @@ class Replay:
         return self.signature == case.signature
 
 
-def run_checked(family: str, params: dict, *, seed=0, schedule="forward", disable=(),
-                barriers=False) -> tuple[CaseResult, str | None]:
-    """`harness.case.run_case` with its signature, kept for existing callers."""
-    result = run_case(family, params, seed=seed, schedule=schedule, disable=tuple(disable),
-                      barriers=barriers)
-    return result, result.signature
-
-
 def replay(case: RegressionCase) -> Replay:
     """Run `case` again as it was found; the outcome's signature says whether it still
     fails the same way."""
