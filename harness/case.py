@@ -217,7 +217,3 @@ def failure_signature(status: str, message: str = "", findings=()) -> str | None
         reason = _NUMBERS.sub("#", _QUOTED.sub("'*'", reason)).strip()[:100]
         return f"{status}:{error}: {reason}" if reason else f"{status}:{error}"
     return f"{status}:{error}"
-
-
-def result_signature(result: CaseResult) -> str | None:
-    return failure_signature(result.status, result.message, result.findings)

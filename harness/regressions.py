@@ -32,7 +32,7 @@ from pathlib import Path
 # The one way to run a case and its failure kinds (harness/case.py imports no torch at
 # module level); re-exported here for existing callers.
 from harness.case import (BARRIER_STATUSES, CASE_TIMEOUT, WORKER_CRASH,  # noqa: F401
-                          CaseResult, failure_signature, result_signature, run_case)
+                          CaseResult, failure_signature, run_case)
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = REPO / "suites" / "regressions"
