@@ -72,6 +72,22 @@ class CaseResult:
         return failure_signature(self.status, self.message, self.findings)
 
 
+def check_passes(disable=(), replace=(), error: type = ValueError) -> None:
+    """Raise `error` (a usage error of the caller) unless every pass that `disable` and
+    `replace` name is in the pipeline and none that `disable` names is a required one: the
+    check `run_case` would otherwise hit only when it compiles."""
+    from core.transform import pipeline
+
+    unknown = sorted((set(disable) | set(replace)) - set(pipeline.pass_names()))
+    if unknown:
+        raise error(f"unknown pass(es) {', '.join(unknown)}; passes: "
+                    f"{', '.join(pipeline.pass_names())}")
+    required = sorted(set(disable) & set(pipeline.REQUIRED))
+    if required:
+        raise error(f"pass(es) {', '.join(required)} cannot be disabled (replace them "
+                    "instead)")
+
+
 def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
              schedule: str = "forward", checks=None, disable=(), replace=None,
              cache: bool = True, barriers: bool = False) -> CaseResult:
