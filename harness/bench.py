@@ -33,6 +33,7 @@ from harness.baseline import (BASELINE_SCHEMA, DEFAULT_BASELINE, DEFAULT_OUT,  #
                               write_pytest_benchmark_json, write_results)
 from harness.benchcases import (CASES, PREFILL_TOKENS, UNIT_SECONDS, BenchCase,  # noqa: F401
                                Reference, select)
+from harness.case import check_passes
 from harness.gate import (GATED, INFORMATIONAL, MODELED_THRESHOLD, Change,  # noqa: F401
                           compare, gate_failed)
 from harness.measure import (DEFAULT_ROUNDS, PER_BUFFER, ROOT, SCHEMA, SEED,  # noqa: F401
@@ -100,7 +101,7 @@ def prepare(options: BenchOptions) -> BenchPlan:
     if options.update_baseline and (options.disable or options.replace):
         raise BenchUsageError("--update-baseline with --disable/--replace: a perturbed "
                               "pipeline never becomes the baseline")
-    _check_passes(options.disable, options.replace)
+    check_passes(options.disable, options.replace, BenchUsageError)
     baseline = None
     if not options.update_baseline and Path(options.baseline).exists():
         try:
@@ -158,16 +159,3 @@ def rerender(result_path: Path, baseline_path: Path, out_dir: Path | None = None
                                    Path(out_dir or Path(result_path).parent),
                                    str(baseline_path) if baseline else None)
     return BenchOutcome(results, changes, baseline, [Path(result_path)], reports)
-
-
-def _check_passes(disable, replace) -> None:
-    from core.transform import pipeline
-
-    unknown = sorted((set(disable) | set(replace)) - set(pipeline.pass_names()))
-    if unknown:
-        raise BenchUsageError(f"unknown pass(es) {', '.join(unknown)}; passes: "
-                              f"{', '.join(pipeline.pass_names())}")
-    required = sorted(set(disable) & set(pipeline.REQUIRED))
-    if required:
-        raise BenchUsageError(f"pass(es) {', '.join(required)} cannot be disabled (replace "
-                              "them instead)")

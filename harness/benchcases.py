@@ -117,6 +117,16 @@ FP4_REFERENCE = Reference(702, "us", "seed: fp4 (e2m1) expert QMM measured on an
 # Qwen3-30B-A3B (MoE): hidden 2048, expert intermediate 768. A 4096-token prefill is the
 # real row count of the row-wise cases below.
 PREFILL_TOKENS = 4096
+
+
+def _qwen3_moe_decode(fused: bool) -> dict:
+    """The moe family's params for one Qwen3-30B-A3B decode token (expert intermediate cut
+    to 64), as 9 launches or with the routing fused: the two decode cases differ only there."""
+    return {"M": 1, "D": 2048, "I": 64, "E": 128, "topk": 8, "renorm": True,
+            "dtype": "bfloat16", "fused": fused, "bM": 1, "bE": 64, "rthreads": 256,
+            "bN": 32, "bK": 64, "threads": 128}
+
+
 CASES = (
     BenchCase("elementwise/residual-add-f16", "elementwise",
               {"M": 64, "N": 3584, "dtype": "float16", "out_dtype": "float16", "op": "add",
@@ -333,10 +343,7 @@ CASES = (
     # renormalized weights, bf16. Expert weight traffic and FLOPs scale with the expert
     # intermediate size; the router's (E x hidden) do not, so the linear extrapolation
     # overstates them (under 2% of the real shape's bytes).
-    BenchCase("moe/qwen3-30b-decode-multi-bf16", "moe",
-              {"M": 1, "D": 2048, "I": 64, "E": 128, "topk": 8, "renorm": True,
-               "dtype": "bfloat16", "fused": False, "bM": 1, "bE": 64, "rthreads": 256,
-               "bN": 32, "bK": 64, "threads": 128},
+    BenchCase("moe/qwen3-30b-decode-multi-bf16", "moe", _qwen3_moe_decode(fused=False),
               "MoE block for one decode token as 9 launches (router, softmax, top-k, gather, "
               "gate, up, SiLU*up, down, combine), Qwen3-30B-A3B 128 experts top-8, bf16",
               "expert intermediate 64 of 768; token, hidden, experts and top-k real", 768 / 64,
@@ -344,10 +351,7 @@ CASES = (
                         omits="the token count of the seed's measurement is not recorded "
                         "with the figure (this case models one decode token); no cache, "
                         "5 us per launch")),
-    BenchCase("moe/qwen3-30b-decode-fused-bf16", "moe",
-              {"M": 1, "D": 2048, "I": 64, "E": 128, "topk": 8, "renorm": True,
-               "dtype": "bfloat16", "fused": True, "bM": 1, "bE": 64, "rthreads": 256,
-               "bN": 32, "bK": 64, "threads": 128},
+    BenchCase("moe/qwen3-30b-decode-fused-bf16", "moe", _qwen3_moe_decode(fused=True),
               "MoE block for one decode token, routing fused (router, softmax, top-k and "
               "gather in one launch; gate+up+SiLU in one): 4 launches, Qwen3-30B-A3B, bf16",
               "expert intermediate 64 of 768; token, hidden, experts and top-k real", 768 / 64),

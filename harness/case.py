@@ -72,6 +72,22 @@ class CaseResult:
         return failure_signature(self.status, self.message, self.findings)
 
 
+def check_passes(disable=(), replace=(), error: type = ValueError) -> None:
+    """Raise `error` (a usage error of the caller) unless every pass that `disable` and
+    `replace` name is in the pipeline and none that `disable` names is a required one: the
+    check `run_case` would otherwise hit only when it compiles."""
+    from core.transform import pipeline
+
+    unknown = sorted((set(disable) | set(replace)) - set(pipeline.pass_names()))
+    if unknown:
+        raise error(f"unknown pass(es) {', '.join(unknown)}; passes: "
+                    f"{', '.join(pipeline.pass_names())}")
+    required = sorted(set(disable) & set(pipeline.REQUIRED))
+    if required:
+        raise error(f"pass(es) {', '.join(required)} cannot be disabled (replace them "
+                    "instead)")
+
+
 def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
              schedule: str = "forward", checks=None, disable=(), replace=None,
              cache: bool = True, barriers: bool = False) -> CaseResult:
@@ -88,7 +104,7 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
     from core.errors import (KernelCrashError, KernelDefinitionError, KernelTimeoutError,
                              LaunchError, LoweringError, MetaltileError, MSLCompileError)
     from core.runtime.backends import to_device, to_host
-    from harness.diff import assert_close
+    from harness.diff import assert_outputs_close
     from harness.gen import family as families
 
     if barriers:
@@ -136,12 +152,7 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
     outs = [outs] if not isinstance(outs, (list, tuple)) else list(outs)
     expected = built.oracle(inputs)
     try:
-        for i, (got, want) in enumerate(zip(outs, expected)):
-            dtype = built.tolerance_dtypes[i] if i < len(built.tolerance_dtypes) else None
-            assert_close(got, want, dtype or None, built.reduction_length,
-                         what=f"output {i}:", op_class=built.op_class)
-        if len(outs) != len(expected):
-            raise AssertionError(f"{len(outs)} outputs, oracle gives {len(expected)}")
+        assert_outputs_close(outs, expected, built)
     except AssertionError as err:
         result.status, result.message = "mismatch", str(err)
     if result.findings:  # a race is a failure even when the numbers match
@@ -222,7 +233,3 @@ def failure_signature(status: str, message: str = "", findings=()) -> str | None
         reason = _NUMBERS.sub("#", _QUOTED.sub("'*'", reason)).strip()[:100]
         return f"{status}:{error}: {reason}" if reason else f"{status}:{error}"
     return f"{status}:{error}"
-
-
-def result_signature(result: CaseResult) -> str | None:
-    return failure_signature(result.status, result.message, result.findings)

@@ -4,7 +4,8 @@
 applies the tolerance policy of oracles/tolerance.py for the result dtype and the op class
 of the computation (exact, elementwise, transcendental, accumulation; a family's
 `Built.op_class`) and fails with the worst element, its index and both values, so a
-failure report is useful without a debugger.
+failure report is useful without a debugger. `assert_outputs_close(outputs, expected,
+built)` applies it to every output of a family case with that case's policy.
 
 `run_case` (harness/case.py, re-exported here) is the one way the harness runs a
 generated kernel with every check; it compares through `assert_close`.
@@ -47,6 +48,19 @@ def assert_close(actual, expected, dtype=None, reduction_length: int = 1, what: 
             f"{what} {int(bad.sum())} of {a.numel()} element(s) outside atol={tol.atol} "
             f"rtol={tol.rtol} ({dtype}, {op_class}); worst at {list(pos)}: {a[pos].item()} vs "
             f"{e[pos].item()}")
+
+
+def assert_outputs_close(outputs, expected, built, what: str = ""):
+    """Every output of a family case against its oracle's, with the case's (`built`, a
+    harness/gen `Built`) tolerance dtypes, reduction length and op class; the first
+    output outside the policy fails, named "<what>output <i>:", as does a count mismatch."""
+    outputs, expected = list(outputs), list(expected)
+    for i, (got, want) in enumerate(zip(outputs, expected)):
+        dtype = built.tolerance_dtypes[i] if i < len(built.tolerance_dtypes) else None
+        assert_close(got, want, dtype or None, built.reduction_length,
+                     what=f"{what}output {i}:", op_class=built.op_class)
+    if len(outputs) != len(expected):
+        raise AssertionError(f"{what}{len(outputs)} outputs, oracle gives {len(expected)}")
 
 
 # The one way to run a case lives in harness/case.py; these names stay importable from here.

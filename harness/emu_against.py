@@ -114,7 +114,7 @@ def write_job(shape: Shape, directory: Path, seed: int = 0) -> tuple[Path, str |
     import torch
 
     import core
-    from harness.diff import assert_close
+    from harness.diff import assert_outputs_close
     from harness.gen import family as families
 
     built = families.get(shape.family).build(dict(shape.params))
@@ -131,11 +131,7 @@ def write_job(shape: Shape, directory: Path, seed: int = 0) -> tuple[Path, str |
     outputs = list(result) if isinstance(result, (list, tuple)) else [result]
     mismatch = None
     try:
-        for k, (got, want) in enumerate(zip(outputs, built.oracle(inputs))):
-            dtype = built.tolerance_dtypes[k] if k < len(built.tolerance_dtypes) else ""
-            assert_close(got, want, dtype=getattr(torch, dtype) if dtype else None,
-                         reduction_length=built.reduction_length, what=shape.name,
-                         op_class=built.op_class)
+        assert_outputs_close(outputs, built.oracle(inputs), built, what=f"{shape.name} ")
     except AssertionError as err:
         mismatch = str(err).splitlines()[0]
     n = len(built.func.params)

@@ -46,7 +46,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 
 from harness import regressions
-from harness.case import CASE_TIMEOUT, WORKER_CRASH
+from harness.case import CASE_TIMEOUT, WORKER_CRASH, check_passes
 from harness.fuzzworker import (INPUT_SEEDS, SCHEDULES, CaseFailure,  # noqa: F401
                                 canonical, worker_main)
 from harness.regressions import RegressionCase
@@ -186,7 +186,7 @@ class _Run:
         if unknown:
             raise FuzzUsageError(f"unknown famil{'y' if len(unknown) == 1 else 'ies'} "
                                  f"{', '.join(unknown)}; known: {', '.join(sorted(registered))}")
-        _check_disable(options.disable)
+        check_passes(options.disable, error=FuzzUsageError)
         for n in names:
             self.summary.families[n] = FamilyTally(n, registered[n].skip_reason)
         self.active = [n for n in names if not registered[n].skip_reason]
@@ -459,17 +459,6 @@ def _open_cases(out) -> dict:
             if case.state == "open":
                 cases.setdefault((case.family, case.signature), case)
     return cases
-
-
-def _check_disable(names) -> None:
-    from core.transform import pipeline
-
-    for name in names:
-        if name not in pipeline.pass_names():
-            raise FuzzUsageError(f"unknown pass '{name}'; passes: "
-                                 f"{', '.join(pipeline.pass_names())}")
-        if name in pipeline.REQUIRED:
-            raise FuzzUsageError(f"pass '{name}' cannot be disabled")
 
 
 def _derived_seed(seed: int, family: str, k: int) -> int:

@@ -316,7 +316,7 @@ def measure_hand_tuned(case: BenchCase, built, generated: "CaseMeasurement",
 
     from core.errors import MetaltileError
     from core.runtime.emu import run_msl
-    from harness.diff import assert_close
+    from harness.diff import assert_outputs_close
 
     hand = case.hand_tuned
     p = case.params
@@ -341,9 +341,7 @@ def measure_hand_tuned(case: BenchCase, built, generated: "CaseMeasurement",
         return out
     out["findings"] = [str(f) for f in res.findings[:20]]
     try:
-        for i, (got, want) in enumerate(zip(outputs, expected)):
-            assert_close(got, want, built.tolerance_dtypes[i] or None, built.reduction_length,
-                         what=f"hand-tuned output {i}:", op_class=built.op_class)
+        assert_outputs_close(outputs, expected, built, what="hand-tuned ")
     except AssertionError as err:
         out["status"], out["message"] = "mismatch", str(err)
     if res.findings and out["status"] == "pass":

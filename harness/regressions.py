@@ -32,7 +32,7 @@ from pathlib import Path
 # The one way to run a case and its failure kinds (harness/case.py imports no torch at
 # module level); re-exported here for existing callers.
 from harness.case import (BARRIER_STATUSES, CASE_TIMEOUT, WORKER_CRASH,  # noqa: F401
-                          CaseResult, failure_signature, result_signature, run_case)
+                          CaseResult, failure_signature, run_case)
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = REPO / "suites" / "regressions"
@@ -159,14 +159,6 @@ class Replay:
 
     def same_failure(self, case: RegressionCase) -> bool:
         return self.signature == case.signature
-
-
-def run_checked(family: str, params: dict, *, seed=0, schedule="forward", disable=(),
-                barriers=False) -> tuple[CaseResult, str | None]:
-    """`harness.case.run_case` with its signature, kept for existing callers."""
-    result = run_case(family, params, seed=seed, schedule=schedule, disable=tuple(disable),
-                      barriers=barriers)
-    return result, result.signature
 
 
 def replay(case: RegressionCase) -> Replay:

@@ -61,11 +61,17 @@ def kill_group(process) -> None:
     process.join(10)
 
 
+def _child_main(target, payload, send) -> None:
+    if hasattr(os, "setpgrp"):
+        os.setpgrp()   # its own group, so kill_group also ends the emulator processes it started
+    target(payload, send)
+
+
 def run_in_child(target, payload, *, startup_seconds: float, timeout_seconds: float) -> tuple:
     """Run `target(payload, send)` in a fresh worker process; see the module docstring."""
     ctx = worker_context()
     receive, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=target, args=(payload, send), daemon=True)
+    child = ctx.Process(target=_child_main, args=(target, payload, send), daemon=True)
     child.start()
     send.close()
     try:
@@ -80,6 +86,5 @@ def run_in_child(target, payload, *, startup_seconds: float, timeout_seconds: fl
         return ("died", child.exitcode)
     finally:
         if child.is_alive():
-            child.kill()
-            child.join(10)
+            kill_group(child)   # a hung case: the child and the kernel binary it runs
         receive.close()
