@@ -41,7 +41,7 @@ import re
 from pathlib import Path
 from dataclasses import dataclass, field
 
-from core.errors import MSLCompileError
+from core.errors import LaunchError, MSLCompileError
 from core.target import DTYPES
 
 SOURCE_NAME = "input.metal"
@@ -288,15 +288,18 @@ _FUNCTION_CONSTANT = re.compile(
     r"\[\[\s*function_constant\s*\(\s*(\d+)\s*\)\s*\]\]\s*;")
 
 
-def _constant_literal(value) -> str:
+def _constant_literal(value, name: str, index: int, kernel: str | None) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
-    raise TypeError(type(value).__name__)
+    raise LaunchError(f"value {value!r} ({type(value).__name__}) for function constant "
+                      f"'{name}' is not a bool, int or float", kernel=kernel,
+                      construct=f"function_constants[{index}]")
 
 
-def rewrite_function_constants(code: str, source: str, values: dict) -> str:
+def rewrite_function_constants(code: str, source: str, values: dict,
+                               kernel: str | None = None) -> str:
     """`constant T name [[function_constant(i)]];` -> a constexpr holding the value given
     for index i (Metal sets them when it builds the pipeline; here when the MSL is
     compiled), and `is_function_constant_defined(name)` knows whether one was given. A
@@ -312,7 +315,8 @@ def rewrite_function_constants(code: str, source: str, values: dict) -> str:
                 f"pass function_constants={{{index}: ...}} to run_msl (harness emu: "
                 f"--function-constant {index}=VALUE)", kernel=None, line=line,
                 source_line=source.splitlines()[line - 1].rstrip())
-        value = f"{ctype}({_constant_literal(values[index])})" if defined else f"{ctype}()"
+        value = (f"{ctype}({_constant_literal(values[index], name, index, kernel)})"
+                 if defined else f"{ctype}()")
         return (f"constexpr {ctype} {name} = {value}; constexpr bool __mt_fc_defined_{name} = "
                 f"{'true' if defined else 'false'};" + "\n" * m.group(0).count("\n"))
     return _FUNCTION_CONSTANT.sub(one, code)
@@ -578,7 +582,8 @@ def translate(source: str, kernel_hint: str | None = None,
     code = _INCLUDE.sub(lambda m: "", code)
     refuse_unknown_builtins(code, source)
     code = join_continuations(code)
-    code = rewrite_function_constants(code, source, dict(function_constants or {}))
+    code = rewrite_function_constants(code, source, dict(function_constants or {}),
+                                      kernel_hint)
     code = rewrite_member_address_spaces(code, source)
     code = rewrite_array_parameters(code)
     code = rewrite_value_casts(code)
