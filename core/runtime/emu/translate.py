@@ -125,6 +125,12 @@ def line_of(src: str, pos: int) -> int:
     return src.count("\n", 0, pos) + 1
 
 
+def source_line(source: str, line: int) -> str | None:
+    """Line `line` (1-based) of the MSL as given, for an error's quote; None past its end."""
+    lines = source.splitlines()
+    return lines[line - 1].rstrip() if 0 < line <= len(lines) else None
+
+
 _INCLUDE = re.compile(r"^[ \t]*#[ \t]*(include[ \t]*<metal_\w*>|pragma[ \t]+METAL\b)[^\n]*", re.M)
 _FLOAT_LITERAL = re.compile(
     r"(?<![\w.])((?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)([fFhH]?)(?![\w.])")
@@ -314,7 +320,7 @@ def rewrite_function_constants(code: str, source: str, values: dict,
                 f"function constant '{name}' ([[function_constant({index})]]) has no value; "
                 f"pass function_constants={{{index}: ...}} to run_msl (harness emu: "
                 f"--function-constant {index}=VALUE)", kernel=None, line=line,
-                source_line=source.splitlines()[line - 1].rstrip())
+                source_line=source_line(source, line))
         value = (f"{ctype}({_constant_literal(values[index], name, index, kernel)})"
                  if defined else f"{ctype}()")
         return (f"constexpr {ctype} {name} = {value}; constexpr bool __mt_fc_defined_{name} = "
@@ -447,7 +453,7 @@ def rewrite_member_address_spaces(code: str, source: str) -> str:
                 "with different bodies; the emulator gives every member function its object "
                 "in one address space, so it cannot choose between them",
                 kernel=None, line=lines[1],
-                source_line=source.splitlines()[lines[1] - 1].rstrip())
+                source_line=source_line(source, lines[1]))
         for i, (m, start, end) in enumerate(members):
             if i == 0:   # the one kept: its qualifier dropped, const kept
                 kept = re.sub(r"\b(?:" + "|".join(_ADDRESS_SPACES) + r")\b",
@@ -484,7 +490,7 @@ def refuse_unknown_builtins(code: str, source: str) -> None:
                 f"'{m.group(0)}' is an Apple-internal builtin of <metal_stdlib> that the "
                 "emulator does not provide (it provides the __metal_* math and simd builtins "
                 "that have an MSL function of the same name: docs/emulator.md)",
-                kernel=None, line=line, source_line=source.splitlines()[line - 1].rstrip())
+                kernel=None, line=line, source_line=source_line(source, line))
 
 
 # `constant const int64_t strides[2]` as a function parameter: an array parameter in an
@@ -561,7 +567,7 @@ PRELUDE_LINES = PRELUDE.count("\n")
 def _refuse(source: str, line: int, reason: str, kernels: dict[str, KernelSignature],
             kernel: str | None = None) -> MSLCompileError:
     return MSLCompileError(reason, kernel=_kernel_before(kernels, line) or kernel, line=line,
-                           source_line=source.splitlines()[line - 1].rstrip())
+                           source_line=source_line(source, line))
 
 
 def translate(source: str, kernel_hint: str | None = None,
