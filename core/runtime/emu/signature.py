@@ -18,6 +18,7 @@ the translated source.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import tempfile
@@ -194,9 +195,9 @@ def _kernels(tree: dict, translation: Translation) -> dict[str, KernelSignature]
 def _number_unbound_buffers(params: tuple[KernelParam, ...]) -> tuple[KernelParam, ...]:
     """Buffer parameters written without [[buffer(i)]] take, in order, the lowest indices
     no [[buffer(i)]] of the kernel names."""
-    taken = {p.buffer_index for p in params if p.buffer_index is not None and p.position is None
-             and p.buffer_index >= 0}
-    free = (i for i in range(10**6) if i not in taken)
+    taken = {p.buffer_index for p in params if p.buffer_index is not None
+             and p.buffer_index != _UNBOUND}
+    free = (i for i in itertools.count() if i not in taken)
     return tuple(replace(p, buffer_index=next(free)) if p.buffer_index == _UNBOUND else p
                  for p in params)
 
