@@ -241,14 +241,14 @@ def _param(node: dict, index: int, kernel: str, lines: _Lines) -> KernelParam:
             raise MSLCompileError(
                 f"parameter '{name}': an array of buffers must hold pointers "
                 f"(e.g. device float* {name}[N] [[buffer(i)]])", **where)
-        if not args or not isinstance(args[0], int):
-            raise MSLCompileError(f"parameter '{name}': [[buffer(...)]] needs a constant index",
-                                  **where)
+        if not args or not isinstance(args[0], int) or args[0] < 0:
+            raise MSLCompileError(f"parameter '{name}': [[buffer(...)]] needs a constant index "
+                                  "(0 or more)", **where)
         return KernelParam(name, spelled, args[0], None, line, False, None, length[0])
     if attr == "buffer":
-        if len(args) != 1 or not isinstance(args[0], int):
-            raise MSLCompileError(f"parameter '{name}': [[buffer(...)]] needs a constant index",
-                                  **where)
+        if len(args) != 1 or not isinstance(args[0], int) or args[0] < 0:
+            raise MSLCompileError(f"parameter '{name}': [[buffer(...)]] needs a constant index "
+                                  "(0 or more)", **where)
         core = _strip_qualifiers(ctype)
         reference = core.endswith("&")
         if not (reference or core.endswith("*")):
