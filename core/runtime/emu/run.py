@@ -22,12 +22,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from core.errors import KernelCrashError, KernelTimeoutError, LaunchError, MSLCompileError
+from core.target import METAL
 
 from . import cross
 from . import job as jobfile
 from .build import default_builder
 from .translate import SOURCE_NAME, Translation, translate
-from core.target import METAL
 
 ALL_CHECKS = ("races", "uninit", "bounds")
 

@@ -38,8 +38,8 @@ the MSL line.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from core.errors import LaunchError, MSLCompileError
 from core.target import DTYPES
