@@ -122,6 +122,14 @@ def test_buffers_without_attribute_are_numbered_in_order():
     assert a[0] == 1.5 and b[0] == 3.0
 
 
+def test_negative_buffer_index_is_a_clear_error_not_an_unbound_buffer():
+    src = "kernel void k(device float* a [[buffer(-1)]], device float* b [[buffer(0)]]) {}"
+    with pytest.raises(MSLCompileError, match=r"parameter 'a': \[\[buffer\(...\)\]\] needs a "
+                                              r"constant index \(0 or more\)") as err:
+        run(src, "k", 1, 1, np.zeros(1, np.float32), np.zeros(1, np.float32))
+    assert err.value.line == 3
+
+
 def test_threadgroup_pointer_casts_and_vector_access():
     src = r"""
 kernel void cast(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],

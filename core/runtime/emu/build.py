@@ -154,8 +154,6 @@ class Builder:
 
     def __init__(self, toolchain: Toolchain | None = None):
         self.toolchain = toolchain or find_toolchain()
-        self._lock = threading.Lock()
-        self._memo: dict[str, Path] = {}
         tc = self.toolchain
         # The PCH records the headers' absolute paths, so a checkout elsewhere (CI's clone)
         # gets its own artifacts.
@@ -176,10 +174,9 @@ class Builder:
         return (common + _address_space_flags(self.toolchain) + _arch_flags()
                 + (CHECKED_FLAGS if checked else []))
 
-    def _shared_artifact(self, key: str, target: Path, what: str, command) -> Path:
-        """Build `target` with `command(tmp_path)` unless cached; atomic, memoized."""
+    def _shared_artifact(self, target: Path, what: str, command) -> Path:
+        """Build `target` with `command(tmp_path)` unless cached; atomic."""
         if target.exists():  # under the current cache root (it may change between calls)
-            self._memo[key] = target
             return target
         tmp = _atomic_target(target)
         res = _run_compiler(command(tmp), what)
@@ -188,7 +185,6 @@ class Builder:
             raise ToolchainError(f"building the {what} failed:\n{res.stderr[-4000:]}",
                                  construct=what)
         os.replace(tmp, target)
-        self._memo[key] = target
         return target
 
     def runtime_objects(self) -> list[Path]:
@@ -199,7 +195,7 @@ class Builder:
         for unit in RUNTIME_UNITS:
             key = _digest("rt", self._tool_tag, sources, unit.name, *RUNTIME_FLAGS)
             objects.append(self._shared_artifact(
-                key, cache_dir() / f"runtime-{unit.stem}-{key}.o",
+                cache_dir() / f"runtime-{unit.stem}-{key}.o",
                 f"emulator runtime ({unit.name})",
                 lambda tmp, unit=unit: [self.toolchain.cxx, *RUNTIME_FLAGS, *_arch_flags(),
                                         "-c", str(unit), "-o", str(tmp)]))
@@ -211,7 +207,7 @@ class Builder:
         # No timestamps: the cache key already covers the headers' content, and a header
         # touched without change (git checkout) must not invalidate the PCH.
         return self._shared_artifact(
-            key, cache_dir() / f"metal_stdlib-{key}.pch", "MSL shim header",
+            cache_dir() / f"metal_stdlib-{key}.pch", "MSL shim header",
             lambda tmp: [self.toolchain.cxx, *flags, "-Xclang", "-fno-pch-timestamp",
                          "-x", "c++-header", str(INCLUDE_DIR / "metal_stdlib.h"), "-o", str(tmp)])
 
@@ -245,12 +241,8 @@ class Builder:
         key = _digest("kernel", self._tool_tag, self._headers,
                       _files_digest(RUNTIME_SOURCES), *flags, unit)
         target = cache_dir() / f"kernel-{key}.bin"
-        with self._lock:
-            cached = self._memo.get(key)
-        if cached is None and not target.exists():
+        if not target.exists():  # under the current cache root, as for shared artifacts
             self._compile(unit, target, flags, checked, translation, kernel_hint)
-        with self._lock:
-            self._memo[key] = target
         return Executable(target, translation, checked)
 
     def _compile(self, unit: str, target: Path, flags: list[str], checked: bool,

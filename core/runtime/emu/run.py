@@ -22,12 +22,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from core.errors import KernelCrashError, KernelTimeoutError, LaunchError, MSLCompileError
+from core.target import METAL
 
 from . import cross
 from . import job as jobfile
 from .build import default_builder
 from .translate import SOURCE_NAME, Translation, translate
-from core.target import METAL
 
 ALL_CHECKS = ("races", "uninit", "bounds")
 
@@ -289,14 +289,17 @@ def _read_report(path: str, proc: subprocess.CompletedProcess, kernel: str) -> d
                                kernel=kernel) from None
 
 
+def _position(linear: int, dims) -> tuple[int, int, int]:
+    """A linear threadgroup or thread index (x fastest) as its (x, y, z) within `dims`."""
+    return (linear % dims[0], linear // dims[0] % dims[1], linear // (dims[0] * dims[1]))
+
+
 def _crash_error(report: dict, binary: Path, kernel: str, grid3, tg3) -> KernelCrashError:
     line = _symbolize(binary, {report.get("pc", 0) + 1}).get(report.get("pc", 0) + 1)
-    g = report.get("group", 0)
-    group = (g % grid3[0], g // grid3[0] % grid3[1], g // (grid3[0] * grid3[1]))
     t = report.get("thread", -1)
-    where = f"threadgroup {group}"
+    where = f"threadgroup {_position(report.get('group', 0), grid3)}"
     if t >= 0:
-        where += f", thread {(t % tg3[0], t // tg3[0] % tg3[1], t // (tg3[0] * tg3[1]))}"
+        where += f", thread {_position(t, tg3)}"
     at = f" at MSL line {line}" if line else ""
     address = report.get("address", 0)
     return KernelCrashError(f"{report['message']}{at} in {where} (address {address:#x})",
@@ -311,8 +314,7 @@ def _halted(report: dict, binary: Path, kernel: str, grid3, tg3) -> EmuResult:
     g, t = report.get("group", 0), max(report.get("thread", 0), 0)
     finding = Finding(
         kind="bounds", kernel=kernel,
-        group=(g % grid3[0], g // grid3[0] % grid3[1], g // (grid3[0] * grid3[1])),
-        thread=(t % tg3[0], t // tg3[0] % tg3[1], t // (tg3[0] * tg3[1])),
+        group=_position(g, grid3), thread=_position(t, tg3),
         address_space="thread", buffer_or_offset="-",
         detail=report["message"] + "; the run stopped before the access",
         line=_symbolize(binary, {pc}).get(pc))

@@ -18,6 +18,7 @@ the translated source.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import tempfile
@@ -194,9 +195,9 @@ def _kernels(tree: dict, translation: Translation) -> dict[str, KernelSignature]
 def _number_unbound_buffers(params: tuple[KernelParam, ...]) -> tuple[KernelParam, ...]:
     """Buffer parameters written without [[buffer(i)]] take, in order, the lowest indices
     no [[buffer(i)]] of the kernel names."""
-    taken = {p.buffer_index for p in params if p.buffer_index is not None and p.position is None
-             and p.buffer_index >= 0}
-    free = (i for i in range(10**6) if i not in taken)
+    taken = {p.buffer_index for p in params if p.buffer_index is not None
+             and p.buffer_index != _UNBOUND}
+    free = (i for i in itertools.count() if i not in taken)
     return tuple(replace(p, buffer_index=next(free)) if p.buffer_index == _UNBOUND else p
                  for p in params)
 
@@ -240,14 +241,14 @@ def _param(node: dict, index: int, kernel: str, lines: _Lines) -> KernelParam:
             raise MSLCompileError(
                 f"parameter '{name}': an array of buffers must hold pointers "
                 f"(e.g. device float* {name}[N] [[buffer(i)]])", **where)
-        if not args or not isinstance(args[0], int):
-            raise MSLCompileError(f"parameter '{name}': [[buffer(...)]] needs a constant index",
-                                  **where)
+        if not args or not isinstance(args[0], int) or args[0] < 0:
+            raise MSLCompileError(f"parameter '{name}': [[buffer(...)]] needs a constant index "
+                                  "(0 or more)", **where)
         return KernelParam(name, spelled, args[0], None, line, False, None, length[0])
     if attr == "buffer":
-        if len(args) != 1 or not isinstance(args[0], int):
-            raise MSLCompileError(f"parameter '{name}': [[buffer(...)]] needs a constant index",
-                                  **where)
+        if len(args) != 1 or not isinstance(args[0], int) or args[0] < 0:
+            raise MSLCompileError(f"parameter '{name}': [[buffer(...)]] needs a constant index "
+                                  "(0 or more)", **where)
         core = _strip_qualifiers(ctype)
         reference = core.endswith("&")
         if not (reference or core.endswith("*")):

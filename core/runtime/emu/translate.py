@@ -38,10 +38,10 @@ the MSL line.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from core.errors import MSLCompileError
+from core.errors import LaunchError, MSLCompileError
 from core.target import DTYPES
 
 SOURCE_NAME = "input.metal"
@@ -123,6 +123,12 @@ def strip_comments(src: str) -> str:
 
 def line_of(src: str, pos: int) -> int:
     return src.count("\n", 0, pos) + 1
+
+
+def source_line(source: str, line: int) -> str | None:
+    """Line `line` (1-based) of the MSL as given, for an error's quote; None past its end."""
+    lines = source.splitlines()
+    return lines[line - 1].rstrip() if 0 < line <= len(lines) else None
 
 
 _INCLUDE = re.compile(r"^[ \t]*#[ \t]*(include[ \t]*<metal_\w*>|pragma[ \t]+METAL\b)[^\n]*", re.M)
@@ -288,15 +294,18 @@ _FUNCTION_CONSTANT = re.compile(
     r"\[\[\s*function_constant\s*\(\s*(\d+)\s*\)\s*\]\]\s*;")
 
 
-def _constant_literal(value) -> str:
+def _constant_literal(value, name: str, index: int, kernel: str | None) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
-    raise TypeError(type(value).__name__)
+    raise LaunchError(f"value {value!r} ({type(value).__name__}) for function constant "
+                      f"'{name}' is not a bool, int or float", kernel=kernel,
+                      construct=f"function_constants[{index}]")
 
 
-def rewrite_function_constants(code: str, source: str, values: dict) -> str:
+def rewrite_function_constants(code: str, source: str, values: dict,
+                               kernel: str | None = None) -> str:
     """`constant T name [[function_constant(i)]];` -> a constexpr holding the value given
     for index i (Metal sets them when it builds the pipeline; here when the MSL is
     compiled), and `is_function_constant_defined(name)` knows whether one was given. A
@@ -311,8 +320,9 @@ def rewrite_function_constants(code: str, source: str, values: dict) -> str:
                 f"function constant '{name}' ([[function_constant({index})]]) has no value; "
                 f"pass function_constants={{{index}: ...}} to run_msl (harness emu: "
                 f"--function-constant {index}=VALUE)", kernel=None, line=line,
-                source_line=source.splitlines()[line - 1].rstrip())
-        value = f"{ctype}({_constant_literal(values[index])})" if defined else f"{ctype}()"
+                source_line=source_line(source, line))
+        value = (f"{ctype}({_constant_literal(values[index], name, index, kernel)})"
+                 if defined else f"{ctype}()")
         return (f"constexpr {ctype} {name} = {value}; constexpr bool __mt_fc_defined_{name} = "
                 f"{'true' if defined else 'false'};" + "\n" * m.group(0).count("\n"))
     return _FUNCTION_CONSTANT.sub(one, code)
@@ -443,7 +453,7 @@ def rewrite_member_address_spaces(code: str, source: str) -> str:
                 "with different bodies; the emulator gives every member function its object "
                 "in one address space, so it cannot choose between them",
                 kernel=None, line=lines[1],
-                source_line=source.splitlines()[lines[1] - 1].rstrip())
+                source_line=source_line(source, lines[1]))
         for i, (m, start, end) in enumerate(members):
             if i == 0:   # the one kept: its qualifier dropped, const kept
                 kept = re.sub(r"\b(?:" + "|".join(_ADDRESS_SPACES) + r")\b",
@@ -480,7 +490,7 @@ def refuse_unknown_builtins(code: str, source: str) -> None:
                 f"'{m.group(0)}' is an Apple-internal builtin of <metal_stdlib> that the "
                 "emulator does not provide (it provides the __metal_* math and simd builtins "
                 "that have an MSL function of the same name: docs/emulator.md)",
-                kernel=None, line=line, source_line=source.splitlines()[line - 1].rstrip())
+                kernel=None, line=line, source_line=source_line(source, line))
 
 
 # `constant const int64_t strides[2]` as a function parameter: an array parameter in an
@@ -557,7 +567,7 @@ PRELUDE_LINES = PRELUDE.count("\n")
 def _refuse(source: str, line: int, reason: str, kernels: dict[str, KernelSignature],
             kernel: str | None = None) -> MSLCompileError:
     return MSLCompileError(reason, kernel=_kernel_before(kernels, line) or kernel, line=line,
-                           source_line=source.splitlines()[line - 1].rstrip())
+                           source_line=source_line(source, line))
 
 
 def translate(source: str, kernel_hint: str | None = None,
@@ -578,7 +588,8 @@ def translate(source: str, kernel_hint: str | None = None,
     code = _INCLUDE.sub(lambda m: "", code)
     refuse_unknown_builtins(code, source)
     code = join_continuations(code)
-    code = rewrite_function_constants(code, source, dict(function_constants or {}))
+    code = rewrite_function_constants(code, source, dict(function_constants or {}),
+                                      kernel_hint)
     code = rewrite_member_address_spaces(code, source)
     code = rewrite_array_parameters(code)
     code = rewrite_value_casts(code)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from core.errors import LaunchError
 from core.runtime import emu
 from core.target import METAL
 from foreigncase import close, msl_line, run_clean
@@ -89,6 +90,19 @@ kernel void k(device int* y [[buffer(0)]]) {
     assert y[0] == -1
     run_clean(src, "k", 1, 1, [y], function_constants={3: 42})
     assert y[0] == 42
+
+
+def test_a_function_constant_value_that_is_not_a_number_is_a_launch_error():
+    src = """\
+#include <metal_stdlib>
+using namespace metal;
+constant int shift [[function_constant(3)]];
+kernel void k(device int* y [[buffer(0)]]) { y[0] = shift; }
+"""
+    y = np.zeros(1, np.int32)
+    with pytest.raises(LaunchError, match=r"kernel 'k'.*function_constants\[3\].*'42' \(str\) "
+                                          r"for function constant 'shift' is not a bool, int"):
+        emu.run_msl(src, "k", buffers=[y], function_constants={3: "42"})
 
 
 def test_harness_emu_with_a_function_constant(tmp_path, capsys, monkeypatch):

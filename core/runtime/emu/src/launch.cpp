@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   int fd = open(argv[1], O_RDWR);
   if (fd < 0) fail_launch("cannot open job file %s", argv[1]);
   struct stat st;
-  fstat(fd, &st);
+  if (fstat(fd, &st) != 0) fail_launch("cannot read the size of job file %s", argv[1]);
   void* map = mmap(nullptr, size_t(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (map == MAP_FAILED) fail_launch("cannot map job file %s", argv[1]);
   close(fd);

@@ -9,6 +9,8 @@
 // matrix load and store), atomics. A launch error (what Metal would refuse
 // at dispatch) is a result document with its message and exit status 3.
 
+#include <cerrno>
+
 #include "runtime.h"
 
 namespace mt {
@@ -152,7 +154,10 @@ void write_results() {
   for (uint64_t n : total.simd_ops) simd_ops += n;
   std::string tmp = g_launch.result_path + ".part";
   FILE* out = fopen(tmp.c_str(), "w");
-  if (!out) _exit(5);
+  if (!out) {  // no report: run.py shows stderr with the exit status
+    fprintf(stderr, "cannot write the result file %s: %s\n", tmp.c_str(), strerror(errno));
+    _exit(5);
+  }
   fprintf(out, "{\"status\":\"ok\",\"stats\":{");
   fprintf(out, "\"groups\":%" PRIu64 ",\"threads\":%" PRIu64 ",\"simdgroups\":%" PRIu64
                ",\"barriers\":%" PRIu64 ",\"simd_ops\":%" PRIu64 ",\"atomic_ops\":%" PRIu64
@@ -204,7 +209,11 @@ void write_results() {
 void write_error(const char* status, const std::string& message) {
   std::string tmp = g_launch.result_path + ".part";
   FILE* out = fopen(tmp.c_str(), "w");
-  if (!out) return;
+  if (!out) {  // the caller exits next; run.py shows stderr with the exit status
+    fprintf(stderr, "%s: %s (cannot write the result file %s: %s)\n", status,
+            message.c_str(), tmp.c_str(), strerror(errno));
+    return;
+  }
   fprintf(out, "{\"status\":\"%s\",\"message\":", status);
   json_string(out, message);
   fprintf(out, "}\n");
