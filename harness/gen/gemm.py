@@ -50,6 +50,7 @@ import torch
 from hypothesis import strategies as st
 
 import core.language as T
+from core import cdiv
 from core.target import METAL
 from harness.gen import strategies as S
 from harness.gen.family import Built, Family, register
@@ -90,7 +91,7 @@ def build(p: dict) -> Built:
     global_acc = p.get("accum", "fragment") == "global"
     pad = p.get("pad", 0) if shared_acc else 0
     r0, c0, h, w = p.get("window", (0, 0, bM, bN))
-    gm, gn = -(-M // bM), -(-N // bN)
+    gm, gn = cdiv(M, bM), cdiv(N, bN)
     window = epilogue == "window"
     out_shape = (gm * h, gn * w) if window else (M, N)
     first_k = 1 if clear_accum else 0
