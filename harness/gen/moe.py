@@ -120,6 +120,16 @@ def _store_top_weights(tw, twf, den, TopW, row0, M, bM, topk, renorm):
 
 
 @T.macro
+def _gather_token_rows(X, Slots, xs, e, rb, rows, ko, D, topk, bK, dtype):
+    """xs = step ko's bK columns of the token rows of expert e's slots in row tile rb
+    (zeros past its `rows` slots and past D): the gate/up projections' A operand."""
+    for r, kk in T.Parallel(ROWS, bK):
+        xs[r, kk] = T.if_then_else(
+            rb * ROWS + r < rows and ko * bK + kk < D,
+            X[Slots[e, rb * ROWS + r] // topk, ko * bK + kk], T.cast(0, dtype))
+
+
+@T.macro
 def _expert_projection(X, W, Out, Active, ActiveRows, Slots, D, I, A, topk, dtype, bN, bK,
                        threads):
     """Out[slot] = X[the slot's token] W[e]^T for the slots routed to each active expert e
@@ -136,10 +146,7 @@ def _expert_projection(X, W, Out, Active, ActiveRows, Slots, D, I, A, topk, dtyp
         for rb in T.serial(T.ceildiv(ActiveRows[a], ROWS)):
             T.clear(acc)
             for ko in T.serial(T.ceildiv(D, bK)):
-                for r, kk in T.Parallel(ROWS, bK):
-                    xs[r, kk] = T.if_then_else(
-                        rb * ROWS + r < rows and ko * bK + kk < D,
-                        X[Slots[e, rb * ROWS + r] // topk, ko * bK + kk], T.cast(0, dtype))
+                _gather_token_rows(X, Slots, xs, e, rb, rows, ko, D, topk, bK, dtype)
                 for n, kk in T.Parallel(bN, bK):
                     ws[n, kk] = T.if_then_else(bx * bN + n < I and ko * bK + kk < D,
                                                W[e, bx * bN + n, ko * bK + kk],
@@ -376,10 +383,7 @@ def _fused(M, D, I, E, topk, renorm, dtype, bM, bE, rthreads, bN, bK, threads):
                 T.clear(acc_g)
                 T.clear(acc_u)
                 for ko in T.serial(T.ceildiv(D, bK)):
-                    for r, kk in T.Parallel(ROWS, bK):
-                        xs[r, kk] = T.if_then_else(
-                            rb * ROWS + r < rows and ko * bK + kk < D,
-                            X[Slots[e, rb * ROWS + r] // topk, ko * bK + kk], T.cast(0, dtype))
+                    _gather_token_rows(X, Slots, xs, e, rb, rows, ko, D, topk, bK, dtype)
                     for n, kk in T.Parallel(bN, bK):
                         wgs[n, kk] = T.if_then_else(bx * bN + n < I and ko * bK + kk < D,
                                                     Wg[e, bx * bN + n, ko * bK + kk],
