@@ -193,9 +193,10 @@ def supported(p: dict) -> bool:
 @st.composite
 def _window(draw, bM, bN):
     """(r0, c0, h, w): often inside one 8x8 tile, off its first row and column."""
+    edge = METAL.matrix_tile
     if draw(st.booleans()):
-        r0, c0 = draw(st.integers(1, 7)), draw(st.integers(1, 7))
-        return [r0, c0, draw(st.integers(1, 8 - r0)), draw(st.integers(1, 8 - c0))]
+        r0, c0 = draw(st.integers(1, edge - 1)), draw(st.integers(1, edge - 1))
+        return [r0, c0, draw(st.integers(1, edge - r0)), draw(st.integers(1, edge - c0))]
     r0, c0 = draw(st.integers(0, bM - 1)), draw(st.integers(0, bN - 1))
     return [r0, c0, draw(st.integers(1, bM - r0)), draw(st.integers(1, bN - c0))]
 
