@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import torch
 
+from oracles import norm
+
 
 def route(x, wr, topk: int, renorm: bool):
     """(logits, probs, top expert ids int32 (M, k), weights (M, k)) in float64."""
     logits = x.double() @ wr.double().T
-    probs = torch.softmax(logits, dim=1)
+    probs = norm.softmax(logits, dim=1)                      # float64, as logits
     order = torch.sort(-logits, dim=1, stable=True).indices[:, :topk]
     weights = probs.gather(1, order)
     if renorm:

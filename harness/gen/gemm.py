@@ -50,6 +50,7 @@ import torch
 from hypothesis import strategies as st
 
 import core.language as T
+from core import cdiv
 from core.target import METAL
 from harness.gen import strategies as S
 from harness.gen.family import Built, Family, register
@@ -90,7 +91,7 @@ def build(p: dict) -> Built:
     global_acc = p.get("accum", "fragment") == "global"
     pad = p.get("pad", 0) if shared_acc else 0
     r0, c0, h, w = p.get("window", (0, 0, bM, bN))
-    gm, gn = -(-M // bM), -(-N // bN)
+    gm, gn = cdiv(M, bM), cdiv(N, bN)
     window = epilogue == "window"
     out_shape = (gm * h, gn * w) if window else (M, N)
     first_k = 1 if clear_accum else 0
@@ -192,9 +193,10 @@ def supported(p: dict) -> bool:
 @st.composite
 def _window(draw, bM, bN):
     """(r0, c0, h, w): often inside one 8x8 tile, off its first row and column."""
+    edge = METAL.matrix_tile
     if draw(st.booleans()):
-        r0, c0 = draw(st.integers(1, 7)), draw(st.integers(1, 7))
-        return [r0, c0, draw(st.integers(1, 8 - r0)), draw(st.integers(1, 8 - c0))]
+        r0, c0 = draw(st.integers(1, edge - 1)), draw(st.integers(1, edge - 1))
+        return [r0, c0, draw(st.integers(1, edge - r0)), draw(st.integers(1, edge - c0))]
     r0, c0 = draw(st.integers(0, bM - 1)), draw(st.integers(0, bN - 1))
     return [r0, c0, draw(st.integers(1, bM - r0)), draw(st.integers(1, bN - c0))]
 

@@ -85,6 +85,51 @@ def _compact_active_experts(used, Active, ActiveRows, E, A):
 
 
 @T.macro
+def _router_logits(X, Wr, xs, ws, lg, row0, M, D, E, bM, bE, dtype):
+    """lg[i, e] = X[row0 + i] . Wr[e] in float32 for a block of bM tokens, D staged in bE
+    column steps (xs, ws in threadgroup memory; zeros past M and D): both programs'
+    router."""
+    T.clear(lg)
+    for ko in T.serial(T.ceildiv(D, bE)):
+        for i, kk in T.Parallel(bM, bE):
+            xs[i, kk] = T.if_then_else(row0 + i < M and ko * bE + kk < D,
+                                       X[row0 + i, ko * bE + kk], T.cast(0, dtype))
+        for e, kk in T.Parallel(E, bE):
+            ws[e, kk] = T.if_then_else(ko * bE + kk < D, Wr[e, ko * bE + kk],
+                                       T.cast(0, dtype))
+        for i, e in T.Parallel(bM, E):
+            for kk in T.serial(bE):
+                lg[i, e] = lg[i, e] + T.cast(xs[i, kk], "float32") * \
+                    T.cast(ws[e, kk], "float32")
+
+
+@T.macro
+def _store_top_weights(tw, twf, den, TopW, row0, M, bM, topk, renorm):
+    """TopW[row0 + i] = the block's chosen probabilities tw (shared), divided by their sum
+    when `renorm`; rows past M not stored (both programs' top-k)."""
+    T.copy(tw, twf)
+    if renorm:
+        T.reduce_sum(twf, den, dim=1)
+        for i, j in T.Parallel(bM, topk):
+            if row0 + i < M:
+                TopW[row0 + i, j] = twf[i, j] / den[i]
+    else:
+        for i, j in T.Parallel(bM, topk):
+            if row0 + i < M:
+                TopW[row0 + i, j] = twf[i, j]
+
+
+@T.macro
+def _gather_token_rows(X, Slots, xs, e, rb, rows, ko, D, topk, bK, dtype):
+    """xs = step ko's bK columns of the token rows of expert e's slots in row tile rb
+    (zeros past its `rows` slots and past D): the gate/up projections' A operand."""
+    for r, kk in T.Parallel(ROWS, bK):
+        xs[r, kk] = T.if_then_else(
+            rb * ROWS + r < rows and ko * bK + kk < D,
+            X[Slots[e, rb * ROWS + r] // topk, ko * bK + kk], T.cast(0, dtype))
+
+
+@T.macro
 def _expert_projection(X, W, Out, Active, ActiveRows, Slots, D, I, A, topk, dtype, bN, bK,
                        threads):
     """Out[slot] = X[the slot's token] W[e]^T for the slots routed to each active expert e
@@ -101,10 +146,7 @@ def _expert_projection(X, W, Out, Active, ActiveRows, Slots, D, I, A, topk, dtyp
         for rb in T.serial(T.ceildiv(ActiveRows[a], ROWS)):
             T.clear(acc)
             for ko in T.serial(T.ceildiv(D, bK)):
-                for r, kk in T.Parallel(ROWS, bK):
-                    xs[r, kk] = T.if_then_else(
-                        rb * ROWS + r < rows and ko * bK + kk < D,
-                        X[Slots[e, rb * ROWS + r] // topk, ko * bK + kk], T.cast(0, dtype))
+                _gather_token_rows(X, Slots, xs, e, rb, rows, ko, D, topk, bK, dtype)
                 for n, kk in T.Parallel(bN, bK):
                     ws[n, kk] = T.if_then_else(bx * bN + n < I and ko * bK + kk < D,
                                                W[e, bx * bN + n, ko * bK + kk],
@@ -184,18 +226,7 @@ def _multi(M, D, I, E, topk, renorm, dtype, bM, bE, rthreads, bN, bK, threads):
             xs = T.alloc_shared((bM, bE), dtype)
             ws = T.alloc_shared((E, bE), dtype)
             lg = T.alloc_fragment((bM, E), "float32")
-            T.clear(lg)
-            for ko in T.serial(T.ceildiv(D, bE)):
-                for i, kk in T.Parallel(bM, bE):
-                    xs[i, kk] = T.if_then_else(bx * bM + i < M and ko * bE + kk < D,
-                                               X[bx * bM + i, ko * bE + kk], T.cast(0, dtype))
-                for e, kk in T.Parallel(E, bE):
-                    ws[e, kk] = T.if_then_else(ko * bE + kk < D, Wr[e, ko * bE + kk],
-                                               T.cast(0, dtype))
-                for i, e in T.Parallel(bM, E):
-                    for kk in T.serial(bE):
-                        lg[i, e] = lg[i, e] + T.cast(xs[i, kk], "float32") * \
-                            T.cast(ws[e, kk], "float32")
+            _router_logits(X, Wr, xs, ws, lg, bx * bM, M, D, E, bM, bE, dtype)
             for i, e in T.Parallel(bM, E):
                 if bx * bM + i < M:
                     Logits[bx * bM + i, e] = lg[i, e]
@@ -235,16 +266,7 @@ def _multi(M, D, I, E, topk, renorm, dtype, bM, bE, rthreads, bN, bK, threads):
                     tw[i, j] = mx[i]
                     if bx * bM + i < M:
                         TopIdx[bx * bM + i, j] = am[i]
-            T.copy(tw, twf)
-            if renorm:
-                T.reduce_sum(twf, den, dim=1)
-                for i, j in T.Parallel(bM, topk):
-                    if bx * bM + i < M:
-                        TopW[bx * bM + i, j] = twf[i, j] / den[i]
-            else:
-                for i, j in T.Parallel(bM, topk):
-                    if bx * bM + i < M:
-                        TopW[bx * bM + i, j] = twf[i, j]
+            _store_top_weights(tw, twf, den, TopW, bx * bM, M, bM, topk, renorm)
         # 4: gather
         with T.Kernel(1, threads=rthreads):
             used = T.alloc_shared((E,), "int32")
@@ -311,19 +333,7 @@ def _fused(M, D, I, E, topk, renorm, dtype, bM, bE, rthreads, bN, bK, threads):
             twf = T.alloc_fragment((bM, topk), "float32")
             den = T.alloc_fragment((bM,), "float32")
             for mb in T.serial(T.ceildiv(M, bM)):
-                T.clear(lg)
-                for ko in T.serial(T.ceildiv(D, bE)):
-                    for i, kk in T.Parallel(bM, bE):
-                        xs[i, kk] = T.if_then_else(
-                            mb * bM + i < M and ko * bE + kk < D, X[mb * bM + i, ko * bE + kk],
-                            T.cast(0, dtype))
-                    for e, kk in T.Parallel(E, bE):
-                        ws[e, kk] = T.if_then_else(ko * bE + kk < D, Wr[e, ko * bE + kk],
-                                                   T.cast(0, dtype))
-                    for i, e in T.Parallel(bM, E):
-                        for kk in T.serial(bE):
-                            lg[i, e] = lg[i, e] + T.cast(xs[i, kk], "float32") * \
-                                T.cast(ws[e, kk], "float32")
+                _router_logits(X, Wr, xs, ws, lg, mb * bM, M, D, E, bM, bE, dtype)
                 T.reduce_max(lg, mx, dim=1)
                 for i, e in T.Parallel(bM, E):
                     lg[i, e] = T.exp(lg[i, e] - mx[i])
@@ -342,16 +352,7 @@ def _fused(M, D, I, E, topk, renorm, dtype, bM, bE, rthreads, bN, bK, threads):
                         if mb * bM + i < M:
                             chosen[(mb * bM + i) * topk + j] = am[i]
                             TopIdx[mb * bM + i, j] = am[i]
-                T.copy(tw, twf)
-                if renorm:
-                    T.reduce_sum(twf, den, dim=1)
-                    for i, j in T.Parallel(bM, topk):
-                        if mb * bM + i < M:
-                            TopW[mb * bM + i, j] = twf[i, j] / den[i]
-                else:
-                    for i, j in T.Parallel(bM, topk):
-                        if mb * bM + i < M:
-                            TopW[mb * bM + i, j] = twf[i, j]
+                _store_top_weights(tw, twf, den, TopW, mb * bM, M, bM, topk, renorm)
             for e in T.Parallel(E):
                 cnt = T.alloc_var("int32")
                 cnt = 0
@@ -382,10 +383,7 @@ def _fused(M, D, I, E, topk, renorm, dtype, bM, bE, rthreads, bN, bK, threads):
                 T.clear(acc_g)
                 T.clear(acc_u)
                 for ko in T.serial(T.ceildiv(D, bK)):
-                    for r, kk in T.Parallel(ROWS, bK):
-                        xs[r, kk] = T.if_then_else(
-                            rb * ROWS + r < rows and ko * bK + kk < D,
-                            X[Slots[e, rb * ROWS + r] // topk, ko * bK + kk], T.cast(0, dtype))
+                    _gather_token_rows(X, Slots, xs, e, rb, rows, ko, D, topk, bK, dtype)
                     for n, kk in T.Parallel(bN, bK):
                         wgs[n, kk] = T.if_then_else(bx * bN + n < I and ko * bK + kk < D,
                                                     Wg[e, bx * bN + n, ko * bK + kk],

@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 
 import core
 import core.language as T
+from core.ir import annotations as keys
 from harness.gen import strategies as S
 from harness.gen.family import Built, Family, register
 from harness.gen.inputs import random_tensor
@@ -169,7 +170,7 @@ def _eager(p: dict):
         N=p["N"], dtype=p["dtype"], read=p["read"], shift=p["shift"], kernels=p["kernels"],
         workspace=p["workspace"], loop=p["loop"], b1=p["b1"], b2=p["b2"], b3=p["b3"],
         t1=p["t1"], t2=p["t2"], t3=p["t3"])
-    workspaces = [str(n) for n in (func.attrs or {}).get("tl.workspaces", ())]
+    workspaces = [str(n) for n in (func.attrs or {}).get(keys.WORKSPACES, ())]
     out_idx = [i for i, q in enumerate(func.params)
                if i > 0 and q.name not in workspaces]
     return func, out_idx

@@ -141,7 +141,7 @@ def _drawn(draw):
 
 
 def supported(p: dict) -> bool:
-    return p["x"] != "shared" or S.fits_threadgroup((p["bM"] * p["K"], "float16"),
+    return p["x"] != "shared" or S.fits_threadgroup((p["bM"] * p["K"], p["dtype"]),
                                                     (p["bN"] * p["K"] // GROUP, "float16"))
 
 

@@ -31,6 +31,8 @@ import torch
 from hypothesis import strategies as st
 
 import core.language as T
+from core import cdiv
+from core.target import DTYPES as TARGET_DTYPES
 from harness.gen import gemm as gemm_family
 from harness.gen import strategies as S
 from harness.gen.family import Built, Family, register
@@ -45,7 +47,7 @@ SCALE_STAGE_BYTES = 16 * 1024   # block scales of a tile's rows staged up to thi
 def scale_shape(p: dict) -> tuple:
     if p["scale"] == "row":
         return (p["N"],)
-    return (-(-p["N"] // p["G"]), -(-p["K"] // p["G"]))
+    return (cdiv(p["N"], p["G"]), cdiv(p["K"], p["G"]))
 
 
 def kernel(p: dict):
@@ -55,7 +57,8 @@ def kernel(p: dict):
     dtype, out_dtype, G = p["dtype"], p["out_dtype"], p.get("G", bK)
     per_block = p["scale"] == "block"
     s_shape = scale_shape(p)
-    staged = per_block and bN * s_shape[1] * 4 <= SCALE_STAGE_BYTES
+    staged = per_block and \
+        bN * s_shape[1] * TARGET_DTYPES["float32"].bytes <= SCALE_STAGE_BYTES
 
     @T.prim_func
     def qmm_fp8(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), "uint8"),

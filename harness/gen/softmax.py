@@ -23,8 +23,6 @@ from harness.gen.family import Built, Family, register
 from harness.gen.inputs import random_tensor
 from oracles import norm as oracle
 
-DTYPES = S.FLOATS
-THREADS = S.THREADS_REDUCE
 SCALES = (1.0, 0.125, 0.5)
 
 
@@ -64,11 +62,7 @@ def build(p: dict) -> Built:
 
 @st.composite
 def params(draw):
-    return {
-        "M": draw(S.extent(1, 40)), "N": draw(S.extent(1, 160)),
-        "dtype": draw(S.dtype(DTYPES)), "scale": draw(st.sampled_from(SCALES)),
-        "bM": draw(S.tile((1, 2, 4, 8))), "threads": draw(S.threads(THREADS)),
-    }
+    return {**draw(S.row_tiles()), "scale": draw(st.sampled_from(SCALES))}
 
 
 FAMILY = register(Family("softmax", __doc__.splitlines()[0], params, build,

@@ -16,6 +16,8 @@ dtype, the first thread count).
                                  (HALVES: the 16-bit floats; the suites name these lists
                                  rather than spelling them out again)
     fits_threadgroup(...)        whether tiles of given dtypes fit in 32 KiB
+    row_tiles()                  the row-wise reductions' common params (softmax, rmsnorm,
+                                 layernorm): M, N, dtype, bM whole rows, threads
 
 This module registers no family (harness/gen/family.py skips it when loading families).
 """
@@ -69,3 +71,13 @@ def dtype(choices=NUMERIC):
 def fits_threadgroup(*tiles) -> bool:
     """`tiles` are (elements, dtype) pairs of one kernel's shared buffers."""
     return sum(n * DTYPES[d].bytes for n, d in tiles) <= METAL.threadgroup_memory_bytes
+
+
+@st.composite
+def row_tiles(draw):
+    """M x N (ragged in M), a float dtype, bM whole rows per threadgroup, THREADS_REDUCE
+    threads: the params the row-wise reduction families share (each adds its own)."""
+    return {
+        "M": draw(extent(1, 40)), "N": draw(extent(1, 160)), "dtype": draw(dtype(FLOATS)),
+        "bM": draw(tile((1, 2, 4, 8))), "threads": draw(threads(THREADS_REDUCE)),
+    }
