@@ -21,6 +21,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
+from core.ir.kernel import func_name
 from core.ir.stmt import children, is_kernel_attr, map_nodes, rebuild, seq
 from core.language.errors import KernelDefinitionError
 
@@ -122,7 +123,6 @@ class _HostScalars:
 
 
 def host_program(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs \
-        else "kernel"
+    name = func_name(func)
     body = _HostScalars(name).stmt(func.body, 0)
     return func.with_body(body if body is not None else seq([]))
