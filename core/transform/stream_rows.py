@@ -54,7 +54,7 @@ from core.ir import ops
 from core.ir.annotations import STREAMED
 from core.ir.kernel import map_kernels
 from core.ir.layout import FragmentLayout, NoLayout, reduce_layout
-from core.ir.stmt import (as_int, children, loads, map_nodes, rebuild, rewrite, seq,
+from core.ir.stmt import (as_int, children, free_vars, loads, map_nodes, rebuild, rewrite, seq,
                           substitute, visit_nodes)
 from core.language.buffers import FRAGMENT
 from core.target import DTYPES, METAL
@@ -99,9 +99,7 @@ def _shape(buf) -> tuple:
 
 
 def _uses(stmt, buf) -> bool:
-    found = []
-    visit_nodes(stmt, (tvm.ir.Var, lambda v: found.append(1) if v.same_as(buf) else None))
-    return bool(found)
+    return any(v.same_as(buf) for v in free_vars(stmt))
 
 
 def _fragment_bytes(buf, threads) -> int:
@@ -409,24 +407,19 @@ class _Kernel:
     def of(cls, body, threads):
         readers, users, headers = [], [], []
 
-        def refs(node):
-            found = []
-            visit_nodes(node, (tvm.ir.Var, found.append))
-            return found
-
         def visit(s):
             if isinstance(s, tirx.For) and s.kind == tirx.ForKind.PARALLEL:
                 readers.extend((s, ld.source) for ld in loads(s))
             if isinstance(s, tirx.SeqStmt):
                 pass
             elif isinstance(s, tirx.For) and s.kind != tirx.ForKind.PARALLEL:
-                headers.extend(refs(s.min) + refs(s.extent))
+                headers.extend(free_vars(s.min) + free_vars(s.extent))
             elif isinstance(s, tirx.IfThenElse):
-                headers.extend(refs(s.condition))
+                headers.extend(free_vars(s.condition))
             elif isinstance(s, tirx.AttrStmt):
-                headers.extend(refs(s.value))
+                headers.extend(free_vars(s.value))
             elif not isinstance(s, tirx.AllocBuffer):
-                users.append((s, refs(s)))
+                users.append((s, free_vars(s)))
                 return
             for k in children(s):
                 visit(k)
