@@ -110,9 +110,8 @@ class _Planner:
         def visit(s, loops, guards):
             def add(buf, index, write, atomic=False):
                 if ops.buffer_scope(buf) == "shared":
-                    fp = Footprint.of(buf, index, write, self.thread_axes, loops, guards)
-                    fp.atomic = atomic
-                    out.append(fp)
+                    out.append(Footprint.of(buf, index, write, self.thread_axes, loops,
+                                            guards, atomic=atomic))
 
             if isinstance(s, tirx.For):
                 ext = as_int(s.extent)
