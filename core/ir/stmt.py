@@ -214,11 +214,13 @@ def thread_tag(attr) -> str:
 
 def bind_ranges(analyzer, ranges: dict):
     """`analyzer` with each variable of `ranges` ({var: (min, extent)}) bound to its loop
-    range. A range the analyzer refuses (a variable it already holds with another range)
-    is skipped: the analyzer then proves less, never something false."""
+    range. A range the analyzer refuses (a variable it already holds with another range:
+    TVM's InternalError "Trying to update var ... with a different const bound") is
+    skipped: the analyzer then proves less, never something false. Any other error
+    propagates."""
     for v, (lo, ext) in ranges.items():
         try:
             analyzer.bind(v, tvm.ir.Range.from_min_extent(lo, ext))
-        except Exception:  # noqa: BLE001 - an unbindable range only proves less
-            pass
+        except tvm.error.InternalError:
+            continue
     return analyzer
