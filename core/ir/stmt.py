@@ -195,6 +195,11 @@ def once_assigned_scalars(body) -> dict:
             and tuple(as_int(d) for d in s.buffer.ty.shape) == (1,)}
 
 
+def i32(x):
+    """An int32 constant of a Python int; an expression as it is."""
+    return tirx.const(x, "int32") if isinstance(x, int) else x
+
+
 def as_int(e):
     """Python int of a constant expression, else None."""
     if isinstance(e, int):
