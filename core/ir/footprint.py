@@ -89,12 +89,13 @@ class Footprint:
         return {} if self.unknown else self.points.get()[2]
 
     @classmethod
-    def of(cls, buffer, index, write, thread_axes, loops, guards=()) -> "Footprint":
+    def of(cls, buffer, index, write, thread_axes, loops, guards=(), *,
+           atomic=False) -> "Footprint":
         """`thread_axes`: [(var, extent, stride)] of the thread index; `loops`: LoopRange;
         `guards`: conditions the access executes under (points where one is false are
         dropped; a guard that cannot be enumerated is ignored, which only adds points).
         The points are enumerated when a comparison first needs them."""
-        fp = cls(buffer, write, size=_flat_size(buffer))
+        fp = cls(buffer, write, size=_flat_size(buffer), atomic=atomic)
         if fp.size:
             thread_axes, guards = tuple(thread_axes), tuple(guards)
             loops = _used_loops(index, loops, guards)

@@ -105,3 +105,11 @@ def kernels(func) -> list:
     found = []
     map_host(func.body, lambda nest: found.append(nest) or nest.wrap(nest.body))
     return found
+
+
+def func_name(func, default: str | None = "kernel"):
+    """The PrimFunc's `global_symbol` (the DSL function's name, used in errors), or
+    `default` when it has none (a hand-built PrimFunc)."""
+    if func.attrs and "global_symbol" in func.attrs:
+        return str(func.attrs["global_symbol"])
+    return default

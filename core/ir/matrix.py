@@ -30,7 +30,7 @@ from tvm import tirx
 
 from core.ir import annotations as keys
 from core.ir import ops
-from core.ir.stmt import as_int, walk
+from core.ir.stmt import as_int, i32, walk
 from core.language.errors import LoweringError
 from core.target import METAL
 
@@ -117,13 +117,9 @@ def mma(d, a, b, c):
 
 
 def _tile_call(name, mat, pointer, stride, x, y, transpose):
-    return tirx.Evaluate(ops.call(name, mat, tirx.address_of(pointer), _i32(stride), _i32(x),
-                                  _i32(y), tirx.const(bool(transpose), "bool"),
+    return tirx.Evaluate(ops.call(name, mat, tirx.address_of(pointer), i32(stride), i32(x),
+                                  i32(y), tirx.const(bool(transpose), "bool"),
                                   dtype="int32"))
-
-
-def _i32(x):
-    return tirx.const(x, "int32") if isinstance(x, int) else x
 
 
 @dataclass(frozen=True)

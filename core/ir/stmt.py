@@ -195,6 +195,11 @@ def once_assigned_scalars(body) -> dict:
             and tuple(as_int(d) for d in s.buffer.ty.shape) == (1,)}
 
 
+def i32(x):
+    """An int32 constant of a Python int; an expression as it is."""
+    return tirx.const(x, "int32") if isinstance(x, int) else x
+
+
 def as_int(e):
     """Python int of a constant expression, else None."""
     if isinstance(e, int):
@@ -214,11 +219,13 @@ def thread_tag(attr) -> str:
 
 def bind_ranges(analyzer, ranges: dict):
     """`analyzer` with each variable of `ranges` ({var: (min, extent)}) bound to its loop
-    range. A range the analyzer refuses (a variable it already holds with another range)
-    is skipped: the analyzer then proves less, never something false."""
+    range. A range the analyzer refuses (a variable it already holds with another range:
+    TVM's InternalError "Trying to update var ... with a different const bound") is
+    skipped: the analyzer then proves less, never something false. Any other error
+    propagates."""
     for v, (lo, ext) in ranges.items():
         try:
             analyzer.bind(v, tvm.ir.Range.from_min_extent(lo, ext))
-        except Exception:  # noqa: BLE001 - an unbindable range only proves less
-            pass
+        except tvm.error.InternalError:
+            continue
     return analyzer

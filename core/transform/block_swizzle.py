@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from tvm import tirx
 
-from core.ir.kernel import map_kernels
+from core.ir.kernel import func_name, map_kernels
 from core.ir.stmt import rewrite, substitute, walk
 from core.language.errors import KernelDefinitionError
 from core.language.swizzle import attr_params, block_order, dtype_of, is_swizzle_attr
@@ -49,8 +49,7 @@ def _apply(name):
 
 
 def block_swizzle(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs \
-        else "kernel"
+    name = func_name(func)
     if not _count(func.body):  # no T.use_swizzle: nothing to remap (most kernels)
         return func
     out = map_kernels(func, _apply(name))

@@ -43,7 +43,7 @@ from tvm.sym import Analyzer, detect_iter_map
 
 from core.ir import ops
 from core.ir.kernel import map_kernels
-from core.ir.stmt import collect, rewrite, seq, substitute, walk
+from core.ir.stmt import collect, loads, map_nodes, rewrite, seq, substitute, walk
 
 _PURE_EFFECT = 1  # CallEffectKind.Pure and below (ExprAnnotation): no memory effects
 
@@ -65,8 +65,8 @@ def _fold_one(body):
     stores, load_count = {}, {}
     walk(body, lambda s: stores.setdefault(s.buffer, []).append(s)
          if isinstance(s, tirx.BufferStore) else None)
-    tvm_ffi.structural_walk(body, (tvm.ir.TensorLoad, lambda ld: load_count.__setitem__(
-        ld.source, load_count.get(ld.source, 0) + 1)))
+    for ld in loads(body):
+        load_count[ld.source] = load_count.get(ld.source, 0) + 1
     candidates = [b for b, ss in stores.items() if len(ss) == 1
                   and load_count.get(b, 0) == 1 and ops.buffer_scope(b) == "local"]
     sequences = []
@@ -115,7 +115,7 @@ def _fold_in(sequence, buf):
         return None
     if not _pure(store.value, buf):
         return None
-    read = [ld.source for ld in collect(store.value, tvm.ir.TensorLoad)[0]]
+    read = [ld.source for ld in loads(store.value)]
     if any(_stores_any(s, read) for s in items[writer + 1:reader + 1]):
         return None
     if not _one_element_per_iteration(levels_s, store):
@@ -143,7 +143,7 @@ def _fold_in(sequence, buf):
         hits.append(ld)
         return value
 
-    new_reader = tvm_ffi.structural_map(items[reader], (tvm.ir.TensorLoad, fold))
+    new_reader = map_nodes(items[reader], (tvm.ir.TensorLoad, fold))
     if not hits:
         return None
     items[reader] = new_reader
@@ -194,7 +194,7 @@ def _accumulates(stmt, buf) -> bool:
         return False
     return any(ld.source.same_as(stmt.buffer) and len(ld.indices) == len(stmt.indices)
                and all(tvm_ffi.structural_equal(a, b) for a, b in zip(ld.indices, stmt.indices))
-               for ld in collect(stmt.value, tvm.ir.TensorLoad)[0])
+               for ld in loads(stmt.value))
 
 
 def _pure(value, buf) -> bool:
@@ -228,5 +228,5 @@ def _stores_any(stmt, bufs) -> bool:
 
 
 def _loads_from(stmt, buf) -> bool:
-    return any(ld.source.same_as(buf) for ld in collect(stmt, tvm.ir.TensorLoad)[0])
+    return any(ld.source.same_as(buf) for ld in loads(stmt))
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
+from core.ir.kernel import func_name
 from core.ir.stmt import children, is_kernel_attr, map_nodes, rebuild, seq
 from core.language.errors import KernelDefinitionError
 
@@ -64,15 +65,15 @@ class _HostScalars:
                 construct=f"host scalar '{name}'")
         return out
 
-    def stmts(self, stmts, depth) -> list:
+    def stmts(self, stmts) -> list:
         out = []
         for s in stmts:
-            s = self.stmt(s, depth)
+            s = self.stmt(s)
             if s is not None:
                 out.append(s)
         return out
 
-    def stmt(self, s, depth):
+    def stmt(self, s):
         if is_kernel_attr(s):
             return self.read(s)
         if isinstance(s, tirx.AllocBuffer) and _is_host_scalar(s.buffer):
@@ -89,10 +90,10 @@ class _HostScalars:
             self.carried.discard(s.buffer)
             return tirx.Bind(var, value)
         if isinstance(s, tirx.SeqStmt):
-            return seq(self.stmts(s.seq, depth))
+            return seq(self.stmts(s.seq))
         if isinstance(s, tirx.For):
             before = dict(self.current)
-            body = seq(self.stmts([s.body], depth + 1))
+            body = seq(self.stmts([s.body]))
             carried = [b for b, v in self.current.items() if before.get(b) is not v]
             for b in carried:
                 self.current.pop(b, None)
@@ -103,12 +104,12 @@ class _HostScalars:
         if isinstance(s, tirx.IfThenElse):
             cond = self.read(s.condition)
             before = dict(self.current)
-            then = seq(self.stmts([s.then_case], depth + 1))
+            then = seq(self.stmts([s.then_case]))
             branches = [dict(self.current)]
             self.current = dict(before)
             other = None
             if s.else_case is not None:
-                other = seq(self.stmts([s.else_case], depth + 1))
+                other = seq(self.stmts([s.else_case]))
             branches.append(dict(self.current))
             self.current = before
             for branch in branches:
@@ -117,12 +118,11 @@ class _HostScalars:
                         self.carried.add(b)
             return tirx.IfThenElse(cond, then, other)
         if children(s):
-            return rebuild(s, [self.stmt(k, depth) for k in children(s)])
+            return rebuild(s, [self.stmt(k) for k in children(s)])
         return self.read(s)
 
 
 def host_program(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs \
-        else "kernel"
-    body = _HostScalars(name).stmt(func.body, 0)
+    name = func_name(func)
+    body = _HostScalars(name).stmt(func.body)
     return func.with_body(body if body is not None else seq([]))

@@ -25,7 +25,7 @@ from __future__ import annotations
 from tvm import tirx
 
 from core.ir import matrix, ops
-from core.ir.kernel import map_kernels
+from core.ir.kernel import func_name, map_kernels
 from core.ir.annotations import LAYOUT_REPLICATE, LAYOUT_VEC
 from core.ir.layout import FragmentLayout, NoLayout, broadcast_dims, reduce_layout
 from core.ir.stmt import as_int, children, loads, rewrite, walk
@@ -56,8 +56,7 @@ def _annotate(nest, kernel="kernel"):
 
 
 def layout_inference(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs \
-        else "kernel"
+    name = func_name(func)
     return map_kernels(func, lambda nest: _annotate(nest, name))
 
 

@@ -68,7 +68,7 @@ from tvm import tirx
 
 from core.ir import matrix, ops
 from core.ir.matrix import TILE, AccumulatorLayout
-from core.ir.stmt import (as_int, loads, map_nodes, once_assigned_scalars, rewrite, seq,
+from core.ir.stmt import (as_int, i32, loads, map_nodes, once_assigned_scalars, rewrite, seq,
                           substitute, walk)
 from core.language.buffers import FRAGMENT
 from core.language.dtypes import bits
@@ -92,16 +92,12 @@ class _Accumulator:
 OWNER = "T.gemm"  # the name under which this lowering publishes threadgroup bytes
 
 
-def _i32(x):
-    return tirx.const(x, "int32") if isinstance(x, int) else x
-
-
 def _nbytes(shape, dtype) -> int:
     return prod(int(d) for d in shape) * bits(dtype) // 8
 
 
 def _for(var, extent, body):
-    return tirx.For(var, _i32(0), _i32(extent), tirx.ForKind.SERIAL, body)
+    return tirx.For(var, i32(0), i32(extent), tirx.ForKind.SERIAL, body)
 
 
 @dataclass
@@ -575,7 +571,7 @@ class GemmLowering:
             mins = list(dst.mins)
             mins[dims[0]] = mins[dims[0]] + c * rows if c else mins[dims[0]]
             extents = None if dst.extents is None else tuple(
-                _i32(rows) if d == dims[0] else e for d, e in enumerate(dst.extents))
+                i32(rows) if d == dims[0] else e for d, e in enumerate(dst.extents))
             part = ops.Region(dst.buffer, tuple(mins), extents)
             out += [self.store_all(acc, stage, chunk=c), self.ctx.copy(stage, part, atomic)]
         return seq(out)
@@ -696,7 +692,7 @@ class GemmLowering:
                 return st
 
             body = rewrite(map_nodes(body, (tvm.ir.TensorLoad, load)), store)
-            part = tirx.For(row_var, _i32(0), _i32(rows), tirx.ForKind.PARALLEL, body,
+            part = tirx.For(row_var, i32(0), i32(rows), tirx.ForKind.PARALLEL, body,
                             loop.thread_binding, loop.annotations)
             out += [self.store_all(acc, stage, chunk=c), self.ctx.parallel(part)]
             if written:
@@ -706,7 +702,7 @@ class GemmLowering:
 
 def _whole(buf):
     shape = tuple(buf.ty.shape)
-    return ops.Region(buf, tuple(_i32(0) for _ in shape), shape)
+    return ops.Region(buf, tuple(i32(0) for _ in shape), shape)
 
 
 def _tile_dims(region) -> tuple:

@@ -62,7 +62,7 @@ from tvm import tirx
 
 from core.ir import matrix, ops
 from core.ir.layout import FragmentLayout, NoLayout, reduce_layout
-from core.ir.stmt import seq, walk
+from core.ir.stmt import i32, seq, walk
 from core.language.buffers import FRAGMENT
 from core.language.dtypes import bits
 from core.language.errors import LoweringError
@@ -75,10 +75,6 @@ SIMD_REDUCE = {"sum": "tl.simd_sum", "abssum": "tl.simd_sum", "max": "tl.simd_ma
                "absmax": "tl.simd_max", "min": "tl.simd_min"}
 STAGE = "red_buf"
 OWNER = "T.reduce"  # the name under which this lowering publishes threadgroup bytes
-
-
-def _i32(x):
-    return tirx.const(x, "int32") if isinstance(x, int) else x
 
 
 def identity(kind: str, dtype: str):
@@ -132,7 +128,7 @@ def _unravel(flat, shape):
     idx, stride, total = [], 1, prod(shape)
     for e in reversed(shape):
         if e == 1:
-            idx.append(_i32(0))
+            idx.append(i32(0))
         else:
             q = flat if stride == 1 else tirx.floordiv(flat, stride)
             idx.append(q if stride * e == total else tirx.floormod(q, e))
@@ -144,7 +140,7 @@ def _row_major(indices, shape):
     flat = None
     for i, e in zip(indices, shape):
         flat = i if flat is None else flat * e + i
-    return flat if flat is not None else _i32(0)
+    return flat if flat is not None else i32(0)
 
 
 @dataclass
@@ -397,7 +393,7 @@ class ReduceLowering:
             def part(c):
                 return tirx.BufferLoad(stage, [base + c * (1 << c_lo)])
 
-            stmts += [publish, put(part(_i32(0))),
+            stmts += [publish, put(part(i32(0))),
                       self.loop(1 << (hi - c_lo), lambda c: put(combine(kind, at, part(c))),
                                 start=1)]
         out = at if ops.buffer_dtype(dst.buffer) == acc_dtype else tirx.Cast(
@@ -432,10 +428,10 @@ class ReduceLowering:
         """`for v in range(start, extent): make_body(v)` with a fresh v (no loop for one).
         The loop itself counts from 0, so the barrier planner enumerates its footprints."""
         if extent - start == 1:
-            return make_body(_i32(start))
+            return make_body(i32(start))
         v = self.ctx.fresh("k")
         body = make_body(v + start if start else v)
-        return tirx.For(v, _i32(0), _i32(extent - start), tirx.ForKind.SERIAL, body)
+        return tirx.For(v, i32(0), i32(extent - start), tirx.ForKind.SERIAL, body)
 
     def value(self, plan, x):
         if str(x.ty.dtype) != plan.acc_dtype:
@@ -456,10 +452,10 @@ class ReduceLowering:
         """Local source: each thread reduces its own array into its own destination."""
         shape = [int(d) for d in plan.src.ty.shape]
         acc = tirx.decl_buffer((1,), plan.acc_dtype, "red_acc", scope="local")
-        zero = [_i32(0)]
+        zero = [i32(0)]
         idx = [self.ctx.fresh("i") for _ in shape]
         if len(plan.dst.ty.shape) == len(shape):
-            out = [v if d != plan.dim else _i32(0) for d, v in enumerate(idx)]
+            out = [v if d != plan.dim else i32(0) for d, v in enumerate(idx)]
         else:
             out = [v for d, v in enumerate(idx) if d != plan.dim] or zero
         step = tirx.BufferStore(acc, combine(plan.kind, tirx.BufferLoad(acc, zero), self.value(
@@ -556,7 +552,7 @@ class ReduceLowering:
                                                        dtype=plan.acc_dtype), [k])])
 
         def gather(k):
-            first = tirx.BufferStore(acc, part(k, _i32(0)), [k])
+            first = tirx.BufferStore(acc, part(k, i32(0)), [k])
             rest = self.loop(plan.partials, lambda c: tirx.BufferStore(
                 acc, combine(plan.kind, tirx.BufferLoad(acc, [k]), part(k, c)), [k]), start=1)
             return seq([first, rest])
@@ -720,4 +716,4 @@ class ReduceLowering:
 
 
 def _serial(var, extent, body):
-    return tirx.For(var, _i32(0), _i32(extent), tirx.ForKind.SERIAL, body)
+    return tirx.For(var, i32(0), i32(extent), tirx.ForKind.SERIAL, body)

@@ -49,7 +49,7 @@ from core.ir import ops
 from core.ir.annotations import VECTOR_LANES  # read by vectorize
 from core.ir.kernel import map_kernels
 from core.ir.layout import FragmentLayout, broadcast_dims, broadcast_ok, run_width
-from core.ir.stmt import (as_int, children, loads, map_nodes, rebuild, rewrite, seq,
+from core.ir.stmt import (as_int, children, i32, loads, map_nodes, rebuild, rewrite, seq,
                           substitute, walk)
 from core.language.buffers import FRAGMENT
 from core.language.errors import LoweringError
@@ -60,17 +60,13 @@ from core.language.reduce import REDUCER
 from core.transform.lower_reduce import ReduceLowering
 
 
-def _i32(x):
-    return tirx.const(x, "int32") if isinstance(x, int) else x
-
-
 def unravel(flat, extents):
     """Row-major indices of flat index `flat` in a tile of `extents` (ints)."""
     idx = []
     stride = 1
     for e in reversed(extents):
         if e == 1:
-            idx.append(_i32(0))
+            idx.append(i32(0))
         elif stride == 1:
             idx.append(tirx.floormod(flat, e) if e != prod(extents) else flat)
         else:
@@ -91,7 +87,7 @@ class _KernelLowering:
                                  parallel=self.parallel)
         self.reducers = {}           # T.alloc_reducer buffer (local) -> its op
         for attr in nest.attrs:
-            self.ctx.ranges[attr.node.var] = (_i32(0), attr.value)
+            self.ctx.ranges[attr.node.var] = (i32(0), attr.value)
         self.gemm = GemmLowering(self.ctx, nest.body)   # T.gemm and its accumulators
         self.reduce = ReduceLowering(self.ctx, nest.body)  # the T.reduce family
 
@@ -153,15 +149,15 @@ class _KernelLowering:
         r = self.ctx.fresh("r") if rounds > 1 else None
         lane = self.ctx.fresh("l") if vec > 1 else None
         run = tid if r is None else r * holders + tid
-        slot = _i32(0)
+        slot = i32(0)
         if r is not None:
             slot = r * vec
         if lane is not None:
             slot = lane if r is None else slot + lane
         if r is not None:
-            self.ctx.ranges[r] = (_i32(0), _i32(rounds))
+            self.ctx.ranges[r] = (i32(0), i32(rounds))
         if lane is not None:
-            self.ctx.ranges[lane] = (_i32(0), _i32(vec))
+            self.ctx.ranges[lane] = (i32(0), i32(vec))
         # vec divides the last extent, so a run stays in one row: unravel the run's first
         # element and add the lane to the last index (keeps `base + lane` visible).
         idx = unravel(run if lane is None else run * vec, extents)
@@ -169,12 +165,12 @@ class _KernelLowering:
             idx[-1] = idx[-1] + lane
         body = make_body(idx, slot)
         if lane is not None:
-            body = tirx.For(lane, _i32(0), _i32(vec), tirx.ForKind.SERIAL, body,
+            body = tirx.For(lane, i32(0), i32(vec), tirx.ForKind.SERIAL, body,
                             annotations={VECTOR_LANES: tirx.IntImm("int32", vec)})
         if runs % holders != 0:
             body = tirx.IfThenElse(run < runs, body, None)
         if r is not None:
-            body = tirx.For(r, _i32(0), _i32(rounds), tirx.ForKind.SERIAL, body)
+            body = tirx.For(r, i32(0), i32(rounds), tirx.ForKind.SERIAL, body)
         return body
 
     # ---- T.Parallel -------------------------------------------------------------------
@@ -240,7 +236,7 @@ class _KernelLowering:
             local, flayout = entry
             if own(flayout):
                 return tirx.BufferLoad(local, [slot])
-            flat = _i32(0)
+            flat = i32(0)
             for index, extent in zip(ld.indices, flayout.shape):
                 flat = flat * extent + index if as_int(flat) != 0 else index
             return tirx.BufferLoad(local, [flayout.slot_expr(flat)])
@@ -342,7 +338,7 @@ class _KernelLowering:
         keep = [d for d, e in enumerate(shape) if e != 1]
 
         def make_body(idx, slot):
-            tile_idx = [idx[d] for d in keep] or [_i32(0)]
+            tile_idx = [idx[d] for d in keep] or [i32(0)]
             return make_store(tile_idx, slot)
 
         return self.distribute(list(shape), layout.vec, make_body, layout)
@@ -350,10 +346,10 @@ class _KernelLowering:
     def serial_tile(self, tile, make_store):
         loop_vars = [self.ctx.fresh("i") for _ in tile]
         for v, e in zip(loop_vars, tile):
-            self.ctx.ranges[v] = (_i32(0), e)
+            self.ctx.ranges[v] = (i32(0), e)
         body = make_store(loop_vars, None)
         for v, e in reversed(list(zip(loop_vars, tile))):
-            body = tirx.For(v, _i32(0), _i32(e), tirx.ForKind.SERIAL, body)
+            body = tirx.For(v, i32(0), i32(e), tirx.ForKind.SERIAL, body)
         return body
 
     def cooperative(self, tile, make_store, construct):
@@ -373,7 +369,7 @@ class _KernelLowering:
             dims = [d for d, e in enumerate(region.extents) if as_int(e) != 1]
         else:
             dims = list(range(rank - len(tile), rank))
-        offsets = [_i32(0)] * rank
+        offsets = [i32(0)] * rank
         if len(tile) == 1 and as_int(tile[0]) == 1 and not dims:
             dims = []
         for d, t in zip(dims, tile_idx):
@@ -454,7 +450,7 @@ def _align_origin(region, other):
         ext.pop(0)
     if len(ext) > rank:
         return region  # a tile of higher rank: the non-unit extents fill the last dims
-    return dataclasses.replace(region, extents=tuple([_i32(1)] * (rank - len(ext)) + ext))
+    return dataclasses.replace(region, extents=tuple([i32(1)] * (rank - len(ext)) + ext))
 
 
 def _tile(region):
@@ -462,7 +458,7 @@ def _tile(region):
     if region.extents is None:
         return None
     ext = tuple(e for e in region.extents if as_int(e) != 1)
-    return ext or (_i32(1),)
+    return ext or (i32(1),)
 
 
 def _lower_kernel(nest, name):

@@ -54,17 +54,13 @@ from core.ir import ops
 from core.ir.annotations import STREAMED
 from core.ir.kernel import map_kernels
 from core.ir.layout import FragmentLayout, NoLayout, reduce_layout
-from core.ir.stmt import (as_int, children, loads, map_nodes, rebuild, rewrite, seq,
-                          substitute, visit_nodes)
+from core.ir.stmt import (as_int, children, free_vars, i32, loads, map_nodes, rebuild,
+                          rewrite, seq, substitute, visit_nodes)
 from core.language.buffers import FRAGMENT
 from core.target import DTYPES, METAL
 from core.transform.lower_reduce import accumulator_dtype, combine, identity
 
 CHUNK_RUN = 4          # elements per thread run in a chunk: one 4-wide load per run
-
-
-def _i32(x):
-    return tirx.const(x, "int32") if isinstance(x, int) else x
 
 
 # ---- the recognized window ---------------------------------------------------------------
@@ -99,9 +95,7 @@ def _shape(buf) -> tuple:
 
 
 def _uses(stmt, buf) -> bool:
-    found = []
-    visit_nodes(stmt, (tvm.ir.Var, lambda v: found.append(1) if v.same_as(buf) else None))
-    return bool(found)
+    return any(v.same_as(buf) for v in free_vars(stmt))
 
 
 def _fragment_bytes(buf, threads) -> int:
@@ -204,8 +198,8 @@ def _chunk(R, N, threads):
 def _parallel(R, C, make_body):
     i, j = tirx.Var("i", "int32"), tirx.Var("j", "int32")
     body = make_body(i, j)
-    inner = tirx.For(j, _i32(0), _i32(C), tirx.ForKind.PARALLEL, body)
-    return tirx.For(i, _i32(0), _i32(R), tirx.ForKind.PARALLEL, inner)
+    inner = tirx.For(j, i32(0), i32(C), tirx.ForKind.PARALLEL, body)
+    return tirx.For(i, i32(0), i32(R), tirx.ForKind.PARALLEL, inner)
 
 
 def _fragment(name, shape, dtype):
@@ -213,17 +207,17 @@ def _fragment(name, shape, dtype):
 
 
 def _whole(buf):
-    return ops.encode_region(buf, [_i32(0)] * len(buf.ty.shape))
+    return ops.encode_region(buf, [i32(0)] * len(buf.ty.shape))
 
 
 def _reduce(src, dst, kind, clear):
     return tirx.Evaluate(ops.call("tl.reduce", _whole(src), _whole(dst), tvm.ir.StringImm(kind),
-                                  _i32(1), _i32(int(clear))))
+                                  i32(1), i32(int(clear))))
 
 
 def _fill(buf, value):
     return tirx.Evaluate(ops.call("tl.fill", ops.encode_region(
-        buf, [_i32(0)] * len(buf.ty.shape), [_i32(d) for d in _shape(buf)]), value))
+        buf, [i32(0)] * len(buf.ty.shape), [i32(d) for d in _shape(buf)]), value))
 
 
 class _Streamer:
@@ -278,10 +272,10 @@ class _Streamer:
         k = tirx.Var("k" if self.loops == 1 else f"k{self.loops}", "int32")
         src = self.w.source
         load = tirx.Evaluate(ops.call("tl.copy", ops.encode_region(
-            src.buffer, [src.mins[0], src.mins[1] + k * self.C], [_i32(self.R), _i32(self.C)]),
+            src.buffer, [src.mins[0], src.mins[1] + k * self.C], [i32(self.R), i32(self.C)]),
             _whole(self.chunk_frag)))
         body = [load] + [self.update(u, k) for u in updates] + tail(k)
-        return tirx.For(k, _i32(0), _i32(self.chunks), tirx.ForKind.SERIAL, seq(body),
+        return tirx.For(k, i32(0), i32(self.chunks), tirx.ForKind.SERIAL, seq(body),
                         annotations={STREAMED: tvm.ir.StringImm(self.note(what))})
 
     def update(self, u: _Update, k):
@@ -354,7 +348,7 @@ class _Streamer:
         def tail(k):
             return [tirx.Evaluate(ops.call("tl.copy", _whole(self.chunk_frag), ops.encode_region(
                 sink.buffer, [sink.mins[0], sink.mins[1] + k * self.C],
-                [_i32(self.R), _i32(self.C)])))]
+                [i32(self.R), i32(self.C)])))]
         return [self.chunk_loop(updates, tail, "the updates, then the store")]
 
     def build(self) -> list:
@@ -409,24 +403,19 @@ class _Kernel:
     def of(cls, body, threads):
         readers, users, headers = [], [], []
 
-        def refs(node):
-            found = []
-            visit_nodes(node, (tvm.ir.Var, found.append))
-            return found
-
         def visit(s):
             if isinstance(s, tirx.For) and s.kind == tirx.ForKind.PARALLEL:
                 readers.extend((s, ld.source) for ld in loads(s))
             if isinstance(s, tirx.SeqStmt):
                 pass
             elif isinstance(s, tirx.For) and s.kind != tirx.ForKind.PARALLEL:
-                headers.extend(refs(s.min) + refs(s.extent))
+                headers.extend(free_vars(s.min) + free_vars(s.extent))
             elif isinstance(s, tirx.IfThenElse):
-                headers.extend(refs(s.condition))
+                headers.extend(free_vars(s.condition))
             elif isinstance(s, tirx.AttrStmt):
-                headers.extend(refs(s.value))
+                headers.extend(free_vars(s.value))
             elif not isinstance(s, tirx.AllocBuffer):
-                users.append((s, refs(s)))
+                users.append((s, free_vars(s)))
                 return
             for k in children(s):
                 visit(k)

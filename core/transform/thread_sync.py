@@ -35,7 +35,7 @@ from tvm.tirx import is_buffer_var
 from core.errors import LoweringError
 from core.ir import matrix, ops
 from core.ir.footprint import Footprint, LoopRange, may_race
-from core.ir.kernel import map_kernels
+from core.ir.kernel import func_name, map_kernels
 from core.ir.stmt import (as_int, children, collect, once_assigned_scalars, rebuild, seq,
                           walk)
 
@@ -110,9 +110,8 @@ class _Planner:
         def visit(s, loops, guards):
             def add(buf, index, write, atomic=False):
                 if ops.buffer_scope(buf) == "shared":
-                    fp = Footprint.of(buf, index, write, self.thread_axes, loops, guards)
-                    fp.atomic = atomic
-                    out.append(fp)
+                    out.append(Footprint.of(buf, index, write, self.thread_axes, loops,
+                                            guards, atomic=atomic))
 
             if isinstance(s, tirx.For):
                 ext = as_int(s.extent)
@@ -309,8 +308,7 @@ def _count_barriers(stmt) -> int:
 
 
 def thread_sync(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs \
-        else None
+    name = func_name(func, None)
 
     def plan_kernel(nest):
         body, _ = _Planner(nest, name).plan(nest.body, [])

@@ -33,7 +33,7 @@ from tvm import tirx
 from tvm.tirx import is_buffer_var
 
 from core.ir import matrix, ops
-from core.ir.kernel import unwrap
+from core.ir.kernel import func_name, unwrap
 from core.ir.layout import broadcast_dims
 from core.ir.stmt import as_int, children, is_kernel_attr, loads, visit_nodes
 from core.language.buffers import FRAGMENT
@@ -347,8 +347,7 @@ def _short(s):
 
 
 def verify(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs \
-        else "kernel"
+    name = func_name(func)
     v = _Verifier(name)
     v.params(func)
     v.capacity(func)
