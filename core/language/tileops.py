@@ -16,6 +16,7 @@ from tvm.tirx import is_buffer_var
 from tvm.tirx.script.builder import ir as _ir
 
 from core.ir import ops
+from core.ir.stmt import as_int
 from core.language.errors import KernelDefinitionError
 
 
@@ -75,12 +76,12 @@ def transpose(src, dst, annotations=None):
         raise KernelDefinitionError(
             f"needs 2-D tiles, got source {list(s_ext)} and destination {list(d_ext)}",
             construct=construct)
-    if [_const(e) for e in s_ext] != [_const(e) for e in reversed(d_ext)] or \
-            None in map(_const, s_ext):
+    if [as_int(e) for e in s_ext] != [as_int(e) for e in reversed(d_ext)] or \
+            None in map(as_int, s_ext):
         raise KernelDefinitionError(
             f"source extents {list(s_ext)} and destination extents {list(d_ext)} must be "
             "constants and transposed ([M, N] -> [N, M])", construct=construct)
-    m, n = (_const(e) for e in s_ext)
+    m, n = (as_int(e) for e in s_ext)
     _ir.evaluate(ops.call("tl.parallel_scope", m, n))
     with _ir.grid(m, n) as (i, j):
         value = s.buffer[s.mins[0] + i, s.mins[1] + j]
@@ -91,13 +92,7 @@ def _extents(region, other):
     """A region's extents; an origin form (`A[i, j]`) takes the other operand's, swapped."""
     if region.extents is not None:
         return list(region.extents)
-    if all(_const(m) == 0 for m in region.mins) or \
-            (other.extents is None and any(_const(m) != 0 for m in other.mins)):
+    if all(as_int(m) == 0 for m in region.mins) or \
+            (other.extents is None and any(as_int(m) != 0 for m in other.mins)):
         return list(ops.buffer_shape(region.buffer))
     return list(reversed(_extents(other, region)))
-
-
-def _const(e):
-    if isinstance(e, int):
-        return e
-    return int(e.value) if isinstance(e, tvm.tirx.IntImm) else None
