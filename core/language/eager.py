@@ -48,6 +48,7 @@ from tvm.tirx.script.builder import ir as _ir
 
 from core.ir import annotations as keys
 from core.errors import MetaltileError
+from core.language.buffers import var_value
 from core.language.dtypes import dtype_name
 from core.language.errors import KernelDefinitionError
 
@@ -318,12 +319,11 @@ def _as_list(v) -> list:
 
 
 def _is_tir(v) -> bool:
-    return isinstance(v, tvm.ir.Expr) or hasattr(v, "scalar") and \
-        isinstance(v.scalar, tvm.ir.Expr)
+    return isinstance(var_value(v), tvm.ir.Expr)
 
 
 def _expr(v):
-    return v.scalar if hasattr(v, "scalar") and isinstance(v.scalar, tvm.ir.Expr) else v
+    return var_value(v)
 
 
 class Helpers:
@@ -419,9 +419,8 @@ class Helpers:
     def assign(name, prev, value):
         if _STACK:
             _STACK[-1].next_name = None
-        if hasattr(prev, "scalar") and isinstance(prev.scalar, tvm.ir.Expr) \
-                and value is not prev:  # `x = ...` on a T.alloc_var stores
-            _ir.buffer_store(prev.scalar.source, _expr(value), [0])
+        if var_value(prev) is not prev and value is not prev:  # `x = ...` on a T.alloc_var
+            _ir.buffer_store(var_value(prev).source, _expr(value), [0])
             return prev
         if isinstance(value, tvm.ir.Var) and _DEFAULT_NAME.fullmatch(value.name):
             IRBuilder.name(name, value)  # on-chip buffers and vars get the user's names

@@ -17,6 +17,7 @@ from tvm.tirx.script.builder import ir as _ir
 
 from core.ir import ops
 from core.ir.stmt import as_int
+from core.language.buffers import var_value
 from core.language.errors import KernelDefinitionError
 
 
@@ -29,8 +30,8 @@ def _region(x, construct):
         return ops.encode_region(x, [0] * len(shape), shape)
     if isinstance(x, tvm.ir.TensorLoad) and is_buffer_var(x.source):
         return ops.encode_region(x.source, list(x.indices))
-    if hasattr(x, "scalar") and isinstance(x.scalar, tvm.ir.TensorLoad):  # T.alloc_var
-        return _region(x.scalar.source, construct)
+    if var_value(x) is not x:  # T.alloc_var
+        return _region(var_value(x).source, construct)
     raise KernelDefinitionError(
         f"operand {x!r} is not a buffer or a buffer tile; allowed: A, A[i, j] (tile origin), "
         "A[i0:i1, j0:j1]", construct=construct)
