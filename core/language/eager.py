@@ -705,12 +705,20 @@ def is_scalar_type(ann) -> bool:
     return isinstance(ann, dtype) or hasattr(ann, "_dtype_str")
 
 
-def declared_tensors(fn) -> list:
-    """Parameters declared as tensors in the body (`A: T.Tensor(...)`), from the source."""
+def _source(fn) -> str | None:
+    """The dedented source of `fn`; None when it has none (a builtin, a REPL definition)."""
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+        return textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError):
+        return None
+
+
+def declared_tensors(fn, source: str | None = None) -> list:
+    """Parameters declared as tensors in the body (`A: T.Tensor(...)`), from the source."""
+    source = source if source is not None else _source(fn)
+    if source is None:
         return []
+    tree = ast.parse(source)
     node = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
     params = {a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs}
     found = []
@@ -724,12 +732,11 @@ def declared_tensors(fn) -> list:
 def is_eager_function(fn) -> bool:
     """Does `fn` look like an eager kernel function (declares tensors or uses T.const /
     T.empty / T.Kernel in its body) rather than a factory returning a prim_func?"""
-    if declared_tensors(fn):
-        return True
-    try:
-        src = inspect.getsource(fn)
-    except (OSError, TypeError):
+    src = _source(fn)
+    if src is None:
         return False
+    if declared_tensors(fn, src):
+        return True
     return bool(re.search(r"\bT\.(const|empty|Kernel)\s*\(", src)) and "@T.prim_func" not in src
 
 
