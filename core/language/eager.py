@@ -265,26 +265,22 @@ def macro(func=None, *, hygienic=True):
     return decorate(func) if func is not None else decorate
 
 
-class TensorType:
-    """`T.Tensor(shape, dtype)` and `T.Tensor[[shape], dtype]` (TileLang spells both)."""
+class StridedTensorType:
+    """`T.StridedTensor(shape, dtype, strides=...)` and `T.StridedTensor[[shape], [strides],
+    dtype]` over `make` (T.Tensor, which spells its own subscript form)."""
 
-    def __init__(self, make, strided=False):
+    def __init__(self, make):
         self._make = make
-        self._strided = strided
 
     def __call__(self, *args, **kwargs):
         return self._make(*args, **kwargs)
 
     def __getitem__(self, item):
         item = item if isinstance(item, tuple) else (item,)
-        if self._strided:
-            if len(item) != 3:
-                raise KernelDefinitionError("write T.StridedTensor[[shape], [strides], dtype]",
-                                            construct="T.StridedTensor")
-            return self._make(item[0], item[2], strides=item[1])
-        if len(item) != 2:
-            raise KernelDefinitionError("write T.Tensor[[shape], dtype]", construct="T.Tensor")
-        return self._make(item[0], item[1])
+        if len(item) != 3:
+            raise KernelDefinitionError("write T.StridedTensor[[shape], [strides], dtype]",
+                                        construct="T.StridedTensor")
+        return self._make(item[0], item[2], strides=item[1])
 
 
 # ---- runtime helpers the rewritten body calls (`__mt__.<name>`) ----------------------------
