@@ -9,9 +9,9 @@ from tvm.script import tirx as _tvm_script
 from core.language.allreduce import attr, comm_reducer, evaluate, tvm_thread_allreduce
 from core.language.atomic import (atomic_add, atomic_addx2, atomic_addx4, atomic_max,
                                   atomic_min)
-from core.language.buffers import (Tensor, alloc_fragment, alloc_local, alloc_shared,
+from core.language.buffers import (Buffer, Tensor, alloc_fragment, alloc_local, alloc_shared,
                                    alloc_var, dynamic, symbolic)
-from core.language.eager import TensorType as _TensorType
+from core.language.eager import StridedTensorType as _StridedTensorType
 from core.language.eager import annotate_capacity_dims, const, empty, macro
 from core.language.errors import KernelDefinitionError, LoweringError
 from core.language.frontend import prim_func
@@ -43,11 +43,8 @@ Cast = _tvm_script.Cast
 Select = _tvm_script.Select
 grid = _tvm_script.grid
 
-# eager style (core/language/eager.py): T.Tensor[[M, N], dtype], T.StridedTensor[...]
-Tensor = _TensorType(Tensor)
-StridedTensor = _TensorType(Tensor._make, strided=True)
-float = dtype("float32")  # noqa: A001 - TileLang's alias (T.float)
-Buffer = Tensor
+# T.Tensor[[M, N], dtype] is T.Tensor's own subscript form (core/language/buffers.py)
+StridedTensor = _StridedTensorType(Tensor)
 
 __all__ = [n for n in dir() if not n.startswith("_")]
 

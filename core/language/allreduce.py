@@ -24,6 +24,7 @@ from tvm.sym import Analyzer
 from tvm.tirx.script.builder import ir as _ir
 
 from core.ir import ops
+from core.ir.stmt import as_int
 from core.language.errors import KernelDefinitionError
 from core.language.kernel import _current
 from core.language.tileops import _region
@@ -117,12 +118,12 @@ def tvm_thread_allreduce(*args, dtype="handle"):
             "must stand inside `with T.attr(T.comm_reducer(...), \"reduce_scope\", ...)`, "
             "which says how to combine", construct=construct)
     reducer = _REDUCE_SCOPE[-1]
-    if len(args) < 5 or _int(args[0]) != 1:
+    if len(args) < 5 or as_int(args[0]) != 1:
         raise KernelDefinitionError(
             "takes (T.uint32(1), value, True, out[0], thread_var, ...): one value; "
             f"got {len(args)} arguments", construct=construct)
     value, cond, out, threads = args[1], args[2], args[3], args[4:]
-    if not (cond is True or _int(cond) == 1):
+    if not (cond is True or as_int(cond) == 1):
         raise KernelDefinitionError(f"condition {cond} is not supported; pass True",
                                     construct=construct)
     if not (isinstance(out, tvm.ir.TensorLoad) and ops.buffer_scope(out.source) == "local"):
@@ -159,16 +160,6 @@ def tvm_thread_allreduce(*args, dtype="handle"):
                           tirx.IntImm("int32", stride.bit_length() - 1),
                           tirx.IntImm("int32", extent.bit_length() - 1)))
     return _AllReduce()
-
-
-def _int(x):
-    if isinstance(x, bool):
-        return int(x)
-    if isinstance(x, int):
-        return x
-    if isinstance(x, tirx.IntImm):
-        return int(x.value)
-    return None
 
 
 def _pow2(n) -> bool:

@@ -39,13 +39,14 @@ KINDS = ("add", "max", "min")
 SCOPES = {"global": "device (T.Tensor)", "shared": "threadgroup (T.alloc_shared)"}
 
 
-def supported(dtype: str, kind: str, scope: str) -> str | None:
-    """None when MSL can do `kind` on `dtype` in `scope`, else the reason it cannot."""
+def supported(dtype: str, kind: str) -> str | None:
+    """None when MSL can do `kind` on `dtype` (in device or threadgroup memory), else the
+    reason it cannot."""
     if (dtype, kind) in METAL.atomic_native:
         return None
     if dtype in METAL.atomic_cas_dtypes:
         return None
-    allowed = sorted({d for d, _ in METAL.atomic_native if _ == kind} |
+    allowed = sorted({d for d, k in METAL.atomic_native if k == kind} |
                      set(METAL.atomic_cas_dtypes))
     return (f"MSL atomics are 32-bit (atomic_int, atomic_uint, atomic_float); {dtype} has no "
             f"atomic {kind}; allowed: {', '.join(allowed)}")
@@ -59,7 +60,7 @@ def _check_dst(buf, kind, construct):
             f"{' or '.join(SCOPES.values())} memory (a fragment or local buffer belongs to one "
             "thread: update it with a plain store)", construct=construct)
     dtype = ops.buffer_dtype(buf)
-    reason = supported(dtype, kind, scope)
+    reason = supported(dtype, kind)
     if reason is not None:
         raise KernelDefinitionError(f"destination '{buf.name}': {reason}", construct=construct)
     size = prod(as_int(d) or 0 for d in buf.ty.shape)

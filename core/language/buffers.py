@@ -88,6 +88,13 @@ def alloc_local(shape, dtype="float32", scope="local"):
     return _alloc(shape, dtype, "local", "T.alloc_local")
 
 
+def var_value(x):
+    """The element load a `T.alloc_var` stands for (TVMScript wraps it so that `x = ...`
+    assigns); any other value unchanged."""
+    scalar = getattr(x, "scalar", None)
+    return scalar if isinstance(scalar, tvm.ir.TensorLoad) else x
+
+
 def alloc_var(dtype="float32", init=None, scope="local"):
     """Per-thread scalar variable; `x = ...` assigns, `x` reads."""
     scalar = _ir.local_scalar(dtype=dtype_name(dtype, construct="T.alloc_var"))

@@ -15,14 +15,10 @@ from tvm import tirx
 from tvm.script.parser._core import doc
 from tvm.script.parser.core.dispatch import get_op, register_op
 
+from core.language.buffers import var_value
+
 _COMPARISONS = (doc.Eq, doc.NotEq, doc.Lt, doc.LtE, doc.Gt, doc.GtE)
 _installed = False
-
-
-def _expr(x):
-    if hasattr(x, "scalar") and isinstance(x.scalar, tvm.ir.TensorLoad):  # T.alloc_var
-        return x.scalar
-    return x
 
 
 def _int_dtype(x):
@@ -34,7 +30,7 @@ def _int_dtype(x):
 
 def promote(a, b) -> tuple:
     """(a, b) with the narrower of two integer expressions cast to the wider dtype."""
-    a, b = _expr(a), _expr(b)
+    a, b = var_value(a), var_value(b)
     da, db = _int_dtype(a), _int_dtype(b)
     if da is None or db is None or da.bits == db.bits:
         return a, b

@@ -16,6 +16,7 @@ import tvm
 from tvm.script.parser.core import dispatch
 from tvm.script.parser.core.evaluator import ExprEvaluator
 
+from core.language.buffers import var_value
 from core.language.errors import KernelDefinitionError
 
 _installed = False
@@ -23,7 +24,7 @@ _installed = False
 
 def _is_tir(value) -> bool:
     return tvm.ir.is_prim_expr(value) or isinstance(value, tvm.tirx.expr.ExprOp) or \
-        (hasattr(value, "scalar") and isinstance(value.scalar, tvm.ir.TensorLoad))
+        var_value(value) is not value
 
 
 def _describe(value) -> str:
@@ -47,7 +48,7 @@ def python_truth(value, construct: str) -> bool:
 
 def _scalar_branch(value, which: str):
     if _is_tir(value) or isinstance(value, (int, float)):
-        return value.scalar if hasattr(value, "scalar") else value
+        return var_value(value)
     raise KernelDefinitionError(
         f"the {which} branch is {_describe(value)}; a ternary on a kernel value selects "
         "between two scalar values (use an `if` statement to choose between statements or "
@@ -64,7 +65,7 @@ def _install_if_exp():
             return self._eval_expr(self._visit(chosen))
         if isinstance(test, bool):
             return original(self, node)
-        test = test.scalar if hasattr(test, "scalar") else test
+        test = var_value(test)
         if not tvm.ir.is_prim_expr(test) or str(test.ty.dtype) != "bool":
             raise KernelDefinitionError(
                 f"the condition {test} is not a boolean; compare it (`c != 0`)",

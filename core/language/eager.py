@@ -48,6 +48,7 @@ from tvm.tirx.script.builder import ir as _ir
 
 from core.ir import annotations as keys
 from core.errors import MetaltileError
+from core.language.buffers import var_value
 from core.language.dtypes import dtype_name
 from core.language.errors import KernelDefinitionError
 
@@ -264,26 +265,22 @@ def macro(func=None, *, hygienic=True):
     return decorate(func) if func is not None else decorate
 
 
-class TensorType:
-    """`T.Tensor(shape, dtype)` and `T.Tensor[[shape], dtype]` (TileLang spells both)."""
+class StridedTensorType:
+    """`T.StridedTensor(shape, dtype, strides=...)` and `T.StridedTensor[[shape], [strides],
+    dtype]` over `make` (T.Tensor, which spells its own subscript form)."""
 
-    def __init__(self, make, strided=False):
+    def __init__(self, make):
         self._make = make
-        self._strided = strided
 
     def __call__(self, *args, **kwargs):
         return self._make(*args, **kwargs)
 
     def __getitem__(self, item):
         item = item if isinstance(item, tuple) else (item,)
-        if self._strided:
-            if len(item) != 3:
-                raise KernelDefinitionError("write T.StridedTensor[[shape], [strides], dtype]",
-                                            construct="T.StridedTensor")
-            return self._make(item[0], item[2], strides=item[1])
-        if len(item) != 2:
-            raise KernelDefinitionError("write T.Tensor[[shape], dtype]", construct="T.Tensor")
-        return self._make(item[0], item[1])
+        if len(item) != 3:
+            raise KernelDefinitionError("write T.StridedTensor[[shape], [strides], dtype]",
+                                        construct="T.StridedTensor")
+        return self._make(item[0], item[2], strides=item[1])
 
 
 # ---- runtime helpers the rewritten body calls (`__mt__.<name>`) ----------------------------
@@ -318,12 +315,11 @@ def _as_list(v) -> list:
 
 
 def _is_tir(v) -> bool:
-    return isinstance(v, tvm.ir.Expr) or hasattr(v, "scalar") and \
-        isinstance(v.scalar, tvm.ir.Expr)
+    return isinstance(var_value(v), tvm.ir.Expr)
 
 
 def _expr(v):
-    return v.scalar if hasattr(v, "scalar") and isinstance(v.scalar, tvm.ir.Expr) else v
+    return var_value(v)
 
 
 class Helpers:
@@ -419,9 +415,8 @@ class Helpers:
     def assign(name, prev, value):
         if _STACK:
             _STACK[-1].next_name = None
-        if hasattr(prev, "scalar") and isinstance(prev.scalar, tvm.ir.Expr) \
-                and value is not prev:  # `x = ...` on a T.alloc_var stores
-            _ir.buffer_store(prev.scalar.source, _expr(value), [0])
+        if var_value(prev) is not prev and value is not prev:  # `x = ...` on a T.alloc_var
+            _ir.buffer_store(var_value(prev).source, _expr(value), [0])
             return prev
         if isinstance(value, tvm.ir.Var) and _DEFAULT_NAME.fullmatch(value.name):
             IRBuilder.name(name, value)  # on-chip buffers and vars get the user's names
@@ -706,12 +701,20 @@ def is_scalar_type(ann) -> bool:
     return isinstance(ann, dtype) or hasattr(ann, "_dtype_str")
 
 
-def declared_tensors(fn) -> list:
-    """Parameters declared as tensors in the body (`A: T.Tensor(...)`), from the source."""
+def _source(fn) -> str | None:
+    """The dedented source of `fn`; None when it has none (a builtin, a REPL definition)."""
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+        return textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError):
+        return None
+
+
+def declared_tensors(fn, source: str | None = None) -> list:
+    """Parameters declared as tensors in the body (`A: T.Tensor(...)`), from the source."""
+    source = source if source is not None else _source(fn)
+    if source is None:
         return []
+    tree = ast.parse(source)
     node = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
     params = {a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs}
     found = []
@@ -725,12 +728,11 @@ def declared_tensors(fn) -> list:
 def is_eager_function(fn) -> bool:
     """Does `fn` look like an eager kernel function (declares tensors or uses T.const /
     T.empty / T.Kernel in its body) rather than a factory returning a prim_func?"""
-    if declared_tensors(fn):
-        return True
-    try:
-        src = inspect.getsource(fn)
-    except (OSError, TypeError):
+    src = _source(fn)
+    if src is None:
         return False
+    if declared_tensors(fn, src):
+        return True
     return bool(re.search(r"\bT\.(const|empty|Kernel)\s*\(", src)) and "@T.prim_func" not in src
 
 

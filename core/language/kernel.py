@@ -20,7 +20,6 @@ from core.target import METAL
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
-MAX_THREADS = METAL.max_threads_per_group
 
 
 def _threads_tuple(threads) -> tuple[int, ...]:

@@ -34,7 +34,7 @@ class Layout:
     """A map from a buffer's logical indices to physical ones: `forward(*idx) -> idx'`."""
 
     def __init__(self, shape, forward_fn=None, *, name="T.Layout"):
-        self.shape = tuple(int(as_int(d) if not isinstance(d, int) else d) for d in shape)
+        self.shape = tuple(as_int(d) for d in shape)   # None: a symbolic dim
         self.forward_fn = forward_fn or (lambda *idx: idx)
         self.name = name
 
@@ -44,9 +44,9 @@ class Layout:
             raise KernelDefinitionError(
                 f"{self.name} of shape {self.shape} annotates buffer '{buf.name}' of shape "
                 f"{shape}; the shapes must match", construct=construct)
-        size = prod(shape)
-        if None in shape or size > MAX_CHECKED:
+        if None in shape or prod(shape) > MAX_CHECKED:
             return
+        size = prod(shape)
         try:
             arity = len(inspect.signature(self.forward_fn).parameters)
         except (TypeError, ValueError):

@@ -11,16 +11,16 @@ import builtins
 import tvm
 from tvm.script import tirx as _T
 
+from core.language.buffers import var_value
 from core.language.dtypes import dtype_name
 from core.language.errors import KernelDefinitionError
 from core.target import DTYPES
 
 
 def _expr(x, dtype="float32"):
+    x = var_value(x)
     if isinstance(x, tvm.ir.Expr):
         return x
-    if hasattr(x, "scalar"):  # T.alloc_var wrapper
-        return x.scalar
     return tvm.tirx.const(x, "bool" if isinstance(x, bool) else
                           "int32" if isinstance(x, int) else dtype)
 

@@ -64,7 +64,7 @@ def _whole_buffer(x, role, construct):
     return region
 
 
-def _staged(region, construct):
+def _staged(region):
     """A fragment of `region`'s buffer's shape and dtype, named after it."""
     buf = region.buffer
     frag = alloc_fragment(tuple(buf.ty.shape), ops.buffer_dtype(buf))
@@ -111,10 +111,10 @@ def _reduce(kind, src, dst, dim, clear, batch=1, construct=None, nan_propagate=F
                                     construct=construct)
     src_buf, dst_buf = s.buffer, d.buffer
     if s.scope == "shared":
-        src_buf = _staged(s, construct)
+        src_buf = _staged(s)
         copy(s.buffer, src_buf)
     if d.scope == "shared":
-        dst_buf = _staged(d, construct)
+        dst_buf = _staged(d)
         if not clear:
             copy(d.buffer, dst_buf)
     zeros = [tvm.tirx.IntImm("int32", 0)] * len(s_shape)

@@ -16,6 +16,8 @@ from tvm.tirx import is_buffer_var
 from tvm.tirx.script.builder import ir as _ir
 
 from core.ir import ops
+from core.ir.stmt import as_int
+from core.language.buffers import var_value
 from core.language.errors import KernelDefinitionError
 
 
@@ -28,8 +30,8 @@ def _region(x, construct):
         return ops.encode_region(x, [0] * len(shape), shape)
     if isinstance(x, tvm.ir.TensorLoad) and is_buffer_var(x.source):
         return ops.encode_region(x.source, list(x.indices))
-    if hasattr(x, "scalar") and isinstance(x.scalar, tvm.ir.TensorLoad):  # T.alloc_var
-        return _region(x.scalar.source, construct)
+    if var_value(x) is not x:  # T.alloc_var
+        return _region(var_value(x).source, construct)
     raise KernelDefinitionError(
         f"operand {x!r} is not a buffer or a buffer tile; allowed: A, A[i, j] (tile origin), "
         "A[i0:i1, j0:j1]", construct=construct)
@@ -75,12 +77,12 @@ def transpose(src, dst, annotations=None):
         raise KernelDefinitionError(
             f"needs 2-D tiles, got source {list(s_ext)} and destination {list(d_ext)}",
             construct=construct)
-    if [_const(e) for e in s_ext] != [_const(e) for e in reversed(d_ext)] or \
-            None in map(_const, s_ext):
+    if [as_int(e) for e in s_ext] != [as_int(e) for e in reversed(d_ext)] or \
+            None in map(as_int, s_ext):
         raise KernelDefinitionError(
             f"source extents {list(s_ext)} and destination extents {list(d_ext)} must be "
             "constants and transposed ([M, N] -> [N, M])", construct=construct)
-    m, n = (_const(e) for e in s_ext)
+    m, n = (as_int(e) for e in s_ext)
     _ir.evaluate(ops.call("tl.parallel_scope", m, n))
     with _ir.grid(m, n) as (i, j):
         value = s.buffer[s.mins[0] + i, s.mins[1] + j]
@@ -91,13 +93,7 @@ def _extents(region, other):
     """A region's extents; an origin form (`A[i, j]`) takes the other operand's, swapped."""
     if region.extents is not None:
         return list(region.extents)
-    if all(_const(m) == 0 for m in region.mins) or \
-            (other.extents is None and any(_const(m) != 0 for m in other.mins)):
+    if all(as_int(m) == 0 for m in region.mins) or \
+            (other.extents is None and any(as_int(m) != 0 for m in other.mins)):
         return list(ops.buffer_shape(region.buffer))
     return list(reversed(_extents(other, region)))
-
-
-def _const(e):
-    if isinstance(e, int):
-        return e
-    return int(e.value) if isinstance(e, tvm.tirx.IntImm) else None

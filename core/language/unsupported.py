@@ -20,7 +20,8 @@ class UnsupportedConstruct(KernelDefinitionError, AttributeError):
 
 # (prefix or name, reason), first match wins; the group defaults follow.
 _BY_NAME = (
-    (("atomic_",), "atomics are not implemented yet"),
+    (("atomic_",), "of the atomics only T.atomic_add (x2, x4), T.atomic_max and "
+                   "T.atomic_min are implemented"),
     (("mbarrier_", "barrier_arrive", "barrier_wait", "alloc_barrier"),
      "Metal has no asynchronous (mbarrier-style) barriers; tile ops get their "
      "threadgroup barriers from the compiler"),
@@ -55,7 +56,7 @@ _BY_NAME = (
 )
 _MATH = ("acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "cosh", "sinh", "tan",
          "erf", "exp10", "expm1", "hypot", "ldexp", "log1p", "nextafter", "copysign",
-         "isfinite", "nearbyint", "popcount", "clz", "bitwise_", "shift_", "truncdiv",
+         "isfinite", "nearbyint", "popcount", "clz", "truncdiv",
          "truncmod", "q_multiply_shift", "fast_")
 _BY_GROUP = {
     "cuda": "a CUDA-only construct of TileLang's default dialect; Metal has no equivalent",

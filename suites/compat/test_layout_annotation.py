@@ -99,6 +99,23 @@ def test_layout_errors(annotation, message):
 
 # ---- fragment indexing beyond the loop variables ----------------------------------------
 
+def test_layout_of_a_device_buffer_with_a_symbolic_dim(run):
+    """A layout of a buffer whose length is symbolic is accepted (its bijection cannot be
+    enumerated) and, like every layout, leaves the logical results."""
+    M, N = T.dynamic("M"), 8
+
+    @T.prim_func
+    def scale(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(M, 4), threads=32) as bx:
+            T.annotate_layout({A: T.make_swizzled_layout(A)})
+            for i, j in T.Parallel(4, N):
+                if bx * 4 + i < M:
+                    B[bx * 4 + i, j] = A[bx * 4 + i, j] * 2.0
+
+    a = random_tensor((10, N), "float32", 3)
+    assert torch.equal(run(core.compile(scale, out_idx=[1]), a), a * 2)
+
+
 def test_constant_index_of_a_one_element_fragment(run):
     """`mx[0]` inside T.Parallel(N): a (1,) reduction result, held by every thread."""
     N = 96

@@ -27,6 +27,23 @@ def test_transpose_through_shared_tiles(run, M, N, dtype):
     assert torch.equal(run(core.compile(tr, out_idx=[1]), a), a.T.contiguous())
 
 
+def test_tensor_subscript_of_extents_only_is_float32(run):
+    """`T.Tensor[M, N]` (no dtype) annotates a float32 tensor of shape (M, N)."""
+    M, N = 16, 8
+
+    @T.prim_func
+    def tr(A: T.Tensor[M, N], B: T.Tensor[N, M]):
+        with T.Kernel(1, threads=64):
+            S = T.alloc_shared((M, N), "float32")
+            D = T.alloc_shared((N, M), "float32")
+            T.copy(A, S)
+            T.transpose(S, D)
+            T.copy(D, B)
+
+    a = random_tensor((M, N), "float32", 2)
+    assert torch.equal(run(core.compile(tr, out_idx=[1]), a), a.T.contiguous())
+
+
 def test_transpose_of_a_tile_of_a_larger_buffer(run):
     M, N, b = 40, 24, 8
 
