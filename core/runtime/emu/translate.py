@@ -37,9 +37,13 @@ the MSL line.
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from core.errors import LaunchError, MSLCompileError
 from core.target import DTYPES
@@ -295,10 +299,20 @@ _FUNCTION_CONSTANT = re.compile(
 
 
 def _constant_literal(value, name: str, index: int, kernel: str | None) -> str:
-    if isinstance(value, bool):
+    """A C++ literal for a function constant's value: bools, integers and reals, NumPy
+    scalars included; infinities and NaN as the builtins that make them (`repr` gives
+    `inf`/`nan`, which are not C++)."""
+    if isinstance(value, (bool, np.bool_)):
         return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        real = float(value)
+        if math.isnan(real):
+            return '__builtin_nan("")'
+        if math.isinf(real):
+            return "__builtin_huge_val()" if real > 0 else "-__builtin_huge_val()"
+        return repr(real)
     raise LaunchError(f"value {value!r} ({type(value).__name__}) for function constant "
                       f"'{name}' is not a bool, int or float", kernel=kernel,
                       construct=f"function_constants[{index}]")

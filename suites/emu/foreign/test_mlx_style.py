@@ -6,6 +6,7 @@ metal::fast, ldexp. Each run with every check and compared against torch in floa
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -103,6 +104,24 @@ kernel void k(device int* y [[buffer(0)]]) { y[0] = shift; }
     with pytest.raises(LaunchError, match=r"kernel 'k'.*function_constants\[3\].*'42' \(str\) "
                                           r"for function constant 'shift' is not a bool, int"):
         emu.run_msl(src, "k", buffers=[y], function_constants={3: "42"})
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, np.float32(0.5), 1e-30])
+def test_a_real_function_constant_keeps_its_value(value):
+    src = """\
+#include <metal_stdlib>
+using namespace metal;
+constant float limit [[function_constant(0)]];
+constant int count [[function_constant(1)]];
+kernel void k(device float* y [[buffer(0)]], device int* n [[buffer(1)]]) {
+  y[0] = limit;
+  n[0] = count;
+}
+"""
+    y, n = np.zeros(1, np.float32), np.zeros(1, np.int32)
+    run_clean(src, "k", 1, 1, [y, n], function_constants={0: value, 1: np.int64(-7)})
+    assert y[0] == np.float32(value) or (math.isnan(value) and math.isnan(y[0]))
+    assert n[0] == -7
 
 
 def test_harness_emu_with_a_function_constant(tmp_path, capsys, monkeypatch):
