@@ -20,6 +20,7 @@ import inspect
 from itertools import product
 from math import prod
 
+from tvm_ffi import structural_equal
 from tvm.tirx import is_buffer_var
 
 from core.ir import ops
@@ -34,16 +35,17 @@ class Layout:
     """A map from a buffer's logical indices to physical ones: `forward(*idx) -> idx'`."""
 
     def __init__(self, shape, forward_fn=None, *, name="T.Layout"):
-        self.shape = tuple(as_int(d) for d in shape)   # None: a symbolic dim
+        self.shape = tuple(shape)
         self.forward_fn = forward_fn or (lambda *idx: idx)
         self.name = name
 
     def check(self, buf, construct):
-        shape = tuple(as_int(d) for d in buf.ty.shape)
-        if self.shape != shape:
+        shape = tuple(as_int(d) for d in buf.ty.shape)   # None: a symbolic dim
+        if len(self.shape) != len(shape) or not all(
+                _same_dim(a, b) for a, b in zip(self.shape, buf.ty.shape)):
             raise KernelDefinitionError(
-                f"{self.name} of shape {self.shape} annotates buffer '{buf.name}' of shape "
-                f"{shape}; the shapes must match", construct=construct)
+                f"{self.name} of shape {_dims(self.shape)} annotates buffer '{buf.name}' of "
+                f"shape {_dims(buf.ty.shape)}; the shapes must match", construct=construct)
         if None in shape or prod(shape) > MAX_CHECKED:
             return
         size = prod(shape)
@@ -66,6 +68,19 @@ class Layout:
             raise KernelDefinitionError(
                 f"{self.name} maps the {size} elements of '{buf.name}' onto {len(images)} "
                 "places; a layout must be a bijection", construct=construct)
+
+
+def _same_dim(a, b) -> bool:
+    """Equal extents: the same constant, or the same symbolic expression (two different
+    symbolic dims may differ at run time, so they do not match)."""
+    ia, ib = as_int(a), as_int(b)
+    if ia is not None or ib is not None:
+        return ia == ib
+    return structural_equal(a, b)
+
+
+def _dims(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ")"
 
 
 def make_swizzled_layout(buffer, k_major=True, allow_pad=True):

@@ -97,6 +97,26 @@ def test_layout_errors(annotation, message):
     assert "T.annotate_layout" in str(err.value)
 
 
+def test_a_layout_of_another_symbolic_dim_is_refused():
+    """Two different symbolic dims may differ at run time, so a layout written for one does not
+    annotate a buffer of the other."""
+    M, K = T.dynamic("M"), T.dynamic("K")
+
+    def build():
+        @T.prim_func
+        def scale(A: T.Tensor((M, 8), "float32"), B: T.Tensor((M, 8), "float32")):
+            with T.Kernel(T.ceildiv(M, 4), threads=32) as bx:
+                T.annotate_layout({A: T.Layout((K, 8), lambda i, j: (i, j))})
+                for i, j in T.Parallel(4, 8):
+                    if bx * 4 + i < M:
+                        B[bx * 4 + i, j] = A[bx * 4 + i, j] * 2.0
+        return core.compile(scale, out_idx=[1])
+
+    with pytest.raises(KernelDefinitionError, match=r"T.Layout of shape \(K, 8\) annotates "
+                                                    r"buffer 'A' of shape \(M, 8\)"):
+        build()
+
+
 # ---- fragment indexing beyond the loop variables ----------------------------------------
 
 def test_layout_of_a_device_buffer_with_a_symbolic_dim(run):
