@@ -160,6 +160,9 @@ class Builder:
         self._tool_tag = _digest(tc.cxx, ".".join(map(str, tc.version)), platform.machine(),
                                  str(INCLUDE_DIR), cross.target() or "host")
         self._headers = _files_digest(INCLUDE_DIR.glob("*.h"))
+        # Read once, as the headers: hashing the runtime's sources on every launch cost
+        # more than the rest of a launch's Python side.
+        self._runtime = _files_digest(RUNTIME_SOURCES)
 
     # -- shared artifacts ---------------------------------------------------------------
 
@@ -190,7 +193,7 @@ class Builder:
     def runtime_objects(self) -> list[Path]:
         """One object per runtime source file; every one is keyed by all the sources (they
         share runtime.h)."""
-        sources = _files_digest(RUNTIME_SOURCES)
+        sources = self._runtime
         objects = []
         for unit in RUNTIME_UNITS:
             key = _digest("rt", self._tool_tag, sources, unit.name, *RUNTIME_FLAGS)
@@ -239,7 +242,7 @@ class Builder:
         unit = translation.cpp + launcher.generate(translation.kernels,
                                                      translation.threadgroup_params)
         key = _digest("kernel", self._tool_tag, self._headers,
-                      _files_digest(RUNTIME_SOURCES), *flags, unit)
+                      self._runtime, *flags, unit)
         target = cache_dir() / f"kernel-{key}.bin"
         if not target.exists():  # under the current cache root, as for shared artifacts
             self._compile(unit, target, flags, checked, translation, kernel_hint)

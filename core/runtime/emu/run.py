@@ -2,9 +2,9 @@
 
 The public entry point of the emulator (docs/architecture.md, "Public interfaces"). One call:
 translate the MSL (translate.py), build or fetch the executable (build.py), write the
-launch and the buffers to a shared job file (job.py), run the executable in a child
-process under a watchdog, then copy the buffers back in place and return the findings
-(with MSL lines) and the counters. The kernel always runs in a child process, so a kernel
+launch and the buffers to a shared job file (job.py), run the launch in a child process
+under a watchdog (forked by the executable's launch server, launch_server.py), then copy
+the buffers back in place and return the findings (with MSL lines) and the counters. The kernel always runs in a child process, so a kernel
 that crashes or hangs never takes the caller down: the caller gets a `KernelCrashError` or
 `KernelTimeoutError` naming the kernel, threadgroup and thread.
 """
@@ -24,7 +24,7 @@ import numpy as np
 from core.errors import KernelCrashError, KernelTimeoutError, LaunchError, MSLCompileError
 from core.target import METAL
 
-from . import cross
+from . import cross, launch_server
 from . import job as jobfile
 from .build import default_builder
 from .translate import SOURCE_NAME, Translation, translate
@@ -250,15 +250,13 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
     result_path = job.path + ".result.json"
     try:
         try:
-            proc = subprocess.run([*cross.run_prefix(), str(exe.path), job.path, kernel_name,
-                                   result_path],
-                                  capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
+            outcome = _launch(exe.path, job.path, kernel_name, result_path, timeout)
+        except (subprocess.TimeoutExpired, launch_server.LaunchTimeout):
             raise KernelTimeoutError(
                 f"did not finish within {timeout:g} s (watchdog); an endless loop, or a "
                 "launch too large for the emulator (pass timeout=...)",
                 kernel=kernel_name, construct=f"grid {grid3}, threadgroup {tg3}") from None
-        report = _read_report(result_path, proc, kernel_name)
+        report = _read_report(result_path, outcome, kernel_name)
         if report["status"] == "crash":
             raise _crash_error(report, exe.path, kernel_name, grid3, tg3)
         if report["status"] == "launch_error":
@@ -277,14 +275,27 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
     return _result(report, exe.path, sig, translation, kernel_name)
 
 
-def _read_report(path: str, proc: subprocess.CompletedProcess, kernel: str) -> dict:
+def _launch(exe: Path, job: str, kernel: str, result: str,
+            timeout: float) -> launch_server.Outcome:
+    """Run one launch in a child process: forked by the executable's launch server on the
+    host, a process of its own under another CPU's emulator (cross.py)."""
+    prefix = cross.run_prefix()
+    if not prefix:
+        return launch_server.launch(exe, job, kernel, result, timeout)
+    proc = subprocess.run([*prefix, str(exe), job, kernel, result], capture_output=True,
+                          text=True, timeout=timeout)
+    return launch_server.Outcome(proc.returncode, proc.stderr)
+
+
+def _read_report(path: str, outcome: launch_server.Outcome, kernel: str) -> dict:
     try:
         with open(path) as f:
             return json.load(f)
     except (OSError, ValueError):
-        detail = (proc.stderr or "").strip()[-2000:]
-        signal = f" (killed by signal {-proc.returncode})" if proc.returncode < 0 else ""
-        raise KernelCrashError(f"the emulator process ended with status {proc.returncode}"
+        detail = (outcome.stderr or "").strip()[-2000:]
+        code = outcome.returncode
+        signal = f" (killed by signal {-code})" if code < 0 else ""
+        raise KernelCrashError(f"the emulator process ended with status {code}"
                                f"{signal} without a report{': ' + detail if detail else ''}",
                                kernel=kernel) from None
 

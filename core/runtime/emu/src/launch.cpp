@@ -1,8 +1,17 @@
 // launch.cpp: one dispatch, from the job file to the result.
 //
 // Built once per toolchain WITHOUT instrumentation, with the other files of src/, and
-// linked into every kernel binary. The binary is run by core/runtime/emu/run.py as
-// `kernel.bin JOB KERNEL RESULT`:
+// linked into every kernel binary. run.py runs it in one of two ways:
+//   `kernel.bin JOB KERNEL RESULT`: one launch, then exit;
+//   `kernel.bin --serve`: a launch server (core/runtime/emu/launch_server.py). It reads
+//           one request per line on stdin, `JOB<TAB>KERNEL<TAB>RESULT`, forks a child
+//           that runs that launch exactly as the one-launch form would, writes
+//           `pid PID` on stdout as the child starts and `exit CODE` or `signal SIG`
+//           when it ends. The server itself never runs a kernel: every launch starts
+//           from the state the program had before its first one (nothing carries over
+//           between launches), a crash or a hang ends only that child, and the exec,
+//           the dynamic loading and the C++ runtime's start are paid once per server.
+// The arguments:
 //   JOB     a file (job.py writes it; layout in job.h) holding the launch header and every
 //           buffer, mapped shared so the caller sees the kernel's writes;
 //   KERNEL  the kernel function to launch (the launcher's __mt_kernels table);
@@ -13,6 +22,13 @@
 // What Metal checks at dispatch is checked here before any thread runs, as a launch error:
 // every [[buffer(i)]] a kernel parameter is bound to is given and large enough, and the
 // threadgroup holds 1 to MT_MAX_THREADS_PER_GROUP threads.
+
+#include <poll.h>
+#include <sys/wait.h>
+#include <cerrno>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "runtime.h"
 
@@ -39,21 +55,21 @@ using namespace mt;
 
 // ---------------------------------------------------------------------------------------
 
-int main(int argc, char** argv) {
-  if (argc != 4) {
-    fprintf(stderr, "usage: %s JOB KERNEL RESULT\n", argv[0]);
-    return 2;
-  }
-  g_launch.result_path = argv[3];
-  snprintf(g_crash_path, sizeof g_crash_path, "%s", argv[3]);
+namespace {
+
+// One launch: the job file `job_path`, the kernel `kernel`, the result document
+// `result_path`. Returns the exit status (launch errors and crashes exit from inside).
+int run_launch(const char* job_path, const char* kernel, const char* result_path) {
+  g_launch.result_path = result_path;
+  snprintf(g_crash_path, sizeof g_crash_path, "%s", result_path);
   install_crash_handlers();
 
-  int fd = open(argv[1], O_RDWR);
-  if (fd < 0) fail_launch("cannot open job file %s", argv[1]);
+  int fd = open(job_path, O_RDWR);
+  if (fd < 0) fail_launch("cannot open job file %s", job_path);
   struct stat st;
-  if (fstat(fd, &st) != 0) fail_launch("cannot read the size of job file %s", argv[1]);
+  if (fstat(fd, &st) != 0) fail_launch("cannot read the size of job file %s", job_path);
   void* map = mmap(nullptr, size_t(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (map == MAP_FAILED) fail_launch("cannot map job file %s", argv[1]);
+  if (map == MAP_FAILED) fail_launch("cannot map job file %s", job_path);
   close(fd);
   g_launch.map = static_cast<unsigned char*>(map);
   g_launch.map_size = size_t(st.st_size);
@@ -62,8 +78,8 @@ int main(int argc, char** argv) {
   if (memcmp(job->magic, kJobMagic, 8) != 0) fail_launch("job file has a wrong format version");
 
   for (uint32_t k = 0; k < __mt_kernel_count; ++k)
-    if (strcmp(__mt_kernels[k].name, argv[2]) == 0) g_launch.kernel = &__mt_kernels[k];
-  if (!g_launch.kernel) fail_launch("no kernel function named '%s' in the MSL source", argv[2]);
+    if (strcmp(__mt_kernels[k].name, kernel) == 0) g_launch.kernel = &__mt_kernels[k];
+  if (!g_launch.kernel) fail_launch("no kernel function named '%s' in the MSL source", kernel);
 
   const __mt_kernel_desc* kd = g_launch.kernel;
   for (uint32_t i = 0; i < kd->nparams; ++i) {
@@ -112,4 +128,113 @@ int main(int argc, char** argv) {
   msync(map, g_launch.map_size, MS_SYNC);
   write_results();
   return 0;
+}
+
+// Writes all of `text` to `fd` (the server's replies; no stdio buffer to inherit).
+bool write_all(int fd, const char* text, size_t n) {
+  while (n) {
+    ssize_t k = write(fd, text, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    text += k;
+    n -= size_t(k);
+  }
+  return true;
+}
+
+void on_child_exit(int) {}  // only interrupts ppoll
+
+// Waits for launch child `pid`; gives up on it (kills it) when the caller closes the
+// request pipe meanwhile, so a hung kernel never outlives its caller. SIGCHLD is blocked
+// except inside ppoll, so an exit between waitpid and ppoll is never missed.
+bool wait_child(pid_t pid, int* status, const sigset_t* during_poll) {
+#ifndef __linux__  // no ppoll: a plain wait (the caller's watchdog still kills the child)
+  (void)during_poll;
+  while (waitpid(pid, status, 0) < 0)
+    if (errno != EINTR) return false;
+  return true;
+#else
+  for (;;) {
+    pid_t r = waitpid(pid, status, WNOHANG);
+    if (r == pid) return true;
+    if (r < 0 && errno != EINTR) return false;
+    pollfd in{0, POLLIN, 0};
+    int k = ppoll(&in, 1, nullptr, during_poll);
+    if (k > 0 && (in.revents & (POLLIN | POLLHUP | POLLERR))) {
+      kill(pid, SIGKILL);
+      waitpid(pid, status, 0);
+      return false;
+    }
+  }
+#endif
+}
+
+// The launch server (see the top of this file). Requests are read a byte at a time, so
+// nothing past a request's newline is consumed before the child that runs it is forked.
+int serve() {
+  sigset_t chld, during_poll;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &chld, &during_poll);
+  sigdelset(&during_poll, SIGCHLD);
+  struct sigaction sa{};
+  sa.sa_handler = on_child_exit;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGCHLD, &sa, nullptr);
+  std::string line;
+  for (;;) {
+    line.clear();
+    char c;
+    for (;;) {
+      ssize_t k = read(0, &c, 1);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) return 0;  // the caller closed the pipe: done
+      if (c == '\n') break;
+      line += c;
+    }
+    size_t t1 = line.find('\t'), t2 = t1 == std::string::npos ? t1 : line.find('\t', t1 + 1);
+    if (t2 == std::string::npos) {
+      static const char bad[] = "error malformed request\n";
+      if (!write_all(1, bad, sizeof bad - 1)) return 1;
+      continue;
+    }
+    line[t1] = line[t2] = '\0';
+    pid_t pid = fork();
+    if (pid == 0) {
+#ifdef __linux__
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // the server is gone: so is its launch
+#endif
+      signal(SIGCHLD, SIG_DFL);
+      sigprocmask(SIG_SETMASK, &during_poll, nullptr);
+      // The child talks only through the result file; stdin and stdout are the server's.
+      int null = open("/dev/null", O_RDWR);
+      if (null >= 0) {
+        dup2(null, 0);
+        dup2(null, 1);
+        if (null > 2) close(null);
+      }
+      exit(run_launch(line.c_str(), line.c_str() + t1 + 1, line.c_str() + t2 + 1));
+    }
+    char reply[64];
+    int n = pid < 0 ? snprintf(reply, sizeof reply, "error fork failed: errno %d\n", errno)
+                    : snprintf(reply, sizeof reply, "pid %d\n", int(pid));
+    if (!write_all(1, reply, size_t(n))) return 1;
+    if (pid < 0) continue;
+    int status = 0;
+    if (!wait_child(pid, &status, &during_poll)) return 0;
+    n = WIFSIGNALED(status) ? snprintf(reply, sizeof reply, "signal %d\n", WTERMSIG(status))
+                            : snprintf(reply, sizeof reply, "exit %d\n", WEXITSTATUS(status));
+    if (!write_all(1, reply, size_t(n))) return 1;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 2 && strcmp(argv[1], "--serve") == 0) return serve();
+  if (argc != 4) {
+    fprintf(stderr, "usage: %s JOB KERNEL RESULT | %s --serve\n", argv[0], argv[0]);
+    return 2;
+  }
+  return run_launch(argv[1], argv[2], argv[3]);
 }

@@ -1,0 +1,190 @@
+"""Launch servers (core/runtime/emu/launch_server.py): one process per executable forks
+every launch, so nothing of one launch reaches the next.
+
+Each library below holds a clean kernel and one with a defect (a race, an uninitialized
+threadgroup read, an out-of-bounds access, a crash, a hang): one executable, so one
+server runs them all. Every result must equal that of the same launch on a server that
+has run nothing before (a fresh process): same findings (kind, buffer, line, thread,
+count), same counters, same outputs, in either order."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from core.errors import KernelCrashError, KernelTimeoutError
+from core.runtime.emu import launch_server
+from emucase import clean, line_of, run
+
+CLEAN = r"""
+kernel void clean_copy(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                       uint tid [[thread_index_in_threadgroup]],
+                       uint g [[threadgroup_position_in_grid]]) {
+  threadgroup float tile[64];
+  tile[tid] = x[g * 64 + tid];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  y[g * 64 + tid] = tile[63 - tid] + 1.0f;
+}
+"""
+RACY = r"""
+kernel void racy(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                 uint tid [[thread_index_in_threadgroup]],
+                 uint g [[threadgroup_position_in_grid]]) {
+  threadgroup float tile[64];
+  tile[tid] = x[g * 64 + tid];
+  y[g * 64 + tid] = tile[63 - tid];
+}
+"""
+UNINIT = r"""
+kernel void half_written(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                         uint tid [[thread_index_in_threadgroup]],
+                         uint g [[threadgroup_position_in_grid]]) {
+  threadgroup float tile[64];
+  if (tid < 32) tile[tid] = x[g * 64 + tid];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  y[g * 64 + tid] = tile[tid];
+}
+"""
+OUT_OF_BOUNDS = r"""
+kernel void past_end(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                     uint tid [[thread_index_in_threadgroup]],
+                     uint g [[threadgroup_position_in_grid]]) {
+  y[g * 64 + tid] = x[g * 64 + tid + 4];
+}
+"""
+CRASH = r"""
+kernel void wild(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                 uint tid [[thread_position_in_grid]]) {
+  device const float* p = (device const float*)(0x10ul + tid);
+  y[tid] = *p;
+}
+"""
+SPIN = r"""
+kernel void spin(device atomic_uint* flag [[buffer(0)]]) {
+  while (atomic_load_explicit(&flag[0], memory_order_relaxed) == 0u) {}
+  atomic_store_explicit(&flag[1], 1u, memory_order_relaxed);
+}
+"""
+LIBRARY = CLEAN + RACY + UNINIT + OUT_OF_BOUNDS + CRASH + SPIN
+DEFECTS = ["racy", "half_written", "past_end"]
+
+
+def _launch(kernel: str) -> tuple[list, dict, np.ndarray]:
+    """(findings, counters, output) of `kernel` on two groups of 64 threads."""
+    x = np.arange(128, dtype=np.float32)
+    y = np.zeros(128, np.float32)
+    res = run(LIBRARY, kernel, 2, 64, x, y)
+    return res.findings, res.stats, y
+
+
+def _fresh(kernel: str) -> tuple[list, dict, np.ndarray]:
+    """The same launch on a server that has run nothing before."""
+    launch_server.shutdown()
+    return _launch(kernel)
+
+
+@pytest.fixture(autouse=True)
+def _own_servers():
+    launch_server.shutdown()
+    yield
+    launch_server.shutdown()
+
+
+def test_the_defects_are_found_where_they_are():
+    findings = {k: _fresh(k)[0] for k in DEFECTS}
+    assert {(f.kind, f.address_space, f.line) for f in findings["racy"]} >= {
+        ("race", "threadgroup", line_of(LIBRARY, "y[g * 64 + tid] = tile[63 - tid];"))}
+    assert [(f.kind, f.line, f.count) for f in findings["half_written"]] == [
+        ("uninit", line_of(LIBRARY, "y[g * 64 + tid] = tile[tid];"), 64)]
+    assert [(f.kind, f.address_space, f.line, f.count) for f in findings["past_end"]] == [
+        ("bounds", "device", line_of(LIBRARY, "x[g * 64 + tid + 4]"), 4)]
+
+
+@pytest.mark.parametrize("defect", DEFECTS)
+def test_a_defect_after_a_clean_launch_is_found_as_in_a_fresh_process(defect):
+    expected = _fresh(defect)
+    launch_server.shutdown()
+    clean_findings, _, y = _launch("clean_copy")
+    assert clean_findings == []
+    np.testing.assert_array_equal(y.reshape(2, 64), np.arange(128).reshape(2, 64)[:, ::-1] + 1)
+    assert launch_server.idle_servers() == 1
+    assert _launch(defect)[0] == expected[0]
+    assert _launch(defect)[1] == expected[1]
+
+
+@pytest.mark.parametrize("defect", DEFECTS)
+def test_a_clean_launch_after_a_defect_is_clean_as_in_a_fresh_process(defect):
+    expected = _fresh("clean_copy")
+    assert expected[0] == []
+    launch_server.shutdown()
+    assert _launch(defect)[0]
+    findings, stats, y = _launch("clean_copy")
+    assert launch_server.idle_servers() == 1
+    assert findings == [] and stats == expected[1]
+    np.testing.assert_array_equal(y, expected[2])
+
+
+def test_a_crash_ends_only_its_launch():
+    _launch("clean_copy")
+    server = _only_server()
+    with pytest.raises(KernelCrashError, match=r"kernel 'wild'.*invalid memory access"):
+        _launch("wild")
+    assert _only_server() is server and server.proc.poll() is None
+    findings, _, y = _launch("clean_copy")
+    assert findings == [] and y[0] == 64.0
+
+
+def test_a_hang_is_killed_and_the_next_launch_runs():
+    with pytest.raises(KernelTimeoutError, match=r"kernel 'spin'.*did not finish within 1 s"):
+        run(LIBRARY, "spin", 1, 1, np.zeros(2, np.uint32), timeout=1, checks=())
+    findings, _, y = _launch("clean_copy")
+    assert findings == [] and y[0] == 64.0
+
+
+def test_idle_servers_are_bounded_least_recently_used_first(monkeypatch):
+    monkeypatch.setattr(launch_server, "MAX_IDLE", 1)
+    _launch("clean_copy")
+    first = _only_server()
+    other = CLEAN.replace("+ 1.0f", "+ 2.0f")
+    y = np.zeros(64, np.float32)
+    clean(other, "clean_copy", 1, 64, np.zeros(64, np.float32), y)
+    assert np.all(y == 2.0)
+    assert launch_server.idle_servers() == 1 and _only_server() is not first
+    assert first.proc.poll() is not None  # ended and reaped: no zombie left behind
+
+
+def test_shutdown_ends_and_reaps_every_server():
+    _launch("clean_copy")
+    server = _only_server()
+    launch_server.shutdown()
+    assert server.proc.returncode is not None and launch_server.idle_servers() == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_caller_starts_its_own_server_and_leaves_the_parents_alone():
+    _launch("clean_copy")
+    server = _only_server()
+    pid = os.fork()
+    if pid == 0:  # the child: its own server, the same results
+        code = 1
+        try:
+            findings, _, y = _launch("clean_copy")
+            code = 0 if findings == [] and y[0] == 64.0 and launch_server.idle_servers() == 1 \
+                and _only_server() is not server else 2
+            launch_server.shutdown()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert _only_server() is server and server.proc.poll() is None
+    findings, _, y = _launch("clean_copy")
+    assert findings == [] and y[0] == 64.0
+
+
+def _only_server():
+    servers = [s for _, s in launch_server._idle.values()]
+    assert len(servers) == 1, servers
+    return servers[0]
+
