@@ -6,15 +6,23 @@ buffer at a page-aligned offset, each followed by a red zone of unmapped-for-use
 past the end of a buffer lands in a red zone, where the checker reports it, instead of in
 the next buffer. The file lives in shared memory (/dev/shm where it exists) and is mapped
 by both processes, so the kernel's writes are read back without another copy.
+
+Files are reused: a file of the same layout freed by an earlier launch of this process is
+taken again (`release`), its pages already allocated, instead of a new file whose every
+page the kernel must allocate and zero (most of the Python side of a launch). A reused
+file is made byte for byte what a new one would be: the header and the buffers written,
+every other byte zero (red zones a kernel wrote into are punched back to holes).
 """
 
 from __future__ import annotations
 
+import atexit
 import mmap
 import os
 import struct
 import tempfile
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -57,11 +65,13 @@ class JobFile:
     mm: mmap.mmap
     offsets: list[int]
     sizes: list[int]
+    owner: int = field(default_factory=os.getpid)
 
     def buffer_bytes(self, i: int) -> np.ndarray:
         return np.frombuffer(self.mm, dtype=np.uint8, count=self.sizes[i], offset=self.offsets[i])
 
     def close(self) -> None:
+        """Delete the file now."""
         try:
             self.mm.close()
         finally:
@@ -70,6 +80,82 @@ class JobFile:
             except FileNotFoundError:
                 pass
 
+    def release(self) -> None:
+        """Done with this launch: keep the file for a later launch of the same layout (at
+        most MAX_IDLE_FILES kept), else delete it."""
+        if self.owner != os.getpid() or not _can_reset:
+            self.close()
+            return
+        evicted = []
+        with _idle_lock:
+            _idle.append(self)
+            while len(_idle) > MAX_IDLE_FILES:
+                evicted.append(_idle.pop(0))
+        for job in evicted:
+            job.close()
+
+
+MAX_IDLE_FILES = 4
+_idle: list[JobFile] = []      # least recently released first
+_idle_lock = threading.Lock()
+# Red zones are made holes again with MADV_REMOVE (Linux shared memory); without it a file
+# is never reused.
+_can_reset = hasattr(mmap, "MADV_REMOVE") and hasattr(mmap.mmap, "madvise")
+
+
+def _take(offsets: list[int], sizes: list[int], total: int) -> JobFile | None:
+    with _idle_lock:
+        for i in range(len(_idle) - 1, -1, -1):
+            job = _idle[i]
+            if job.owner == os.getpid() and len(job.mm) == total and job.offsets == offsets \
+                    and job.sizes == sizes:
+                return _idle.pop(i)
+    return None
+
+
+def _zero(mm: mmap.mmap, start: int, end: int) -> None:
+    """Make bytes [start, end) zero: whole pages become holes (no cost where nothing was
+    written), partial pages are cleared."""
+    first, last = _align(start), end // PAGE * PAGE
+    if first >= last:
+        np.frombuffer(mm, dtype=np.uint8, count=end - start, offset=start)[:] = 0
+        return
+    np.frombuffer(mm, dtype=np.uint8, count=first - start, offset=start)[:] = 0
+    try:
+        mm.madvise(mmap.MADV_REMOVE, first, last - first)
+    except OSError:  # a file system that cannot punch holes
+        np.frombuffer(mm, dtype=np.uint8, count=last - first, offset=first)[:] = 0
+    np.frombuffer(mm, dtype=np.uint8, count=end - last, offset=last)[:] = 0
+
+
+def _clear_outside_buffers(job: JobFile) -> None:
+    at = HEADER.size
+    for offset, size in zip(job.offsets, job.sizes):
+        _zero(job.mm, at, offset)
+        at = offset + size
+    _zero(job.mm, at, len(job.mm))
+
+
+def _shutdown() -> None:
+    with _idle_lock:
+        jobs = [j for j in _idle if j.owner == os.getpid()]
+        _idle.clear()
+    for job in jobs:
+        job.close()
+
+
+def _forget_after_fork() -> None:
+    # The parent's idle files are mapped shared: a forked child writing into one would
+    # write into the parent's. Forget them (the parent still owns and deletes them).
+    global _idle_lock
+    _idle.clear()
+    _idle_lock = threading.Lock()
+
+
+atexit.register(_shutdown)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
 
 def _shm_dir() -> str | None:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
@@ -77,7 +163,8 @@ def _shm_dir() -> str | None:
 
 def write_job(grid, threadgroup, payloads: list[np.ndarray], *, schedule: str, checks: int,
               seed: int, workers: int, stack_bytes: int, max_findings: int) -> JobFile:
-    """Create the job file holding the header and the bytes of every buffer."""
+    """The job file holding the header and the bytes of every buffer (a new one, or a
+    released one of the same layout made equal to a new one)."""
     offsets, sizes = [], []
     end = HEADER.size
     for p in payloads:
@@ -87,18 +174,23 @@ def write_job(grid, threadgroup, payloads: list[np.ndarray], *, schedule: str, c
         sizes.append(p.nbytes)
         end = start + p.nbytes + red
     total = _align(end + MIN_RED_ZONE)
-    fd, path = tempfile.mkstemp(prefix="metaltile-job-", dir=_shm_dir())
-    try:
-        os.ftruncate(fd, total)
-        mm = mmap.mmap(fd, total)
-    finally:
-        os.close(fd)
+    job = _take(offsets, sizes, total)
+    if job is not None:
+        _clear_outside_buffers(job)
+    else:
+        fd, path = tempfile.mkstemp(prefix="metaltile-job-", dir=_shm_dir())
+        try:
+            os.ftruncate(fd, total)
+            mm = mmap.mmap(fd, total)
+        finally:
+            os.close(fd)
+        job = JobFile(path, mm, offsets, sizes)
     slots = []
     for i in range(MAX_BUFFERS):
         slots += [offsets[i], sizes[i]] if i < len(payloads) else [0, 0]
-    HEADER.pack_into(mm, 0, MAGIC, *grid, *threadgroup, SCHEDULES[schedule], checks, workers,
-                     len(payloads), seed & (2**64 - 1), stack_bytes, max_findings, 0, *slots)
-    job = JobFile(path, mm, offsets, sizes)
+    HEADER.pack_into(job.mm, 0, MAGIC, *grid, *threadgroup, SCHEDULES[schedule], checks,
+                     workers, len(payloads), seed & (2**64 - 1), stack_bytes, max_findings, 0,
+                     *slots)
     for i, p in enumerate(payloads):
         job.buffer_bytes(i)[:] = p
     return job

@@ -267,7 +267,7 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
             if view.flags.writeable:
                 view[:] = job.buffer_bytes(i)
     finally:
-        job.close()
+        job.release()
         try:
             os.unlink(result_path)
         except FileNotFoundError:
