@@ -188,3 +188,23 @@ def _only_server():
     assert len(servers) == 1, servers
     return servers[0]
 
+
+
+def _worker(send) -> None:
+    _launch("clean_copy")
+    send.send(_only_server().proc.pid)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_multiprocessing_worker_reaps_its_servers_when_it_ends():
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+    worker = ctx.Process(target=_worker, args=(send,))
+    worker.start()
+    server_pid = receive.recv()
+    worker.join(30)
+    assert worker.exitcode == 0
+    with pytest.raises(ProcessLookupError):  # ended and reaped by the worker: not a zombie
+        os.kill(server_pid, 0)

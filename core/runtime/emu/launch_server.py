@@ -13,14 +13,15 @@ Contract with run.py: `launch(exe, job, kernel, result, timeout)` returns the ch
 `LaunchTimeout` after killing the child when it ran past `timeout` seconds. A server
 that misbehaves (died, protocol out of step) is discarded and the launch is retried once
 on a fresh one; the caller never sees the difference. Idle servers are kept per
-executable, at most `MAX_IDLE` in all (least recently used first out), ended when the
-interpreter exits; a forked Python process (pytest workers, the fuzzer's fork server)
+executable, at most `MAX_IDLE` in all (least recently used first out), ended and reaped
+when the interpreter exits (also a multiprocessing worker's exit); a forked Python process (pytest workers, the fuzzer's fork server)
 starts its own and never touches its parent's.
 """
 
 from __future__ import annotations
 
 import atexit
+import multiprocessing.util
 import os
 import select
 import subprocess
@@ -133,7 +134,17 @@ _idle: OrderedDict[int, tuple[Path, _Server]] = OrderedDict()   # id -> (exe, se
 _lock = threading.Lock()
 
 
+_finalizer_pid = 0
+
+
 def _take(exe: Path) -> _Server:
+    global _finalizer_pid
+    if _finalizer_pid != os.getpid():
+        # multiprocessing's workers end with os._exit, which skips atexit, but run the
+        # finalizers registered in their own process: their servers are ended and reaped
+        # there too, not left to whoever adopts orphans.
+        _finalizer_pid = os.getpid()
+        multiprocessing.util.Finalize(None, shutdown, exitpriority=0)
     with _lock:
         for key, (path, server) in reversed(_idle.items()):
             if path == exe and server.owner == os.getpid():
