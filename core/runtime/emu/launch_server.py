@@ -24,6 +24,7 @@ import atexit
 import multiprocessing.util
 import os
 import select
+import signal
 import subprocess
 import tempfile
 import threading
@@ -93,13 +94,16 @@ class _Server:
         except OSError as err:
             raise ServerError(f"launch server of {self.exe.name}: {err}") from None
         started = self._line(deadline)
-        if started is None or not started.startswith("pid "):
+        if started is None:  # not even started in time: this server is not to be trusted
+            self.close()
+            raise LaunchTimeout()
+        if not started.startswith("pid "):
             raise ServerError(f"launch server of {self.exe.name} answered {started!r}")
         child = int(started.split()[1])
         ended = self._line(deadline)
         if ended is None:
             try:
-                os.kill(child, 9)
+                os.kill(child, signal.SIGKILL)
             except ProcessLookupError:
                 pass
             if self._line(time.monotonic() + 10.0) is None:  # the server reaps it and says so
@@ -170,7 +174,8 @@ def launch(exe: Path, job: str, kernel: str, result: str, timeout: float) -> Out
         try:
             outcome = server.launch(job, kernel, result, timeout)
         except LaunchTimeout:
-            _give_back(server)   # it reaped the killed launch: in step, reusable
+            if server.proc.returncode is None:
+                _give_back(server)   # it reaped the killed launch: in step, reusable
             raise
         except (ServerError, OSError):
             server.close()
