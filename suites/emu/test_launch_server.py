@@ -208,3 +208,25 @@ def test_a_multiprocessing_worker_reaps_its_servers_when_it_ends():
     assert worker.exitcode == 0
     with pytest.raises(ProcessLookupError):  # ended and reaped by the worker: not a zombie
         os.kill(server_pid, 0)
+
+
+DEEP = r"""
+kernel void deep(device float* out [[buffer(0)]], uint tid [[thread_index_in_threadgroup]]) {
+  float big[DEPTH];
+  for (uint i = 0; i < DEPTH; ++i) big[i] = float(i + tid);
+  out[tid] = big[(tid * 37) % DEPTH];
+}
+"""
+
+
+def test_stacks_the_server_prepared_keep_their_guards_launch_after_launch():
+    # The server maps a launch's fiber stacks before forking it and keeps them for the next
+    # launch of that shape: an overflow must still hit a guard page on every reuse.
+    shallow, deep = DEEP.replace("DEPTH", "64"), DEEP.replace("DEPTH", "3072")
+    for _ in range(2):
+        out = np.zeros(64, np.float32)
+        clean(shallow + deep.replace("deep(", "deep2("), "deep", 1, 64, out, stack_bytes=8192)
+        assert out[1] == float((37 % 64) + 1)
+        with pytest.raises(KernelCrashError, match=r"kernel 'deep2'.*fiber stack overflow"):
+            run(shallow + deep.replace("deep(", "deep2("), "deep2", 1, 64, out, stack_bytes=8192)
+    assert launch_server.idle_servers() == 1

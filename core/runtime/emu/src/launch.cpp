@@ -57,6 +57,13 @@ using namespace mt;
 
 namespace {
 
+// The worker OS threads a launch runs: as many as asked, at most one per threadgroup.
+uint32_t launch_workers(const JobHeader& job) {
+  const uint64_t groups = uint64_t(job.grid[0]) * job.grid[1] * job.grid[2];
+  const uint32_t n = uint32_t(std::min<uint64_t>(std::max<uint32_t>(job.workers, 1), groups));
+  return n ? n : 1;
+}
+
 // One launch: the job file `job_path`, the kernel `kernel`, the result document
 // `result_path`. Returns the exit status (launch errors and crashes exit from inside).
 int run_launch(const char* job_path, const char* kernel, const char* result_path) {
@@ -115,8 +122,7 @@ int run_launch(const char* job_path, const char* kernel, const char* result_path
     fail_launch("threadgroup of %u threads; Metal allows 1 to %u", g_launch.threads, kMaxThreadsPerGroup);
   g_launch.simdgroups = (g_launch.threads + kSimdWidth - 1) / kSimdWidth;
   g_launch.groups = uint64_t(job->grid[0]) * job->grid[1] * job->grid[2];
-  uint32_t nworkers = uint32_t(std::min<uint64_t>(std::max<uint32_t>(job->workers, 1), g_launch.groups));
-  if (nworkers == 0) nworkers = 1;
+  const uint32_t nworkers = launch_workers(*job);
   for (uint32_t i = 0; i < nworkers; ++i) g_workers.push_back(new Worker());
   if (nworkers == 1) {
     worker_main(g_workers[0]);
@@ -169,6 +175,21 @@ bool wait_child(pid_t pid, int* status, const sigset_t* during_poll) {
 #endif
 }
 
+// Before forking a launch, the server maps the fiber stacks it will need (scheduler.cpp,
+// prepare_stacks), kept for the next launches of the same shape. A job it cannot read is
+// left for the launch to report.
+void prepare_for(const char* job_path) {
+  int fd = open(job_path, O_RDONLY);
+  if (fd < 0) return;
+  JobHeader job;
+  const bool read_all = pread(fd, &job, sizeof job, 0) == ssize_t(sizeof job);
+  close(fd);
+  if (!read_all || memcmp(job.magic, kJobMagic, 8) != 0) return;
+  const uint64_t threads = uint64_t(job.threadgroup[0]) * job.threadgroup[1] * job.threadgroup[2];
+  if (threads == 0 || threads > kMaxThreadsPerGroup) return;
+  prepare_stacks(launch_workers(job), uint32_t(threads), job.stack_bytes);
+}
+
 // The launch server (see the top of this file). Requests are read a byte at a time, so
 // nothing past a request's newline is consumed before the child that runs it is forked.
 int serve() {
@@ -199,6 +220,7 @@ int serve() {
       continue;
     }
     line[t1] = line[t2] = '\0';
+    prepare_for(line.c_str());
     pid_t pid = fork();
     if (pid == 0) {
 #ifdef __linux__

@@ -217,6 +217,7 @@ void tg_atomic(Worker* w, uintptr_t a, unsigned n, int kind, uintptr_t pc);
 
 // scheduler.cpp
 void worker_main(Worker* w);
+void prepare_stacks(uint32_t workers, uint32_t threads, uint64_t stack_bytes);
 
 // crash.cpp
 void install_crash_handlers();

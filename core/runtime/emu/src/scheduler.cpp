@@ -281,20 +281,78 @@ void guard_page(void* page, size_t bytes, bool region) {
   mprotect(page, bytes, PROT_NONE);
 }
 
-void map_stacks(Worker* w, size_t bytes) {
+// A worker's fiber stacks in one mapping: `count` stacks of `bytes`, each above a guard page.
+// base is null when the mapping failed.
+struct StackBlock {
+  unsigned char* base = nullptr;
+  size_t stride = 0, count = 0, bytes = 0;
+  bool regions = false;  // guards are guard regions (else PROT_NONE pages)
+};
+
+StackBlock map_stack_block(size_t count, size_t bytes) {
+  StackBlock s;
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
   const size_t stride = page + (bytes + page - 1) / page * page;
-  const size_t n = w->fibers.size();
-  void* p = mmap(nullptr, stride * n, PROT_READ | PROT_WRITE,
+  void* p = mmap(nullptr, stride * count, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) fail_launch("cannot map %zu fiber stacks of %zu bytes", n, bytes);
+  if (p == MAP_FAILED) return s;
   unsigned char* base = static_cast<unsigned char*>(p);
   const bool guard_regions = install_guard_region(base, page);
-  for (size_t i = 0; i < n; ++i) {
-    unsigned char* guard = base + i * stride;
-    if (i || !guard_regions) guard_page(guard, page, guard_regions);  // the first: installed
-    w->fibers[i].stack = guard + page;
+  for (size_t i = 0; i < count; ++i)
+    if (i || !guard_regions) guard_page(base + i * stride, page, guard_regions);  // the first: installed
+  s.base = base;
+  s.stride = stride;
+  s.count = count;
+  s.bytes = bytes;
+  s.regions = guard_regions;
+  return s;
+}
+
+// Stacks a launch server mapped before forking this launch (prepare_stacks), one block
+// per worker: its launches skip mapping and guarding hundreds of stacks each. The blocks
+// hold no pages (the server never touches them), so a launch finds them as fresh as its
+// own. A guard region is trusted only if it still refuses a copy after the fork.
+std::vector<StackBlock> g_prepared_stacks;
+
+bool guard_region_refuses(unsigned char* page) {
+  int fds[2];
+  if (pipe(fds) != 0) return false;
+  const bool refused = write(fds[1], page, 1) < 0;
+  close(fds[0]);
+  close(fds[1]);
+  return refused;
+}
+
+void prepare_stacks(uint32_t workers, uint32_t threads, uint64_t stack_bytes) {
+  const size_t bytes = size_t(stack_bytes) + kStackColors;
+  if (g_prepared_stacks.size() == workers &&
+      std::all_of(g_prepared_stacks.begin(), g_prepared_stacks.end(), [&](const StackBlock& s) {
+        return s.count == threads && s.bytes == bytes;
+      }))
+    return;
+  for (StackBlock& s : g_prepared_stacks) munmap(s.base, s.stride * s.count);
+  g_prepared_stacks.clear();
+  for (uint32_t i = 0; i < workers; ++i) {
+    StackBlock s = map_stack_block(threads, bytes);
+    if (!s.base) break;  // the launch maps its own
+    g_prepared_stacks.push_back(s);
   }
+}
+
+void map_stacks(Worker* w, size_t bytes) {
+  const size_t n = w->fibers.size();
+  const size_t index = size_t(std::find(g_workers.begin(), g_workers.end(), w) - g_workers.begin());
+  StackBlock s;
+  if (index < g_prepared_stacks.size()) {
+    StackBlock& prepared = g_prepared_stacks[index];
+    if (prepared.count == n && prepared.bytes == bytes &&
+        (!prepared.regions || guard_region_refuses(prepared.base)))
+      s = prepared;
+  }
+  if (!s.base) s = map_stack_block(n, bytes);
+  if (!s.base) fail_launch("cannot map %zu fiber stacks of %zu bytes", n, bytes);
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  for (size_t i = 0; i < n; ++i) w->fibers[i].stack = s.base + i * s.stride + page;
 }
 
 void worker_main(Worker* w) {
