@@ -4,9 +4,10 @@ The public entry point of the emulator (docs/architecture.md, "Public interfaces
 translate the MSL (translate.py), build or fetch the executable (build.py), write the
 launch and the buffers to a shared job file (job.py), run the launch in a child process
 under a watchdog (forked by the executable's launch server, launch_server.py), then copy
-the buffers back in place and return the findings (with MSL lines) and the counters. The kernel always runs in a child process, so a kernel
-that crashes or hangs never takes the caller down: the caller gets a `KernelCrashError` or
-`KernelTimeoutError` naming the kernel, threadgroup and thread.
+the buffers back in place and return the findings (with MSL lines) and the counters. The
+kernel always runs in a child process, so a kernel that crashes or hangs never takes the
+caller down: the caller gets a `KernelCrashError` or `KernelTimeoutError` naming the
+kernel, threadgroup and thread.
 """
 
 from __future__ import annotations
