@@ -175,6 +175,8 @@ bool wait_child(pid_t pid, int* status, const sigset_t* during_poll) {
 #endif
 }
 
+constexpr uint64_t kMaxPreparedStacks = 16 * 1024;
+
 // Before forking a launch, the server maps the fiber stacks it will need (scheduler.cpp,
 // prepare_stacks), kept for the next launches of the same shape. A job it cannot read is
 // left for the launch to report.
@@ -187,7 +189,10 @@ void prepare_for(const char* job_path) {
   if (!read_all || memcmp(job.magic, kJobMagic, 8) != 0) return;
   const uint64_t threads = uint64_t(job.threadgroup[0]) * job.threadgroup[1] * job.threadgroup[2];
   if (threads == 0 || threads > kMaxThreadsPerGroup) return;
-  prepare_stacks(launch_workers(job), uint32_t(threads), job.stack_bytes);
+  // An idle server keeps the page tables of the guards: a bound on what it holds.
+  const uint32_t workers = launch_workers(job);
+  if (uint64_t(workers) * threads > kMaxPreparedStacks) return;
+  prepare_stacks(workers, uint32_t(threads), job.stack_bytes);
 }
 
 // The launch server (see the top of this file). Requests are read a byte at a time, so
