@@ -2,6 +2,8 @@
 byte for byte what a new file would be, whatever the last launch wrote into it (its
 buffers, the red zones past their ends, the gaps before them)."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -61,8 +63,6 @@ def test_a_file_of_another_layout_is_not_reused():
 
 
 def test_idle_files_are_bounded_and_deleted_at_shutdown(monkeypatch):
-    import os
-
     monkeypatch.setattr(job, "MAX_IDLE_FILES", 2)
     files = [job.write_job((1, 1, 1), (1, 1, 1), [np.zeros(n, np.uint8)], **LAYOUT)
              for n in (16, 32, 48)]

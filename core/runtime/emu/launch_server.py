@@ -14,8 +14,10 @@ Contract with run.py: `launch(exe, job, kernel, result, timeout)` returns the ch
 that misbehaves (died, protocol out of step) is discarded and the launch is retried once
 on a fresh one; the caller never sees the difference. Idle servers are kept per
 executable, at most `MAX_IDLE` in all (least recently used first out), ended and reaped
-when the interpreter exits (also a multiprocessing worker's exit); a forked Python process (pytest workers, the fuzzer's fork server)
-starts its own and never touches its parent's.
+when the interpreter exits (also a multiprocessing worker's exit); a forked Python process
+(pytest workers, the fuzzer's fork server) starts its own and never touches its parent's.
+The server also maps each launch's fiber stacks before forking it (src/launch.cpp), kept
+for the next launch of the same shape.
 """
 
 from __future__ import annotations
