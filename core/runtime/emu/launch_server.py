@@ -184,6 +184,9 @@ def launch(exe: Path, job: str, kernel: str, result: str, timeout: float) -> Out
             if attempt:
                 raise
             continue
+        except BaseException:   # interrupted mid-launch (Ctrl-C): out of step, end it
+            server.close()
+            raise
         _give_back(server)
         return outcome
     raise AssertionError("unreachable")
