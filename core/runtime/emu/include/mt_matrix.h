@@ -135,6 +135,52 @@ __MT_UNCHECKED void share_tile(const matrix_meeting& m, const void* tile, unsign
   m.shared->meet_id = m.id;
 }
 
+// The recording lane's copy of a whole tile with its accesses recorded in one runtime call
+// (__mt_matrix_copy) rather than a hook call per element; false where it does not apply (an
+// unchecked build has no hooks to record with; an element outside device and threadgroup
+// memory), and the caller copies element by element. Inlined, so that the runtime's
+// return address, the pc of any finding, is in the kernel at the load or store's line.
+__MT_INLINE bool matrix_copy(void* tile, const void* p, unsigned elem, const matrix_access& a,
+                             int store) {
+#if __has_feature(thread_sanitizer)
+  return __mt_matrix_copy(tile, const_cast<void*>(p), elem, a.elements_per_row, a.origin_x,
+                          a.origin_y, a.transpose, store) != 0;
+#else
+  (void)tile, (void)p, (void)elem, (void)a, (void)store;
+  return false;
+#endif
+}
+
+// A row of a tile in float and back: whole-row conversions where the element type has
+// them (float, half: one vector conversion rounds each lane as a scalar one would),
+// element by element otherwise.
+typedef float row8 __attribute__((ext_vector_type(8)));
+__MT_INLINE row8 load_row(const float (&r)[8]) {
+  row8 v;
+  __builtin_memcpy(&v, r, sizeof v);
+  return v;
+}
+__MT_INLINE row8 load_row(const half (&r)[8]) {
+  typedef half half8v __attribute__((ext_vector_type(8)));
+  half8v h;
+  __builtin_memcpy(&h, r, sizeof h);
+  return __builtin_convertvector(h, row8);
+}
+template <class T> __MT_INLINE row8 load_row(const T (&r)[8]) {
+  row8 v;
+  for (int j = 0; j < 8; ++j) v[j] = float(r[j]);
+  return v;
+}
+__MT_INLINE void store_row(float (&r)[8], row8 v) { __builtin_memcpy(r, &v, sizeof v); }
+__MT_INLINE void store_row(half (&r)[8], row8 v) {
+  typedef half half8v __attribute__((ext_vector_type(8)));
+  half8v h = __builtin_convertvector(v, half8v);
+  __builtin_memcpy(r, &h, sizeof h);
+}
+template <class T> __MT_INLINE void store_row(T (&r)[8], row8 v) {
+  for (int j = 0; j < 8; ++j) r[j] = T(v[j]);
+}
+
 __MT_INLINE ulong matrix_offset(const matrix_access& a, int r, int c) {
   return a.transpose ? (a.origin_y + c) * a.elements_per_row + a.origin_x + r
                      : (a.origin_y + r) * a.elements_per_row + a.origin_x + c;
@@ -152,6 +198,10 @@ __MT_INLINE void simdgroup_load(__mt_site at, simdgroup_matrix<T, Cols, Rows>& d
   __mt::matrix_meeting m = __mt::matrix_meet(at, a, __MT_SIMD_MATRIX_LOAD, &d.e[0][0], sizeof d.e);
   d.__tag = m.tag;
   if (m.copied) return;
+  if (m.records && __mt::matrix_copy(&d.e[0][0], src, sizeof(T), a, 0)) {
+    if (m.share) __mt::share_tile(m, &d.e[0][0], sizeof d.e);
+    return;
+  }
   if (!m.records) __mt_hooks_suppress(1);
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < Cols; ++c) d.e[r][c] = src[__mt::matrix_offset(a, r, c)];
@@ -166,6 +216,7 @@ __MT_INLINE void simdgroup_store(__mt_site at, const simdgroup_matrix<T, Cols, R
                                  bool transpose_matrix = false) {
   __mt::matrix_access a{dst, elements_per_row, matrix_origin.x, matrix_origin.y, transpose_matrix};
   if (!__mt::matrix_meet(at, a, __MT_SIMD_MATRIX_STORE, nullptr, 0).records) return;
+  if (__mt::matrix_copy(const_cast<T*>(&m.e[0][0]), dst, sizeof(T), a, 1)) return;
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < Cols; ++c) dst[__mt::matrix_offset(a, r, c)] = m.e[r][c];
 }
@@ -188,24 +239,20 @@ __MT_UNCHECKED void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8>& d,
   }
   // d(i, :) = c(i, :) + sum over k in order of a(i, k) * b(k, :), in float: eight lanes of
   // a row at once, each element summed in the same order as one at a time (no contraction).
-  typedef float row8 __attribute__((ext_vector_type(8)));
-  row8 brow[8];
-  for (int k = 0; k < 8; ++k)
-    for (int j = 0; j < 8; ++j) brow[k][j] = float(b.e[k][j]);
-  simdgroup_matrix<TD, 8, 8> out;
+  // All rows are formed before d is written (d may be c, a or b).
+  __mt::row8 brow[8] __attribute__((uninitialized)), acc[8] __attribute__((uninitialized));
+  for (int k = 0; k < 8; ++k) brow[k] = __mt::load_row(b.e[k]);
   for (int i = 0; i < 8; ++i) {
-    row8 acc;
-    for (int j = 0; j < 8; ++j) acc[j] = float(c.e[i][j]);
-    for (int k = 0; k < 8; ++k) acc = acc + float(a.e[i][k]) * brow[k];
-    for (int j = 0; j < 8; ++j) out.e[i][j] = TD(acc[j]);
+    acc[i] = __mt::load_row(c.e[i]);
+    for (int k = 0; k < 8; ++k) acc[i] = acc[i] + float(a.e[i][k]) * brow[k];
   }
-  out.__tag = 0;
+  for (int i = 0; i < 8; ++i) __mt::store_row(d.e[i], acc[i]);
+  d.__tag = 0;
   if (tagged) {
     __mt_memo_tile slot = __mt_matrix_memo_slot(ta, tb, tc, types);
-    __builtin_memcpy(slot.tile, &out.e[0][0], sizeof out.e);
-    out.__tag = slot.tag;
+    __builtin_memcpy(slot.tile, &d.e[0][0], sizeof d.e);
+    d.__tag = slot.tag;
   }
-  d = out;
 }
 
 template <class TD, class TAB>

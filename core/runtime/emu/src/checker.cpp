@@ -354,6 +354,72 @@ __attribute__((noinline)) void tg_access(Worker* w, uintptr_t a, unsigned n, boo
   }
 }
 
+// `count` accesses of `n` bytes each at a, a + n, ... in that order (a row of a simdgroup
+// matrix load or store, hooks.cpp): what `count` tg_access calls would do, without a call
+// per access where nothing is found. When the run lies in one variable, an access whose
+// bytes share one shadow state (no atomic access in this interval among them) under which
+// nothing is found gets that state's update here; any other access is left to tg_access,
+// which reports what it finds. Accesses touch disjoint bytes, so handling some here and
+// some there in order changes nothing.
+void tg_access_run(Worker* w, uintptr_t a, unsigned n, unsigned count, bool write, uintptr_t pc) {
+  const uint32_t checks = g_launch.job->checks;
+  const uint64_t base = a - w->arena_lo, bytes = uint64_t(n) * count;
+  const int slot = base < w->arena_owner.size() ? w->arena_owner[base] : -1;
+  const bool inside = slot >= 0 && base + bytes <= g_launch.slot_offset[slot] + g_launch.slot_size[slot];
+  if (!inside || !(checks & (kCheckRaces | kCheckUninit))) {
+    if (inside) {
+      (write ? w->tg_written : w->tg_read) += bytes;
+      (write ? w->tg_stores : w->tg_loads) += count;
+    } else {
+      for (unsigned i = 0; i < count; ++i) tg_access(w, a + uint64_t(i) * n, n, write, pc);
+    }
+    return;
+  }
+  const uint32_t e = w->tg_epoch;
+  const uint16_t t = uint16_t(w->current->tid);
+  const uint16_t s = uint16_t(w->simd_epoch[w->current->simdgroup]);
+  auto ordered = [&](uint16_t other, uint16_t other_sepoch) {
+    return same_simdgroup(other, t) && other_sepoch != s;
+  };
+  // Whether tg_access would find nothing in a byte of state `sh` (atomic fields aside).
+  auto clean = [&](const TgShadow& sh) {
+    if (!write && !sh.initialized && (checks & kCheckUninit)) return false;
+    if (!(checks & kCheckRaces)) return true;
+    if (sh.write_epoch == e && sh.writer != t && !ordered(sh.writer, sh.write_sepoch)) return false;
+    return !(write && sh.read_epoch == e && (sh.many_readers || sh.reader != t) &&
+             !(!sh.many_readers && ordered(sh.reader, sh.read_sepoch)));
+  };
+  TgShadow* cells = &w->arena_shadow[base];
+  for (unsigned i = 0; i < count; ++i) {
+    TgShadow* c = cells + uint64_t(i) * n;
+    bool same = c[0].atomic_epoch != e;
+    for (unsigned k = 1; k < n && same; ++k) same = same_cell(c[k], c[0]) && c[k].atomic_epoch != e;
+    if (!same || !clean(c[0])) {
+      tg_access(w, a + uint64_t(i) * n, n, write, pc);
+      continue;
+    }
+    TgShadow u = c[0];
+    if (write) {
+      u.write_epoch = e;
+      u.writer = t;
+      u.write_sepoch = s;
+      u.initialized = 1;
+    } else if (u.read_epoch != e) {
+      u.read_epoch = e;
+      u.reader = t;
+      u.read_sepoch = s;
+      u.many_readers = 0;
+    } else if (u.reader != t) {
+      u.many_readers = 1;
+    }
+    // The state bytes only: the atomic fields past kCellBytes stay per byte.
+    if (!same_cell(u, c[0]))
+      for (unsigned k = 0; k < n; ++k) std::memcpy(&c[k], &u, kCellBytes);
+    (write ? w->tg_written : w->tg_read) += n;
+    ++(write ? w->tg_stores : w->tg_loads);
+  }
+}
+
 // Atomics (mt_atomic.h): counted, bounds-checked, and checked against plain accesses. An
 // atomic never races with another atomic; it races with a plain access to the same bytes by
 // another thread in the same barrier interval (or by another threadgroup): an update with

@@ -22,6 +22,15 @@ __attribute__((always_inline)) inline void on_access(uintptr_t a, unsigned n, bo
     tg_access(w, a, n, write, pc);
 }
 
+// One element of a matrix tile (2 or 4 bytes in MSL; any size works).
+inline void copy_element(unsigned char* to, const unsigned char* from, unsigned n) {
+  switch (n) {
+    case 2: std::memcpy(to, from, 2); break;
+    case 4: std::memcpy(to, from, 4); break;
+    default: std::memcpy(to, from, n);
+  }
+}
+
 }  // namespace mt
 
 using namespace mt;
@@ -43,6 +52,53 @@ void __mt_atomic_access(const void* p, unsigned size, int kind) {
     device_atomic(w, a, size, kind, pc);
   else if (a - w->arena_lo < w->arena_span)
     tg_atomic(w, a, size, kind, pc);
+}
+
+// A simdgroup matrix load or store by its recording lane (mt_matrix.h): the 8x8 tile moves
+// between `tile` (row-major, thread memory) and `p`, element (r, c) at the MSL offset, and
+// each element's access is recorded as the instrumented per-element loop's hook call would
+// record it, in the same order (rows in order, a row's elements in order), with this call's
+// return address in the kernel as the pc. A non-transposed row is contiguous: its
+// threadgroup accesses go to tg_access_run. Returns 0 having done nothing when some element
+// lies outside device and threadgroup memory (the caller runs the instrumented loop, whose
+// hooks ignore private memory and whose fault, if any, points at the kernel).
+int __mt_matrix_copy(void* tile, void* p, unsigned elem, uint64_t elements_per_row,
+                     uint64_t origin_x, uint64_t origin_y, uint64_t transpose, int store) {
+  constexpr unsigned kTile = MT_MATRIX_TILE;
+  Worker* w = t_worker;
+  if (!w || !w->current || w->current->suppress) return 0;
+  const uintptr_t base = reinterpret_cast<uintptr_t>(p);
+  auto at = [&](unsigned r, unsigned c) {
+    const uint64_t i = transpose ? (origin_y + c) * elements_per_row + origin_x + r
+                                 : (origin_y + r) * elements_per_row + origin_x + c;
+    return base + i * elem;
+  };
+  auto in = [&](uintptr_t a, uintptr_t lo, uintptr_t span) {
+    return a - lo < span && a + elem - lo <= span;
+  };
+  for (unsigned r = 0; r < kTile; ++r)
+    for (unsigned c = 0; c < kTile; ++c) {
+      const uintptr_t a = at(r, c);
+      if (!in(a, g_launch.dev_lo, g_launch.dev_span) && !in(a, w->arena_lo, w->arena_span)) return 0;
+    }
+  const uintptr_t pc = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  unsigned char* t = static_cast<unsigned char*>(tile);
+  const bool write = store != 0;
+  for (unsigned r = 0; r < kTile; ++r) {
+    const uintptr_t row = at(r, 0);
+    if (!transpose && in(row, w->arena_lo, w->arena_span) &&
+        in(row + (kTile - 1) * elem, w->arena_lo, w->arena_span)) {
+      tg_access_run(w, row, elem, kTile, write, pc);
+    } else {
+      for (unsigned c = 0; c < kTile; ++c) on_access(at(r, c), elem, write, pc);
+    }
+    for (unsigned c = 0; c < kTile; ++c) {
+      unsigned char* mine = t + (r * kTile + c) * elem;
+      unsigned char* theirs = reinterpret_cast<unsigned char*>(at(r, c));
+      copy_element(write ? theirs : mine, write ? mine : theirs, elem);
+    }
+  }
+  return 1;
 }
 
 // Thread-sanitizer instrumentation entry points (clang -fsanitize=thread without its
