@@ -195,7 +195,10 @@ __MT_INLINE void simdgroup_load(__mt_site at, simdgroup_matrix<T, Cols, Rows>& d
                                 bool transpose_matrix = false) {
   static_assert(sizeof d.e <= sizeof(__mt_simd_shared::bytes), "simdgroup_load: tile too large");
   __mt::matrix_access a{src, elements_per_row, matrix_origin.x, matrix_origin.y, transpose_matrix};
-  __mt::matrix_meeting m = __mt::matrix_meet(at, a, __MT_SIMD_MATRIX_LOAD, &d.e[0][0], sizeof d.e);
+  // Set by the call: no pattern fill first (-ftrivial-auto-var-init, an instrumented memset
+  // per lane per load).
+  __mt::matrix_meeting m __attribute__((uninitialized)) =
+      __mt::matrix_meet(at, a, __MT_SIMD_MATRIX_LOAD, &d.e[0][0], sizeof d.e);
   d.__tag = m.tag;
   if (m.copied) return;
   if (m.records && __mt::matrix_copy(&d.e[0][0], src, sizeof(T), a, 0)) {

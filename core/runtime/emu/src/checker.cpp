@@ -284,6 +284,28 @@ inline bool same_cell(const TgShadow& a, const TgShadow& b) {
          cell_word(a, kCellBytes - 8) == cell_word(b, kCellBytes - 8);
 }
 
+// A cell's state bytes as words (bytes 0-7, 8-15, 16-17), for tg_access_run.
+struct CellState {
+  uint64_t lo, mid;
+  uint16_t flags;
+  bool operator==(const CellState& o) const { return lo == o.lo && mid == o.mid && flags == o.flags; }
+};
+static_assert(kCellBytes == 18 && offsetof(TgShadow, initialized) == 16, "CellState's layout");
+inline CellState cell_state(const TgShadow& c) {
+  CellState r;
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(&c);
+  std::memcpy(&r.lo, p, 8);
+  std::memcpy(&r.mid, p + 8, 8);
+  std::memcpy(&r.flags, p + 16, 2);
+  return r;
+}
+inline void set_cell_state(TgShadow& c, const CellState& r) {
+  unsigned char* p = reinterpret_cast<unsigned char*>(&c);
+  std::memcpy(p, &r.lo, 8);
+  std::memcpy(p + 8, &r.mid, 8);
+  std::memcpy(p + 16, &r.flags, 2);
+}
+
 __attribute__((noinline)) void tg_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc) {
   const uint32_t checks = g_launch.job->checks;
   Fiber* f = w->current;
@@ -389,35 +411,47 @@ void tg_access_run(Worker* w, uintptr_t a, unsigned n, unsigned count, bool writ
     return !(write && sh.read_epoch == e && (sh.many_readers || sh.reader != t) &&
              !(!sh.many_readers && ordered(sh.reader, sh.read_sepoch)));
   };
+  // The outcome for a byte depends on its state alone (the run's thread, intervals and
+  // checks are fixed): `pre` is the last state judged clean and `post` its update.
   TgShadow* cells = &w->arena_shadow[base];
+  CellState pre{~uint64_t(0), ~uint64_t(0), 0xFFFF}, post{};  // no state has all bits set
+  uint64_t handled = 0;
   for (unsigned i = 0; i < count; ++i) {
     TgShadow* c = cells + uint64_t(i) * n;
-    bool same = c[0].atomic_epoch != e;
-    for (unsigned k = 1; k < n && same; ++k) same = same_cell(c[k], c[0]) && c[k].atomic_epoch != e;
-    if (!same || !clean(c[0])) {
+    const CellState first = cell_state(c[0]);
+    bool fast = c[0].atomic_epoch != e;
+    if (fast && !(first == pre)) {
+      fast = clean(c[0]);
+      if (fast) {
+        TgShadow u = c[0];
+        if (write) {
+          u.write_epoch = e;
+          u.writer = t;
+          u.write_sepoch = s;
+          u.initialized = 1;
+        } else if (u.read_epoch != e) {
+          u.read_epoch = e;
+          u.reader = t;
+          u.read_sepoch = s;
+          u.many_readers = 0;
+        } else if (u.reader != t) {
+          u.many_readers = 1;
+        }
+        pre = first;
+        post = cell_state(u);
+      }
+    }
+    for (unsigned k = 1; k < n && fast; ++k) fast = cell_state(c[k]) == first && c[k].atomic_epoch != e;
+    if (!fast) {
       tg_access(w, a + uint64_t(i) * n, n, write, pc);
       continue;
     }
-    TgShadow u = c[0];
-    if (write) {
-      u.write_epoch = e;
-      u.writer = t;
-      u.write_sepoch = s;
-      u.initialized = 1;
-    } else if (u.read_epoch != e) {
-      u.read_epoch = e;
-      u.reader = t;
-      u.read_sepoch = s;
-      u.many_readers = 0;
-    } else if (u.reader != t) {
-      u.many_readers = 1;
-    }
     // The state bytes only: the atomic fields past kCellBytes stay per byte.
-    if (!same_cell(u, c[0]))
-      for (unsigned k = 0; k < n; ++k) std::memcpy(&c[k], &u, kCellBytes);
-    (write ? w->tg_written : w->tg_read) += n;
-    ++(write ? w->tg_stores : w->tg_loads);
+    for (unsigned k = 0; k < n; ++k) set_cell_state(c[k], post);
+    ++handled;
   }
+  (write ? w->tg_written : w->tg_read) += handled * n;
+  (write ? w->tg_stores : w->tg_loads) += handled;
 }
 
 // Atomics (mt_atomic.h): counted, bounds-checked, and checked against plain accesses. An

@@ -59,43 +59,45 @@ void __mt_atomic_access(const void* p, unsigned size, int kind) {
 // each element's access is recorded as the instrumented per-element loop's hook call would
 // record it, in the same order (rows in order, a row's elements in order), with this call's
 // return address in the kernel as the pc. A non-transposed row is contiguous: its
-// threadgroup accesses go to tg_access_run. Returns 0 having done nothing when some element
-// lies outside device and threadgroup memory (the caller runs the instrumented loop, whose
+// threadgroup accesses go to tg_access_run. Returns 0 having done nothing when the tile
+// does not lie wholly in device or wholly in threadgroup memory, or when its offsets are
+// too large to be sure they grow with r and c (the caller runs the instrumented loop, whose
 // hooks ignore private memory and whose fault, if any, points at the kernel).
 int __mt_matrix_copy(void* tile, void* p, unsigned elem, uint64_t elements_per_row,
                      uint64_t origin_x, uint64_t origin_y, uint64_t transpose, int store) {
   constexpr unsigned kTile = MT_MATRIX_TILE;
   Worker* w = t_worker;
   if (!w || !w->current || w->current->suppress) return 0;
-  const uintptr_t base = reinterpret_cast<uintptr_t>(p);
-  auto at = [&](unsigned r, unsigned c) {
-    const uint64_t i = transpose ? (origin_y + c) * elements_per_row + origin_x + r
-                                 : (origin_y + r) * elements_per_row + origin_x + c;
-    return base + i * elem;
-  };
-  auto in = [&](uintptr_t a, uintptr_t lo, uintptr_t span) {
-    return a - lo < span && a + elem - lo <= span;
-  };
-  for (unsigned r = 0; r < kTile; ++r)
-    for (unsigned c = 0; c < kTile; ++c) {
-      const uintptr_t a = at(r, c);
-      if (!in(a, g_launch.dev_lo, g_launch.dev_span) && !in(a, w->arena_lo, w->arena_span)) return 0;
-    }
+  // Below 2^28 each, no offset wraps: the first element is the lowest, the last the highest.
+  if ((elements_per_row | origin_x | origin_y) >> 28 || elem > 16) return 0;
+  const uint64_t row_step = transpose ? elem : elements_per_row * elem;  // next r
+  const uint64_t col_step = transpose ? elements_per_row * elem : elem;  // next c
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p) + (origin_y * elements_per_row + origin_x) * elem;
+  const uintptr_t end = first + (kTile - 1) * (row_step + col_step) + elem;
+  auto inside = [&](uintptr_t lo, uintptr_t span) { return first - lo < span && end - lo <= span; };
+  const bool device = inside(g_launch.dev_lo, g_launch.dev_span);
+  if (!device && !inside(w->arena_lo, w->arena_span)) return 0;
   const uintptr_t pc = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
   unsigned char* t = static_cast<unsigned char*>(tile);
   const bool write = store != 0;
   for (unsigned r = 0; r < kTile; ++r) {
-    const uintptr_t row = at(r, 0);
-    if (!transpose && in(row, w->arena_lo, w->arena_span) &&
-        in(row + (kTile - 1) * elem, w->arena_lo, w->arena_span)) {
+    const uintptr_t row = first + r * row_step;
+    if (!device && !transpose) {
       tg_access_run(w, row, elem, kTile, write, pc);
     } else {
-      for (unsigned c = 0; c < kTile; ++c) on_access(at(r, c), elem, write, pc);
+      for (unsigned c = 0; c < kTile; ++c) {
+        if (device) device_access(w, row + c * col_step, elem, write, pc);
+        else tg_access(w, row + c * col_step, elem, write, pc);
+      }
     }
-    for (unsigned c = 0; c < kTile; ++c) {
-      unsigned char* mine = t + (r * kTile + c) * elem;
-      unsigned char* theirs = reinterpret_cast<unsigned char*>(at(r, c));
-      copy_element(write ? theirs : mine, write ? mine : theirs, elem);
+    unsigned char* mine = t + r * kTile * elem;
+    unsigned char* theirs = reinterpret_cast<unsigned char*>(row);
+    if (!transpose) {
+      std::memcpy(write ? theirs : mine, write ? mine : theirs, kTile * elem);
+    } else {
+      for (unsigned c = 0; c < kTile; ++c)
+        copy_element(write ? theirs + c * col_step : mine + c * elem,
+                     write ? mine + c * elem : theirs + c * col_step, elem);
     }
   }
   return 1;
