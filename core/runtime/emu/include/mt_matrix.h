@@ -224,6 +224,39 @@ __MT_INLINE void simdgroup_store(__mt_site at, const simdgroup_matrix<T, Cols, R
     for (int c = 0; c < Cols; ++c) dst[__mt::matrix_offset(a, r, c)] = m.e[r][c];
 }
 
+namespace __mt {
+
+// d = a * b + c computed by this lane, and left in the memo when the operands are tagged.
+// Out of line from simdgroup_multiply_accumulate, whose common path (a lane taking the
+// product another lane made) then needs no room for the rows.
+template <class TD, class TAB>
+__attribute__((noinline, no_sanitize("thread"))) void multiply_accumulate(
+    simdgroup_matrix<TD, 8, 8>& d, const simdgroup_matrix<TAB, 8, 8>& a,
+    const simdgroup_matrix<TAB, 8, 8>& b, const simdgroup_matrix<TD, 8, 8>& c, bool tagged,
+    ulong types) {
+  const ulong ta = a.__tag, tb = b.__tag, tc = c.__tag;
+  // d(i, :) = c(i, :) + sum over k in order of a(i, k) * b(k, :), in float: eight lanes of
+  // a row at once, each element summed in the same order as one at a time (no contraction).
+  // All rows are formed before d is written (d may be c, a or b).
+  row8 brow[8] __attribute__((uninitialized)), acc[8] __attribute__((uninitialized));
+#pragma unroll
+  for (int k = 0; k < 8; ++k) brow[k] = load_row(b.e[k]);
+  for (int i = 0; i < 8; ++i) {
+    acc[i] = load_row(c.e[i]);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) acc[i] = acc[i] + float(a.e[i][k]) * brow[k];
+  }
+  for (int i = 0; i < 8; ++i) store_row(d.e[i], acc[i]);
+  d.__tag = 0;
+  if (tagged) {
+    __mt_memo_tile slot = __mt_matrix_memo_slot(ta, tb, tc, types);
+    __builtin_memcpy(slot.tile, &d.e[0][0], sizeof d.e);
+    d.__tag = slot.tag;
+  }
+}
+
+}  // namespace __mt
+
 template <class TD, class TAB>
 __MT_UNCHECKED void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8>& d,
                                                const simdgroup_matrix<TAB, 8, 8>& a,
@@ -240,22 +273,7 @@ __MT_UNCHECKED void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8>& d,
       return;
     }
   }
-  // d(i, :) = c(i, :) + sum over k in order of a(i, k) * b(k, :), in float: eight lanes of
-  // a row at once, each element summed in the same order as one at a time (no contraction).
-  // All rows are formed before d is written (d may be c, a or b).
-  __mt::row8 brow[8] __attribute__((uninitialized)), acc[8] __attribute__((uninitialized));
-  for (int k = 0; k < 8; ++k) brow[k] = __mt::load_row(b.e[k]);
-  for (int i = 0; i < 8; ++i) {
-    acc[i] = __mt::load_row(c.e[i]);
-    for (int k = 0; k < 8; ++k) acc[i] = acc[i] + float(a.e[i][k]) * brow[k];
-  }
-  for (int i = 0; i < 8; ++i) __mt::store_row(d.e[i], acc[i]);
-  d.__tag = 0;
-  if (tagged) {
-    __mt_memo_tile slot = __mt_matrix_memo_slot(ta, tb, tc, types);
-    __builtin_memcpy(slot.tile, &d.e[0][0], sizeof d.e);
-    d.__tag = slot.tag;
-  }
+  __mt::multiply_accumulate(d, a, b, c, tagged, types);
 }
 
 template <class TD, class TAB>
