@@ -102,6 +102,13 @@ struct matrix_meeting {
   __mt_simd_shared* shared;
 };
 
+// A tile's bytes: 8x8 of 2 or 4 bytes, copied inline rather than by a library call.
+__MT_INLINE void copy_tile(void* to, const void* from, unsigned bytes) {
+  if (bytes == 128) __builtin_memcpy(to, from, 128);
+  else if (bytes == 256) __builtin_memcpy(to, from, 256);
+  else __builtin_memcpy(to, from, bytes);
+}
+
 // Meets the simdgroup and checks the uniform arguments. For a load (`tile` not null): a
 // uniform load's tile is read by the first lane to resume, which leaves it in the
 // simdgroup's scratch; a later lane that does not record copies it into `tile` here. The
@@ -121,7 +128,7 @@ __MT_UNCHECKED matrix_meeting matrix_meet(__mt_site at, matrix_access a, unsigne
   if (tile && m.tag) {
     const bool filled = t.shared->meet_id == t.meet_id;
     if (!m.records && filled) {
-      __builtin_memcpy(tile, t.shared->bytes, tile_bytes);
+      copy_tile(tile, t.shared->bytes, tile_bytes);
       m.copied = true;
     }
     m.share = !filled;
@@ -135,18 +142,17 @@ __MT_UNCHECKED void share_tile(const matrix_meeting& m, const void* tile, unsign
   m.shared->meet_id = m.id;
 }
 
-// The recording lane's copy of a whole tile with its accesses recorded in one runtime call
-// (__mt_matrix_copy) rather than a hook call per element; false where it does not apply (an
-// unchecked build has no hooks to record with; an element outside device and threadgroup
-// memory), and the caller copies element by element. Inlined, so that the runtime's
-// return address, the pc of any finding, is in the kernel at the load or store's line.
-__MT_INLINE bool matrix_copy(void* tile, const void* p, unsigned elem, const matrix_access& a,
-                             int store) {
+// The recording lane's load of a whole tile with its reads recorded in one runtime call
+// (__mt_matrix_load) rather than a hook call per element; false where it does not apply (an
+// unchecked build has no hooks to record with; a tile outside device and threadgroup
+// memory), and the caller loads element by element. Inlined, so that the runtime's return
+// address, the pc of any finding, is in the kernel at the load's line.
+__MT_INLINE bool matrix_load(void* tile, const void* p, unsigned elem, const matrix_access& a) {
 #if __has_feature(thread_sanitizer)
-  return __mt_matrix_copy(tile, const_cast<void*>(p), elem, a.elements_per_row, a.origin_x,
-                          a.origin_y, a.transpose, store) != 0;
+  return __mt_matrix_load(tile, p, elem, a.elements_per_row, a.origin_x, a.origin_y,
+                          a.transpose) != 0;
 #else
-  (void)tile, (void)p, (void)elem, (void)a, (void)store;
+  (void)tile, (void)p, (void)elem, (void)a;
   return false;
 #endif
 }
@@ -201,7 +207,7 @@ __MT_INLINE void simdgroup_load(__mt_site at, simdgroup_matrix<T, Cols, Rows>& d
       __mt::matrix_meet(at, a, __MT_SIMD_MATRIX_LOAD, &d.e[0][0], sizeof d.e);
   d.__tag = m.tag;
   if (m.copied) return;
-  if (m.records && __mt::matrix_copy(&d.e[0][0], src, sizeof(T), a, 0)) {
+  if (m.records && __mt::matrix_load(&d.e[0][0], src, sizeof(T), a)) {
     if (m.share) __mt::share_tile(m, &d.e[0][0], sizeof d.e);
     return;
   }
@@ -219,7 +225,8 @@ __MT_INLINE void simdgroup_store(__mt_site at, const simdgroup_matrix<T, Cols, R
                                  bool transpose_matrix = false) {
   __mt::matrix_access a{dst, elements_per_row, matrix_origin.x, matrix_origin.y, transpose_matrix};
   if (!__mt::matrix_meet(at, a, __MT_SIMD_MATRIX_STORE, nullptr, 0).records) return;
-  if (__mt::matrix_copy(const_cast<T*>(&m.e[0][0]), dst, sizeof(T), a, 1)) return;
+  // Element by element, instrumented: clang may merge the stores (a tile of one value,
+  // stored contiguously, becomes one wide write), and the counters count what it emits.
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < Cols; ++c) dst[__mt::matrix_offset(a, r, c)] = m.e[r][c];
 }

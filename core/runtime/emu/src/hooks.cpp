@@ -54,17 +54,17 @@ void __mt_atomic_access(const void* p, unsigned size, int kind) {
     tg_atomic(w, a, size, kind, pc);
 }
 
-// A simdgroup matrix load or store by its recording lane (mt_matrix.h): the 8x8 tile moves
-// between `tile` (row-major, thread memory) and `p`, element (r, c) at the MSL offset, and
-// each element's access is recorded as the instrumented per-element loop's hook call would
-// record it, in the same order (rows in order, a row's elements in order), with this call's
-// return address in the kernel as the pc. A non-transposed row is contiguous: its
-// threadgroup accesses go to tg_access_run. Returns 0 having done nothing when the tile
-// does not lie wholly in device or wholly in threadgroup memory, or when its offsets are
-// too large to be sure they grow with r and c (the caller runs the instrumented loop, whose
-// hooks ignore private memory and whose fault, if any, points at the kernel).
-int __mt_matrix_copy(void* tile, void* p, unsigned elem, uint64_t elements_per_row,
-                     uint64_t origin_x, uint64_t origin_y, uint64_t transpose, int store) {
+// A simdgroup matrix load by its recording lane (mt_matrix.h): the 8x8 tile is copied from
+// `p`, element (r, c) at the MSL offset, into `tile` (row-major, thread memory), and each
+// element's read is recorded as the instrumented per-element loop's hook call would record
+// it, in the same order (rows in order, a row's elements in order), with this call's return
+// address in the kernel as the pc. A non-transposed row is contiguous: its threadgroup
+// reads go to tg_access_run. Returns 0 having done nothing when the tile does not lie
+// wholly in device or wholly in threadgroup memory, or when its offsets are too large to be
+// sure they grow with r and c (the caller runs the instrumented loop, whose hooks ignore
+// private memory and whose fault, if any, points at the kernel).
+int __mt_matrix_load(void* tile, const void* p, unsigned elem, uint64_t elements_per_row,
+                     uint64_t origin_x, uint64_t origin_y, uint64_t transpose) {
   constexpr unsigned kTile = MT_MATRIX_TILE;
   Worker* w = t_worker;
   if (!w || !w->current || w->current->suppress) return 0;
@@ -79,25 +79,22 @@ int __mt_matrix_copy(void* tile, void* p, unsigned elem, uint64_t elements_per_r
   if (!device && !inside(w->arena_lo, w->arena_span)) return 0;
   const uintptr_t pc = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
   unsigned char* t = static_cast<unsigned char*>(tile);
-  const bool write = store != 0;
   for (unsigned r = 0; r < kTile; ++r) {
     const uintptr_t row = first + r * row_step;
     if (!device && !transpose) {
-      tg_access_run(w, row, elem, kTile, write, pc);
+      tg_access_run(w, row, elem, kTile, false, pc);
     } else {
       for (unsigned c = 0; c < kTile; ++c) {
-        if (device) device_access(w, row + c * col_step, elem, write, pc);
-        else tg_access(w, row + c * col_step, elem, write, pc);
+        if (device) device_access(w, row + c * col_step, elem, false, pc);
+        else tg_access(w, row + c * col_step, elem, false, pc);
       }
     }
     unsigned char* mine = t + r * kTile * elem;
-    unsigned char* theirs = reinterpret_cast<unsigned char*>(row);
+    const unsigned char* theirs = reinterpret_cast<const unsigned char*>(row);
     if (!transpose) {
-      std::memcpy(write ? theirs : mine, write ? mine : theirs, kTile * elem);
+      std::memcpy(mine, theirs, kTile * elem);
     } else {
-      for (unsigned c = 0; c < kTile; ++c)
-        copy_element(write ? theirs + c * col_step : mine + c * elem,
-                     write ? mine + c * elem : theirs + c * col_step, elem);
+      for (unsigned c = 0; c < kTile; ++c) copy_element(mine + c * elem, theirs + c * col_step, elem);
     }
   }
   return 1;
