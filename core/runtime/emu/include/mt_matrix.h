@@ -23,7 +23,8 @@
 // product in the worker's memo (mt_runtime.h); the other lanes copy instead of reading the
 // tile again or doing the 512 multiply-adds again. Lanes whose operands are untagged or
 // differ compute on their own, as every lane did before. Counters and findings are
-// unchanged: the recording lane still performs every recorded access itself.
+// unchanged: the recording lane still performs every recorded access itself (a load's
+// through one runtime call, __mt_matrix_load, that records each element as its hook would).
 // simdgroup matrices live in the thread address space (MSL allows no other), so the
 // multiply and the copy of a loaded tile from the scratch touch no memory the checker
 // judges: they are __MT_UNCHECKED (mt_sync.h), plain copies without hook calls.
