@@ -23,7 +23,8 @@
 // product in the worker's memo (mt_runtime.h); the other lanes copy instead of reading the
 // tile again or doing the 512 multiply-adds again. Lanes whose operands are untagged or
 // differ compute on their own, as every lane did before. Counters and findings are
-// unchanged: the recording lane still performs every recorded access itself.
+// unchanged: the recording lane still performs every recorded access itself (a load's
+// through one runtime call, __mt_matrix_load, that records each element as its hook would).
 // simdgroup matrices live in the thread address space (MSL allows no other), so the
 // multiply and the copy of a loaded tile from the scratch touch no memory the checker
 // judges: they are __MT_UNCHECKED (mt_sync.h), plain copies without hook calls.
@@ -102,6 +103,13 @@ struct matrix_meeting {
   __mt_simd_shared* shared;
 };
 
+// A tile's bytes: 8x8 of 2 or 4 bytes, copied inline rather than by a library call.
+__MT_INLINE void copy_tile(void* to, const void* from, unsigned bytes) {
+  if (bytes == 128) __builtin_memcpy(to, from, 128);
+  else if (bytes == 256) __builtin_memcpy(to, from, 256);
+  else __builtin_memcpy(to, from, bytes);
+}
+
 // Meets the simdgroup and checks the uniform arguments. For a load (`tile` not null): a
 // uniform load's tile is read by the first lane to resume, which leaves it in the
 // simdgroup's scratch; a later lane that does not record copies it into `tile` here. The
@@ -121,7 +129,7 @@ __MT_UNCHECKED matrix_meeting matrix_meet(__mt_site at, matrix_access a, unsigne
   if (tile && m.tag) {
     const bool filled = t.shared->meet_id == t.meet_id;
     if (!m.records && filled) {
-      __builtin_memcpy(tile, t.shared->bytes, tile_bytes);
+      copy_tile(tile, t.shared->bytes, tile_bytes);
       m.copied = true;
     }
     m.share = !filled;
@@ -133,6 +141,51 @@ __MT_UNCHECKED matrix_meeting matrix_meet(__mt_site at, matrix_access a, unsigne
 __MT_UNCHECKED void share_tile(const matrix_meeting& m, const void* tile, unsigned tile_bytes) {
   __builtin_memcpy(m.shared->bytes, tile, tile_bytes);
   m.shared->meet_id = m.id;
+}
+
+// The recording lane's load of a whole tile with its reads recorded in one runtime call
+// (__mt_matrix_load) rather than a hook call per element; false where it does not apply (an
+// unchecked build has no hooks to record with; a tile outside device and threadgroup
+// memory), and the caller loads element by element. Inlined, so that the runtime's return
+// address, the pc of any finding, is in the kernel at the load's line.
+__MT_INLINE bool matrix_load(void* tile, const void* p, unsigned elem, const matrix_access& a) {
+#if __has_feature(thread_sanitizer)
+  return __mt_matrix_load(tile, p, elem, a.elements_per_row, a.origin_x, a.origin_y,
+                          a.transpose) != 0;
+#else
+  (void)tile, (void)p, (void)elem, (void)a;
+  return false;
+#endif
+}
+
+// A row of a tile in float and back: whole-row conversions where the element type has
+// them (float, half: one vector conversion rounds each lane as a scalar one would),
+// element by element otherwise.
+typedef float row8 __attribute__((ext_vector_type(8)));
+__MT_INLINE row8 load_row(const float (&r)[8]) {
+  row8 v;
+  __builtin_memcpy(&v, r, sizeof v);
+  return v;
+}
+__MT_INLINE row8 load_row(const half (&r)[8]) {
+  typedef half half8v __attribute__((ext_vector_type(8)));
+  half8v h;
+  __builtin_memcpy(&h, r, sizeof h);
+  return __builtin_convertvector(h, row8);
+}
+template <class T> __MT_INLINE row8 load_row(const T (&r)[8]) {
+  row8 v;
+  for (int j = 0; j < 8; ++j) v[j] = float(r[j]);
+  return v;
+}
+__MT_INLINE void store_row(float (&r)[8], row8 v) { __builtin_memcpy(r, &v, sizeof v); }
+__MT_INLINE void store_row(half (&r)[8], row8 v) {
+  typedef half half8v __attribute__((ext_vector_type(8)));
+  half8v h = __builtin_convertvector(v, half8v);
+  __builtin_memcpy(r, &h, sizeof h);
+}
+template <class T> __MT_INLINE void store_row(T (&r)[8], row8 v) {
+  for (int j = 0; j < 8; ++j) r[j] = T(v[j]);
 }
 
 __MT_INLINE ulong matrix_offset(const matrix_access& a, int r, int c) {
@@ -149,9 +202,16 @@ __MT_INLINE void simdgroup_load(__mt_site at, simdgroup_matrix<T, Cols, Rows>& d
                                 bool transpose_matrix = false) {
   static_assert(sizeof d.e <= sizeof(__mt_simd_shared::bytes), "simdgroup_load: tile too large");
   __mt::matrix_access a{src, elements_per_row, matrix_origin.x, matrix_origin.y, transpose_matrix};
-  __mt::matrix_meeting m = __mt::matrix_meet(at, a, __MT_SIMD_MATRIX_LOAD, &d.e[0][0], sizeof d.e);
+  // Set by the call: no pattern fill first (-ftrivial-auto-var-init, an instrumented memset
+  // per lane per load).
+  __mt::matrix_meeting m __attribute__((uninitialized)) =
+      __mt::matrix_meet(at, a, __MT_SIMD_MATRIX_LOAD, &d.e[0][0], sizeof d.e);
   d.__tag = m.tag;
   if (m.copied) return;
+  if (m.records && __mt::matrix_load(&d.e[0][0], src, sizeof(T), a)) {
+    if (m.share) __mt::share_tile(m, &d.e[0][0], sizeof d.e);
+    return;
+  }
   if (!m.records) __mt_hooks_suppress(1);
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < Cols; ++c) d.e[r][c] = src[__mt::matrix_offset(a, r, c)];
@@ -166,9 +226,44 @@ __MT_INLINE void simdgroup_store(__mt_site at, const simdgroup_matrix<T, Cols, R
                                  bool transpose_matrix = false) {
   __mt::matrix_access a{dst, elements_per_row, matrix_origin.x, matrix_origin.y, transpose_matrix};
   if (!__mt::matrix_meet(at, a, __MT_SIMD_MATRIX_STORE, nullptr, 0).records) return;
+  // Element by element, instrumented: clang may merge the stores (a tile of one value,
+  // stored contiguously, becomes one wide write), and the counters count what it emits.
   for (int r = 0; r < Rows; ++r)
     for (int c = 0; c < Cols; ++c) dst[__mt::matrix_offset(a, r, c)] = m.e[r][c];
 }
+
+namespace __mt {
+
+// d = a * b + c computed by this lane, and left in the memo when the operands are tagged.
+// Out of line from simdgroup_multiply_accumulate, whose common path (a lane taking the
+// product another lane made) then needs no room for the rows.
+template <class TD, class TAB>
+__attribute__((noinline, no_sanitize("thread"))) void multiply_accumulate(
+    simdgroup_matrix<TD, 8, 8>& d, const simdgroup_matrix<TAB, 8, 8>& a,
+    const simdgroup_matrix<TAB, 8, 8>& b, const simdgroup_matrix<TD, 8, 8>& c, bool tagged,
+    ulong types) {
+  const ulong ta = a.__tag, tb = b.__tag, tc = c.__tag;
+  // d(i, :) = c(i, :) + sum over k in order of a(i, k) * b(k, :), in float: eight lanes of
+  // a row at once, each element summed in the same order as one at a time (no contraction).
+  // All rows are formed before d is written (d may be c, a or b).
+  row8 brow[8] __attribute__((uninitialized)), acc[8] __attribute__((uninitialized));
+#pragma unroll
+  for (int k = 0; k < 8; ++k) brow[k] = load_row(b.e[k]);
+  for (int i = 0; i < 8; ++i) {
+    acc[i] = load_row(c.e[i]);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) acc[i] = acc[i] + float(a.e[i][k]) * brow[k];
+  }
+  for (int i = 0; i < 8; ++i) store_row(d.e[i], acc[i]);
+  d.__tag = 0;
+  if (tagged) {
+    __mt_memo_tile slot = __mt_matrix_memo_slot(ta, tb, tc, types);
+    __builtin_memcpy(slot.tile, &d.e[0][0], sizeof d.e);
+    d.__tag = slot.tag;
+  }
+}
+
+}  // namespace __mt
 
 template <class TD, class TAB>
 __MT_UNCHECKED void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8>& d,
@@ -186,26 +281,7 @@ __MT_UNCHECKED void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8>& d,
       return;
     }
   }
-  // d(i, :) = c(i, :) + sum over k in order of a(i, k) * b(k, :), in float: eight lanes of
-  // a row at once, each element summed in the same order as one at a time (no contraction).
-  typedef float row8 __attribute__((ext_vector_type(8)));
-  row8 brow[8];
-  for (int k = 0; k < 8; ++k)
-    for (int j = 0; j < 8; ++j) brow[k][j] = float(b.e[k][j]);
-  simdgroup_matrix<TD, 8, 8> out;
-  for (int i = 0; i < 8; ++i) {
-    row8 acc;
-    for (int j = 0; j < 8; ++j) acc[j] = float(c.e[i][j]);
-    for (int k = 0; k < 8; ++k) acc = acc + float(a.e[i][k]) * brow[k];
-    for (int j = 0; j < 8; ++j) out.e[i][j] = TD(acc[j]);
-  }
-  out.__tag = 0;
-  if (tagged) {
-    __mt_memo_tile slot = __mt_matrix_memo_slot(ta, tb, tc, types);
-    __builtin_memcpy(slot.tile, &out.e[0][0], sizeof out.e);
-    out.__tag = slot.tag;
-  }
-  d = out;
+  __mt::multiply_accumulate(d, a, b, c, tagged, types);
 }
 
 template <class TD, class TAB>

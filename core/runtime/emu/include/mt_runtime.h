@@ -101,6 +101,14 @@ __mt_memo_tile __mt_matrix_memo_slot(uint64_t k0, uint64_t k1, uint64_t k2, uint
 // one lane records a simdgroup-wide matrix access).
 void __mt_hooks_suppress(int on);
 
+// A simdgroup matrix load made by the lane that records it, in checked builds: copies the
+// 8x8 tile of `elem`-byte elements (element (r, c) at MSL's offset for elements_per_row,
+// origin and transpose) into `tile`, row-major, and records each element's read as a hook
+// call per element would. 0: nothing done, the tile is not wholly in device or wholly in
+// threadgroup memory; the caller copies element by element instead.
+int __mt_matrix_load(void* tile, const void* p, unsigned elem, uint64_t elements_per_row,
+                     uint64_t origin_x, uint64_t origin_y, uint64_t transpose);
+
 // An atomic access (kind 0 load, 1 read-modify-write, 2 store): counted, bounds-checked,
 // never a race with another atomic, a race with a plain access to the same bytes.
 void __mt_atomic_access(const void* p, unsigned size, int kind);

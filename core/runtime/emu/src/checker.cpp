@@ -284,6 +284,76 @@ inline bool same_cell(const TgShadow& a, const TgShadow& b) {
          cell_word(a, kCellBytes - 8) == cell_word(b, kCellBytes - 8);
 }
 
+// A cell's state bytes as words (bytes 0-7, 8-15, 16-17), for tg_access_run.
+struct CellState {
+  uint64_t lo, mid;
+  uint16_t flags;
+  bool operator==(const CellState& o) const { return lo == o.lo && mid == o.mid && flags == o.flags; }
+};
+static_assert(kCellBytes == 18 && offsetof(TgShadow, initialized) == 16, "CellState's layout");
+inline CellState cell_state(const TgShadow& c) {
+  CellState r;
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(&c);
+  std::memcpy(&r.lo, p, 8);
+  std::memcpy(&r.mid, p + 8, 8);
+  std::memcpy(&r.flags, p + 16, 2);
+  return r;
+}
+inline void set_cell_state(TgShadow& c, const CellState& r) {
+  unsigned char* p = reinterpret_cast<unsigned char*>(&c);
+  std::memcpy(p, &r.lo, 8);
+  std::memcpy(p + 8, &r.mid, 8);
+  std::memcpy(p + 16, &r.flags, 2);
+}
+
+// The threadgroup access a thread makes in the current intervals, as the fast paths judge
+// it (tg_access, tg_access_run): whether tg_access would find nothing in a byte of state `sh` (atomic fields aside),
+// and that byte's new state.
+struct TgRunner {
+  uint32_t checks, e;
+  uint16_t t, s;
+  bool write;
+
+  bool ordered(uint16_t other, uint16_t other_sepoch) const {
+    return same_simdgroup(other, t) && other_sepoch != s;
+  }
+  bool clean(const TgShadow& sh) const {
+    if (!write && !sh.initialized && (checks & kCheckUninit)) return false;
+    if (!(checks & kCheckRaces)) return true;
+    if (sh.write_epoch == e && sh.writer != t && !ordered(sh.writer, sh.write_sepoch)) return false;
+    return !(write && sh.read_epoch == e && (sh.many_readers || sh.reader != t) &&
+             !(!sh.many_readers && ordered(sh.reader, sh.read_sepoch)));
+  }
+  TgShadow update(TgShadow u) const {
+    if (write) {
+      u.write_epoch = e;
+      u.writer = t;
+      u.write_sepoch = s;
+      u.initialized = 1;
+    } else if (u.read_epoch != e) {
+      u.read_epoch = e;
+      u.reader = t;
+      u.read_sepoch = s;
+      u.many_readers = 0;
+    } else if (u.reader != t) {
+      u.many_readers = 1;
+    }
+    return u;
+  }
+};
+
+// An access of n bytes that shares one state (no atomic access in this interval among them)
+// under which nothing is found: its update made, true; otherwise false, nothing done.
+inline bool tg_clean_access(const TgRunner& run, TgShadow* c, unsigned n) {
+  const CellState first = cell_state(c[0]);
+  for (unsigned k = 0; k < n; ++k)
+    if (c[k].atomic_epoch == run.e || !(cell_state(c[k]) == first)) return false;
+  if (!run.clean(c[0])) return false;
+  const CellState post = cell_state(run.update(c[0]));
+  for (unsigned k = 0; k < n; ++k) set_cell_state(c[k], post);
+  return true;
+}
+
 __attribute__((noinline)) void tg_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc) {
   const uint32_t checks = g_launch.job->checks;
   Fiber* f = w->current;
@@ -297,6 +367,9 @@ __attribute__((noinline)) void tg_access(Worker* w, uintptr_t a, unsigned n, boo
   (write ? w->tg_written : w->tg_read) += n;
   ++(write ? w->tg_stores : w->tg_loads);
   if (!(checks & (kCheckRaces | kCheckUninit))) return;  // the shadow serves only these
+  const TgRunner run{checks, w->tg_epoch, uint16_t(f->tid), uint16_t(w->simd_epoch[f->simdgroup]),
+                     write};
+  if (tg_clean_access(run, &w->arena_shadow[base], n)) return;  // the common case
   const uint32_t e = w->tg_epoch;
   const uint16_t t = uint16_t(f->tid);
   const uint16_t s = uint16_t(w->simd_epoch[f->simdgroup]);
@@ -352,6 +425,72 @@ __attribute__((noinline)) void tg_access(Worker* w, uintptr_t a, unsigned n, boo
       }
     }
   }
+}
+
+// The accesses of a run (N bytes each; N = 0: n bytes) that need no report, handled in
+// place; the others go to tg_access. The outcome for a byte depends on its state alone (the
+// run's thread, intervals and checks are fixed): `pre` is the last state judged clean and
+// `post` its update. Returns how many accesses it handled.
+template <unsigned N>
+uint64_t tg_run(Worker* w, const TgRunner& run, TgShadow* cells, uintptr_t a, unsigned n,
+                unsigned count, uintptr_t pc) {
+  if (N) n = N;
+  CellState pre{~uint64_t(0), ~uint64_t(0), 0xFFFF}, post{};  // no state has all bits set
+  uint64_t handled = 0;
+  for (unsigned i = 0; i < count; ++i) {
+    TgShadow* c = cells + uint64_t(i) * n;
+    const CellState first = cell_state(c[0]);
+    bool fast = c[0].atomic_epoch != run.e;
+    if (fast && !(first == pre)) {
+      fast = run.clean(c[0]);
+      if (fast) {
+        pre = first;
+        post = cell_state(run.update(c[0]));
+      }
+    }
+    for (unsigned k = 1; k < n && fast; ++k)
+      fast = cell_state(c[k]) == first && c[k].atomic_epoch != run.e;
+    if (!fast) {
+      tg_access(w, a + uint64_t(i) * n, n, run.write, pc);
+      continue;
+    }
+    // The state bytes only: the atomic fields past kCellBytes stay per byte.
+    for (unsigned k = 0; k < n; ++k) set_cell_state(c[k], post);
+    ++handled;
+  }
+  return handled;
+}
+
+// `count` accesses of `n` bytes each at a, a + n, ... in that order (a row of a simdgroup
+// matrix load or store, hooks.cpp): what `count` tg_access calls would do, without a call
+// per access where nothing is found. When the run lies in one variable, an access whose
+// bytes share one shadow state (no atomic access in this interval among them) under which
+// nothing is found gets that state's update here; any other access is left to tg_access,
+// which reports what it finds. Accesses touch disjoint bytes, so handling some here and
+// some there in order changes nothing.
+void tg_access_run(Worker* w, uintptr_t a, unsigned n, unsigned count, bool write, uintptr_t pc) {
+  const uint32_t checks = g_launch.job->checks;
+  const uint64_t base = a - w->arena_lo, bytes = uint64_t(n) * count;
+  const int slot = base < w->arena_owner.size() ? w->arena_owner[base] : -1;
+  const bool inside = slot >= 0 && base + bytes <= g_launch.slot_offset[slot] + g_launch.slot_size[slot];
+  if (!inside || !(checks & (kCheckRaces | kCheckUninit))) {
+    if (inside) {
+      (write ? w->tg_written : w->tg_read) += bytes;
+      (write ? w->tg_stores : w->tg_loads) += count;
+    } else {
+      for (unsigned i = 0; i < count; ++i) tg_access(w, a + uint64_t(i) * n, n, write, pc);
+    }
+    return;
+  }
+  const TgRunner run{checks, w->tg_epoch, uint16_t(w->current->tid),
+                     uint16_t(w->simd_epoch[w->current->simdgroup]), write};
+  TgShadow* cells = &w->arena_shadow[base];
+  const uint64_t handled =
+      n == 2 ? tg_run<2>(w, run, cells, a, n, count, pc)
+      : n == 4 ? tg_run<4>(w, run, cells, a, n, count, pc)
+               : tg_run<0>(w, run, cells, a, n, count, pc);
+  (write ? w->tg_written : w->tg_read) += handled * n;
+  (write ? w->tg_stores : w->tg_loads) += handled;
 }
 
 // Atomics (mt_atomic.h): counted, bounds-checked, and checked against plain accesses. An

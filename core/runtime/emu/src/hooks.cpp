@@ -22,6 +22,15 @@ __attribute__((always_inline)) inline void on_access(uintptr_t a, unsigned n, bo
     tg_access(w, a, n, write, pc);
 }
 
+// One element of a matrix tile (2 or 4 bytes in MSL; any size works).
+inline void copy_element(unsigned char* to, const unsigned char* from, unsigned n) {
+  switch (n) {
+    case 2: std::memcpy(to, from, 2); break;
+    case 4: std::memcpy(to, from, 4); break;
+    default: std::memcpy(to, from, n);
+  }
+}
+
 }  // namespace mt
 
 using namespace mt;
@@ -43,6 +52,52 @@ void __mt_atomic_access(const void* p, unsigned size, int kind) {
     device_atomic(w, a, size, kind, pc);
   else if (a - w->arena_lo < w->arena_span)
     tg_atomic(w, a, size, kind, pc);
+}
+
+// A simdgroup matrix load by its recording lane (mt_matrix.h): the 8x8 tile is copied from
+// `p`, element (r, c) at the MSL offset, into `tile` (row-major, thread memory), and each
+// element's read is recorded as the instrumented per-element loop's hook call would record
+// it, in the same order (rows in order, a row's elements in order), with this call's return
+// address in the kernel as the pc. A non-transposed row is contiguous: its threadgroup
+// reads go to tg_access_run. Returns 0 having done nothing when the tile does not lie
+// wholly in device or wholly in threadgroup memory, or when its offsets are too large to be
+// sure they grow with r and c (the caller runs the instrumented loop, whose hooks ignore
+// private memory and whose fault, if any, points at the kernel).
+int __mt_matrix_load(void* tile, const void* p, unsigned elem, uint64_t elements_per_row,
+                     uint64_t origin_x, uint64_t origin_y, uint64_t transpose) {
+  constexpr unsigned kTile = MT_MATRIX_TILE;
+  Worker* w = t_worker;
+  if (!w || !w->current || w->current->suppress) return 0;
+  // Below 2^28 each, no offset wraps: the first element is the lowest, the last the highest.
+  if ((elements_per_row | origin_x | origin_y) >> 28 || elem > 16) return 0;
+  const uint64_t row_step = transpose ? elem : elements_per_row * elem;  // next r
+  const uint64_t col_step = transpose ? elements_per_row * elem : elem;  // next c
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p) + (origin_y * elements_per_row + origin_x) * elem;
+  const uintptr_t end = first + (kTile - 1) * (row_step + col_step) + elem;
+  auto inside = [&](uintptr_t lo, uintptr_t span) { return first - lo < span && end - lo <= span; };
+  const bool device = inside(g_launch.dev_lo, g_launch.dev_span);
+  if (!device && !inside(w->arena_lo, w->arena_span)) return 0;
+  const uintptr_t pc = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  unsigned char* t = static_cast<unsigned char*>(tile);
+  for (unsigned r = 0; r < kTile; ++r) {
+    const uintptr_t row = first + r * row_step;
+    if (!device && !transpose) {
+      tg_access_run(w, row, elem, kTile, false, pc);
+    } else {
+      for (unsigned c = 0; c < kTile; ++c) {
+        if (device) device_access(w, row + c * col_step, elem, false, pc);
+        else tg_access(w, row + c * col_step, elem, false, pc);
+      }
+    }
+    unsigned char* mine = t + r * kTile * elem;
+    const unsigned char* theirs = reinterpret_cast<const unsigned char*>(row);
+    if (!transpose) {
+      std::memcpy(mine, theirs, kTile * elem);
+    } else {
+      for (unsigned c = 0; c < kTile; ++c) copy_element(mine + c * elem, theirs + c * col_step, elem);
+    }
+  }
+  return 1;
 }
 
 // Thread-sanitizer instrumentation entry points (clang -fsanitize=thread without its

@@ -212,6 +212,7 @@ void write_error(const char* status, const std::string& message);
 // checker.cpp
 void device_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc);
 void tg_access(Worker* w, uintptr_t a, unsigned n, bool write, uintptr_t pc);
+void tg_access_run(Worker* w, uintptr_t a, unsigned n, unsigned count, bool write, uintptr_t pc);
 void device_atomic(Worker* w, uintptr_t a, unsigned n, int kind, uintptr_t pc);
 void tg_atomic(Worker* w, uintptr_t a, unsigned n, int kind, uintptr_t pc);
 
