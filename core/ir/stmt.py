@@ -4,7 +4,8 @@
 statement (it may return a replacement); `substitute` maps variables in any node;
 `free_vars` lists the variables an expression or statement reads (`loads` its loads,
 `collect` several kinds of node in one walk); `seq` flattens;
-`bind_ranges` gives an arithmetic analyzer the loop ranges around a statement.
+`bind_ranges` gives an arithmetic analyzer the loop ranges around a statement;
+`ByHandle` maps Vars and buffers by identity without building EQ nodes.
 """
 
 from __future__ import annotations
@@ -157,6 +158,52 @@ def collect(node, *types) -> list:
     found = [[] for _ in types]
     visit_nodes(node, *((t, out.append) for t, out in zip(types, found)))
     return found
+
+
+class ByHandle:
+    """A mapping keyed by TVM objects' identity (their FFI handle), for Vars and buffers.
+
+    A dict or set of Vars finds the key by hash, then compares with `==`, which for a TVM
+    expression builds an EQ node through the FFI (and the Python object for one node
+    differs per attribute read, so `is` rarely short-cuts it). Keyed by the handle, a
+    lookup is a dict lookup of an int; entries keep their key objects alive, so a handle
+    is never reused while it is a key here."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, items=()):
+        self._entries = {}             # handle -> (key, value)
+        for key, value in items:
+            self[key] = value
+
+    def __contains__(self, key) -> bool:
+        return key.__chandle__() in self._entries
+
+    def __getitem__(self, key):
+        return self._entries[key.__chandle__()][1]
+
+    def __setitem__(self, key, value):
+        self._entries[key.__chandle__()] = (key, value)
+
+    def get(self, key, default=None):
+        entry = self._entries.get(key.__chandle__())
+        return default if entry is None else entry[1]
+
+    def pop(self, key, default=None):
+        entry = self._entries.pop(key.__chandle__(), None)
+        return default if entry is None else entry[1]
+
+    def keys(self) -> list:
+        return [k for k, _ in self._entries.values()]
+
+    def items(self) -> list:
+        return list(self._entries.values())
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 def choice_parts(e):
