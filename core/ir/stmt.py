@@ -17,14 +17,25 @@ from tvm import tirx
 from core.ir import ops
 
 
+_ARRAY_SIZE = tvm_ffi.container._ffi_api.ArraySize
+_ARRAY_ITEM = tvm_ffi.container._ffi_api.ArrayGetItem
+
+
+def items(array) -> list:
+    """The elements of an FFI Array (a SeqStmt's `seq`, a load's `indices`) as a list:
+    what `list(array)` gives, without the container's per-element Python iterator and
+    index checks (every walk of every pass reads the sequences this way)."""
+    return [_ARRAY_ITEM(array, i) for i in range(_ARRAY_SIZE(array))]
+
+
 def seq(stmts) -> tirx.Stmt:
     """A SeqStmt of `stmts` with nested sequences flattened (one stmt: itself)."""
     flat = []
     for s in stmts:
         if s is None:
             continue
-        if isinstance(s, tirx.SeqStmt):
-            flat.extend(s.seq)
+        if _child_kind(type(s)) == _SEQ:
+            flat.extend(items(s.seq))
         else:
             flat.append(s)
     if not flat:
@@ -56,25 +67,37 @@ def children(stmt) -> list:
     if kind == _BODY:
         return [stmt.body]
     if kind == _SEQ:
-        return list(stmt.seq)
+        return items(stmt.seq)
     return [stmt.then_case] + ([stmt.else_case] if stmt.else_case is not None else [])
+
+
+def _rebuild_for(stmt, new_children):
+    return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, new_children[0],
+                    stmt.thread_binding, stmt.annotations, stmt.step)
+
+
+# Statement type -> how `rebuild` makes it from new children, decided once per type (as
+# `_child_kind`: isinstance on TVM's ABC node classes is slow).
+_REBUILDERS = (
+    (tirx.SeqStmt, lambda stmt, new: seq(new)),
+    (tirx.For, _rebuild_for),
+    (tirx.AttrStmt, lambda stmt, new: tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value,
+                                                    new[0])),
+    (tirx.While, lambda stmt, new: tirx.While(stmt.condition, new[0])),
+    (tirx.IfThenElse, lambda stmt, new: tirx.IfThenElse(stmt.condition, new[0],
+                                                        new[1] if len(new) > 1 else None)),
+)
+_REBUILDER: dict = {}
 
 
 def rebuild(stmt, new_children):
     """`stmt` with its child statements replaced (same order as `children`)."""
-    if isinstance(stmt, tirx.SeqStmt):
-        return seq(new_children)
-    if isinstance(stmt, tirx.For):
-        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, new_children[0],
-                        stmt.thread_binding, stmt.annotations, stmt.step)
-    if isinstance(stmt, tirx.AttrStmt):
-        return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, new_children[0])
-    if isinstance(stmt, tirx.While):
-        return tirx.While(stmt.condition, new_children[0])
-    if isinstance(stmt, tirx.IfThenElse):
-        return tirx.IfThenElse(stmt.condition, new_children[0],
-                               new_children[1] if len(new_children) > 1 else None)
-    return stmt
+    node_type = type(stmt)
+    make = _REBUILDER.get(node_type)
+    if make is None:
+        make = _REBUILDER[node_type] = next(
+            (fn for t, fn in _REBUILDERS if issubclass(node_type, t)), lambda s, new: s)
+    return make(stmt, new_children)
 
 
 def rewrite(stmt, fn):
