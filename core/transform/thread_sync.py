@@ -257,11 +257,10 @@ class _Planner:
 
     @staticmethod
     def conflicts(accesses, pending) -> bool:
-        if not accesses or not pending:
-            return False
-        buffers = {a.buffer_key for a in accesses}   # only accesses of one buffer can race
-        return any(may_race(a, p) for p in pending if p.buffer_key in buffers
-                   for a in accesses)
+        # only accesses of one buffer can race; the order of the pairs is kept, as it
+        # decides which footprints get enumerated before the first race is found
+        return any(may_race(a, p) for a in accesses for p in pending
+                   if p.buffer_key == a.buffer_key)
 
     def leaf(self, s, pending):
         if isinstance(s, tirx.IfThenElse):
