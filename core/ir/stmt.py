@@ -158,13 +158,13 @@ def substitute(node, vmap: dict):
 
 def free_vars(node) -> list:
     """Variables read by `node`, in first-occurrence order (buffers included)."""
-    found = {}
+    found = {}   # by handle: a Var's == builds an EQ node
 
     def visit(v):
-        found.setdefault(v, None)
+        found.setdefault(v.__chandle__(), v)
 
     visit_nodes(node, (tvm.ir.Var, visit))
-    return list(found)
+    return list(found.values())
 
 
 def loads(node) -> list:
@@ -244,9 +244,14 @@ def once_assigned_scalars(body) -> dict:
     """{buffer: value} for the one-element local scalars a kernel body assigns exactly
     once, at its top level (TileLang's `ty = by * panel + bx % panel` before the tile
     ops): a load of one means its value everywhere after the store."""
-    stores = {}
-    walk(body, lambda s: stores.setdefault(s.buffer, []).append(s)
-         if isinstance(s, tirx.BufferStore) else None)
+    stores = {}   # buffer handle -> number of stores (a Var's == builds an EQ node)
+
+    def count(s):
+        if isinstance(s, tirx.BufferStore):
+            key = s.buffer.__chandle__()
+            stores[key] = stores.get(key, 0) + 1
+
+    walk(body, count)
     top = []
 
     def flatten(s):
@@ -260,7 +265,7 @@ def once_assigned_scalars(body) -> dict:
 
     flatten(body)
     return {s.buffer: s.value for s in top
-            if isinstance(s, tirx.BufferStore) and len(stores[s.buffer]) == 1
+            if isinstance(s, tirx.BufferStore) and stores[s.buffer.__chandle__()] == 1
             and ops.buffer_scope(s.buffer) == "local"
             and tuple(as_int(d) for d in s.buffer.ty.shape) == (1,)}
 
