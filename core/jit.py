@@ -31,6 +31,7 @@ import pickle
 import platform
 import re
 import sys
+import time
 import types
 from dataclasses import dataclass
 from dataclasses import replace as replace_fields
@@ -210,10 +211,15 @@ def cache_key(func, options: tuple) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def lower(func, *, disable=(), replace=None) -> CompiledProgram:
-    """Run the pipeline and the printer (no cache)."""
-    program = pipeline.run(func, disable=disable, replace=replace)
+def lower(func, *, disable=(), replace=None, timings: dict | None = None) -> CompiledProgram:
+    """Run the pipeline and the printer (no cache). `timings`, a dict, receives the wall
+    seconds of each pass by name (core/transform/pipeline.py) and of the printer
+    ("print_msl")."""
+    program = pipeline.run(func, disable=disable, replace=replace, timings=timings)
+    start = time.perf_counter()
     msl, specs = print_program(program)
+    if timings is not None:
+        timings["print_msl"] = time.perf_counter() - start
     for site in program.launches:
         specs[site.kernel] = replace_fields(specs[site.kernel], grid=site.grid)
     return CompiledProgram(program.name, msl, specs, program.params, program.symbols,
@@ -222,10 +228,12 @@ def lower(func, *, disable=(), replace=None) -> CompiledProgram:
 
 
 def compile(func, target="metal", out_idx=None, *, disable=(), replace=None, cache=True,
-            checks=ALL_CHECKS, raise_on_findings=False, pass_configs=None,
+            checks=ALL_CHECKS, raise_on_findings=False, pass_configs=None, timings=None,
             **tilelang_options):  # noqa: A001
     """Compile a T.prim_func into a `Kernel`. `pass_configs` and TileLang's other
-    keywords are checked by core/options.py: unknown or unsupported ones are errors."""
+    keywords are checked by core/options.py: unknown or unsupported ones are errors.
+    `timings`, a dict, receives the seconds of each pass and of the printer when the
+    program is lowered (`lower`; a cache hit records nothing)."""
     if str(target).split()[0] not in ("metal", "auto"):
         raise MetaltileError(f"target {target!r} is not supported; use 'metal'",
                              construct="target")
@@ -235,7 +243,7 @@ def compile(func, target="metal", out_idx=None, *, disable=(), replace=None, cac
     key = cache_key(func, (tuple(disable),)) if use_cache else None
     compiled = CACHE.get(key) if use_cache else None
     if compiled is None:
-        compiled = lower(func, disable=disable, replace=replace)
+        compiled = lower(func, disable=disable, replace=replace, timings=timings)
         if use_cache:
             CACHE.put(key, compiled)
     return Kernel(compiled, out_idx, checks=checks, raise_on_findings=raise_on_findings)

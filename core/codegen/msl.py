@@ -48,7 +48,8 @@ from tvm.tirx import is_buffer_var
 from core.ir import annotations as keys
 from core.ir import ops
 from core.ir.matrix import MATRIX_SCOPE
-from core.ir.stmt import as_int, bind_ranges, choice_parts, collect, loads, visit_nodes, walk
+from core.ir.stmt import (ByHandle, as_int, bind_ranges, choice_parts, collect, loads,
+                           visit_nodes, walk)
 from core.language.errors import LoweringError
 from core.target import DTYPES, METAL
 
@@ -242,15 +243,16 @@ class _KernelPrinter:
         self.name = str(func.attrs["global_symbol"])
         self.readonly = {str(n) for n in func.attrs[keys.READONLY]}
         self.threads = [int(t) for t in func.attrs[keys.THREADS]]
-        self.names = {}            # Var -> MSL identifier
+        # Var/buffer-keyed tables by handle (ByHandle): `==` on Vars builds EQ nodes
+        self.names = ByHandle()    # Var -> MSL identifier
         self.taken = set()
-        self.scope = {}            # buffer Var -> "global" | "shared" | "local"
-        self.views = {}            # flat DeclBuffer view -> parameter buffer
+        self.scope = ByHandle()    # buffer Var -> "global" | "shared" | "local"
+        self.views = ByHandle()    # flat DeclBuffer view -> parameter buffer
         self.analyzer = Analyzer()
         self.lines = []
         self.indent = 1
         self.needs_floor = False
-        self.align = {}
+        self.align = ByHandle()
         self.builtins = set()
         self.helpers = {}          # helper function name -> MSL text (atomics)
         # threadgroup arrays that need more alignment than their element's (buffer ->
@@ -272,8 +274,9 @@ class _KernelPrinter:
 
     # names
     def ident(self, var) -> str:
-        if var in self.names:
-            return self.names[var]
+        name = self.names.get(var)
+        if name is not None:
+            return name
         base = "".join(c if c.isalnum() or c == "_" else "_" for c in var.name) or "v"
         if base[0].isdigit() or base in RESERVED_NAMES:
             base = "v_" + base
@@ -727,9 +730,10 @@ class _KernelPrinter:
         return f"({one} / ({one} + exp(-{x})))"
 
 
-def _thread_scalars(body) -> set:
+def _thread_scalars(body) -> ByHandle:
     """The one-element local buffers of `body` whose every load and store is at the
-    constant index 0: the printer declares them as scalars."""
+    constant index 0 (as a ByHandle of buffer -> True): the printer declares them as
+    scalars."""
     allocated, accesses = [], []
     walk(body, lambda s: allocated.append(s.buffer) if isinstance(s, tirx.AllocBuffer) and
          ops.buffer_scope(s.buffer) == "local" and
@@ -737,10 +741,10 @@ def _thread_scalars(body) -> set:
     walk(body, lambda s: accesses.append((s.buffer, s.indices))
          if isinstance(s, tirx.BufferStore) else None)
     accesses += [(ld.source, ld.indices) for ld in collect(body, tvm.ir.TensorLoad)[0]]
-    scalars = set(allocated)
+    scalars = ByHandle((buf, True) for buf in allocated)
     for buf, indices in accesses:
         if buf in scalars and [as_int(i) for i in indices] != [0]:
-            scalars.discard(buf)
+            scalars.pop(buf)
     return scalars
 
 

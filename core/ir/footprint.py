@@ -17,7 +17,6 @@ plain access do.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from math import prod
 
@@ -63,14 +62,22 @@ class Footprint:
     size: int = 0
     # Per point (the properties below): the flat element index, the linear thread id, and
     # the value of each enumerated enclosing loop variable (var -> array). `match`: the
-    # variables two accesses may be matched on (None: all of them). Two accesses in
-    # one iteration of a loop only meet at equal values of its variable; an access
-    # carried over from the previous iteration is not matched on it (nor on the loops
-    # inside it), see `carried_over`.
+    # variables two accesses may be matched on, by handle (None: all of them). Two
+    # accesses in one iteration of a loop only meet at equal values of its variable; an
+    # access carried over from the previous iteration is not matched on it (nor on the
+    # loops inside it), see `carried_over`.
     match: frozenset | None = None
     atomic: bool = False                   # an atomic update (a write that orders itself)
     points: _Points | None = field(default=None, repr=False)
     loop_vars: tuple = ()                  # the loop variables the points are enumerated on
+    # Handles of `buffer` and of `loop_vars`: what comparisons use. A TVM Var's `==`
+    # builds an EQ expression, so sets and dicts of Vars cost an FFI call per hit.
+    buffer_key: int = field(default=0, repr=False)
+    loop_keys: tuple = field(default=(), repr=False)
+
+    def __post_init__(self):
+        self.buffer_key = self.buffer.__chandle__()
+        self.loop_keys = tuple(v.__chandle__() for v in self.loop_vars)
 
     @property
     def unknown(self) -> bool:
@@ -86,7 +93,7 @@ class Footprint:
 
     @property
     def loops(self) -> dict:
-        return {} if self.unknown else self.points.get()[2]
+        return {} if self.unknown else dict(zip(self.loop_vars, self.points.get()[2]))
 
     @classmethod
     def of(cls, buffer, index, write, thread_axes, loops, guards=(), *,
@@ -99,17 +106,26 @@ class Footprint:
         if fp.size:
             thread_axes, guards = tuple(thread_axes), tuple(guards)
             loops = _used_loops(index, loops, guards)
-            fp.loop_vars = tuple(lp.var for lp in loops)
+            fp.set_loops(loops)
             fp.points = _Points(lambda: _inside(
                 _points(index, thread_axes, loops, guards), fp.size))
         return fp
 
+    def set_loops(self, loops):
+        """Enumerate the points over `loops` (LoopRange)."""
+        self.loop_vars = tuple(lp.var for lp in loops)
+        self.loop_keys = tuple(v.__chandle__() for v in self.loop_vars)
+
     def carried_over(self, enclosing) -> "Footprint":
         """This access as seen from the next iteration of a loop: matched only on the
-        loop variables in `enclosing` (the loops around that loop)."""
-        keep = frozenset(v for v in self.loop_vars if v in enclosing)
-        match = keep if self.match is None else frozenset(v for v in self.match if v in keep)
-        return dataclasses.replace(self, match=match)
+        loop variables whose handles are in `enclosing` (the loops around that loop)."""
+        keep = frozenset(k for k in self.loop_keys if k in enclosing)
+        match = keep if self.match is None else frozenset(k for k in self.match if k in keep)
+        # a field-for-field copy (the planner makes one per pending access and loop)
+        copied = object.__new__(Footprint)
+        copied.__dict__.update(self.__dict__)
+        copied.match = match
+        return copied
 
     @classmethod
     def of_tile(cls, access, thread_axes, loops, guards=(), *, first_unit: int,
@@ -127,7 +143,7 @@ class Footprint:
             return fp
         thread_axes, guards = tuple(thread_axes), tuple(guards)
         loops = _used_loops(access.base, loops, guards)
-        fp.loop_vars = tuple(lp.var for lp in loops)
+        fp.set_loops(loops)
 
         def compute():
             first = thread_axes[0] if thread_axes else None
@@ -141,7 +157,7 @@ class Footprint:
             elements, tid, values = points
             return _inside(((elements[:, None] + offsets[None, :]).ravel(),
                             np.repeat(first_unit + tid // simd_width, offsets.size),
-                            {v: np.repeat(a, offsets.size) for v, a in values.items()}),
+                            tuple(np.repeat(a, offsets.size) for a in values)),
                            fp.size)
 
         fp.points = _Points(compute)
@@ -165,12 +181,12 @@ def _inside(points, size):
 
 
 def may_race(a: Footprint, b: Footprint) -> bool:
-    if not a.buffer.same_as(b.buffer) or not (a.write or b.write) or (a.atomic and b.atomic):
+    if a.buffer_key != b.buffer_key or not (a.write or b.write) or (a.atomic and b.atomic):
         return False
     if a.unknown or b.unknown:
         return True
-    common = [v for v in a.loops if v in b.loops and (a.match is None or v in a.match)
-              and (b.match is None or v in b.match)]
+    common = [k for k in a.loop_keys if k in b.loop_keys and (a.match is None or k in a.match)
+              and (b.match is None or k in b.match)]
     if common:
         return _may_race_matched(a, b, common)
     lo_a, hi_a = a.summary()
@@ -184,12 +200,14 @@ def _may_race_matched(a, b, common) -> bool:
     """may_race for two accesses in one iteration of the loops `common`: points meet
     only where the element and every common loop variable agree."""
     key_a, key_b = a.elements, b.elements
+    loops_a, loops_b = a.points.get()[2], b.points.get()[2]
     radix = max(a.size, 1)
-    for v in common:
-        low = int(min(a.loops[v].min(initial=0), b.loops[v].min(initial=0)))
-        span = int(max(a.loops[v].max(initial=0), b.loops[v].max(initial=0))) + 1 - low
-        key_a = key_a + radix * (a.loops[v] - low)
-        key_b = key_b + radix * (b.loops[v] - low)
+    for k in common:
+        va, vb = loops_a[a.loop_keys.index(k)], loops_b[b.loop_keys.index(k)]
+        low = int(min(va.min(initial=0), vb.min(initial=0)))
+        span = int(max(va.max(initial=0), vb.max(initial=0))) + 1 - low
+        key_a = key_a + radix * (va - low)
+        key_b = key_b + radix * (vb - low)
         radix *= span
     if radix <= DENSE_KEYS_PER_POINT * (key_a.size + key_b.size) + 4096:
         # Dense per-key arrays: linear in the points, no sort.
@@ -226,16 +244,16 @@ def _used_loops(index, loops, guards) -> tuple:
     every iteration, so matching it on that loop's variable (may_race) decides nothing the
     element alone does not, and enumerating it would multiply the points by the loop's
     extent."""
-    used = set(free_vars(index))
+    used = {v.__chandle__() for v in free_vars(index)}
     for g in guards:
-        used.update(free_vars(g))
-    return tuple(lp for lp in loops if lp.var in used)
+        used.update(v.__chandle__() for v in free_vars(g))
+    return tuple(lp for lp in loops if lp.var.__chandle__() in used)
 
 
 def _points(index, thread_axes, loops, guards, sample=1, per_point=1):
-    """(element, linear thread id, {loop var: value}) of every enumerated point where all
-    guards hold, or None when `index` cannot be enumerated. `loops`: the loops to
-    enumerate (`_used_loops`). The first thread axis steps by `sample`."""
+    """(element, linear thread id, (value of each loop's variable)) of every enumerated
+    point where all guards hold, or None when `index` cannot be enumerated. `loops`: the
+    loops to enumerate (`_used_loops`). The first thread axis steps by `sample`."""
     axes = [(v, e, sample if k == 0 else 1, 0) for k, (v, e, _) in enumerate(thread_axes)]
     axes += [(lp.var, lp.extent, 1, lp.start) for lp in loops]
     if prod(-(-e // step) for _, e, step, _ in axes) * per_point > MAX_POINTS:
@@ -245,27 +263,27 @@ def _points(index, thread_axes, loops, guards, sample=1, per_point=1):
     for k, (v, e, step, start) in enumerate(axes):
         shape = [1] * (ndim + 1)
         shape[k] = -(-e // step)
-        env[v] = start + np.arange(0, e, step, dtype=np.int64).reshape(shape)
+        env[v.__chandle__()] = start + np.arange(0, e, step, dtype=np.int64).reshape(shape)
     elements = _eval(index, env, ndim)
     if elements is None:
         return None
     tid = np.zeros([1] * (ndim + 1), dtype=np.int64)
     for v, _, stride in thread_axes:
-        tid = tid + env[v] * stride
+        tid = tid + env[v.__chandle__()] * stride
     keep = np.ones([1] * (ndim + 1), dtype=bool)
     for g in guards:
         mask = _eval(g, env, ndim)
         if mask is not None:
             keep = keep & np.asarray(mask, dtype=bool)
-    loop_vars = [lp.var for lp in loops]
-    arrays = np.broadcast_arrays(elements, tid, keep, *(env[v] for v in loop_vars))
+    arrays = np.broadcast_arrays(elements, tid, keep, *(env[lp.var.__chandle__()]
+                                                        for lp in loops))
     elements, tid, keep = arrays[:3]
     if keep.all():  # no point dropped: a row-major copy, much cheaper than a mask
         pick = np.ravel
     else:
         def pick(a):
             return a[keep]
-    return pick(elements), pick(tid), {v: pick(a) for v, a in zip(loop_vars, arrays[3:])}
+    return pick(elements), pick(tid), tuple(pick(a) for a in arrays[3:])
 
 
 _BINARY = {
@@ -278,11 +296,12 @@ _BINARY = {
 
 
 def _eval(e, env, ndim):
-    """Integer value of `e` over the enumeration grid, or None if not enumerable."""
+    """Integer value of `e` over the enumeration grid (`env`: variable handle -> values),
+    or None if not enumerable."""
     if isinstance(e, tirx.IntImm):
         return np.bool_(e.value) if str(e.ty.dtype) == "bool" else np.int64(e.value)
     if isinstance(e, tvm.ir.Var):
-        return env.get(e)
+        return env.get(e.__chandle__())
     name = type(e).__name__
     if name in _BINARY:
         a, b = _eval(e.a, env, ndim), _eval(e.b, env, ndim)

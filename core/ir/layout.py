@@ -202,6 +202,38 @@ def _out_index(shape, dims):
     return _gathered_index(shape, kept, [shape[d] for d in kept])
 
 
+def _reduction_pairs(src: FragmentLayout, dims, outputs: int):
+    """(out, tid, first): the distinct (output element, thread) pairs of a reduction of a
+    fragment laid out as `src` over `dims`, in no particular order, and per output element
+    (row-major over the kept dims) the flat index of its first input element.
+
+    Everything `reduce_layout` decides is a property of these pairs (an OR over them, a
+    test that holds for each), and a long row has far fewer pairs than elements (a
+    vocabulary of 152k elements over 256 threads: 256). When the reduced dims are the
+    trailing ones, output o reads the M consecutive elements o * M .. o * M + M - 1, and M
+    of at least vec x threads consecutive elements are held by every thread, so the pairs
+    need no enumeration; otherwise every element is enumerated, then deduplicated."""
+    shape, ndim = src.shape, len(src.shape)
+    k = ndim - len(dims)
+    row = prod(shape[k:])
+    if sorted(dims) == list(range(k, ndim)) and row >= src.vec * src.threads \
+            and prod(shape[:k]) == outputs:
+        out = np.repeat(np.arange(outputs, dtype=np.int64), src.threads)
+        tid = np.tile(np.arange(src.threads, dtype=np.int64), outputs)
+        return out, tid, np.arange(outputs, dtype=np.int64) * row
+    flat = np.arange(src.size, dtype=np.int64)
+    out = _out_index(shape, dims)
+    tid = src.thread_of(flat)
+    first = np.full(outputs, src.size, dtype=np.int64)
+    np.minimum.at(first, out, flat)
+    if outputs * src.threads < out.size:    # deduplicate through a table of every pair
+        seen = np.zeros(outputs * src.threads, dtype=bool)
+        seen[out * src.threads + tid] = True
+        pairs = np.flatnonzero(seen)
+        out, tid = pairs // src.threads, pairs % src.threads
+    return out, tid, first
+
+
 def reduce_layout(src: FragmentLayout, dim, dst_shape) -> FragmentLayout:
     """Layout of the destination of a reduction of a fragment laid out as `src` over `dim`
     (an int, or a tuple of dims), see the module docstring; raises NoLayout when the
@@ -214,11 +246,7 @@ def reduce_layout(src: FragmentLayout, dim, dst_shape) -> FragmentLayout:
         raise NoLayout("the source is itself replicated (a reduction result); reduce a "
                        "fragment laid out over all threads")
     dst_shape = tuple(int(d) for d in dst_shape)
-    flat = np.arange(src.size, dtype=np.int64)
-    out = _out_index(src.shape, dims)
-    tid = src.thread_of(flat)
-    first = np.full(prod(dst_shape), src.size, dtype=np.int64)
-    np.minimum.at(first, out, flat)
+    out, tid, first = _reduction_pairs(src, dims, prod(dst_shape))
     mask = int(np.bitwise_or.reduce(tid ^ src.thread_of(first)[out])) if tid.size else 0
     lo = (mask & -mask).bit_length() - 1 if mask else 0
     hi = mask.bit_length()

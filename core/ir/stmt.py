@@ -4,7 +4,8 @@
 statement (it may return a replacement); `substitute` maps variables in any node;
 `free_vars` lists the variables an expression or statement reads (`loads` its loads,
 `collect` several kinds of node in one walk); `seq` flattens;
-`bind_ranges` gives an arithmetic analyzer the loop ranges around a statement.
+`bind_ranges` gives an arithmetic analyzer the loop ranges around a statement;
+`ByHandle` maps Vars and buffers by identity without building EQ nodes.
 """
 
 from __future__ import annotations
@@ -16,14 +17,25 @@ from tvm import tirx
 from core.ir import ops
 
 
+_ARRAY_SIZE = tvm_ffi.container._ffi_api.ArraySize
+_ARRAY_ITEM = tvm_ffi.container._ffi_api.ArrayGetItem
+
+
+def items(array) -> list:
+    """The elements of an FFI Array (a SeqStmt's `seq`, a load's `indices`) as a list:
+    what `list(array)` gives, without the container's per-element Python iterator and
+    index checks (every walk of every pass reads the sequences this way)."""
+    return [_ARRAY_ITEM(array, i) for i in range(_ARRAY_SIZE(array))]
+
+
 def seq(stmts) -> tirx.Stmt:
     """A SeqStmt of `stmts` with nested sequences flattened (one stmt: itself)."""
     flat = []
     for s in stmts:
         if s is None:
             continue
-        if isinstance(s, tirx.SeqStmt):
-            flat.extend(s.seq)
+        if _child_kind(type(s)) == _SEQ:
+            flat.extend(items(s.seq))
         else:
             flat.append(s)
     if not flat:
@@ -55,25 +67,37 @@ def children(stmt) -> list:
     if kind == _BODY:
         return [stmt.body]
     if kind == _SEQ:
-        return list(stmt.seq)
+        return items(stmt.seq)
     return [stmt.then_case] + ([stmt.else_case] if stmt.else_case is not None else [])
+
+
+def _rebuild_for(stmt, new_children):
+    return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, new_children[0],
+                    stmt.thread_binding, stmt.annotations, stmt.step)
+
+
+# Statement type -> how `rebuild` makes it from new children, decided once per type (as
+# `_child_kind`: isinstance on TVM's ABC node classes is slow).
+_REBUILDERS = (
+    (tirx.SeqStmt, lambda stmt, new: seq(new)),
+    (tirx.For, _rebuild_for),
+    (tirx.AttrStmt, lambda stmt, new: tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value,
+                                                    new[0])),
+    (tirx.While, lambda stmt, new: tirx.While(stmt.condition, new[0])),
+    (tirx.IfThenElse, lambda stmt, new: tirx.IfThenElse(stmt.condition, new[0],
+                                                        new[1] if len(new) > 1 else None)),
+)
+_REBUILDER: dict = {}
 
 
 def rebuild(stmt, new_children):
     """`stmt` with its child statements replaced (same order as `children`)."""
-    if isinstance(stmt, tirx.SeqStmt):
-        return seq(new_children)
-    if isinstance(stmt, tirx.For):
-        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, new_children[0],
-                        stmt.thread_binding, stmt.annotations, stmt.step)
-    if isinstance(stmt, tirx.AttrStmt):
-        return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, new_children[0])
-    if isinstance(stmt, tirx.While):
-        return tirx.While(stmt.condition, new_children[0])
-    if isinstance(stmt, tirx.IfThenElse):
-        return tirx.IfThenElse(stmt.condition, new_children[0],
-                               new_children[1] if len(new_children) > 1 else None)
-    return stmt
+    node_type = type(stmt)
+    make = _REBUILDER.get(node_type)
+    if make is None:
+        make = _REBUILDER[node_type] = next(
+            (fn for t, fn in _REBUILDERS if issubclass(node_type, t)), lambda s, new: s)
+    return make(stmt, new_children)
 
 
 def rewrite(stmt, fn):
@@ -134,13 +158,13 @@ def substitute(node, vmap: dict):
 
 def free_vars(node) -> list:
     """Variables read by `node`, in first-occurrence order (buffers included)."""
-    found = {}
+    found = {}   # by handle: a Var's == builds an EQ node
 
     def visit(v):
-        found.setdefault(v, None)
+        found.setdefault(v.__chandle__(), v)
 
     visit_nodes(node, (tvm.ir.Var, visit))
-    return list(found)
+    return list(found.values())
 
 
 def loads(node) -> list:
@@ -159,6 +183,52 @@ def collect(node, *types) -> list:
     return found
 
 
+class ByHandle:
+    """A mapping keyed by TVM objects' identity (their FFI handle), for Vars and buffers.
+
+    A dict or set of Vars finds the key by hash, then compares with `==`, which for a TVM
+    expression builds an EQ node through the FFI (and the Python object for one node
+    differs per attribute read, so `is` rarely short-cuts it). Keyed by the handle, a
+    lookup is a dict lookup of an int; entries keep their key objects alive, so a handle
+    is never reused while it is a key here."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, items=()):
+        self._entries = {}             # handle -> (key, value)
+        for key, value in items:
+            self[key] = value
+
+    def __contains__(self, key) -> bool:
+        return key.__chandle__() in self._entries
+
+    def __getitem__(self, key):
+        return self._entries[key.__chandle__()][1]
+
+    def __setitem__(self, key, value):
+        self._entries[key.__chandle__()] = (key, value)
+
+    def get(self, key, default=None):
+        entry = self._entries.get(key.__chandle__())
+        return default if entry is None else entry[1]
+
+    def pop(self, key, default=None):
+        entry = self._entries.pop(key.__chandle__(), None)
+        return default if entry is None else entry[1]
+
+    def keys(self) -> list:
+        return [k for k, _ in self._entries.values()]
+
+    def items(self) -> list:
+        return list(self._entries.values())
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 def choice_parts(e):
     """(condition, true value, false value) of a Select or an `if_then_else` call, else
     None."""
@@ -174,9 +244,14 @@ def once_assigned_scalars(body) -> dict:
     """{buffer: value} for the one-element local scalars a kernel body assigns exactly
     once, at its top level (TileLang's `ty = by * panel + bx % panel` before the tile
     ops): a load of one means its value everywhere after the store."""
-    stores = {}
-    walk(body, lambda s: stores.setdefault(s.buffer, []).append(s)
-         if isinstance(s, tirx.BufferStore) else None)
+    stores = {}   # buffer handle -> number of stores (a Var's == builds an EQ node)
+
+    def count(s):
+        if isinstance(s, tirx.BufferStore):
+            key = s.buffer.__chandle__()
+            stores[key] = stores.get(key, 0) + 1
+
+    walk(body, count)
     top = []
 
     def flatten(s):
@@ -190,7 +265,7 @@ def once_assigned_scalars(body) -> dict:
 
     flatten(body)
     return {s.buffer: s.value for s in top
-            if isinstance(s, tirx.BufferStore) and len(stores[s.buffer]) == 1
+            if isinstance(s, tirx.BufferStore) and stores[s.buffer.__chandle__()] == 1
             and ops.buffer_scope(s.buffer) == "local"
             and tuple(as_int(d) for d in s.buffer.ty.shape) == (1,)}
 

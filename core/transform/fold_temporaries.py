@@ -43,7 +43,7 @@ from tvm.sym import Analyzer, detect_iter_map
 
 from core.ir import ops
 from core.ir.kernel import map_kernels
-from core.ir.stmt import collect, loads, map_nodes, rewrite, seq, substitute, walk
+from core.ir.stmt import children, collect, loads, map_nodes, rewrite, seq, substitute
 
 _PURE_EFFECT = 1  # CallEffectKind.Pure and below (ExprAnnotation): no memory effects
 
@@ -62,23 +62,60 @@ def _fold_kernel(body):
 
 def _fold_one(body):
     """`body` with one temporary folded, or None when none can be."""
-    stores, load_count = {}, {}
-    walk(body, lambda s: stores.setdefault(s.buffer, []).append(s)
-         if isinstance(s, tirx.BufferStore) else None)
+    use = _BufferUse(body)
+    load_count = {}
     for ld in loads(body):
-        load_count[ld.source] = load_count.get(ld.source, 0) + 1
-    candidates = [b for b, ss in stores.items() if len(ss) == 1
-                  and load_count.get(b, 0) == 1 and ops.buffer_scope(b) == "local"]
-    sequences = []
-    walk(body, lambda s: sequences.append(s) if isinstance(s, tirx.SeqStmt) else None)
+        key = ld.source.__chandle__()
+        load_count[key] = load_count.get(key, 0) + 1
+    candidates = [buf for key, (buf, count) in use.store_counts.items() if count == 1
+                  and load_count.get(key, 0) == 1 and ops.buffer_scope(buf) == "local"]
     for buf in candidates:
-        for sq in sequences:
-            found = _fold_in(sq, buf)
+        for sq in use.sequences:
+            found = _fold_in(sq, buf, use)
             if found is not None:
                 old, new = found
                 body = rewrite(body, lambda s, old=old, new=new: new if s.same_as(old) else s)
                 return rewrite(body, lambda s, buf=buf: _drop_alloc(s, buf))
     return None
+
+
+class _BufferUse:
+    """What `_fold_one` asks of every item of every sequence for every candidate, from one
+    walk of the kernel body (nothing changes until a fold is found; then a new walk):
+    the buffers each statement stores to (by handle), how often each buffer is stored,
+    the sequences in walk order; the buffers a statement loads from, on first ask."""
+
+    def __init__(self, body):
+        self.stored = {}         # statement handle -> (statement, {buffer handle})
+        self.loaded = {}         # statement handle -> (statement, {buffer handle})
+        self.store_counts = {}   # buffer handle -> [buffer, stores], in walk order
+        self.sequences = []
+        self._index(body)
+
+    def _index(self, stmt) -> set:
+        if isinstance(stmt, tirx.SeqStmt):
+            self.sequences.append(stmt)
+        stored = set()
+        if isinstance(stmt, tirx.BufferStore):
+            key = stmt.buffer.__chandle__()
+            self.store_counts.setdefault(key, [stmt.buffer, 0])[1] += 1
+            stored.add(key)
+        for k in children(stmt):
+            stored |= self._index(k)
+        self.stored[stmt.__chandle__()] = (stmt, stored)
+        return stored
+
+    def stores_to(self, stmt, bufs) -> bool:
+        """Whether `stmt` (a statement of the walked body) stores to any of `bufs`."""
+        stored = self.stored[stmt.__chandle__()][1]
+        return any(b.__chandle__() in stored for b in bufs)
+
+    def loads_from(self, stmt, buf) -> bool:
+        entry = self.loaded.get(stmt.__chandle__())
+        if entry is None:
+            entry = self.loaded[stmt.__chandle__()] = (
+                stmt, {ld.source.__chandle__() for ld in loads(stmt)})
+        return buf.__chandle__() in entry[1]
 
 
 def _drop_alloc(stmt, buf):
@@ -101,11 +138,14 @@ def _levels(stmt):
     return levels, stmt
 
 
-def _fold_in(sequence, buf):
-    """(old SeqStmt, new SeqStmt) folding `buf` inside `sequence`, or None."""
+def _fold_in(sequence, buf, use):
+    """(old SeqStmt, new SeqStmt) folding `buf` inside `sequence` (a SeqStmt of the body
+    `use` walked), or None."""
     items = list(sequence.seq)
-    writer = next((i for i, s in enumerate(items) if _stores_to(s, buf)), None)
-    reader = next((i for i, s in enumerate(items) if _loads_from(s, buf)), None)
+    writer = next((i for i, s in enumerate(items) if use.stores_to(s, [buf])), None)
+    if writer is None:
+        return None
+    reader = next((i for i, s in enumerate(items) if use.loads_from(s, buf)), None)
     if writer is None or reader is None or reader <= writer:
         return None
     levels_s, store = _levels(items[writer])
@@ -116,7 +156,7 @@ def _fold_in(sequence, buf):
     if not _pure(store.value, buf):
         return None
     read = [ld.source for ld in loads(store.value)]
-    if any(_stores_any(s, read) for s in items[writer + 1:reader + 1]):
+    if any(use.stores_to(s, read) for s in items[writer + 1:reader + 1]):
         return None
     if not _one_element_per_iteration(levels_s, store):
         return None
@@ -210,23 +250,3 @@ def _pure_call(call) -> bool:
         return False
     effect = call.op.get_attr("TCallEffectKind")
     return effect is not None and int(effect) <= _PURE_EFFECT
-
-
-def _stores(stmt) -> list:
-    found = []
-    walk(stmt, lambda s: found.append(s.buffer) if isinstance(s, tirx.BufferStore) else None)
-    return found
-
-
-def _stores_to(stmt, buf) -> bool:
-    return any(b.same_as(buf) for b in _stores(stmt))
-
-
-def _stores_any(stmt, bufs) -> bool:
-    """Whether `stmt` stores to any of the local arrays `bufs` (only its own thread can)."""
-    return any(b.same_as(r) for b in _stores(stmt) for r in bufs)
-
-
-def _loads_from(stmt, buf) -> bool:
-    return any(ld.source.same_as(buf) for ld in loads(stmt))
-

@@ -39,6 +39,7 @@ class KernelContext:
     guards: list = field(default_factory=list)     # conditions of the enclosing ifs
     _names: int = 0
     _threadgroup: dict = field(default_factory=dict)  # owner -> bytes it allocated
+    _analyzer: tuple = (None, None)  # (the ranges it was built from, by handle; analyzer)
 
     def fresh(self, name: str) -> tirx.Var:
         """A new int32 variable; the kernel's variables are numbered in creation order."""
@@ -46,8 +47,14 @@ class KernelContext:
         return tirx.Var(f"{name}{self._names}" if self._names > 1 else name, "int32")
 
     def analyzer(self) -> Analyzer:
-        """An analyzer knowing the ranges of the loops around the current statement."""
-        return bind_ranges(Analyzer(), self.ranges)
+        """An analyzer knowing the ranges of the loops around the current statement. Its
+        users only query it (constraints in a scope), so while `ranges` holds the same
+        entries the same analyzer is returned: building one binds every range again."""
+        key = tuple((v.__chandle__(), _identity(lo), _identity(ext))
+                    for v, (lo, ext) in self.ranges.items())
+        if self._analyzer[0] != key:
+            self._analyzer = (key, bind_ranges(Analyzer(), self.ranges))
+        return self._analyzer[1]
 
     def publish_threadgroup_bytes(self, owner: str, nbytes: int) -> None:
         """Record that lowering `owner` allocated `nbytes` more of threadgroup memory."""
@@ -56,3 +63,9 @@ class KernelContext:
     def threadgroup_bytes(self, besides: str | None = None) -> int:
         """Threadgroup bytes the lowerings have published (all but `besides`'s)."""
         return sum(n for owner, n in self._threadgroup.items() if owner != besides)
+
+
+def _identity(x):
+    """A TVM node by handle, a Python number (a tile extent) by value."""
+    chandle = getattr(x, "__chandle__", None)
+    return chandle() if chandle is not None else ("value", x)

@@ -110,7 +110,7 @@ class _KernelUses:
     parallel: list              # buffers accessed inside T.Parallel loops that need
                                 # their accumulators staged whole
     chunkable: list             # T.Parallel loops over one accumulator alone, at its shape
-    parallel_loops: list        # every T.Parallel nest's (outer loop, buffers it touches)
+    parallel_loops: list        # every PARALLEL loop (nests: each level)
     others: list                # other tile-op calls (tl.fill excepted)
 
     @classmethod
@@ -124,10 +124,7 @@ class _KernelUses:
                 elif ops.buffer_scope(s.buffer) == "shared":
                     uses.shared_bytes += _nbytes(s.buffer.ty.shape, ops.buffer_dtype(s.buffer))
             elif isinstance(s, tirx.For) and s.kind == tirx.ForKind.PARALLEL:
-                touched = [ld.source for ld in loads(s)]
-                walk(s, lambda t: touched.append(t.buffer)
-                     if isinstance(t, tirx.BufferStore) else None)
-                uses.parallel_loops.append((s, touched))
+                uses.parallel_loops.append(s)
             elif isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.gemm"):
                 uses.gemms.append(s.value)
             elif isinstance(s, tirx.Evaluate) and (ops.is_tile_call(s.value, "tl.copy") or
@@ -138,10 +135,15 @@ class _KernelUses:
                 uses.others.append(s.value)
 
         walk(body, visit)
-        inner = [loop.body for loop, _ in uses.parallel_loops]  # nests count once
-        for loop, touched in uses.parallel_loops:
-            if any(loop.same_as(b) for b in inner):
+        if not uses.accumulators:  # what the loops touch matters for accumulators only
+            return uses
+        inner = {loop.body.__chandle__() for loop in uses.parallel_loops}  # nests count once
+        for loop in uses.parallel_loops:
+            if loop.__chandle__() in inner:
                 continue
+            touched = [ld.source for ld in loads(loop)]
+            walk(loop, lambda t: touched.append(t.buffer)
+                 if isinstance(t, tirx.BufferStore) else None)
             accs = {b: None for b in touched if b in uses.accumulators}
             frags = {b: None for b in touched if ops.buffer_scope(b) == FRAGMENT}
             if len(accs) == 1 and len(frags) == 1 and \

@@ -4,10 +4,14 @@ Each pass is a plain function; all but the last map PrimFunc -> PrimFunc, the la
 the lowered PrimFunc to a `LoweredProgram` (device kernels + launch plan). `run` applies
 them in order; a pass can be switched off (`disable=("vectorize",)`) or replaced
 (`replace={"thread_sync": my_pass}`) by name, which the harness uses to check that a
-change to one pass is caught. `stop_after` returns the intermediate result.
+change to one pass is caught. `stop_after` returns the intermediate result. `timings`, a dict, receives each pass's
+wall seconds by name (what `harness bench` and compile-time work read; the cost is one
+clock read per pass).
 """
 
 from __future__ import annotations
+
+import time
 
 from core.transform.block_swizzle import block_swizzle
 from core.transform.flatten_simplify import flatten_simplify
@@ -45,9 +49,10 @@ def pass_names() -> tuple:
     return tuple(name for name, _ in PASSES)
 
 
-def run(func, *, disable=(), replace=None, stop_after=None):
+def run(func, *, disable=(), replace=None, stop_after=None, timings: dict | None = None):
     """Apply the pipeline to a parsed PrimFunc; returns a LoweredProgram (or the
-    intermediate PrimFunc when `stop_after` names a pass)."""
+    intermediate PrimFunc when `stop_after` names a pass). With `timings`, a dict, each
+    pass run records `timings[name] = seconds` (wall clock)."""
     replace = replace or {}
     unknown = (set(disable) | set(replace) | ({stop_after} if stop_after else set())) \
         - set(pass_names())
@@ -58,7 +63,10 @@ def run(func, *, disable=(), replace=None, stop_after=None):
             if name in REQUIRED:
                 raise ValueError(f"pass '{name}' cannot be disabled (replace it instead)")
             continue
+        start = time.perf_counter() if timings is not None else 0.0
         func = replace.get(name, fn)(func)
+        if timings is not None:
+            timings[name] = time.perf_counter() - start
         if name == stop_after:
             break
     return func

@@ -47,11 +47,14 @@ class _Planner:
         for var, size in zip(nest.thread_vars, nest.threads):
             self.thread_axes.append((var, size, stride))
             stride *= size
-        self.thread_vars = set(nest.thread_vars)
-        self.written = []            # buffers the kernel stores to
-        walk(nest.body, lambda st: self.written.append(st.buffer)
+        # Variables and buffers by handle: a TVM Var's `==` builds an EQ expression, so
+        # sets and dicts of Vars cost an FFI call per hit.
+        self.thread_vars = {v.__chandle__() for v in nest.thread_vars}
+        self.written = set()         # buffers the kernel stores to
+        walk(nest.body, lambda st: self.written.add(st.buffer.__chandle__())
              if isinstance(st, tirx.BufferStore) else None)
-        self.scalars = once_assigned_scalars(nest.body)  # `ty = by * 4 + bx % 4`
+        self.scalars = {b.__chandle__(): value    # `ty = by * 4 + bx % 4`
+                        for b, value in once_assigned_scalars(nest.body).items()}
         self.first_unit = nest.num_threads   # simdgroup ids for matrix-tile accesses
         self.kernel = kernel
         self.loops = []              # enclosing uniform loops with constant ranges
@@ -67,7 +70,7 @@ class _Planner:
     def uniform(self, exprs) -> bool:
         for e in exprs:
             variables, lds = collect(e, tvm.ir.Var, tvm.ir.TensorLoad)
-            if any(v in self.thread_vars for v in variables):
+            if any(v.__chandle__() in self.thread_vars for v in variables):
                 return False
             if not all(self.read_only_device(ld) or self.uniform_scalar(ld) for ld in lds):
                 return False
@@ -76,7 +79,7 @@ class _Planner:
     def uniform_scalar(self, load) -> bool:
         """A kernel scalar assigned once, at the top level, from uniform values (a block's
         remapped tile index): every thread holds the same value."""
-        value = self.scalars.get(load.source)
+        value = self.scalars.get(load.source.__chandle__())
         return value is not None and self.uniform([value])
 
     def read_only_device(self, load) -> bool:
@@ -84,7 +87,7 @@ class _Planner:
         never writes, at uniform indices."""
         src = load.source
         return (is_buffer_var(src) and ops.buffer_scope(src) == "global"
-                and not any(src.same_as(b) for b in self.written)
+                and src.__chandle__() not in self.written
                 and self.uniform(list(load.indices)))
 
     # ---- footprints -----------------------------------------------------------------
@@ -209,7 +212,7 @@ class _Planner:
                 return s, pending
             start = as_int(s.min)
             pushed = ext is not None and start is not None
-            enclosing = {lp.var for lp in self.loops}
+            enclosing = {lp.var.__chandle__() for lp in self.loops}
             if pushed:
                 self.loops.append(LoopRange(s.loop_var, ext, start))
             # The loop's own barriers (its body and what one iteration leaves the next;
@@ -254,7 +257,10 @@ class _Planner:
 
     @staticmethod
     def conflicts(accesses, pending) -> bool:
-        return any(may_race(a, p) for a in accesses for p in pending)
+        # only accesses of one buffer can race; the order of the pairs is kept, as it
+        # decides which footprints get enumerated before the first race is found
+        return any(may_race(a, p) for a in accesses for p in pending
+                   if p.buffer_key == a.buffer_key)
 
     def leaf(self, s, pending):
         if isinstance(s, tirx.IfThenElse):

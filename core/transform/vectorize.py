@@ -150,7 +150,10 @@ def _plan(stmt, ranges):
     kids = children(stmt)
     if not kids:
         return stmt
-    return rebuild(stmt, [_plan(k, ranges) for k in kids])
+    planned = [_plan(k, ranges) for k in kids]
+    if all(a.same_as(b) for a, b in zip(planned, kids)):
+        return stmt                   # no candidate below: keep the node
+    return rebuild(stmt, planned)
 
 
 def _store_of(body):

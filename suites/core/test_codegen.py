@@ -227,6 +227,22 @@ def test_pipeline_is_named_and_replaceable(run):
         pipeline.run(k, disable=("no_such_pass",))
 
 
+def test_compile_records_the_time_of_each_pass_it_runs():
+    @T.prim_func
+    def k(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64):
+            for i in T.Parallel(64):
+                B[i] = A[i] + 1.0
+    timings = {}
+    core.compile(k, out_idx=[1], cache=False, disable=("vectorize",), timings=timings)
+    ran = [name for name in pipeline.pass_names() if name != "vectorize"]
+    assert list(timings) == [*ran, "print_msl"]
+    assert all(isinstance(s, float) and s >= 0 for s in timings.values())
+    stopped = {}
+    pipeline.run(k, stop_after="verify", timings=stopped)
+    assert list(stopped) == ["legalize", "block_swizzle", "host_program", "verify"]
+
+
 def test_compile_cache_is_structural_not_by_name(tmp_path, monkeypatch):
     import importlib
     jit = importlib.import_module("core.jit")

@@ -112,3 +112,27 @@ def test_nested_loop_plans_place_every_needed_barrier(run):
     report = barriers.check_barriers(kernel, [a])
     assert report.ok and report.barriers, report.summary()
     assert all(v.necessary for v in report.barriers), report.summary()
+
+
+def test_reduction_pairs_are_those_of_every_element():
+    # reduce_layout decides from the distinct (output, thread) pairs; a long row's are
+    # taken without enumerating its elements, and must be exactly those the elements give
+    import numpy as np
+
+    from core.ir import layout as L
+    cases = [((1, 152064), 256, (1,)), ((4, 1024), 256, (1,)), ((3, 7, 64), 96, (2,)),
+             ((2, 8, 48), 64, (1, 2)), ((64, 64), 128, (1,)), ((16, 32), 256, (0,))]
+    for shape, threads, dims in cases:
+        src = L.FragmentLayout.for_tile(shape, threads)
+        kept = [d for d in range(len(shape)) if d not in dims]
+        outputs = int(np.prod([shape[d] for d in kept]))
+        out, tid, first = L._reduction_pairs(src, dims, outputs)
+        flat = np.arange(src.size)
+        every = L._out_index(shape, dims)
+        assert set(zip(out.tolist(), tid.tolist())) == \
+            set(zip(every.tolist(), src.thread_of(flat).tolist())), shape
+        want_first = np.full(outputs, src.size)
+        np.minimum.at(want_first, every, flat)
+        assert first.tolist() == want_first.tolist(), shape
+        dst = tuple(shape[d] for d in kept)
+        assert L.reduce_layout(src, dims, dst).thread_count == threads
