@@ -20,7 +20,8 @@ values from caches:
                              cannot fold itself (a call, an attribute, a subscript, a tuple of
                              already-evaluated operands) into Python code and evals it; the
                              code of such an expression is kept by its shape (node types,
-                             names, constants), so each shape is compiled once per process
+                             names, constants), so each shape is compiled once per process;
+                             so is the code that binds an assignment's targets
 
 Contract: the parse result is the one TVMScript's own entry points give (same parser, same
 visitors, same variable tables; only where the source text, its AST and the evaluator's
@@ -44,20 +45,65 @@ from tvm.script.parser.core import doc
 from tvm.script.parser.core import entry as _entry
 from tvm.script.parser.core import utils
 from tvm.script.parser.core.diagnostics import Source
+from tvm.script.parser.core import evaluator
 from tvm.script.parser.core.evaluator import ExprEvaluator
+from tvm.script.parser.core.evaluator import _eval_assign as _tvm_eval_assign
 from tvm.script.parser.core.evaluator import _eval_expr as _tvm_eval_expr
 from tvm.script.parser.core.error import ParserError
 from tvm.script.parser.core.parser import Parser, ScriptMacro
 from tvm.script.parser.tirx.entry import TIRMacro
 
 
+_ATOMIC = frozenset({int, float, str, bool, bytes, complex, type(None), type(Ellipsis)})
+
+
+def _to_doc(node):
+    """`doc.to_doc(node)`: the doc AST of a Python AST, from the same registry entries.
+    TVMScript's conversion looks each node's class name up and checks every field value
+    against a list and six types through `isinstance`; this keeps each class's entry."""
+    kind = type(node)
+    if kind in _ATOMIC:
+        return node
+    if kind is list:
+        return [_to_doc(n) for n in node]
+    if kind is tuple:
+        return tuple(_to_doc(n) for n in node)
+    entry = _TO_DOC.get(kind)
+    if entry is None:
+        entry = _TO_DOC[kind] = _to_doc_entry(node)
+    if type(entry) is tuple:
+        doc_cls, fields = entry
+        return doc_cls(**{f: _to_doc(getattr(node, f, None)) for f in fields})
+    return entry(node)
+
+
+def _to_doc_entry(node):
+    """(doc class, fields) where TVMScript's entry for `node`'s class is its default field
+    by field copy, else the callable TVMScript uses for it."""
+    if doc._is_atomic_type(node) or isinstance(node, (list, tuple)):
+        return doc.to_doc        # a subclass of a value type: TVMScript decides
+    convert = doc._get_registry_entry(type(node).__name__, "to_doc")
+    if getattr(convert, "func", None) is doc.to_doc and hasattr(convert, "doc_cls"):
+        return convert.doc_cls, tuple(convert.fields)
+    return convert or doc.to_doc  # doc.to_doc raises TVMScript's error for a missing entry
+
+
+_TO_DOC: dict = {}
+
+
 class CachedSource(Source):
-    """A `Source` whose doc AST is parsed once (TVMScript parses it on every `as_ast`)."""
+    """A `Source` whose doc AST is parsed once (TVMScript parses it on every `as_ast`),
+    by `doc.parse`'s steps with the conversion of `_to_doc`."""
 
     def as_ast(self):
         tree = self.__dict__.get("_tree")
         if tree is None:
-            tree = self._tree = super().as_ast()
+            try:
+                program = ast.parse(self.source, filename="<unknown>", mode="exec",
+                                    feature_version=(3, 8))
+            except:  # noqa: E722 - doc.parse retries every failure without a version
+                program = ast.parse(self.source, filename="<unknown>", mode="exec")
+            tree = self._tree = _to_doc(program)
         return tree
 
 
@@ -204,12 +250,40 @@ def _eval_expr(self, node):
     return eval(code, self.value_table)  # noqa: S307 - what TVMScript's evaluator does
 
 
+_RHS = "__tvm_rhs_var__"   # the name TVMScript's assignment binds the value to
+
+
+def _eval_assign(target, source):
+    """`evaluator._eval_assign`: TVMScript's compile-and-exec of `target = <source>` (the
+    names a statement's left-hand side binds), with the compiled code of a known target
+    shape reused."""
+    key = _key(target) if isinstance(target, doc.AST) else None
+    if key is None:
+        return _tvm_eval_assign(target, source)
+    key = ("Assign", key)
+    code = _CODE.get(key)
+    if code is None:
+        tree = ast.Module(body=[ast.Assign(targets=[doc.from_doc(target)],
+                                           value=ast.Name(id=_RHS, ctx=ast.Load()))],
+                          type_ignores=[])
+        code = compile(ast.fix_missing_locations(tree), filename="<ast>", mode="exec")
+        if len(_CODE) >= _CODE_LIMIT:
+            _CODE.clear()
+        _CODE[key] = code
+    bound = {_RHS: source}
+    exec(code, {}, bound)  # noqa: S102 - what TVMScript's evaluator does
+    del bound[_RHS]
+    return bound
+
+
 _installed = False
 
 
 def install() -> None:
-    """Let TVMScript's evaluator reuse compiled expressions (once per process)."""
+    """Let TVMScript's evaluator reuse compiled expressions and assignments (once per
+    process)."""
     global _installed
     if not _installed:
         ExprEvaluator._eval_expr = _eval_expr
+        evaluator._eval_assign = _eval_assign
         _installed = True

@@ -2,9 +2,12 @@
 source and AST, yet every build parses its own values; a macro keeps working across uses
 and builds; names in string annotations resolve per build; errors keep naming the kernel
 and the line; the evaluator's compiled code is
-kept per expression shape, with constants of different types kept apart."""
+kept per expression shape, with constants of different types kept apart; a source's doc
+AST is the one TVMScript's conversion gives."""
 
+import ast
 import importlib.util
+import inspect
 import textwrap
 
 import pytest
@@ -14,6 +17,7 @@ import core
 import core.language as T
 from core.language import script_cache
 from harness.diff import assert_close
+from harness.gen import moe
 from tvm.script.parser.core import doc
 
 
@@ -144,3 +148,15 @@ def test_expressions_outside_the_kept_shapes_go_to_tvmscript():
     starred = doc.Starred(doc.Name("xs", doc.Load(), 1, 0, 1, 2), doc.Load(), 1, 0, 1, 3)
     assert script_cache._key(lam) is None
     assert script_cache._key(_call(starred)) is None
+
+
+def _dump(tree):
+    return ast.dump(doc.from_doc(tree), include_attributes=True)
+
+
+@pytest.mark.parametrize("module", [moe, script_cache], ids=["harness.gen.moe", "script_cache"])
+def test_doc_ast_of_a_source_is_tvmscripts(module):
+    source = inspect.getsource(module)
+    ours = script_cache._to_doc(ast.parse(source))
+    assert _dump(ours) == _dump(doc.parse(source))
+    assert type(ours) is doc.Module and len(ours.body) > 5
