@@ -8,9 +8,9 @@ step inside a `contextmanager` that makes the node's source span current in the 
 A bench kernel's parse spends most of its time there, and the first build in a process
 compiles a few hundred such one-operation expressions.
 
-`install()` gives `ExprEvaluator` a `_visit` (and `eval`) that computes the value of these
-node kinds directly from their operands' values, with no temporary names, doc nodes,
-`compile` or `eval`:
+`install()` gives `ExprEvaluator` a `_visit` and an `eval` (and `Parser` an `eval_expr`)
+that compute the value of these node kinds directly from their operands' values, with no
+temporary names, doc nodes, `compile` or `eval`:
 
     Name, Constant                     the value table, then builtins; the literal
     Attribute, Subscript (loads)       getattr / getitem
@@ -43,9 +43,11 @@ from tvm.script.ir_builder import _ffi_api as _builder_api
 from tvm.script.parser.core import doc
 from tvm.script.parser.core.error import ParserError
 from tvm.script.parser.core.evaluator import ExprEvaluator, _eval_op
+from tvm.script.parser.core.parser import Parser, ScriptMacro
 
 _TVM_VISIT = ExprEvaluator._visit
 _TVM_EVAL = ExprEvaluator.eval
+_TVM_PARSER_EVAL = Parser.eval_expr
 
 # Values that are never TVM objects: `annotate_current_source_span` returns them unchanged,
 # and skipping its `isinstance(value, Object)` spares the walk of Object's subclass tree
@@ -276,18 +278,34 @@ def _eval(parser, value_table, node):
     return _value(ExprEvaluator(parser, value_table), node)
 
 
+def _parser_eval_expr(self, node, extra_vars=None):
+    """`Parser.eval_expr`: the value of an expression of the function being parsed, in a
+    table of the variables in scope (and `extra_vars`). TVMScript copies that fresh table
+    once more before evaluating in it; the copy is left out, as is the `Object` check of
+    the final span annotation for a plain Python value."""
+    var_values = self.var_table.get()
+    if extra_vars is not None:
+        var_values.update(extra_vars)
+    var_values[ScriptMacro.parser_object_name] = self
+    value = ExprEvaluator.eval(self, var_values, node)
+    return value if type(value) in _PLAIN else self.annotate_current_source_span(value)
+
+
 def install() -> None:
     """Use this evaluation in TVMScript's evaluator (idempotent)."""
     ExprEvaluator._visit = _visit
     ExprEvaluator.eval = staticmethod(_eval)
+    Parser.eval_expr = _parser_eval_expr
 
 
 @contextlib.contextmanager
 def original():
     """TVMScript's own evaluator for the duration of the block."""
-    visit, evaluate = ExprEvaluator.__dict__["_visit"], ExprEvaluator.__dict__["eval"]
+    kept = (ExprEvaluator.__dict__["_visit"], ExprEvaluator.__dict__["eval"],
+            Parser.__dict__["eval_expr"])
     ExprEvaluator._visit, ExprEvaluator.eval = _TVM_VISIT, staticmethod(_TVM_EVAL)
+    Parser.eval_expr = _TVM_PARSER_EVAL
     try:
         yield
     finally:
-        ExprEvaluator._visit, ExprEvaluator.eval = visit, evaluate
+        ExprEvaluator._visit, ExprEvaluator.eval, Parser.eval_expr = kept
