@@ -21,7 +21,8 @@ values from caches:
                              already-evaluated operands) into Python code and evals it; the
                              code of such an expression is kept by its shape (node types,
                              names, constants), so each shape is compiled once per process;
-                             so is the code that binds an assignment's targets
+                             so is the code that binds an assignment's targets (plain names
+                             are bound without code)
 
 Contract: the parse result is the one TVMScript's own entry points give (same parser, same
 visitors, same variable tables; only where the source text, its AST and the evaluator's
@@ -40,12 +41,12 @@ import ast
 import sys
 import weakref
 
+import tvm_ffi
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.parser.core import doc
 from tvm.script.parser.core import entry as _entry
-from tvm.script.parser.core import utils
+from tvm.script.parser.core import evaluator, utils
 from tvm.script.parser.core.diagnostics import Source
-from tvm.script.parser.core import evaluator
 from tvm.script.parser.core.evaluator import ExprEvaluator
 from tvm.script.parser.core.evaluator import _eval_assign as _tvm_eval_assign
 from tvm.script.parser.core.evaluator import _eval_expr as _tvm_eval_expr
@@ -251,12 +252,29 @@ def _eval_expr(self, node):
 
 
 _RHS = "__tvm_rhs_var__"   # the name TVMScript's assignment binds the value to
+# containers whose iteration has no side effect: a wrong count goes to the compiled code,
+# which iterates again and raises Python's own error
+_UNPACKED = (tuple, list, tvm_ffi.Array)
 
 
 def _eval_assign(target, source):
     """`evaluator._eval_assign`: TVMScript's compile-and-exec of `target = <source>` (the
     names a statement's left-hand side binds), with the compiled code of a known target
-    shape reused."""
+    shape reused; a name, or names unpacking a tuple, list or TVM array of as many values,
+    are bound directly."""
+    kind = type(target)
+    if kind is doc.Name and type(target.ctx) is doc.Store:
+        return {target.id: source}
+    if (kind is doc.Tuple or kind is doc.List) and type(source) in _UNPACKED \
+            and type(target.ctx) is doc.Store \
+            and all(type(e) is doc.Name and type(e.ctx) is doc.Store for e in target.elts):
+        # `i, j = T.Parallel(...)`: Python's unpacking iterates the container once
+        values = tuple(source) if type(source) is tvm_ffi.Array else source
+        if len(values) == len(target.elts):
+            bound = {}
+            for name, value in zip(target.elts, values):
+                bound[name.id] = value
+            return bound
     key = _key(target) if isinstance(target, doc.AST) else None
     if key is None:
         return _tvm_eval_assign(target, source)

@@ -2,15 +2,17 @@
 evaluator: every bench kernel parses to the same PrimFunc with the same source span on every
 statement and expression; expressions outside the direct shapes (lambdas, comprehensions,
 starred calls, ternaries, boolean operators, slices) parse the same; errors raised inside an
-expression carry the same message and source line."""
+expression carry the same message and source line; assignments bind the same names
+(core/language/script_cache.py binds plain ones without compiled code)."""
 
 import pytest
 import tvm
 import tvm_ffi
+from tvm.script.parser.core import evaluator
 
 import core.language as T
 from core.ir.stmt import visit_nodes
-from core.language import script_eval
+from core.language import script_cache, script_eval
 from harness import benchcases
 from harness.gen import family
 
@@ -113,3 +115,37 @@ class _installed:
 
     def __exit__(self, *exc):
         return False
+
+
+def _bad_unpack():
+    @T.prim_func
+    def bad(A: T.Tensor((4, 4), "float32")):
+        with T.Kernel(1, threads=16):
+            for i, j, k in T.Parallel(4, 4):
+                A[i, j] = 0.0
+
+    return bad
+
+
+def _unpacks():
+    @T.prim_func
+    def unpacks(A: T.Tensor((4, 4), "float32"), C: T.Tensor((4, 4), "float32")):
+        with T.Kernel(1, threads=16):
+            for i, j in T.Parallel(4, 4):
+                r, c = j, i
+                C[i, j] = A[r, c]
+
+    return unpacks
+
+
+def test_assignments_bind_as_with_tvmscripts_compiled_code(monkeypatch):
+    with monkeypatch.context() as m:
+        m.setattr(evaluator, "_eval_assign", script_cache._tvm_eval_assign)
+        with pytest.raises(T.KernelDefinitionError) as err:
+            _bad_unpack()
+        tvm_script = _unpacks()
+    with pytest.raises(T.KernelDefinitionError) as direct_err:
+        _bad_unpack()
+    assert str(direct_err.value) == str(err.value)
+    assert "not enough values to unpack (expected 3, got 2)" in str(err.value)
+    _assert_same(tvm_script, _unpacks())
