@@ -11,7 +11,7 @@ values from caches:
     source_of(fn)            TVMScript's `Source` of fn, built once per code object; its
                              `as_ast()` parses once and returns the same doc AST after
     resolve_closure_vars     TVMScript's lookup of names used only in string annotations,
-                             with those names read from the source once per code object
+                             with those names read from the cached doc AST
     parse(fn, extra_vars)    `tvm.script.parser.core.entry.parse(fn, extra_vars,
                              check_well_formed=False)`, reading `source_of(fn)`
     Macro(fn, hygienic)      TVMScript's TIR macro (`T.macro` in a prim_func) reading
@@ -131,15 +131,51 @@ def source_of(fn) -> CachedSource:
     return kept["source"]
 
 
+def _annotation_names(tree):
+    """`utils._collect_annotation_names`: the names in the parameter and return annotations
+    of every function defined in `tree` (TVMScript reads and parses the source again)."""
+    names: set[str] = set()
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (list, tuple)):
+            stack.extend(node)
+            continue
+        if not isinstance(node, doc.AST):
+            continue
+        if type(node) is doc.FunctionDef:   # the doc AST has no async functions
+            args = node.args
+            for annotation in [a.annotation for a in args.args + args.posonlyargs
+                               + args.kwonlyargs] + [node.returns]:
+                names.update(_names_in(annotation))
+        stack.extend(getattr(node, field, None) for field in node._FIELDS)
+    return names
+
+
+def _names_in(node):
+    if type(node) is doc.Name:
+        yield node.id
+    elif isinstance(node, (list, tuple)):
+        for item in node:
+            yield from _names_in(item)
+    elif isinstance(node, doc.AST):
+        for field in node._FIELDS:
+            yield from _names_in(getattr(node, field, None))
+
+
 def resolve_closure_vars(fn, extra_vars: dict, outer_stack: list) -> None:
     """TVMScript's `utils.resolve_closure_vars(fn, extra_vars, outer_stack)` (names used only
     in string annotations, under `from __future__ import annotations`, looked up in the
-    enclosing functions' frames), with the names read from the source once per code."""
+    enclosing functions' frames), with the names read from the cached doc AST of fn."""
     if not utils._has_string_annotations(fn):
         return
     kept = _kept(fn)
     if "annotation_names" not in kept:
-        kept["annotation_names"] = frozenset(utils._collect_annotation_names(fn))
+        try:
+            names = _annotation_names(source_of(fn).as_ast())
+        except Exception:  # noqa: BLE001 - no source or no doc AST: parse reports it
+            names = utils._collect_annotation_names(fn)
+        kept["annotation_names"] = frozenset(names)
     enclosing = utils._get_enclosing_scope_names(fn.__qualname__)
     for name in kept["annotation_names"]:
         if name not in extra_vars:

@@ -3,7 +3,7 @@ source and AST, yet every build parses its own values; a macro keeps working acr
 and builds; names in string annotations resolve per build; errors keep naming the kernel
 and the line; the evaluator's compiled code is
 kept per expression shape, with constants of different types kept apart; a source's doc
-AST is the one TVMScript's conversion gives."""
+AST is the one TVMScript's conversion gives, and so are the names in its annotations."""
 
 import ast
 import importlib.util
@@ -18,7 +18,7 @@ import core.language as T
 from core.language import script_cache
 from harness.diff import assert_close
 from harness.gen import moe
-from tvm.script.parser.core import doc
+from tvm.script.parser.core import doc, utils
 
 
 def _scaled_rows(scale, bias):
@@ -160,3 +160,17 @@ def test_doc_ast_of_a_source_is_tvmscripts(module):
     ours = script_cache._to_doc(ast.parse(source))
     assert _dump(ours) == _dump(doc.parse(source))
     assert type(ours) is doc.Module and len(ours.body) > 5
+
+
+def _module_functions(module):
+    return [fn for fn in vars(module).values()
+            if inspect.isfunction(fn) and fn.__module__ == module.__name__]
+
+
+@pytest.mark.parametrize("fn", _module_functions(moe), ids=lambda fn: fn.__name__)
+def test_annotation_names_are_tvmscripts(fn):
+    try:
+        tree = script_cache.source_of(fn).as_ast()
+    except OSError:
+        pytest.skip("no source (a generated wrapper)")
+    assert script_cache._annotation_names(tree) == utils._collect_annotation_names(fn)
