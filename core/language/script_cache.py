@@ -60,8 +60,10 @@ _ATOMIC = frozenset({int, float, str, bool, bytes, complex, type(None), type(Ell
 
 def _to_doc(node):
     """`doc.to_doc(node)`: the doc AST of a Python AST, from the same registry entries.
-    TVMScript's conversion looks each node's class name up and checks every field value
-    against a list and six types through `isinstance`; this keeps each class's entry."""
+    TVMScript's conversion looks each node's class name up, checks every field value
+    against a list and six types through `isinstance` and runs each class's constructor
+    chain; this keeps each class's entry and fills the new node's attributes in one step,
+    in the order its constructor would."""
     kind = type(node)
     if kind in _ATOMIC:
         return node
@@ -74,19 +76,31 @@ def _to_doc(node):
         entry = _TO_DOC[kind] = _to_doc_entry(node)
     if type(entry) is tuple:
         doc_cls, fields = entry
-        return doc_cls(**{f: _to_doc(getattr(node, f, None)) for f in fields})
+        made = object.__new__(doc_cls)
+        values = made.__dict__
+        for f in fields:
+            value = getattr(node, f, None)
+            values[f] = value if type(value) in _ATOMIC else _to_doc(value)
+        return made
     return entry(node)
 
 
 def _to_doc_entry(node):
-    """(doc class, fields) where TVMScript's entry for `node`'s class is its default field
-    by field copy, else the callable TVMScript uses for it."""
+    """(doc class, fields in the order its constructor stores them) where TVMScript's entry
+    for `node`'s class is its default field by field copy into a constructor that only
+    stores its arguments (checked once per class), else the callable TVMScript uses."""
     if doc._is_atomic_type(node) or isinstance(node, (list, tuple)):
         return doc.to_doc        # a subclass of a value type: TVMScript decides
     convert = doc._get_registry_entry(type(node).__name__, "to_doc")
-    if getattr(convert, "func", None) is doc.to_doc and hasattr(convert, "doc_cls"):
-        return convert.doc_cls, tuple(convert.fields)
-    return convert or doc.to_doc  # doc.to_doc raises TVMScript's error for a missing entry
+    if getattr(convert, "func", None) is not doc.to_doc or not hasattr(convert, "doc_cls"):
+        return convert or doc.to_doc  # doc.to_doc raises TVMScript's error for no entry
+    doc_cls = convert.doc_cls
+    probe = {f: object() for f in convert.fields}
+    stored = doc_cls(**probe).__dict__
+    if (doc_cls.__new__ is not object.__new__ or stored.keys() != probe.keys()
+            or any(stored[f] is not probe[f] for f in probe)):
+        return convert
+    return doc_cls, tuple(stored)
 
 
 _TO_DOC: dict = {}
