@@ -127,7 +127,12 @@ _SOURCES: dict[int, tuple[weakref.ref, dict]] = {}   # id(code) -> (its ref, wha
 
 def _kept(fn) -> dict:
     """What is kept for the code object of `fn` (an empty dict the first time)."""
-    code = fn.__code__
+    return kept_for(fn.__code__)
+
+
+def kept_for(code) -> dict:
+    """What is kept for a code object (an empty dict the first time; it goes with the
+    code object): the entries of this module, and the eager rewrite's source text."""
     key = id(code)
     hit = _SOURCES.get(key)
     if hit is not None and hit[0]() is code:
