@@ -48,6 +48,7 @@ from tvm.tirx.script.builder import ir as _ir
 
 from core.ir import annotations as keys
 from core.errors import MetaltileError
+from core.language import script_cache
 from core.language.buffers import var_value
 from core.language.dtypes import dtype_name
 from core.language.errors import KernelDefinitionError
@@ -637,7 +638,7 @@ def rewrite_function(fn):
     """`fn` with its body rewritten for tracing (see the module docstring); same name,
     parameters, globals and closure values, line numbers of the original source."""
     try:
-        source = textwrap.dedent(inspect.getsource(fn))
+        source = _read_source(fn)
         filename = inspect.getsourcefile(fn) or "<kernel>"
         first = fn.__code__.co_firstlineno
     except (OSError, TypeError) as exc:
@@ -701,10 +702,21 @@ def is_scalar_type(ann) -> bool:
     return isinstance(ann, dtype) or hasattr(ann, "_dtype_str")
 
 
+def _read_source(fn) -> str:
+    """The dedented source of `fn` (`inspect.getsource`, which tokenizes the function's
+    block), read once per code object: `core.jit`, `is_eager_function` and the rewrite
+    each need it. Raises OSError/TypeError when `fn` has none."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    kept = script_cache.kept_for(code) if code is not None else {}
+    if "dedented source" not in kept:
+        kept["dedented source"] = textwrap.dedent(inspect.getsource(fn))
+    return kept["dedented source"]
+
+
 def _source(fn) -> str | None:
     """The dedented source of `fn`; None when it has none (a builtin, a REPL definition)."""
     try:
-        return textwrap.dedent(inspect.getsource(fn))
+        return _read_source(fn)
     except (OSError, TypeError):
         return None
 
@@ -714,6 +726,11 @@ def declared_tensors(fn, source: str | None = None) -> list:
     source = source if source is not None else _source(fn)
     if source is None:
         return []
+    return list(_declared_in(source))
+
+
+@functools.lru_cache(maxsize=256)
+def _declared_in(source: str) -> tuple:
     tree = ast.parse(source)
     node = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
     params = {a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs}
@@ -722,7 +739,7 @@ def declared_tensors(fn, source: str | None = None) -> list:
         if isinstance(s, ast.AnnAssign) and s.value is None and isinstance(s.target, ast.Name) \
                 and s.target.id in params and s.target.id not in found:
             found.append(s.target.id)
-    return found
+    return tuple(found)
 
 
 def is_eager_function(fn) -> bool:

@@ -18,13 +18,14 @@ from types import SimpleNamespace
 from tvm.script.parser._core import utils
 
 from core.errors import MetaltileError
-from core.language import compare, conditions, script_cache
+from core.language import compare, conditions, script_cache, script_eval
 from core.language.eager import check_capacity_dims
 from core.language.errors import KernelDefinitionError
 
 compare.install()     # int32 < int64 promotes inside kernels too (core/language/compare.py)
 conditions.install()  # Python values decide `if` and ternaries at trace time (conditions.py)
 script_cache.install()  # the evaluator's compiled expressions are reused (script_cache.py)
+script_eval.install()   # common expression shapes are evaluated directly (script_eval.py)
 
 
 def _project_error_in_chain(exc: BaseException) -> MetaltileError | None:

@@ -11,7 +11,7 @@ values from caches:
     source_of(fn)            TVMScript's `Source` of fn, built once per code object; its
                              `as_ast()` parses once and returns the same doc AST after
     resolve_closure_vars     TVMScript's lookup of names used only in string annotations,
-                             with those names read from the source once per code object
+                             with those names read from the cached doc AST
     parse(fn, extra_vars)    `tvm.script.parser.core.entry.parse(fn, extra_vars,
                              check_well_formed=False)`, reading `source_of(fn)`
     Macro(fn, hygienic)      TVMScript's TIR macro (`T.macro` in a prim_func) reading
@@ -20,7 +20,9 @@ values from caches:
                              cannot fold itself (a call, an attribute, a subscript, a tuple of
                              already-evaluated operands) into Python code and evals it; the
                              code of such an expression is kept by its shape (node types,
-                             names, constants), so each shape is compiled once per process
+                             names, constants), so each shape is compiled once per process;
+                             so is the code that binds an assignment's targets (plain names
+                             are bound without code)
 
 Contract: the parse result is the one TVMScript's own entry points give (same parser, same
 visitors, same variable tables; only where the source text, its AST and the evaluator's
@@ -39,25 +41,84 @@ import ast
 import sys
 import weakref
 
+import tvm_ffi
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.parser.core import doc
 from tvm.script.parser.core import entry as _entry
-from tvm.script.parser.core import utils
+from tvm.script.parser.core import evaluator, utils
 from tvm.script.parser.core.diagnostics import Source
 from tvm.script.parser.core.evaluator import ExprEvaluator
+from tvm.script.parser.core.evaluator import _eval_assign as _tvm_eval_assign
 from tvm.script.parser.core.evaluator import _eval_expr as _tvm_eval_expr
 from tvm.script.parser.core.error import ParserError
 from tvm.script.parser.core.parser import Parser, ScriptMacro
 from tvm.script.parser.tirx.entry import TIRMacro
 
 
+_ATOMIC = frozenset({int, float, str, bool, bytes, complex, type(None), type(Ellipsis)})
+
+
+def _to_doc(node):
+    """`doc.to_doc(node)`: the doc AST of a Python AST, from the same registry entries.
+    TVMScript's conversion looks each node's class name up, checks every field value
+    against a list and six types through `isinstance` and runs each class's constructor
+    chain; this keeps each class's entry and fills the new node's attributes in one step,
+    in the order its constructor would."""
+    kind = type(node)
+    if kind in _ATOMIC:
+        return node
+    if kind is list:
+        return [_to_doc(n) for n in node]
+    if kind is tuple:
+        return tuple(_to_doc(n) for n in node)
+    entry = _TO_DOC.get(kind)
+    if entry is None:
+        entry = _TO_DOC[kind] = _to_doc_entry(node)
+    if type(entry) is tuple:
+        doc_cls, fields = entry
+        made = object.__new__(doc_cls)
+        values = made.__dict__
+        for f in fields:
+            value = getattr(node, f, None)
+            values[f] = value if type(value) in _ATOMIC else _to_doc(value)
+        return made
+    return entry(node)
+
+
+def _to_doc_entry(node):
+    """(doc class, fields in the order its constructor stores them) where TVMScript's entry
+    for `node`'s class is its default field by field copy into a constructor that only
+    stores its arguments (checked once per class), else the callable TVMScript uses."""
+    if doc._is_atomic_type(node) or isinstance(node, (list, tuple)):
+        return doc.to_doc        # a subclass of a value type: TVMScript decides
+    convert = doc._get_registry_entry(type(node).__name__, "to_doc")
+    if getattr(convert, "func", None) is not doc.to_doc or not hasattr(convert, "doc_cls"):
+        return convert or doc.to_doc  # doc.to_doc raises TVMScript's error for no entry
+    doc_cls = convert.doc_cls
+    probe = {f: object() for f in convert.fields}
+    stored = doc_cls(**probe).__dict__
+    if (doc_cls.__new__ is not object.__new__ or stored.keys() != probe.keys()
+            or any(stored[f] is not probe[f] for f in probe)):
+        return convert
+    return doc_cls, tuple(stored)
+
+
+_TO_DOC: dict = {}
+
+
 class CachedSource(Source):
-    """A `Source` whose doc AST is parsed once (TVMScript parses it on every `as_ast`)."""
+    """A `Source` whose doc AST is parsed once (TVMScript parses it on every `as_ast`),
+    by `doc.parse`'s steps with the conversion of `_to_doc`."""
 
     def as_ast(self):
         tree = self.__dict__.get("_tree")
         if tree is None:
-            tree = self._tree = super().as_ast()
+            try:
+                program = ast.parse(self.source, filename="<unknown>", mode="exec",
+                                    feature_version=(3, 8))
+            except:  # noqa: E722 - doc.parse retries every failure without a version
+                program = ast.parse(self.source, filename="<unknown>", mode="exec")
+            tree = self._tree = _to_doc(program)
         return tree
 
 
@@ -66,7 +127,12 @@ _SOURCES: dict[int, tuple[weakref.ref, dict]] = {}   # id(code) -> (its ref, wha
 
 def _kept(fn) -> dict:
     """What is kept for the code object of `fn` (an empty dict the first time)."""
-    code = fn.__code__
+    return kept_for(fn.__code__)
+
+
+def kept_for(code) -> dict:
+    """What is kept for a code object (an empty dict the first time; it goes with the
+    code object): the entries of this module, and the eager rewrite's source text."""
     key = id(code)
     hit = _SOURCES.get(key)
     if hit is not None and hit[0]() is code:
@@ -84,15 +150,51 @@ def source_of(fn) -> CachedSource:
     return kept["source"]
 
 
+def _annotation_names(tree):
+    """`utils._collect_annotation_names`: the names in the parameter and return annotations
+    of every function defined in `tree` (TVMScript reads and parses the source again)."""
+    names: set[str] = set()
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (list, tuple)):
+            stack.extend(node)
+            continue
+        if not isinstance(node, doc.AST):
+            continue
+        if type(node) is doc.FunctionDef:   # the doc AST has no async functions
+            args = node.args
+            for annotation in [a.annotation for a in args.args + args.posonlyargs
+                               + args.kwonlyargs] + [node.returns]:
+                names.update(_names_in(annotation))
+        stack.extend(getattr(node, field, None) for field in node._FIELDS)
+    return names
+
+
+def _names_in(node):
+    if type(node) is doc.Name:
+        yield node.id
+    elif isinstance(node, (list, tuple)):
+        for item in node:
+            yield from _names_in(item)
+    elif isinstance(node, doc.AST):
+        for field in node._FIELDS:
+            yield from _names_in(getattr(node, field, None))
+
+
 def resolve_closure_vars(fn, extra_vars: dict, outer_stack: list) -> None:
     """TVMScript's `utils.resolve_closure_vars(fn, extra_vars, outer_stack)` (names used only
     in string annotations, under `from __future__ import annotations`, looked up in the
-    enclosing functions' frames), with the names read from the source once per code."""
+    enclosing functions' frames), with the names read from the cached doc AST of fn."""
     if not utils._has_string_annotations(fn):
         return
     kept = _kept(fn)
     if "annotation_names" not in kept:
-        kept["annotation_names"] = frozenset(utils._collect_annotation_names(fn))
+        try:
+            names = _annotation_names(source_of(fn).as_ast())
+        except Exception:  # noqa: BLE001 - no source or no doc AST: parse reports it
+            names = utils._collect_annotation_names(fn)
+        kept["annotation_names"] = frozenset(names)
     enclosing = utils._get_enclosing_scope_names(fn.__qualname__)
     for name in kept["annotation_names"]:
         if name not in extra_vars:
@@ -204,12 +306,57 @@ def _eval_expr(self, node):
     return eval(code, self.value_table)  # noqa: S307 - what TVMScript's evaluator does
 
 
+_RHS = "__tvm_rhs_var__"   # the name TVMScript's assignment binds the value to
+# containers whose iteration has no side effect: a wrong count goes to the compiled code,
+# which iterates again and raises Python's own error
+_UNPACKED = (tuple, list, tvm_ffi.Array)
+
+
+def _eval_assign(target, source):
+    """`evaluator._eval_assign`: TVMScript's compile-and-exec of `target = <source>` (the
+    names a statement's left-hand side binds), with the compiled code of a known target
+    shape reused; a name, or names unpacking a tuple, list or TVM array of as many values,
+    are bound directly."""
+    kind = type(target)
+    if kind is doc.Name and type(target.ctx) is doc.Store:
+        return {target.id: source}
+    if (kind is doc.Tuple or kind is doc.List) and type(source) in _UNPACKED \
+            and type(target.ctx) is doc.Store \
+            and all(type(e) is doc.Name and type(e.ctx) is doc.Store for e in target.elts):
+        # `i, j = T.Parallel(...)`: Python's unpacking iterates the container once
+        values = tuple(source) if type(source) is tvm_ffi.Array else source
+        if len(values) == len(target.elts):
+            bound = {}
+            for name, value in zip(target.elts, values):
+                bound[name.id] = value
+            return bound
+    key = _key(target) if isinstance(target, doc.AST) else None
+    if key is None:
+        return _tvm_eval_assign(target, source)
+    key = ("Assign", key)
+    code = _CODE.get(key)
+    if code is None:
+        tree = ast.Module(body=[ast.Assign(targets=[doc.from_doc(target)],
+                                           value=ast.Name(id=_RHS, ctx=ast.Load()))],
+                          type_ignores=[])
+        code = compile(ast.fix_missing_locations(tree), filename="<ast>", mode="exec")
+        if len(_CODE) >= _CODE_LIMIT:
+            _CODE.clear()
+        _CODE[key] = code
+    bound = {_RHS: source}
+    exec(code, {}, bound)  # noqa: S102 - what TVMScript's evaluator does
+    del bound[_RHS]
+    return bound
+
+
 _installed = False
 
 
 def install() -> None:
-    """Let TVMScript's evaluator reuse compiled expressions (once per process)."""
+    """Let TVMScript's evaluator reuse compiled expressions and assignments (once per
+    process)."""
     global _installed
     if not _installed:
         ExprEvaluator._eval_expr = _eval_expr
+        evaluator._eval_assign = _eval_assign
         _installed = True

@@ -2,9 +2,12 @@
 source and AST, yet every build parses its own values; a macro keeps working across uses
 and builds; names in string annotations resolve per build; errors keep naming the kernel
 and the line; the evaluator's compiled code is
-kept per expression shape, with constants of different types kept apart."""
+kept per expression shape, with constants of different types kept apart; a source's doc
+AST is the one TVMScript's conversion gives, and so are the names in its annotations."""
 
+import ast
 import importlib.util
+import inspect
 import textwrap
 
 import pytest
@@ -14,7 +17,8 @@ import core
 import core.language as T
 from core.language import script_cache
 from harness.diff import assert_close
-from tvm.script.parser.core import doc
+from harness.gen import moe
+from tvm.script.parser.core import doc, utils
 
 
 def _scaled_rows(scale, bias):
@@ -144,3 +148,37 @@ def test_expressions_outside_the_kept_shapes_go_to_tvmscript():
     starred = doc.Starred(doc.Name("xs", doc.Load(), 1, 0, 1, 2), doc.Load(), 1, 0, 1, 3)
     assert script_cache._key(lam) is None
     assert script_cache._key(_call(starred)) is None
+
+
+def _same_doc(ours, tvm_script) -> bool:
+    """Equal doc trees: the same node classes, attributes (in the same order) and values."""
+    if type(ours) is not type(tvm_script):
+        return False
+    if isinstance(ours, (list, tuple)):
+        return len(ours) == len(tvm_script) and all(map(_same_doc, ours, tvm_script))
+    if isinstance(ours, doc.AST):
+        mine, theirs = vars(ours), vars(tvm_script)
+        return list(mine) == list(theirs) and all(_same_doc(mine[k], theirs[k]) for k in mine)
+    return ours == tvm_script
+
+
+@pytest.mark.parametrize("module", [moe, script_cache], ids=["harness.gen.moe", "script_cache"])
+def test_doc_ast_of_a_source_is_tvmscripts(module):
+    source = inspect.getsource(module)
+    ours = script_cache._to_doc(ast.parse(source))
+    assert _same_doc(ours, doc.parse(source))
+    assert type(ours) is doc.Module and len(ours.body) > 5
+
+
+def _module_functions(module):
+    """The functions written in `module` (a macro's or a strategy's own function, not the
+    wrapper around it)."""
+    functions = [inspect.unwrap(fn) for fn in vars(module).values() if inspect.isfunction(fn)]
+    return [fn for fn in functions
+            if inspect.isfunction(fn) and fn.__code__.co_filename == module.__file__]
+
+
+@pytest.mark.parametrize("fn", _module_functions(moe), ids=lambda fn: fn.__name__)
+def test_annotation_names_are_tvmscripts(fn):
+    tree = script_cache.source_of(fn).as_ast()
+    assert script_cache._annotation_names(tree) == utils._collect_annotation_names(fn)
