@@ -22,11 +22,21 @@ Params:
                 thread a float32 partial per row of X over its strided slices of K (4
                 elements per step), combined over threadIdx.y by T.tvm_thread_allreduce
                 under a T.comm_reducer scope (one per row, in a serial loop: the stage
-                is reused), stored by threadIdx.y == 0 (bK unused)
+                is reused), stored by threadIdx.y == 0 (bK unused);
+                "lanes": the register form of hand-written GEMVs (MLX's gemv): each
+                simdgroup owns bN / groups weight rows (groups = min(threads / simd
+                width, bN) simdgroups; extra threads are not launched), each lane 4
+                contiguous K elements per step (128 per simdgroup, bK unused), and a
+                thread keeps only its rows' float32 partials (bM x rows) and one 4-element
+                lane of X and of each weight row: bM * rows floats, not bM * bN * 4. The
+                X tile of a step is staged once in threadgroup memory when several
+                simdgroups share it; T.reduce_sum over a tile of the lanes' partials
+                combines them with simd_sum. Draws threads up to 512 (16 simdgroups for
+                bN 16: one row per simdgroup)
 
 Signature: (X, W, Y).
 
-The kernel: acc[bM, bN, bK] (float32 fragment) += X tile[m, k] * W tile[n, k] for each k
+The reduce kernel: acc[bM, bN, bK] (float32 fragment) += X tile[m, k] * W tile[n, k] for each k
 step (per-thread partial sums), then one T.reduce_sum over k and a masked T.copy to Y.
 """
 
@@ -47,6 +57,7 @@ ROWS = (1, 2, 4, 8)
 COLS = (1, 2, 4, 8, 16)
 STEPS = (32, 64, 128, 256)
 THREADS = (32, 64, 128, 256)
+LANES_THREADS = THREADS + (512,)
 FORMS = ("reduce", "allreduce", "lanes")
 
 
@@ -124,10 +135,17 @@ def lanes_kernel(M, N, K, bM, bN, threads, dtype, out_dtype):
             part = T.alloc_fragment((bM, rows, groups, lanes, 1), "float32")
             y = T.alloc_fragment((bM, rows, groups, 1), "float32")
             T.clear(acc)
+            if groups > 1:
+                xs = T.alloc_shared((bM, step), dtype)
             for ko in T.serial(T.ceildiv(K, step)):
+                if groups > 1:
+                    T.copy(X[by * bM, ko * step], xs)
                 T.copy(W[bx * bN + g * rows, ko * step + lane * 4], w)
                 for m in T.serial(bM):
-                    T.copy(X[by * bM + m, ko * step + lane * 4], x)
+                    if groups > 1:
+                        T.copy(xs[m, lane * 4], x)
+                    else:
+                        T.copy(X[by * bM + m, ko * step + lane * 4], x)
                     for i, j in T.grid(rows, 4):
                         acc[m, i] += T.cast(x[0, j], "float32") * T.cast(w[i, j], "float32")
             for m, i, gg, l, u in T.Parallel(bM, rows, groups, lanes, 1):
@@ -163,12 +181,13 @@ def build(p: dict) -> Built:
 @st.composite
 def _drawn(draw):
     dtype = draw(S.dtype(DTYPES))
+    form = draw(st.sampled_from(FORMS))
     return {
         "M": draw(S.extent(1, 12)), "N": draw(S.extent(1, 40)), "K": draw(S.extent(1, 300)),
         "bM": draw(S.tile(ROWS)), "bN": draw(S.tile(COLS)), "bK": draw(S.tile(STEPS)),
-        "threads": draw(S.threads(THREADS)), "dtype": dtype,
-        "out_dtype": draw(st.sampled_from(("float32", dtype))),
-        "form": draw(st.sampled_from(FORMS)),
+        "threads": draw(S.threads(LANES_THREADS if form == "lanes" else THREADS)),
+        "dtype": dtype, "out_dtype": draw(st.sampled_from(("float32", dtype))),
+        "form": form,
     }
 
 
