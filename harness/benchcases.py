@@ -277,16 +277,17 @@ CASES = (
               "synthetic shape", 1.0),
     # The decode GEMM above, written as a GEMV (harness/gen/gemv.py): the same shape.
     BenchCase("gemv/decode-f16", "gemv",
-              {"M": 8, "N": 2048, "K": 3584, "bM": 8, "bN": 16, "bK": 128, "threads": 32,
-               "dtype": "float16", "out_dtype": "float16"},
-              "decode up-projection (8 tokens) as a GEMV: threads split K, simd_sum "
+              {"M": 8, "N": 2048, "K": 3584, "bM": 8, "bN": 16, "bK": 128, "threads": 512,
+               "dtype": "float16", "out_dtype": "float16", "form": "lanes"},
+              "decode up-projection (8 tokens) as a GEMV: a simdgroup per weight row, its "
+              "lanes split K into 4-element runs and keep 8 float partials each, simd_sum "
               "combines, no simdgroup matrices; Qwen2.5-7B 3584 -> 18944, weights N x K, "
               "f16", "N 2048 of 18944; tokens and K real", 18944 / 2048),
     # A few-row f16 GEMV at a shape MLX measured on an M1 Pro (its gemv_wide kernel, not
     # this one): the absolute scale of the memory and cache terms against a real GPU.
     BenchCase("gemv/mlx-measured-m8-f16", "gemv",
-              {"M": 8, "N": 2048, "K": 2048, "bM": 8, "bN": 16, "bK": 128, "threads": 32,
-               "dtype": "float16", "out_dtype": "float16"},
+              {"M": 8, "N": 2048, "K": 2048, "bM": 8, "bN": 16, "bK": 128, "threads": 512,
+               "dtype": "float16", "out_dtype": "float16", "form": "lanes"},
               "x[8, 2048] @ w[32000, 2048]^T in f16 (8 decode rows against a vocabulary-sized "
               "weight), as a GEMV", "N 2048 of 32000; rows and K real", 32000 / 2048,
               Reference(1.181, "ms", "ml-explore/mlx issue #3967: MLX's gemv_wide kernel, "

@@ -29,8 +29,10 @@ every thread running the iteration holds it (else a LoweringError naming the fra
 Copies convert the dtype (a Cast when the dtypes differ) and mask edge tiles of global
 buffers: an out-of-bounds load reads 0, an out-of-bounds store is skipped. A bound is
 checked only where the analyzer cannot prove it. Copies and fills involving a `local`
-buffer run per thread over the whole tile. T.gemm and every use of a gemm accumulator go
-to core/transform/lower_gemm.py first; the T.reduce family to core/transform/lower_reduce.py.
+buffer run per thread over the whole tile (a last dim of 2 or 4 elements is a
+vectorize candidate: one thread's 4-element lane of a device row is one `half4` load).
+T.gemm and every use of a gemm accumulator go to core/transform/lower_gemm.py first; the
+T.reduce family to core/transform/lower_reduce.py.
 Both see the kernel through one KernelContext (core/transform/kernel_context.py): name,
 threads, thread index, fresh names, the fragment table, the enclosing ranges and guards,
 this pass's T.copy and T.Parallel lowering as functions, and the threadgroup bytes each
@@ -348,8 +350,12 @@ class _KernelLowering:
         for v, e in zip(loop_vars, tile):
             self.ctx.ranges[v] = (i32(0), e)
         body = make_store(loop_vars, None)
-        for v, e in reversed(list(zip(loop_vars, tile))):
-            body = tirx.For(v, i32(0), i32(e), tirx.ForKind.SERIAL, body)
+        for d, (v, e) in reversed(list(enumerate(zip(loop_vars, tile)))):
+            # a last dim of 2 or 4 elements is one run: a vector load or store when the
+            # vectorize pass proves it (a thread's k-lane of a device row, `half4`)
+            ann = {VECTOR_LANES: tirx.IntImm("int32", as_int(e))} \
+                if d == len(tile) - 1 and as_int(e) in (2, 4) else None
+            body = tirx.For(v, i32(0), i32(e), tirx.ForKind.SERIAL, body, annotations=ann)
         return body
 
     def cooperative(self, tile, make_store, construct):

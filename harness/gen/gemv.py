@@ -22,11 +22,21 @@ Params:
                 thread a float32 partial per row of X over its strided slices of K (4
                 elements per step), combined over threadIdx.y by T.tvm_thread_allreduce
                 under a T.comm_reducer scope (one per row, in a serial loop: the stage
-                is reused), stored by threadIdx.y == 0 (bK unused)
+                is reused), stored by threadIdx.y == 0 (bK unused);
+                "lanes": the register form of hand-written GEMVs (MLX's gemv): each
+                simdgroup owns bN / groups weight rows (groups = min(threads / simd
+                width, bN) simdgroups; extra threads are not launched), each lane 4
+                contiguous K elements per step (128 per simdgroup, bK unused), and a
+                thread keeps only its rows' float32 partials (bM x rows) and one 4-element
+                lane of X and of each weight row: bM * rows floats, not bM * bN * 4. The
+                X tile of a step is staged once in threadgroup memory when several
+                simdgroups share it; T.reduce_sum over a tile of the lanes' partials
+                combines them with simd_sum. Draws threads up to 512 (16 simdgroups for
+                bN 16: one row per simdgroup)
 
 Signature: (X, W, Y).
 
-The kernel: acc[bM, bN, bK] (float32 fragment) += X tile[m, k] * W tile[n, k] for each k
+The reduce kernel: acc[bM, bN, bK] (float32 fragment) += X tile[m, k] * W tile[n, k] for each k
 step (per-thread partial sums), then one T.reduce_sum over k and a masked T.copy to Y.
 """
 
@@ -39,6 +49,7 @@ import core.language as T
 from harness.gen import strategies as S
 from harness.gen.family import Built, Family, register
 from harness.gen.inputs import random_tensor
+from core.target import METAL
 from oracles import gemm as oracle
 
 DTYPES = S.FLOATS
@@ -46,7 +57,8 @@ ROWS = (1, 2, 4, 8)
 COLS = (1, 2, 4, 8, 16)
 STEPS = (32, 64, 128, 256)
 THREADS = (32, 64, 128, 256)
-FORMS = ("reduce", "allreduce")
+LANES_THREADS = THREADS + (512,)
+FORMS = ("reduce", "allreduce", "lanes")
 
 
 def kernel(M, N, K, bM, bN, bK, threads, dtype, out_dtype):
@@ -101,10 +113,57 @@ def allreduce_kernel(M, N, K, bM, bN, threads, dtype, out_dtype):
     return gemv
 
 
+def lanes_kernel(M, N, K, bM, bN, threads, dtype, out_dtype):
+    lanes = METAL.simd_width
+    groups = max(1, min(threads // lanes, bN))     # simdgroups; each owns bN / groups rows
+    rows = bN // groups
+    step = 4 * lanes                                # K elements per step of a simdgroup
+
+    @T.prim_func
+    def gemv(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), dtype),
+             Y: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=groups * lanes) as (bx, by):
+            tx = T.get_thread_binding(0)
+            lane = tx % lanes
+            g = tx // lanes
+            x = T.alloc_local((1, 4), dtype)
+            w = T.alloc_local((rows, 4), dtype)
+            acc = T.alloc_local((bM, rows), "float32")
+            # the lanes' partial sums as one tile: element [m, i, g, l] is thread g * lanes
+            # + l's acc[m, i] (a fragment is dealt to the threads row-major), so filling it
+            # reads local slots and T.reduce_sum over l is one simd_sum per (m, i)
+            part = T.alloc_fragment((bM, rows, groups, lanes, 1), "float32")
+            y = T.alloc_fragment((bM, rows, groups, 1), "float32")
+            T.clear(acc)
+            if groups > 1:
+                xs = T.alloc_shared((bM, step), dtype)
+            for ko in T.serial(T.ceildiv(K, step)):
+                if groups > 1:
+                    T.copy(X[by * bM, ko * step], xs)
+                T.copy(W[bx * bN + g * rows, ko * step + lane * 4], w)
+                for m in T.serial(bM):
+                    if groups > 1:
+                        T.copy(xs[m, lane * 4], x)
+                    else:
+                        T.copy(X[by * bM + m, ko * step + lane * 4], x)
+                    for i, j in T.grid(rows, 4):
+                        acc[m, i] += T.cast(x[0, j], "float32") * T.cast(w[i, j], "float32")
+            for m, i, gg, l, u in T.Parallel(bM, rows, groups, lanes, 1):
+                part[m, i, gg, l, u] = acc[m, i]
+            T.reduce_sum(part, y, dim=3)
+            for m, i, gg, u in T.Parallel(bM, rows, groups, 1):
+                if by * bM + m < M and bx * bN + gg * rows + i < N:
+                    Y[by * bM + m, bx * bN + gg * rows + i] = T.cast(y[m, i, gg, u], out_dtype)
+    return gemv
+
+
 def build(p: dict) -> Built:
     M, N, K, dtype, out_dtype = p["M"], p["N"], p["K"], p["dtype"], p["out_dtype"]
-    if p.get("form", "reduce") == "allreduce":
+    form = p.get("form", "reduce")
+    if form == "allreduce":
         func = allreduce_kernel(M, N, K, p["bM"], p["bN"], p["threads"], dtype, out_dtype)
+    elif form == "lanes":
+        func = lanes_kernel(M, N, K, p["bM"], p["bN"], p["threads"], dtype, out_dtype)
     else:
         func = kernel(M, N, K, p["bM"], p["bN"], p["bK"], p["threads"], dtype, out_dtype)
 
@@ -122,12 +181,13 @@ def build(p: dict) -> Built:
 @st.composite
 def _drawn(draw):
     dtype = draw(S.dtype(DTYPES))
+    form = draw(st.sampled_from(FORMS))
     return {
         "M": draw(S.extent(1, 12)), "N": draw(S.extent(1, 40)), "K": draw(S.extent(1, 300)),
         "bM": draw(S.tile(ROWS)), "bN": draw(S.tile(COLS)), "bK": draw(S.tile(STEPS)),
-        "threads": draw(S.threads(THREADS)), "dtype": dtype,
-        "out_dtype": draw(st.sampled_from(("float32", dtype))),
-        "form": draw(st.sampled_from(FORMS)),
+        "threads": draw(S.threads(LANES_THREADS if form == "lanes" else THREADS)),
+        "dtype": dtype, "out_dtype": draw(st.sampled_from(("float32", dtype))),
+        "form": form,
     }
 
 

@@ -3,12 +3,17 @@ qmm_fp4.py) beyond their oracle runs: the form of the code they compile to (no s
 matrices in a GEMV, vector weight loads, decoding by bit operations) and the
 barrier-necessity check on each variant that has barriers."""
 
+import re
+
 import pytest
 
 import core
+from core.target import METAL
 from harness import barriers
+from harness.benchcases import CASES
 from harness.diff import run_case
 from harness.gen import family as families
+from harness.roofline import local_array_bytes
 
 
 def _msl(name, params):
@@ -27,8 +32,45 @@ def test_gemv_splits_k_over_lanes_without_barriers_or_matrices():
     assert "(const device half4*)(W" in msl                 # weight rows in vector loads
 
 
+LANES = {**GEMV, "form": "lanes"}
+
+
+@pytest.mark.parametrize("M, N, K, bM, bN, threads, dtype, out_dtype", [
+    (5, 37, 203, 4, 8, 128, "bfloat16", "bfloat16"),   # ragged M, N, K; 4 simdgroups x 2 rows
+    (9, 40, 301, 8, 16, 512, "float16", "float16"),    # 16 simdgroups, one row each
+    (7, 33, 130, 8, 16, 32, "bfloat16", "float32"),    # one simdgroup: X from device, 16 rows
+    (3, 20, 77, 2, 4, 64, "float32", "float32"),       # threads beyond bN simdgroups unused
+    (1, 9, 300, 1, 1, 256, "float16", "float32"),      # one row of X, one weight row
+    (2, 3, 5, 2, 16, 256, "bfloat16", "bfloat16"),     # K shorter than one lane run
+])
+def test_gemv_lanes_form_against_the_oracle(run_family, M, N, K, bM, bN, threads, dtype,
+                                            out_dtype):
+    params = {"M": M, "N": N, "K": K, "bM": bM, "bN": bN, "bK": 64, "threads": threads,
+              "dtype": dtype, "out_dtype": out_dtype, "form": "lanes"}
+    kernel, _, _ = run_family("gemv", params)
+    assert "simd_sum(" in kernel.msl and "simdgroup_" not in kernel.msl
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.family == "gemv"], ids=lambda c: c.name)
+def test_gemv_bench_cases_keep_their_state_in_registers(case):
+    """The decode bench GEMVs: every thread array fits the register budget the cost model
+    charges spills beyond (the reduce form holds 2 KB per thread at this shape), the weight
+    rows and X's lanes come in 4-element vector loads, the lanes combine by simd_sum."""
+    msl = _msl("gemv", case.params)
+    assert case.params["form"] == "lanes"
+    assert local_array_bytes(msl) <= METAL.fragment_register_budget_bytes, msl
+    reduce = _msl("gemv", {**case.params, "form": "reduce", "threads": 32})
+    assert local_array_bytes(reduce) > METAL.fragment_register_budget_bytes
+    assert "(const device half4*)(W" in msl and "(const device half4*)(X" in msl
+    assert "(threadgroup half4*)(xs" in msl                  # each lane's X from the stage
+    assert "simd_sum(" in msl and "simdgroup_" not in msl
+    # per thread: one X lane, one weight lane, bM partials (and the reduction's copies)
+    assert re.search(r"^\s+float acc\[8\];$", msl, re.M), msl
+
+
 BARRIERED = [
     ("gemv", {**GEMV, "bK": 256, "threads": 128}),           # a row spans simdgroups
+    ("gemv", {**LANES, "threads": 256}),                    # X staged for 8 simdgroups
     # block scales staged in threadgroup memory (the gemv path):
     ("qmm_fp8", {"M": 3, "N": 20, "K": 200, "scale": "block", "G": 64, "bM": 2, "bN": 4,
                  "bK": 64, "threads": 32, "dtype": "float16", "out_dtype": "float32"}),
@@ -41,7 +83,8 @@ BARRIERED = [
 
 
 @pytest.mark.parametrize("name, params", BARRIERED,
-                         ids=["gemv", "qmm_fp8-staged-scales", "qmm_fp8-gemm", "qmm_fp4"])
+                         ids=["gemv", "gemv-lanes", "qmm_fp8-staged-scales", "qmm_fp8-gemm",
+                              "qmm_fp4"])
 def test_every_barrier_is_necessary(name, params):
     assert run_case(name, params, seed=0).status == "pass"
     report = barriers.check_case(name, params)
