@@ -27,6 +27,7 @@ thresholds were 17-79%. More rounds buy a lower threshold (noise ~ 1/sqrt(n)).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -34,6 +35,7 @@ import re
 import statistics
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 FLOOR = 0.03
@@ -84,20 +86,35 @@ def _git(root: Path, *args, check=True) -> str:
 
 
 def worktree(ref: str, root: Path, out_dir: Path) -> tuple[Path, str]:
-    """A checkout of `ref` at out_dir/against/<ref> (reused when it is at that commit)."""
+    """A checkout of `ref` at out_dir/against/<ref> (reused when it is at that commit).
+
+    Two processes preparing the same checkout (two `harness bench --against` runs, two
+    test workers) take turns under a lock file beside it: the second finds it made."""
     try:
         commit = _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     except AgainstError:
         raise AgainstError(f"'{ref}' is not a commit, branch or tag of {root}") from None
     path = (out_dir / "against" / re.sub(r"[^A-Za-z0-9._-]+", "_", ref)).resolve()
-    if path.exists():
-        if _git(path, "rev-parse", "HEAD", check=False) == commit:
-            return path, commit
-        _git(root, "worktree", "remove", "--force", str(path), check=False)
-    _git(root, "worktree", "prune")
     path.parent.mkdir(parents=True, exist_ok=True)
-    _git(root, "worktree", "add", "--detach", str(path), commit)
+    with _exclusive(path.with_name(path.name + ".lock")):
+        if path.exists():
+            if _git(path, "rev-parse", "HEAD", check=False) == commit:
+                return path, commit
+            _git(root, "worktree", "remove", "--force", str(path), check=False)
+        _git(root, "worktree", "prune")
+        _git(root, "worktree", "add", "--detach", str(path), commit)
     return path, commit
+
+
+@contextmanager
+def _exclusive(lock: Path):
+    """Hold an exclusive lock on the file `lock` (created if missing) for the block."""
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class Worker:

@@ -22,6 +22,8 @@ The "mps" runs have not been executed anywhere yet (no Mac has run this project'
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -33,6 +35,19 @@ def _seeded():
     """Every test draws its inputs from the same seeded stream: a failure reproduces
     (tests that need several streams pass explicit torch.Generator seeds)."""
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def session_compile_cache(tmp_path_factory):
+    """A compile-cache folder for this test session (suites that must not reuse compiled
+    programs of earlier runs point core.jit's disk cache here). It is shared by the
+    session's pytest-xdist workers, whose own folders sit under the session's: what one
+    worker compiled is a disk hit for the other. The cache writes a temporary file and
+    renames it into place, so both may fill it at once."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    return base / "kcache"
 
 
 def pytest_generate_tests(metafunc):

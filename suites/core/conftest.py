@@ -17,8 +17,8 @@ from harness.diff import assert_close  # noqa: F401 - re-exported for the tests
 
 
 @pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory, monkeypatch):
+def _isolated_cache(session_compile_cache, monkeypatch):
     # Compiled programs go to a per-session folder; the emulator's builds stay shared.
-    kcache = tmp_path_factory.getbasetemp() / "kcache"
+    kcache = session_compile_cache
     jit_module = importlib.import_module("core.jit")  # `core.jit` is the decorator
     monkeypatch.setattr(jit_module._Cache, "directory", staticmethod(lambda: kcache))

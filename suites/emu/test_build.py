@@ -1,6 +1,7 @@
 """Building: content-hash cache, concurrent builds, compiler errors on MSL lines, the
 documented source rewrite."""
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -65,6 +66,14 @@ def test_translation_keeps_lines_and_rewrites_only_msl_syntax():
 
 
 def test_cached_build_is_reused(tmp_path, monkeypatch):
+    # The runtime objects and both precompiled headers (checked builds; plain for reading
+    # signatures) come from the current cache: only the kernel's own build is under test
+    # (the next test builds everything cold).
+    (tmp_path / "emu").mkdir()
+    shared_builder = build.default_builder()
+    for shared in (*shared_builder.runtime_objects(), shared_builder.precompiled_header(True),
+                   shared_builder.precompiled_header(False)):
+        shutil.copy(shared, tmp_path / "emu" / shared.name)
     monkeypatch.setenv("METALTILE_CACHE", str(tmp_path))
     builder = build.Builder()
     tr = translate.translate(HEADER + "kernel void k(device int* y [[buffer(0)]]) { y[0] = 7; }")
@@ -73,6 +82,7 @@ def test_cached_build_is_reused(tmp_path, monkeypatch):
     again = build.Builder().build(tr)  # a fresh builder (new process) finds it on disk
     assert again.path == first.path and again.path.stat().st_mtime_ns == stamp
     assert len(list(tmp_path.glob("emu/kernel-*.bin"))) == 1
+    assert len(list(tmp_path.glob("emu/*.pch"))) == 2  # the copied ones were used
 
 
 CONCURRENT = """
@@ -87,6 +97,12 @@ print("ok")
 
 
 def test_two_processes_building_the_same_kernel_both_succeed(tmp_path):
+    # Both processes build both precompiled headers and the kernel at once; the runtime
+    # objects (built by the same atomic code as the headers, ~5 s of clang -O2 each) come
+    # from the current cache.
+    (tmp_path / "emu").mkdir()
+    for shared in build.default_builder().runtime_objects():
+        shutil.copy(shared, tmp_path / "emu" / shared.name)
     env = {"METALTILE_CACHE": str(tmp_path), "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
     import os
     env["PATH"] = os.environ.get("PATH", env["PATH"])
@@ -97,6 +113,8 @@ def test_two_processes_building_the_same_kernel_both_succeed(tmp_path):
     assert [p.returncode for p in procs] == [0, 0], outs
     assert all(o[0].strip() == "ok" for o in outs)
     assert not list(tmp_path.glob("emu/*.tmp")), "temporary build files left behind"
+    assert len(list(tmp_path.glob("emu/*.pch"))) == 2 and len(list(tmp_path.glob("emu/kernel-*")))
+    assert len(list(tmp_path.glob("emu/runtime-*.o"))) == len(build.RUNTIME_UNITS)  # copies used
 
 
 def test_c_style_vector_cast_is_rejected_with_advice():

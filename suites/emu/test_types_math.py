@@ -241,6 +241,7 @@ def math_results():
     return results
 
 
+@pytest.mark.xdist_group("math-results")  # one worker builds and runs the kernels once
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["float", "half"])
 @pytest.mark.parametrize("name", list(MATH))
 def test_math_function(name, dtype, math_results):

@@ -117,14 +117,22 @@ def test_dead_and_hung_workers_are_failures_and_the_run_goes_on(tmp_path, test_f
     assert outcomes[0].same_failure(crash) and outcomes[1].same_failure(hang), outcomes
 
 
+def _take_sigint():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_keeps_the_failures_and_prints_the_summary(tmp_path):
     out = tmp_path / "out"
     command = [sys.executable, "-m", "harness.cli", "fuzz", "--budget", "2m", "--seed", "5",
                "--workers", "1", "--families", "staged_transpose", "--disable", "thread_sync",
                "--import", "suites.fuzz.fuzzfamilies", "--db", str(tmp_path / "db"),
                "--out", str(out)]
+    # The child must take Ctrl-C whatever this process inherited: a suite started in the
+    # background by a non-interactive shell (nohup, a CI script's `&`) ignores SIGINT, and
+    # that disposition is inherited through exec, so the fuzz run never saw the signal.
     proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+                            text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+                            preexec_fn=_take_sigint)
     try:
         give_up = time.time() + 90
         while not list(out.glob("*.json")) and time.time() < give_up:

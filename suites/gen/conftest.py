@@ -10,7 +10,7 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory, monkeypatch):
-    kcache = tmp_path_factory.getbasetemp() / "kcache"
+def _isolated_cache(session_compile_cache, monkeypatch):
+    kcache = session_compile_cache
     jit_module = importlib.import_module("core.jit")  # `core.jit` is the decorator
     monkeypatch.setattr(jit_module._Cache, "directory", staticmethod(lambda: kcache))

@@ -5,6 +5,7 @@ on synthetic results (no emulator), plus one real A/B run against HEAD."""
 import copy
 import json
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -593,6 +594,26 @@ def test_ab_against_head_times_both_trees(tmp_path):
     finally:
         subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force",
                         str(tmp_path / "against" / "HEAD")], capture_output=True)
+
+
+def test_two_runs_preparing_the_same_checkout_both_get_it(tmp_path):
+    """Two `--against HEAD` runs at once (two processes, two test workers): the second
+    waits for the first's `git worktree add` and reuses the checkout; without the lock,
+    its own `git worktree add` failed ("already exists")."""
+    root = bench.ROOT
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                          text=True)
+    if head.returncode:
+        pytest.skip("not a git checkout")
+    path = (tmp_path / "against" / "HEAD").resolve()
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            got = list(pool.map(lambda _: against.worktree("HEAD", root, tmp_path), range(2)))
+        assert got == [(path, head.stdout.strip())] * 2
+        assert (path / "core").is_dir()
+    finally:
+        subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(path)],
+                       capture_output=True)
 
 
 def test_ab_with_an_unknown_ref_is_an_error_that_fails_the_gate(tmp_path):

@@ -20,6 +20,9 @@ from harness.cli import main
 TRANSPOSE = "copy/k-transpose-f16"       # threadgroup tile, one barrier per group, float4 I/O
 REDUCE = "reduce/row-sum-f16"             # T.reduce_sum across simdgroups (simd_sum, red_buf)
 
+# Every test reads the module's baseline (`folder`): one xdist worker records it once.
+pytestmark = pytest.mark.xdist_group("gate-baseline")
+
 
 @pytest.fixture(autouse=True)
 def wide_console(monkeypatch):

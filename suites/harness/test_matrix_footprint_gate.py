@@ -58,8 +58,9 @@ def test_the_family_generates_cases_the_perturbation_breaks():
     caught = 0
     for p in drawn:
         assert run_case("gemm", p).status == "pass", p
-        res = run_case("gemm", p, replace={"thread_sync": matrix_store_as_one_element})
-        caught += res.status != "pass"
+        if not caught:  # one case the broken planner fails is the claim; the rest cost time
+            res = run_case("gemm", p, replace={"thread_sync": matrix_store_as_one_element})
+            caught += res.status != "pass"
     assert caught >= 1, drawn
 
 

@@ -73,11 +73,16 @@ def tvm_msl(func) -> str:
     return metal.inspect_source()
 
 
+# The tests reading `sources` stay on one xdist worker: TVM's compile runs once.
+SOURCES = pytest.mark.xdist_group("tvm-codegen-sources")
+
+
 @pytest.fixture(scope="module")
 def sources():
     return {f.attrs["global_symbol"]: tvm_msl(f) for f in (add, transpose, rowsum, scale_dyn)}
 
 
+@SOURCES
 def test_elementwise(sources):
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((2, 1000)).astype(np.float32)
@@ -86,6 +91,7 @@ def test_elementwise(sources):
     close(c, a + b)
 
 
+@SOURCES
 def test_shared_memory_transpose(sources):
     assert "threadgroup float S[" in sources["transpose"]
     assert "threadgroup_barrier" in sources["transpose"]
@@ -95,6 +101,7 @@ def test_shared_memory_transpose(sources):
     np.testing.assert_array_equal(b, a.T)
 
 
+@SOURCES
 def test_thread_allreduce_with_simd_shuffles(sources):
     assert "simd_shuffle_down" in sources["rowsum"]
     a = np.random.default_rng(3).standard_normal((8, 128)).astype(np.float32)
@@ -103,6 +110,7 @@ def test_thread_allreduce_with_simd_shuffles(sources):
     close(b, a.astype(np.float64).sum(1), reduction_length=128, op_class="accumulation")
 
 
+@SOURCES
 def test_dynamic_shape_with_the_scalar_arguments_struct(sources):
     src = sources["scale_dyn"]
     # TVM passes scalars in one struct of 8-byte slots, in this order (checked, not assumed)
