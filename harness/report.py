@@ -362,8 +362,9 @@ def _sections(results: dict, changes: list, baseline_path: str | None) -> list[t
                      if k else "-",
                      _num(k.get("barriers")), _num(k.get("simd_ops"))])
     out.append(("Cases", ["case", "status", "LLM shape", "scaling", "compile ms (first / "
-                          "warm median ± stddev)", "launches", "device bytes", "/ minimum", "device ld+st "
-                          "ops", "bytes/op", "threadgroup bytes", "barriers", "simd ops"],
+                          "warm median ± stddev)", "launches", "device bytes", "/ minimum",
+                          "device ld+st ops", "bytes/op", "threadgroup bytes", "barriers",
+                          "simd ops"],
                 rows, "Counters are summed over the program's launches from one checked "
                 "emulator run (forward schedule, seed 0). Minimum = every input read once "
                 "+ every output written once; above 1x: re-reads, intermediates or scalar "

@@ -142,7 +142,7 @@ class _KernelUses:
             if loop.__chandle__() in inner:
                 continue
             touched = [ld.source for ld in loads(loop)]
-            walk(loop, lambda t: touched.append(t.buffer)
+            walk(loop, lambda t, touched=touched: touched.append(t.buffer)
                  if isinstance(t, tirx.BufferStore) else None)
             accs = {b: None for b in touched if b in uses.accumulators}
             frags = {b: None for b in touched if ops.buffer_scope(b) == FRAGMENT}

@@ -4,9 +4,9 @@ Each pass is a plain function; all but the last map PrimFunc -> PrimFunc, the la
 the lowered PrimFunc to a `LoweredProgram` (device kernels + launch plan). `run` applies
 them in order; a pass can be switched off (`disable=("vectorize",)`) or replaced
 (`replace={"thread_sync": my_pass}`) by name, which the harness uses to check that a
-change to one pass is caught. `stop_after` returns the intermediate result. `timings`, a dict, receives each pass's
-wall seconds by name (what `harness bench` and compile-time work read; the cost is one
-clock read per pass).
+change to one pass is caught. `stop_after` returns the intermediate result. `timings`, a
+dict, receives each pass's wall seconds by name (what `harness bench` and compile-time
+work read; the cost is one clock read per pass).
 """
 
 from __future__ import annotations

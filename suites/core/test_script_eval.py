@@ -101,8 +101,8 @@ def _bad_name():
 @pytest.mark.parametrize("build", [_bad_call, _bad_name], ids=["bad-call", "undefined-name"])
 def test_errors_in_expressions_read_as_with_tvmscripts_evaluator(build):
     messages = []
-    for evaluator in (script_eval.original, _installed):
-        with evaluator(), pytest.raises(T.KernelDefinitionError) as err:
+    for use in (script_eval.original, _installed):
+        with use(), pytest.raises(T.KernelDefinitionError) as err:
             build()
         messages.append(str(err.value))
     assert messages[0] == messages[1]
@@ -121,7 +121,7 @@ def _bad_unpack():
     @T.prim_func
     def bad(A: T.Tensor((4, 4), "float32")):
         with T.Kernel(1, threads=16):
-            for i, j, k in T.Parallel(4, 4):
+            for i, j, k in T.Parallel(4, 4):  # noqa: B007 - one name too many, on purpose
                 A[i, j] = 0.0
 
     return bad
