@@ -15,7 +15,20 @@ namespace mt {
 
 char g_crash_path[4096];
 
+namespace {
+// Threadgroups run on several OS threads, and two of them can fault at once (every group
+// of a kernel that reads a wild pointer). Only the first writes the report and ends the
+// process: a second writer would truncate the first one's report before _exit. The others
+// wait here for that exit (pause is async-signal-safe).
+std::atomic<bool> g_reporting{false};
+void wait_for_the_first_report() {
+  if (g_reporting.exchange(true))
+    for (;;) pause();
+}
+}  // namespace
+
 void crash_handler(int sig, siginfo_t* info, void* uctx) {
+  wait_for_the_first_report();
   char buf[1024];
   Worker* w = t_worker;
   uintptr_t pc = 0;
@@ -73,6 +86,7 @@ struct UbsanOutOfBounds {
 };
 
 extern "C" [[noreturn]] void __ubsan_handle_out_of_bounds_abort(void* data, void* index) {
+  wait_for_the_first_report();
   const auto* d = static_cast<const UbsanOutOfBounds*>(data);
   uint64_t raw = uint64_t(reinterpret_cast<uintptr_t>(index));
   unsigned bits = d->index_type->kind == 0 ? 1u << (d->index_type->info >> 1) : 64;
