@@ -372,7 +372,6 @@ __attribute__((noinline)) void tg_access(Worker* w, uintptr_t a, unsigned n, boo
   if (tg_clean_access(run, &w->arena_shadow[base], n)) return;  // the common case
   const uint32_t e = w->tg_epoch;
   const uint16_t t = uint16_t(f->tid);
-  const uint16_t s = uint16_t(w->simd_epoch[f->simdgroup]);
   const uint64_t var_off = base - g_launch.slot_offset[slot];
   bool reported_uninit = false;
   // Bytes of one access usually share one shadow state (a float written and read whole):
@@ -388,42 +387,24 @@ __attribute__((noinline)) void tg_access(Worker* w, uintptr_t a, unsigned n, boo
       tg_uninit(w, slot, var_off + i, n, pc);
     }
     if (checks & kCheckRaces) {
-      // Ordered by a simdgroup_barrier: same simdgroup, different simd interval.
-      auto ordered = [&](uint16_t other, uint16_t other_sepoch) {
-        return same_simdgroup(other, t) && other_sepoch != s;
-      };
       if (sh.atomic_epoch == e && (sh.atomic_many || sh.atomic_thread != t) &&
           (write || sh.atomic_update)) {
         tg_race(w, kTgAtomic, sh, slot, var_off + i, write, pc);
         break;
       }
-      if (sh.write_epoch == e && sh.writer != t && !ordered(sh.writer, sh.write_sepoch)) {
+      if (sh.write_epoch == e && sh.writer != t && !run.ordered(sh.writer, sh.write_sepoch)) {
         tg_race(w, kTgWrite, sh, slot, var_off + i, write, pc);
         break;
       }
       if (write && sh.read_epoch == e && (sh.many_readers || sh.reader != t) &&
-          !(!sh.many_readers && ordered(sh.reader, sh.read_sepoch))) {
+          !(!sh.many_readers && run.ordered(sh.reader, sh.read_sepoch))) {
         tg_race(w, kTgReads, sh, slot, var_off + i, write, pc);
         break;
       }
     }
     // The new state: of this byte, or of every byte when they share one.
-    for (unsigned j = same_state ? 0 : i; j < (same_state ? n : i + 1); ++j) {
-      TgShadow& u = cells[j];
-      if (write) {
-        u.write_epoch = e;
-        u.writer = t;
-        u.write_sepoch = s;
-        u.initialized = 1;
-      } else if (u.read_epoch != e) {
-        u.read_epoch = e;
-        u.reader = t;
-        u.read_sepoch = s;
-        u.many_readers = 0;
-      } else if (u.reader != t) {
-        u.many_readers = 1;
-      }
-    }
+    for (unsigned j = same_state ? 0 : i; j < (same_state ? n : i + 1); ++j)
+      cells[j] = run.update(cells[j]);
   }
 }
 
