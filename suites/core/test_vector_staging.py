@@ -231,7 +231,8 @@ def test_race_on_the_last_lane_of_a_vector_store_is_found(dtype, run):
     assert race.line == store and race.address_space == "threadgroup"
     elem = torch.tensor([], dtype=TORCH[dtype]).element_size()
     offset = int(re.search(r"byte (\d+)", race.buffer_or_offset).group(1))
-    assert "'S_words'" in race.buffer_or_offset and offset // elem % 4 == 3
+    # named as the kernel's code names it, with the word array it is declared as
+    assert "'S' (declared as 'S_words')" in race.buffer_or_offset and offset // elem % 4 == 3
 
 
 @pytest.mark.backend("emu")
@@ -258,6 +259,7 @@ kernel void k(device const float* A [[buffer(0)]], device float* B [[buffer(1)]]
     assert len(bounds) == 1 and bounds[0].thread == (1, 0, 0), res.findings
     assert "16-byte write at byte offset 16" in bounds[0].detail
     assert "holds 24 bytes" in bounds[0].detail
+    assert bounds[0].buffer_or_offset == "'S' (declared as 'S_words'), byte 16"
 
 
 def test_barrier_checks_keep_vector_accessed_arrays_observable():

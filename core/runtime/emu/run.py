@@ -345,7 +345,9 @@ def _result(report: dict, binary: Path, sig, translation: Translation, kernel: s
             what = f"buffer {b}{name}, byte {f['offset']}"
         elif f["buffer"] >= 0:
             var = translation.threadgroup_vars.get(f["buffer"], f"#{f['buffer']}")
-            what = f"'{var}', byte {f['offset']}"
+            view = translation.threadgroup_views.get(var)
+            what = (f"'{view}' (declared as '{var}'), byte {f['offset']}" if view else
+                    f"'{var}', byte {f['offset']}")
         else:
             what = "-"
         findings.append(Finding(

@@ -111,6 +111,9 @@ class Translation:
     source: str                                # the MSL as given
     kernels: dict[str, KernelSignature]
     threadgroup_vars: dict[int, str] = field(default_factory=dict)  # slot -> variable name
+    # array name -> the one typed pointer declared over it (`threadgroup half* S =
+    # (threadgroup half*)S_words;`, metaltile's vector-staged arrays): findings name both
+    threadgroup_views: dict[str, str] = field(default_factory=dict)
     # [[threadgroup(i)]] parameters: index -> (arena slot, bytes), the host's lengths
     threadgroup_params: dict[int, tuple[int, int]] = field(default_factory=dict)
 
@@ -144,6 +147,11 @@ _VEC_TEMPLATE_CTOR = re.compile(
 _THREADGROUP_DECL = re.compile(
     r"\bthreadgroup\s+((?:[A-Za-z_][\w:]*(?:\s*<[^;*&{}()]*?>)?\s+)+?)([A-Za-z_]\w*)\s*"
     r"((?:\[[^\]\n]+\]\s*)*);")
+# `threadgroup T* view = (threadgroup T*)array;`: a typed pointer over a threadgroup array.
+_POINTEE = r"(?:[A-Za-z_][\w:]*\s+)*[A-Za-z_][\w:]*\s*\*"   # `volatile float*`, `half*`
+_THREADGROUP_VIEW = re.compile(
+    r"\bthreadgroup\s+" + _POINTEE + r"\s*([A-Za-z_]\w*)\s*=\s*"
+    r"\(\s*threadgroup\s+" + _POINTEE + r"\s*\)\s*([A-Za-z_]\w*)\s*;")
 _VECTOR_CAST = re.compile(
     r"\(\s*(?:metal::)?((?:" + "|".join(VECTOR_ELEMENTS) + r")[234])\s*\)\s*(?=[\w(])")
 _ATTRIBUTE_LIST = re.compile(r"\[\[(?!\s*\[)(.*?)\]\]", re.S)
@@ -638,9 +646,15 @@ def translate(source: str, kernel_hint: str | None = None,
                 f"*({t}*)(__mt_tg_slot({slot}, sizeof({t}), alignof({t})));"
                 + "\n" * m.group(0).count("\n"))
 
+    views: dict[str, list[str]] = {}
+    for m in _THREADGROUP_VIEW.finditer(code):
+        views.setdefault(m.group(2), []).append(m.group(1))
     code = _THREADGROUP_DECL.sub(threadgroup_decl, code)
     cpp = PRELUDE + code
-    translation = Translation(cpp=cpp, source=source, kernels={}, threadgroup_vars=tg_vars)
+    translation = Translation(
+        cpp=cpp, source=source, kernels={}, threadgroup_vars=tg_vars,
+        threadgroup_views={array: names[0] for array, names in views.items()
+                           if len(names) == 1 and array in tg_vars.values()})
     try:
         translation.kernels = read_kernels(translation, kernel_hint)
     except MSLCompileError as unreadable:
