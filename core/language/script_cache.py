@@ -116,7 +116,7 @@ class CachedSource(Source):
             try:
                 program = ast.parse(self.source, filename="<unknown>", mode="exec",
                                     feature_version=(3, 8))
-            except:  # noqa: E722 - doc.parse retries every failure without a version
+            except Exception:  # noqa: BLE001 - doc.parse retries any failure without a version
                 program = ast.parse(self.source, filename="<unknown>", mode="exec")
             tree = self._tree = _to_doc(program)
         return tree

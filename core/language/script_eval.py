@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import operator
 import types
 
 from tvm.script.ir_builder import IRBuilder
@@ -95,21 +96,21 @@ def _add_slice_steps(args) -> None:
                                       s.upper.lineno, s.upper.end_col_offset + 2)
 
 
-def _attribute(ev, node):
-    base = _value(ev, node.value)
+def _reported(ev, node, compute, *args):
+    """`compute(*args)`; an exception is reported at `node`, as TVMScript's evaluator does."""
     try:
-        return getattr(base, node.attr)
-    except Exception as err:  # noqa: BLE001 - reported at the node, as TVMScript does
+        return compute(*args)
+    except Exception as err:  # noqa: BLE001 - report_error raises the project's error
         ev.parser.report_error(node, err)
+
+
+def _attribute(ev, node):
+    return _reported(ev, node, getattr, _value(ev, node.value), node.attr)
 
 
 def _subscript(ev, node):
     base = _value(ev, node.value)
-    index = _value(ev, node.slice)
-    try:
-        return base[index]
-    except Exception as err:  # noqa: BLE001
-        ev.parser.report_error(node, err)
+    return _reported(ev, node, operator.getitem, base, _value(ev, node.slice))
 
 
 def _tuple(ev, node):
@@ -140,55 +141,41 @@ def _call(ev, node):
     target = _value(ev, func)
     args = [_value(ev, a) for a in node.args]
     kwargs = {kw.arg: _spanned(ev, kw, _value, kw.value) for kw in node.keywords}
-    try:
-        return types.FunctionType(_CALL, ev.value_table)(target, args, kwargs)
-    except Exception as err:  # noqa: BLE001
-        ev.parser.report_error(node, err)
+    return _reported(ev, node, types.FunctionType(_CALL, ev.value_table), target, args, kwargs)
 
 
 def _bin_op(ev, node):
     _add_slice_steps((node.left, node.right))
     left, right = _value(ev, node.left), _value(ev, node.right)
-    try:
-        return _eval_op(node.op, [left, right])
-    except Exception as err:  # noqa: BLE001
-        ev.parser.report_error(node, err)
+    return _reported(ev, node, _eval_op, node.op, [left, right])
 
 
 def _unary_op(ev, node):
     _add_slice_steps((node.operand,))
-    operand = _value(ev, node.operand)
-    try:
-        return _eval_op(node.op, [operand])
-    except Exception as err:  # noqa: BLE001
-        ev.parser.report_error(node, err)
+    return _reported(ev, node, _eval_op, node.op, [_value(ev, node.operand)])
+
+
+def _chained(ops, values):
+    """`a < b < c` as `(a < b) and (b < c)`, through TVMScript's operator table."""
+    result = None
+    for i, op in enumerate(ops):
+        part = _eval_op(op, [values[i], values[i + 1]])
+        result = part if result is None else _eval_op(doc.And(), [result, part])
+    return result
 
 
 def _compare(ev, node):
     _add_slice_steps((node.left, *node.comparators))
     values = [_value(ev, node.left)] + [_value(ev, c) for c in node.comparators]
-    try:
-        result = None
-        for i, op in enumerate(node.ops):
-            part = _eval_op(op, [values[i], values[i + 1]])
-            result = part if result is None else _eval_op(doc.And(), [result, part])
-        return result
-    except Exception as err:  # noqa: BLE001
-        ev.parser.report_error(node, err)
+    return _reported(ev, node, _chained, node.ops, values)
 
 
 def _bool_op(ev, node):
-    try:
-        return ev._eval_bool_op(node)
-    except Exception as err:  # noqa: BLE001
-        ev.parser.report_error(node, err)
+    return _reported(ev, node, ev._eval_bool_op, node)
 
 
 def _if_exp(ev, node):
-    try:
-        return ev._eval_if_exp(node)
-    except Exception as err:  # noqa: BLE001
-        ev.parser.report_error(node, err)
+    return _reported(ev, node, ev._eval_if_exp, node)
 
 
 _LOADS = {doc.Attribute: _attribute, doc.Subscript: _subscript, doc.Tuple: _tuple,
