@@ -576,44 +576,43 @@ def test_ab_verdict_uses_the_measured_noise():
     assert wide["threshold"] > 0.1 and wide["verdict"] == "same"
 
 
-@pytest.mark.slow
-def test_ab_against_head_times_both_trees(tmp_path):
-    root = bench.ROOT
-    if subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
-                      capture_output=True).returncode:
-        pytest.skip("not a git checkout")
-    case = bench.select("elementwise/residual-add-f16")
-    result = against.run("HEAD", case, root=root, out_dir=tmp_path, rounds=2)
-    try:
-        assert "error" not in result, result.get("error")
-        row = result["cases"][0]
-        assert "error" not in row, row.get("error")
-        assert len(row["this_data"]) == len(row["ref_data"]) == 2
-        assert row["verdict"] in ("same", "regression", "improvement")
-        assert (tmp_path / "against" / "HEAD" / "core").is_dir()
-    finally:
-        subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force",
-                        str(tmp_path / "against" / "HEAD")], capture_output=True)
-
-
-def test_two_runs_preparing_the_same_checkout_both_get_it(tmp_path):
-    """Two `--against HEAD` runs at once (two processes, two test workers): the second
-    waits for the first's `git worktree add` and reuses the checkout; without the lock,
-    its own `git worktree add` failed ("already exists")."""
+@pytest.fixture
+def head_checkout(tmp_path):
+    """(HEAD's commit, where `--against HEAD` checks it out under tmp_path); the checkout is
+    removed afterwards. Skipped outside a git repository (a source archive has no HEAD)."""
     root = bench.ROOT
     head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
                           text=True)
     if head.returncode:
-        pytest.skip("not a git checkout")
+        pytest.skip("not a git checkout: `--against` checks out another revision")
     path = (tmp_path / "against" / "HEAD").resolve()
-    try:
-        with ThreadPoolExecutor(2) as pool:
-            got = list(pool.map(lambda _: against.worktree("HEAD", root, tmp_path), range(2)))
-        assert got == [(path, head.stdout.strip())] * 2
-        assert (path / "core").is_dir()
-    finally:
-        subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(path)],
-                       capture_output=True)
+    yield head.stdout.strip(), path
+    subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(path)],
+                   capture_output=True)
+
+
+@pytest.mark.slow
+def test_ab_against_head_times_both_trees(tmp_path, head_checkout):
+    _, path = head_checkout
+    case = bench.select("elementwise/residual-add-f16")
+    result = against.run("HEAD", case, root=bench.ROOT, out_dir=tmp_path, rounds=2)
+    assert "error" not in result, result.get("error")
+    row = result["cases"][0]
+    assert "error" not in row, row.get("error")
+    assert len(row["this_data"]) == len(row["ref_data"]) == 2
+    assert row["verdict"] in ("same", "regression", "improvement")
+    assert (path / "core").is_dir()
+
+
+def test_two_runs_preparing_the_same_checkout_both_get_it(tmp_path, head_checkout):
+    """Two `--against HEAD` runs at once (two processes, two test workers): the second
+    waits for the first's `git worktree add` and reuses the checkout; without the lock,
+    its own `git worktree add` failed ("already exists")."""
+    head, path = head_checkout
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda _: against.worktree("HEAD", bench.ROOT, tmp_path), range(2)))
+    assert got == [(path, head)] * 2
+    assert (path / "core").is_dir()
 
 
 def test_ab_with_an_unknown_ref_is_an_error_that_fails_the_gate(tmp_path):

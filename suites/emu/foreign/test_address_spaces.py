@@ -110,25 +110,6 @@ def test_member_overloads_keep_the_lines_of_the_source():
     assert bounds and {f.line for f in bounds} == {msl_line(src, "float plain() const")}
 
 
-def test_member_overloads_with_different_bodies_are_refused():
-    src = HEAD + """\
-struct Cell {
-  float v;
-  float get() const thread { return v; }
-  float get() const device { return v + 1.0f; }
-};
-kernel void k(device float* y [[buffer(0)]], device const Cell* c [[buffer(1)]]) {
-  y[0] = c[0].get();
-}
-"""
-    with pytest.raises(emu.MSLCompileError,
-                       match=r"member function 'get' is overloaded on the address space of its "
-                             r"object \(MSL lines 5, 6\) with different bodies") as err:
-        emu.run_msl(src, "k", grid=1, threadgroup=1,
-                    buffers=[np.zeros(1, np.float32), np.zeros(1, np.float32)])
-    assert err.value.line == msl_line(src, "get() const device")
-
-
 def test_a_race_through_an_address_space_overload_is_still_seen():
     src = HEAD + """\
 void put(threadgroup float* p, float v) { p[0] = v; }
