@@ -7,7 +7,6 @@ these tests, run with every check, values against numpy."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from core.runtime import emu
 from foreigncase import close, msl_line, run_clean
