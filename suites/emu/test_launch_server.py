@@ -140,6 +140,17 @@ def test_a_crash_ends_only_its_launch():
     assert findings == [] and y[0] == 64.0
 
 
+def test_a_server_failing_twice_is_a_crash_error_naming_the_kernel(monkeypatch):
+    def broken(self, job, kernel, result, timeout):
+        raise launch_server.ServerError(f"launch server of {self.exe.name} answered 'bye'")
+
+    monkeypatch.setattr(launch_server._Server, "launch", broken)
+    with pytest.raises(KernelCrashError, match=r"kernel 'clean_copy'.*launch server failed "
+                                               r"twice: launch server of .* answered 'bye'"):
+        _launch("clean_copy")
+    assert launch_server.idle_servers() == 0   # both broken servers were ended
+
+
 def test_a_hang_is_killed_and_the_next_launch_runs():
     with pytest.raises(KernelTimeoutError, match=r"kernel 'spin'.*did not finish within 1 s"):
         run(LIBRARY, "spin", 1, 1, np.zeros(2, np.uint32), timeout=1, checks=())

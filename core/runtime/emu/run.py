@@ -257,6 +257,9 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
                 f"did not finish within {timeout:g} s (watchdog); an endless loop, or a "
                 "launch too large for the emulator (pass timeout=...)",
                 kernel=kernel_name, construct=f"grid {grid3}, threadgroup {tg3}") from None
+        except launch_server.ServerError as err:   # it failed on a fresh server too
+            raise KernelCrashError(f"the emulator's launch server failed twice: {err}",
+                                   kernel=kernel_name) from None
         report = _read_report(result_path, outcome, kernel_name)
         if report["status"] == "crash":
             raise _crash_error(report, exe.path, kernel_name, grid3, tg3)
