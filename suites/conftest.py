@@ -22,6 +22,7 @@ The "mps" runs have not been executed anywhere yet (no Mac has run this project'
 
 from __future__ import annotations
 
+import importlib
 import os
 
 import pytest
@@ -48,6 +49,17 @@ def session_compile_cache(tmp_path_factory):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent
     return base / "kcache"
+
+
+@pytest.fixture
+def isolated_compile_cache(session_compile_cache, monkeypatch):
+    """core.jit's disk cache pointed at `session_compile_cache` for one test: compiled
+    programs of earlier runs are not reused; the emulator's builds stay shared. The suites
+    that compile through core.jit use it for every test (their conftest's autouse fixture)."""
+    jit_module = importlib.import_module("core.jit")  # `core.jit` is the decorator
+    monkeypatch.setattr(jit_module._Cache, "directory",
+                        staticmethod(lambda: session_compile_cache))
+    return session_compile_cache
 
 
 def pytest_generate_tests(metafunc):

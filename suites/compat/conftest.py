@@ -9,13 +9,9 @@ check, and MPS where available), compared with torch.
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 
 
 @pytest.fixture(autouse=True)
-def _isolated_cache(session_compile_cache, monkeypatch):
-    kcache = session_compile_cache
-    jit_module = importlib.import_module("core.jit")  # `core.jit` is the decorator
-    monkeypatch.setattr(jit_module._Cache, "directory", staticmethod(lambda: kcache))
+def _isolated_cache(isolated_compile_cache):
+    """Every test here compiles into this session's cache (suites/conftest.py)."""

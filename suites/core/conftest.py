@@ -9,16 +9,11 @@ fixtures of suites/conftest.py), compare to the oracle.
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 
 from harness.diff import assert_close  # noqa: F401 - re-exported for the tests
 
 
 @pytest.fixture(autouse=True)
-def _isolated_cache(session_compile_cache, monkeypatch):
-    # Compiled programs go to a per-session folder; the emulator's builds stay shared.
-    kcache = session_compile_cache
-    jit_module = importlib.import_module("core.jit")  # `core.jit` is the decorator
-    monkeypatch.setattr(jit_module._Cache, "directory", staticmethod(lambda: kcache))
+def _isolated_cache(isolated_compile_cache):
+    """Every test here compiles into this session's cache (suites/conftest.py)."""

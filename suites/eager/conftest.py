@@ -9,8 +9,6 @@ every check on, failing on any finding.
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 
 
@@ -22,7 +20,5 @@ def run_eager(f, *args, **kwargs):
 
 
 @pytest.fixture(autouse=True)
-def _isolated_cache(session_compile_cache, monkeypatch):
-    kcache = session_compile_cache
-    jit_module = importlib.import_module("core.jit")  # `core.jit` is the decorator
-    monkeypatch.setattr(jit_module._Cache, "directory", staticmethod(lambda: kcache))
+def _isolated_cache(isolated_compile_cache):
+    """Every test here compiles into this session's cache (suites/conftest.py)."""
