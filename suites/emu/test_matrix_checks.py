@@ -140,8 +140,10 @@ kernel void both(device float* out [[buffer(0)]], const device float* src [[buff
     res = run(src, "both", 2, 32, np.zeros(64, np.float32), np.ones(64, np.float32))
     assert [f.kind for f in res.findings] == ["race"]
     f = res.findings[0]
-    assert (f.address_space, f.line, f.group, f.thread, f.count) == (
-        "device", line_of(src, "simdgroup_store"), (1, 0, 0), (0, 0, 0), 64)
+    # The two groups run on two workers at once: whichever stores second reports.
+    assert f.group in {(0, 0, 0), (1, 0, 0)}
+    assert (f.address_space, f.line, f.thread, f.count) == (
+        "device", line_of(src, "simdgroup_store"), (0, 0, 0), 64)
     assert f.detail.startswith("write conflicts with a write by another threadgroup")
     assert f.buffer_or_offset == "buffer 0 ('out'), byte 0"
 
