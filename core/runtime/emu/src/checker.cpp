@@ -98,33 +98,169 @@ void atomic_race(Worker* w, const char* what, int b, uint64_t off, uint64_t othe
   add_finding(w, std::move(f));
 }
 
-// Read-shared granules. A GEMM reads each input element from many threadgroups and never
-// writes it: once every byte of an 8-byte granule has been read by several threadgroups
-// (reader word kReadByGroups) and written by none, a further plain read can neither
-// conflict (reads conflict only with writes and atomic updates, and without atomics in
-// the launch there are none) nor change a shadow word, so it skips the per-byte shadow
-// (dev_read_shared). A write clears the flag after exchanging its writer words, and the
-// marking reader checks the writer words again after setting it: with both in one total
-// order (seq_cst), a flag never outlives a write made by another worker meanwhile.
+// Granules. The device shadow is kept per 8-byte granule, each under a lock bit in its
+// state byte (dev_state: kLocked, kSplit, kShared), so that every check and update of a
+// granule's shadow is one critical section: two workers touching one byte always see each
+// other, whatever the interleaving, at one locked operation per granule instead of one per
+// byte. A granule whose bytes have always been accessed together (a whole-granule access:
+// half4, float2, a simdgroup row of 8 halves) keeps one writer and one reader word for all
+// its bytes (dev_granule); the first access to part of it, or an atomic, copies those into
+// per-byte words (dev_writer, dev_reader) and sets kSplit for good. A conflict found in a
+// whole granule is replayed on per-byte words, so findings (which byte, which other
+// thread) and the shadow left behind are exactly those of the per-byte rule.
 constexpr uint64_t kGranule = 8;
+constexpr uint8_t kShared = 1, kLocked = 2, kSplit = 4;
+
+// Read-shared granules. A GEMM reads each input element from many threadgroups and never
+// writes it: once every byte of a granule has been read by several threadgroups (reader
+// word kReadByGroups) and written by none, a further plain read can neither conflict
+// (reads conflict only with writes and atomic updates, and without atomics in the launch
+// there are none) nor change a shadow word, so it skips the shadow and the lock (kShared).
+// A write clears the flag in the same critical section in which it finds the readers.
 constexpr uint64_t kReadByGroups = kValid | (kManyGroups << 32);
 
-bool granule_unwritten(int b, uint64_t lo, uint64_t hi) {
-  for (uint64_t i = lo; i < hi; ++i)
-    if (g_launch.dev_writer[b][i].load() & kValid) return false;
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+// Lock granule q of buffer b; returns its state without kLocked. Fibers never switch inside
+// the checker, so a holder is always a running worker and the wait is short.
+inline uint8_t lock_granule(int b, uint64_t q) {
+  std::atomic<uint8_t>& st = g_launch.dev_state[b][q];
+  uint8_t s = st.load(std::memory_order_relaxed);
+  for (;;) {
+    if (!(s & kLocked) && st.compare_exchange_weak(s, uint8_t(s | kLocked), std::memory_order_acquire,
+                                                   std::memory_order_relaxed))
+      return s;
+    if (s & kLocked) {
+      cpu_relax();
+      s = st.load(std::memory_order_relaxed);
+    }
+  }
+}
+
+inline void unlock_granule(int b, uint64_t q, uint8_t s) {
+  g_launch.dev_state[b][q].store(uint8_t(s & ~kLocked), std::memory_order_release);
+}
+
+// Bytes of granule q that lie in buffer b (the last granule may be short).
+inline uint64_t granule_bytes(int b, uint64_t q) {
+  return std::min<uint64_t>(kGranule, g_launch.job->buffers[b].size - q * kGranule);
+}
+
+// Give granule q per-byte words (under its lock).
+void split_granule(int b, uint64_t q, uint8_t* s) {
+  if (*s & kSplit) return;
+  const DevGranule& G = g_launch.dev_granule[b][q];
+  const uint64_t W = G.writer.load(std::memory_order_relaxed), R = G.reader.load(std::memory_order_relaxed);
+  for (uint64_t i = q * kGranule, end = i + granule_bytes(b, q); i < end; ++i) {
+    g_launch.dev_writer[b][i].store(W, std::memory_order_relaxed);
+    g_launch.dev_reader[b][i].store(R, std::memory_order_relaxed);
+  }
+  *s |= kSplit;
+}
+
+// Does `me` (thread t of group g in epoch e) writing / reading conflict with shadow words W, R?
+inline bool write_conflicts(uint64_t W, uint64_t g, uint32_t t, uint32_t e) {
+  return (W & kValid) && (dev_group(W) != g || (dev_thread(W) != t && dev_epoch(W) == (e & 0x1FFFFF)));
+}
+inline bool read_conflicts(uint64_t R, uint64_t g, uint32_t t, uint32_t e) {
+  return (R & kValid) && (dev_group(R) != g ||
+                          ((dev_thread(R) != t || (R & kManyThreads)) && dev_epoch(R) == (e & 0x1FFFFF)));
+}
+
+// The reader word after thread t of group g reads in epoch e.
+inline uint64_t next_reader(uint64_t R, uint64_t me, uint64_t g, uint32_t t, uint32_t e) {
+  if (!(R & kValid) || (dev_group(R) == g && dev_epoch(R) != (e & 0x1FFFFF))) return me;
+  if (dev_group(R) != g) return kReadByGroups;
+  if (dev_thread(R) != t) return R | kManyThreads;
+  return R;
+}
+
+// The per-byte rule on bytes [lo, hi) of a split granule (under its lock). Returns true
+// when it reported a race (the access stops there, as the hardware would not, but one
+// finding per access is what the report counts).
+bool bytes_access(Worker* w, int b, uint64_t lo, uint64_t hi, bool write, bool atomics, uintptr_t pc) {
+  const uint32_t t = w->current->tid, e = w->dev_epoch;
+  const uint64_t me = encode_dev(w->group, t, e);
+  const uint64_t g = w->group & kManyGroups;
+  for (uint64_t i = lo; i < hi; ++i) {
+    std::atomic<uint64_t>& W = g_launch.dev_writer[b][i];
+    std::atomic<uint64_t>& R = g_launch.dev_reader[b][i];
+    if (atomics) {
+      const uint64_t A = g_launch.dev_atomic[b][i].load(std::memory_order_relaxed);
+      if (plain_conflicts_atomic(A, write, g, t, e)) {
+        atomic_race(w, write ? "plain write" : "plain read", b, i, A, pc);
+        return true;
+      }
+    }
+    const uint64_t old = W.load(std::memory_order_relaxed);
+    if (write) W.store(me, std::memory_order_relaxed);
+    if (write_conflicts(old, g, t, e)) {
+      device_race(w, write, b, i, old, true, pc);
+      return true;
+    }
+    const uint64_t r = R.load(std::memory_order_relaxed);
+    if (write) {
+      if (read_conflicts(r, g, t, e)) {
+        device_race(w, true, b, i, r, false, pc);
+        return true;
+      }
+    } else {
+      const uint64_t next = next_reader(r, me, g, t, e);
+      if (next != r) R.store(next, std::memory_order_relaxed);
+    }
+  }
+  return false;
+}
+
+// Has every byte of granule q been read by several groups and written by none?
+bool granule_read_shared(int b, uint64_t q, uint8_t s) {
+  if (!(s & kSplit)) {
+    const DevGranule& G = g_launch.dev_granule[b][q];
+    return G.reader.load(std::memory_order_relaxed) == kReadByGroups &&
+           !(G.writer.load(std::memory_order_relaxed) & kValid);
+  }
+  for (uint64_t i = q * kGranule, end = i + granule_bytes(b, q); i < end; ++i)
+    if (g_launch.dev_reader[b][i].load(std::memory_order_relaxed) != kReadByGroups ||
+        (g_launch.dev_writer[b][i].load(std::memory_order_relaxed) & kValid))
+      return false;
   return true;
 }
 
-void mark_read_shared(int b, uint64_t q) {
-  const uint64_t lo = q * kGranule;
-  const uint64_t hi = std::min<uint64_t>(lo + kGranule, g_launch.job->buffers[b].size);
-  std::atomic<uint8_t>& flag = g_launch.dev_read_shared[b][q];
-  if (flag.load(std::memory_order_relaxed)) return;
-  for (uint64_t i = lo; i < hi; ++i)
-    if (g_launch.dev_reader[b][i].load(std::memory_order_relaxed) != kReadByGroups) return;
-  if (!granule_unwritten(b, lo, hi)) return;
-  flag.store(1);
-  if (!granule_unwritten(b, lo, hi)) flag.store(0);
+// Bytes [lo, hi) of granule q (under its lock, state *s). Returns true on a reported race.
+bool granule_access(Worker* w, int b, uint64_t q, uint64_t lo, uint64_t hi, bool write, bool atomics,
+                    uintptr_t pc, uint8_t* s) {
+  const bool whole = lo == q * kGranule && hi == lo + granule_bytes(b, q);
+  bool raced = false;
+  if (!(*s & kSplit) && whole && !atomics) {
+    DevGranule& G = g_launch.dev_granule[b][q];
+    const uint32_t t = w->current->tid, e = w->dev_epoch;
+    const uint64_t me = encode_dev(w->group, t, e);
+    const uint64_t g = w->group & kManyGroups;
+    const uint64_t W = G.writer.load(std::memory_order_relaxed), R = G.reader.load(std::memory_order_relaxed);
+    if (write_conflicts(W, g, t, e) || (write && read_conflicts(R, g, t, e))) {
+      split_granule(b, q, s);  // replay on bytes: the report and the shadow of the byte rule
+      raced = bytes_access(w, b, lo, hi, write, false, pc);
+    } else if (write) {
+      G.writer.store(me, std::memory_order_relaxed);
+    } else {
+      const uint64_t next = next_reader(R, me, g, t, e);
+      if (next != R) G.reader.store(next, std::memory_order_relaxed);
+    }
+  } else {
+    split_granule(b, q, s);
+    raced = bytes_access(w, b, lo, hi, write, atomics, pc);
+  }
+  if (write)
+    *s &= ~kShared;
+  else if (!atomics && !(*s & kShared) && granule_read_shared(b, q, *s))
+    *s |= kShared;
+  return raced;
 }
 
 // Out of line, as tg_access: the hooks' common path (an address outside device and
@@ -151,66 +287,24 @@ __attribute__((noinline)) void device_access(Worker* w, uintptr_t a, unsigned n,
   uint8_t* touched = w->touched[b] + off;
   const uint8_t bit = write ? 2 : 1;
   for (unsigned i = 0; i < n; ++i) touched[i] |= bit;
-  if (!(checks & kCheckRaces)) return;
+  if (!(checks & kCheckRaces) || n == 0) return;
 
   const bool atomics = g_launch.any_device_atomic.load(std::memory_order_relaxed);
-  std::atomic<uint8_t>* shared = g_launch.dev_read_shared[b];
+  std::atomic<uint8_t>* state = g_launch.dev_state[b];
   const uint64_t first_granule = off / kGranule, last_granule = (off + n - 1) / kGranule;
   if (!write && !atomics) {
     bool all_shared = true;
     for (uint64_t q = first_granule; q <= last_granule && all_shared; ++q)
-      all_shared = shared[q].load(std::memory_order_relaxed) != 0;
+      all_shared = (state[q].load(std::memory_order_relaxed) & kShared) != 0;
     if (all_shared) return;
   }
-
-  const uint32_t t = w->current->tid, e = w->dev_epoch;
-  const uint64_t me = encode_dev(w->group, t, e);
-  const uint64_t g = w->group & kManyGroups;
-  bool many_readers = !write;  // every byte read so far: read by several groups, unwritten
-  for (unsigned i = 0; i < n; ++i) {
-    std::atomic<uint64_t>& W = g_launch.dev_writer[b][off + i];
-    std::atomic<uint64_t>& R = g_launch.dev_reader[b][off + i];
-    if (atomics && plain_conflicts_atomic(g_launch.dev_atomic[b][off + i].load(std::memory_order_relaxed),
-                                          write, g, t, e)) {
-      atomic_race(w, write ? "plain write" : "plain read", b, off + i,
-                  g_launch.dev_atomic[b][off + i].load(std::memory_order_relaxed), pc);
-      break;
-    }
-    if (write) {
-      uint64_t old = W.exchange(me);
-      if ((old & kValid) && (dev_group(old) != g || (dev_thread(old) != t && dev_epoch(old) == (e & 0x1FFFFF)))) {
-        device_race(w, true, b, off + i, old, true, pc);
-        break;
-      }
-      uint64_t r = R.load(std::memory_order_relaxed);
-      if ((r & kValid) && (dev_group(r) != g ||
-                           ((dev_thread(r) != t || (r & kManyThreads)) && dev_epoch(r) == (e & 0x1FFFFF)))) {
-        device_race(w, true, b, off + i, r, false, pc);
-        break;
-      }
-    } else {
-      uint64_t old = W.load(std::memory_order_relaxed);
-      if ((old & kValid) && (dev_group(old) != g || (dev_thread(old) != t && dev_epoch(old) == (e & 0x1FFFFF)))) {
-        device_race(w, false, b, off + i, old, true, pc);
-        break;
-      }
-      uint64_t r = R.load(std::memory_order_relaxed);
-      uint64_t next = r;
-      if (!(r & kValid) || (dev_group(r) == g && dev_epoch(r) != (e & 0x1FFFFF)))
-        next = me;
-      else if (dev_group(r) != g)
-        next = kValid | (kManyGroups << 32);
-      else if (dev_thread(r) != t)
-        next = r | kManyThreads;
-      if (next != r) R.store(next, std::memory_order_relaxed);
-      many_readers = many_readers && !(old & kValid) && next == kReadByGroups;
-    }
+  for (uint64_t q = first_granule; q <= last_granule; ++q) {
+    const uint64_t lo = std::max(off, q * kGranule), hi = std::min(off + n, (q + 1) * kGranule);
+    uint8_t s = lock_granule(b, q);
+    const bool raced = granule_access(w, b, q, lo, hi, write, atomics, pc, &s);
+    unlock_granule(b, q, s);
+    if (raced) break;
   }
-  if (many_readers)
-    for (uint64_t q = first_granule; q <= last_granule; ++q) mark_read_shared(b, q);
-  if (write)  // after the writer words changed (mark_read_shared says why)
-    for (uint64_t q = first_granule; q <= last_granule; ++q)
-      if (shared[q].load()) shared[q].store(0);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -502,6 +596,15 @@ void device_atomic(Worker* w, uintptr_t a, unsigned n, int kind, uintptr_t pc) {
   const uint64_t g = w->group & kManyGroups;
   const bool update = kind != 0;
   const uint64_t me = encode_dev(w->group, t, e & 0xFFFFF) | (update ? kAtomicUpdate : 0);
+  // The plain shadow of these bytes is read per byte, under the granules' locks.
+  const uint64_t first_granule = off / kGranule, last_granule = (off + n - 1) / kGranule;
+  uint8_t states[4];
+  static_assert(sizeof(states) * kGranule >= 16 + kGranule, "an atomic spans at most 3 granules");
+  for (uint64_t q = first_granule; q <= last_granule; ++q) {
+    uint8_t& st = states[q - first_granule];
+    st = lock_granule(b, q);
+    split_granule(b, q, &st);
+  }
   for (unsigned i = 0; i < n; ++i) {
     uint64_t W = g_launch.dev_writer[b][off + i].load(std::memory_order_relaxed);
     uint64_t R = g_launch.dev_reader[b][off + i].load(std::memory_order_relaxed);
@@ -537,6 +640,7 @@ void device_atomic(Worker* w, uintptr_t a, unsigned n, int kind, uintptr_t pc) {
         next = old | (me & kAtomicUpdate);
     } while (next != old && !A.compare_exchange_weak(old, next, std::memory_order_relaxed));
   }
+  for (uint64_t q = first_granule; q <= last_granule; ++q) unlock_granule(b, q, states[q - first_granule]);
 }
 
 void tg_atomic(Worker* w, uintptr_t a, unsigned n, int kind, uintptr_t pc) {

@@ -39,12 +39,19 @@ std::vector<Worker*> g_workers;
 
 // Zeroed shadow memory, mapped lazily. Large maps ask for transparent huge pages: a
 // checked run touches much of the shadow of the buffers it reads, and 2 MiB pages turn
-// thousands of page faults and TLB misses into a few.
-void* map_shadow(size_t bytes) {
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                 -1, 0);
+// thousands of page faults and TLB misses into a few. `touched_first_by_reads`: shadow the
+// checker reads before it writes (the device granules) maps the zero page on the read and
+// copies it on the write, with a TLB shootdown across the workers' CPUs each time; below
+// huge-page size such a map is populated up front instead.
+void* map_shadow(size_t bytes, bool touched_first_by_reads) {
+  const bool huge = bytes >= (size_t(2) << 20);
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+#ifdef MAP_POPULATE
+  if (touched_first_by_reads && !huge) flags |= MAP_POPULATE;
+#endif
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
 #ifdef MADV_HUGEPAGE
-  if (p != MAP_FAILED && bytes >= (size_t(2) << 20)) madvise(p, bytes, MADV_HUGEPAGE);
+  if (p != MAP_FAILED && huge) madvise(p, bytes, MADV_HUGEPAGE);
 #endif
   return p;
 }
@@ -106,13 +113,19 @@ int run_launch(const char* job_path, const char* kernel, const char* result_path
   for (uint32_t b = 0; b < job->nbuffers; ++b) {
     size_t n = job->buffers[b].size ? job->buffers[b].size : 1;
     if (job->checks & kCheckRaces) {
+      // Zero pages until touched: the per-byte words only for split granules, the atomic
+      // words only when the kernel uses device atomics.
+      const size_t granules = n / 8 + 1;
+      g_launch.dev_state[b] = static_cast<std::atomic<uint8_t>*>(map_shadow(granules, true));
+      g_launch.dev_granule[b] = static_cast<DevGranule*>(map_shadow(granules * sizeof(DevGranule), true));
       g_launch.dev_writer[b] = static_cast<std::atomic<uint64_t>*>(map_shadow(n * 8));
       g_launch.dev_reader[b] = static_cast<std::atomic<uint64_t>*>(map_shadow(n * 8));
       g_launch.dev_atomic[b] = static_cast<std::atomic<uint64_t>*>(map_shadow(n * 8));
-      g_launch.dev_read_shared[b] = static_cast<std::atomic<uint8_t>*>(map_shadow(n / 8 + 1));
-      if (g_launch.dev_writer[b] == MAP_FAILED || g_launch.dev_reader[b] == MAP_FAILED ||
-          g_launch.dev_atomic[b] == MAP_FAILED || g_launch.dev_read_shared[b] == MAP_FAILED)
-        fail_launch("cannot map race-checker shadow memory for buffer %u (%zu bytes)", b, n * 24);
+      if (g_launch.dev_state[b] == MAP_FAILED || g_launch.dev_granule[b] == MAP_FAILED ||
+          g_launch.dev_writer[b] == MAP_FAILED || g_launch.dev_reader[b] == MAP_FAILED ||
+          g_launch.dev_atomic[b] == MAP_FAILED)
+        fail_launch("cannot map race-checker shadow memory for buffer %u (%zu bytes)", b,
+                    granules * (1 + sizeof(DevGranule)) + n * 24);
     }
   }
 

@@ -67,6 +67,11 @@ struct Finding {
 };
 
 // ---------------------------------------------------------------------------------------
+// One 8-byte granule of a device buffer in the race checker's shadow (checker.cpp).
+struct DevGranule {
+  std::atomic<uint64_t> writer{0}, reader{0};
+};
+
 // Global launch state (read-only while workers run, except the atomics)
 
 struct Launch {
@@ -78,14 +83,15 @@ struct Launch {
   uint32_t threads = 0, simdgroups = 0;
   uint64_t groups = 0;
   void* buffers[kMaxBuffers] = {};
-  // Device shadow (races): per byte, last writer and reader words; see encode_dev().
+  // Device shadow (races; checker.cpp, granules): per 8-byte granule a state byte (lock,
+  // split, read-shared bits) and one writer and reader word (encode_dev()) for all its bytes;
+  // per byte, writer and reader words used once the granule is split.
+  std::atomic<uint8_t>* dev_state[kMaxBuffers] = {};
+  DevGranule* dev_granule[kMaxBuffers] = {};
   std::atomic<uint64_t>* dev_writer[kMaxBuffers] = {};
   std::atomic<uint64_t>* dev_reader[kMaxBuffers] = {};
   // Atomic accesses per byte: encode_atomic() words (who, when, whether an update).
   std::atomic<uint64_t>* dev_atomic[kMaxBuffers] = {};
-  // Per 8-byte granule (checker.cpp, read-shared granules): 1 when several threadgroups
-  // have read every byte and none has written one, so a plain read has nothing to update.
-  std::atomic<uint8_t>* dev_read_shared[kMaxBuffers] = {};
   std::atomic<uint64_t> next_group{0};
   std::atomic<bool> any_device_atomic{false};  // plain accesses look at dev_atomic only then
   // Threadgroup variable layout, shared by all workers (decided on first request, under
@@ -224,6 +230,6 @@ void prepare_stacks(uint32_t workers, uint32_t threads, uint64_t stack_bytes);
 void install_crash_handlers();
 
 // launch.cpp
-void* map_shadow(size_t bytes);
+void* map_shadow(size_t bytes, bool touched_first_by_reads = false);
 
 }  // namespace mt
