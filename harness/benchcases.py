@@ -231,12 +231,12 @@ CASES = (
               "RMSNorm, Qwen3-MoE hidden 2048, weight read from device memory, f16",
               f"rows 64 of {PREFILL_TOKENS}; row length real", PREFILL_TOKENS / 64),
     BenchCase("gemm/decode-f16", "gemm",
-              {"M": 8, "N": 2048, "K": 3584, "bM": 16, "bN": 64, "bK": 32, "threads": 128,
+              {"M": 8, "N": 18944, "K": 3584, "bM": 16, "bN": 64, "bK": 32, "threads": 128,
                "dtype": "float16", "out_dtype": "float16", "trans_A": False, "trans_B": True,
                "num_stages": 2, "init": "clear"},
               "decode GEMV-like up-projection (8 tokens), Qwen2.5-7B 3584 -> 18944, "
               "weights N x K, f16",
-              "N 2048 of 18944; tokens and K real", 18944 / 2048),
+              "real shape", 1.0),
     BenchCase("gemm/moe-expert-bf16", "gemm",
               {"M": 8, "N": 768, "K": 2048, "bM": 16, "bN": 64, "bK": 32, "threads": 128,
                "dtype": "bfloat16", "out_dtype": "bfloat16", "trans_A": False,
@@ -245,12 +245,11 @@ CASES = (
               "2048 -> 768, bf16",
               "real shape", 1.0),
     BenchCase("gemm/prefill-bf16", "gemm",
-              {"M": 128, "N": 512, "K": 3584, "bM": 64, "bN": 64, "bK": 32, "threads": 256,
+              {"M": 128, "N": 3584, "K": 3584, "bM": 64, "bN": 64, "bK": 32, "threads": 256,
                "dtype": "bfloat16", "out_dtype": "bfloat16", "trans_A": False,
                "trans_B": True, "num_stages": 2, "init": "clear"},
               "prefill projection, Qwen2.5-7B 3584 -> 3584, bf16",
-              f"M 128 of {PREFILL_TOKENS} tokens, N 512 of 3584; K real",
-              PREFILL_TOKENS / 128 * 3584 / 512),
+              f"M 128 of {PREFILL_TOKENS} tokens; N and K real", PREFILL_TOKENS / 128),
     BenchCase("reduce/row-sum-splitk-atomic-f32", "reduce",
               {"M": 64, "N": 3584, "dim": 1, "kind": "sum", "dtype": "float32",
                "out_dtype": "float32", "clear": True, "keepdim": False, "block": 2,
@@ -277,12 +276,12 @@ CASES = (
               "synthetic shape", 1.0),
     # The decode GEMM above, written as a GEMV (harness/gen/gemv.py): the same shape.
     BenchCase("gemv/decode-f16", "gemv",
-              {"M": 8, "N": 2048, "K": 3584, "bM": 8, "bN": 16, "bK": 128, "threads": 512,
+              {"M": 8, "N": 18944, "K": 3584, "bM": 8, "bN": 16, "bK": 128, "threads": 512,
                "dtype": "float16", "out_dtype": "float16", "form": "lanes"},
               "decode up-projection (8 tokens) as a GEMV: a simdgroup per weight row, its "
               "lanes split K into 4-element runs and keep 8 float partials each, simd_sum "
               "combines, no simdgroup matrices; Qwen2.5-7B 3584 -> 18944, weights N x K, "
-              "f16", "N 2048 of 18944; tokens and K real", 18944 / 2048),
+              "f16", "real shape", 1.0),
     # A few-row f16 GEMV at a shape MLX measured on an M1 Pro (its gemv_wide kernel, not
     # this one): the absolute scale of the memory and cache terms against a real GPU.
     BenchCase("gemv/mlx-measured-m8-f16", "gemv",
