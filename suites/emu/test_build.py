@@ -1,6 +1,7 @@
 """Building: content-hash cache, concurrent builds, compiler errors on MSL lines, the
 documented source rewrite."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from core.errors import MSLCompileError
-from core.runtime.emu import build, translate
+from core.runtime.emu import build, cross, translate
 from emucase import HEADER, line_of, run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,9 +104,11 @@ def test_two_processes_building_the_same_kernel_both_succeed(tmp_path):
     (tmp_path / "emu").mkdir()
     for shared in build.default_builder().runtime_objects():
         shutil.copy(shared, tmp_path / "emu" / shared.name)
-    env = {"METALTILE_CACHE": str(tmp_path), "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
-    import os
-    env["PATH"] = os.environ.get("PATH", env["PATH"])
+    # The children build for the same target as this process (the arm64 tox env sets one).
+    env = {"METALTILE_CACHE": str(tmp_path), "PYTHONPATH": str(REPO),
+           "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    if cross.ENV in os.environ:
+        env[cross.ENV] = os.environ[cross.ENV]
     procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT], env=env, cwd=REPO,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]

@@ -58,11 +58,12 @@ RUNTIME_SOURCES = (*RUNTIME_UNITS, *sorted(RUNTIME_DIR.glob("*.h")),
 # makes the read defined, and a result built from it visible (NaN), where zero hid it
 # (docs/emulator.md: why it is not a finding); and pointer casts between element types
 # that read the same bytes as another type (-fno-strict-aliasing), which MSL allows and
-# TileLang's half/bfloat `uint4` carriers rely on.
+# TileLang's half/bfloat `uint4` carriers rely on; and a signed `char`, as MSL's (arm64
+# Linux makes a plain char unsigned, x86-64 and Apple's arm64 ABI signed).
 COMMON_FLAGS = [
     "-std=c++17", "-O1", "-fwrapv", "-fno-exceptions", "-fno-rtti", "-ffp-contract=off",
     "-fexcess-precision=16", "-fno-pie", "-pthread", "-ftrivial-auto-var-init=pattern",
-    "-fno-strict-aliasing",
+    "-fno-strict-aliasing", "-fsigned-char",
     "-Wno-unknown-attributes", "-Wno-duplicate-decl-specifier", "-Wno-ignored-attributes",
     "-Werror=vector-conversion",  # MSL has no implicit conversion between vector types
 ]
