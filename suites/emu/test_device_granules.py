@@ -1,12 +1,12 @@
 """The device race checker's granules (core/runtime/emu/src/checker.cpp).
 
-The shadow of device memory is kept per 8-byte granule: one writer and one reader word
-while every access covered the whole granule (a `float2`, a `half4`), per-byte words once a
-part of it was touched, each granule checked under its own lock. None of that may show: a
+The shadow of device memory is kept per 8-byte granule: one writer and one reader word,
+under the granule's lock, while every access covered the whole granule (a `float2`, a
+`half4`), per-byte words once a part of it was touched. None of that may show: a
 whole-granule access must be reported exactly as the per-byte rule reports it (the first
 conflicting byte, the other access), a part of a granule must conflict only where the bytes
-overlap, and two workers touching one granule must always see each other, however their
-accesses interleave.
+overlap, and two workers touching one whole granule must always see each other, however
+their accesses interleave.
 """
 
 from __future__ import annotations

@@ -109,7 +109,10 @@ void atomic_race(Worker* w, const char* what, int b, uint64_t off, uint64_t othe
 // whole granule is replayed on per-byte words, so findings (which byte, which other
 // thread) and the shadow left behind are exactly those of the per-byte rule.
 constexpr uint64_t kGranule = 8;
-constexpr uint8_t kShared = 1, kLocked = 2, kSplit = 4;
+// kWords: one of the granule's two words has been written; until then both are zero and
+// are not read, so that the first access to a page of granule words writes it without
+// reading it first (a read maps the zero page, which the write then has to replace).
+constexpr uint8_t kShared = 1, kLocked = 2, kSplit = 4, kWords = 8;
 
 // Read-shared granules. A GEMM reads each input element from many threadgroups and never
 // writes it: once every byte of a granule has been read by several threadgroups (reader
@@ -156,10 +159,16 @@ inline uint64_t granule_bytes(int b, uint64_t q) {
 void split_granule(int b, uint64_t q, uint8_t* s) {
   if (*s & kSplit) return;
   const DevGranule& G = g_launch.dev_granule[b][q];
+  if (!(*s & kWords)) {
+    *s |= kSplit;
+    return;
+  }
   const uint64_t W = G.writer.load(std::memory_order_relaxed), R = G.reader.load(std::memory_order_relaxed);
+  // The per-byte words start zero: copy only a word that was set, so that the shadow of a
+  // buffer only read (or only written) keeps its untouched half as unmapped zero pages.
   for (uint64_t i = q * kGranule, end = i + granule_bytes(b, q); i < end; ++i) {
-    g_launch.dev_writer[b][i].store(W, std::memory_order_relaxed);
-    g_launch.dev_reader[b][i].store(R, std::memory_order_relaxed);
+    if (W) g_launch.dev_writer[b][i].store(W, std::memory_order_relaxed);
+    if (R) g_launch.dev_reader[b][i].store(R, std::memory_order_relaxed);
   }
   *s |= kSplit;
 }
@@ -222,7 +231,7 @@ bool bytes_access(Worker* w, int b, uint64_t lo, uint64_t hi, bool write, bool a
 bool granule_read_shared(int b, uint64_t q, uint8_t s) {
   if (!(s & kSplit)) {
     const DevGranule& G = g_launch.dev_granule[b][q];
-    return G.reader.load(std::memory_order_relaxed) == kReadByGroups &&
+    return (s & kWords) && G.reader.load(std::memory_order_relaxed) == kReadByGroups &&
            !(G.writer.load(std::memory_order_relaxed) & kValid);
   }
   for (uint64_t i = q * kGranule, end = i + granule_bytes(b, q); i < end; ++i)
@@ -242,15 +251,21 @@ bool granule_access(Worker* w, int b, uint64_t q, uint64_t lo, uint64_t hi, bool
     const uint32_t t = w->current->tid, e = w->dev_epoch;
     const uint64_t me = encode_dev(w->group, t, e);
     const uint64_t g = w->group & kManyGroups;
-    const uint64_t W = G.writer.load(std::memory_order_relaxed), R = G.reader.load(std::memory_order_relaxed);
+    const bool words = *s & kWords;
+    const uint64_t W = words ? G.writer.load(std::memory_order_relaxed) : 0;
+    const uint64_t R = words ? G.reader.load(std::memory_order_relaxed) : 0;
     if (write_conflicts(W, g, t, e) || (write && read_conflicts(R, g, t, e))) {
       split_granule(b, q, s);  // replay on bytes: the report and the shadow of the byte rule
       raced = bytes_access(w, b, lo, hi, write, false, pc);
     } else if (write) {
       G.writer.store(me, std::memory_order_relaxed);
+      *s |= kWords;
     } else {
       const uint64_t next = next_reader(R, me, g, t, e);
-      if (next != R) G.reader.store(next, std::memory_order_relaxed);
+      if (next != R) {
+        G.reader.store(next, std::memory_order_relaxed);
+        *s |= kWords;
+      }
     }
   } else {
     split_granule(b, q, s);
@@ -261,6 +276,26 @@ bool granule_access(Worker* w, int b, uint64_t q, uint64_t lo, uint64_t hi, bool
   else if (!atomics && !(*s & kShared) && granule_read_shared(b, q, *s))
     *s |= kShared;
   return raced;
+}
+
+// A plain read of bytes [lo, hi) of a split granule, without its lock: scalar code reads
+// each granule in parts, and a locked operation per read access would cost more than the
+// rest of the check. Writers still take the lock, so two writes always meet; a read and a
+// write of one byte by two workers at the same instant can miss each other (the reader
+// loads the writer word before the write stores it, the writer the reader word before the
+// read stores it): a window of a few instructions, which the other bytes and accesses of a
+// racy kernel almost never all fall into. Marking the granule read-shared takes the lock.
+bool split_read(Worker* w, int b, uint64_t q, uint64_t lo, uint64_t hi, bool atomics, uintptr_t pc) {
+  if (bytes_access(w, b, lo, hi, false, atomics, pc)) return true;
+  if (atomics) return false;
+  for (uint64_t i = lo; i < hi; ++i)
+    if (g_launch.dev_reader[b][i].load(std::memory_order_relaxed) != kReadByGroups ||
+        (g_launch.dev_writer[b][i].load(std::memory_order_relaxed) & kValid))
+      return false;
+  uint8_t s = lock_granule(b, q);
+  if (!(s & kShared) && granule_read_shared(b, q, s)) s |= kShared;
+  unlock_granule(b, q, s);
+  return false;
 }
 
 // Out of line, as tg_access: the hooks' common path (an address outside device and
@@ -300,6 +335,10 @@ __attribute__((noinline)) void device_access(Worker* w, uintptr_t a, unsigned n,
   }
   for (uint64_t q = first_granule; q <= last_granule; ++q) {
     const uint64_t lo = std::max(off, q * kGranule), hi = std::min(off + n, (q + 1) * kGranule);
+    if (!write && (state[q].load(std::memory_order_acquire) & kSplit)) {
+      if (split_read(w, b, q, lo, hi, atomics, pc)) break;
+      continue;
+    }
     uint8_t s = lock_granule(b, q);
     const bool raced = granule_access(w, b, q, lo, hi, write, atomics, pc, &s);
     unlock_granule(b, q, s);

@@ -40,9 +40,9 @@ std::vector<Worker*> g_workers;
 // Zeroed shadow memory, mapped lazily. Large maps ask for transparent huge pages: a
 // checked run touches much of the shadow of the buffers it reads, and 2 MiB pages turn
 // thousands of page faults and TLB misses into a few. `touched_first_by_reads`: shadow the
-// checker reads before it writes (the device granules) maps the zero page on the read and
-// copies it on the write, with a TLB shootdown across the workers' CPUs each time; below
-// huge-page size such a map is populated up front instead.
+// checker reads before it writes (the device granules' state bytes) would map the zero
+// page on the read and copy it on the write, with a TLB shootdown across the workers' CPUs
+// each time; below huge-page size such a map is populated up front instead.
 void* map_shadow(size_t bytes, bool touched_first_by_reads) {
   const bool huge = bytes >= (size_t(2) << 20);
   int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
@@ -117,7 +117,7 @@ int run_launch(const char* job_path, const char* kernel, const char* result_path
       // words only when the kernel uses device atomics.
       const size_t granules = n / 8 + 1;
       g_launch.dev_state[b] = static_cast<std::atomic<uint8_t>*>(map_shadow(granules, true));
-      g_launch.dev_granule[b] = static_cast<DevGranule*>(map_shadow(granules * sizeof(DevGranule), true));
+      g_launch.dev_granule[b] = static_cast<DevGranule*>(map_shadow(granules * sizeof(DevGranule)));
       g_launch.dev_writer[b] = static_cast<std::atomic<uint64_t>*>(map_shadow(n * 8));
       g_launch.dev_reader[b] = static_cast<std::atomic<uint64_t>*>(map_shadow(n * 8));
       g_launch.dev_atomic[b] = static_cast<std::atomic<uint64_t>*>(map_shadow(n * 8));
