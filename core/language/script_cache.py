@@ -22,7 +22,10 @@ values from caches:
                              code of such an expression is kept by its shape (node types,
                              names, constants), so each shape is compiled once per process;
                              so is the code that binds an assignment's targets (plain names
-                             are bound without code)
+                             are bound without code); a parameter annotation with no
+                             `T.Buffer(...)` in it is evaluated as it stands (TVMScript copies
+                             it and converts it to a Python AST and back to rewrite the
+                             shapes of `T.Buffer` calls, and only those)
 
 Contract: the parse result is the one TVMScript's own entry points give (same parser, same
 visitors, same variable tables; only where the source text, its AST and the evaluator's
@@ -53,6 +56,7 @@ from tvm.script.parser.core.evaluator import _eval_expr as _tvm_eval_expr
 from tvm.script.parser.core.error import ParserError
 from tvm.script.parser.core.parser import Parser, ScriptMacro
 from tvm.script.parser.tirx.entry import TIRMacro
+from tvm.tirx.script.parser import parser as _tirx_parser
 
 
 _ATOMIC = frozenset({int, float, str, bool, bytes, complex, type(None), type(Ellipsis)})
@@ -349,14 +353,47 @@ def _eval_assign(target, source):
     return bound
 
 
+_TVM_SIGNATURE_ANNOTATION = _tirx_parser._eval_signature_annotation
+
+
+def _is_buffer_call(node) -> bool:
+    """`T.Buffer(...)`, the one call whose arguments TVMScript's signature rewrite touches."""
+    func = node.func
+    return (type(func) is doc.Attribute and func.attr == "Buffer"
+            and type(func.value) is doc.Name and func.value.id == "T")
+
+
+def _holds_buffer_call(node) -> bool:
+    if isinstance(node, (list, tuple)):
+        return any(_holds_buffer_call(n) for n in node)
+    if not isinstance(node, doc.AST):
+        return False
+    if type(node) is doc.Call and _is_buffer_call(node):
+        return True
+    return any(_holds_buffer_call(getattr(node, f, None)) for f in node._FIELDS)
+
+
+def _eval_signature_annotation(self, node, signature_dtypes, *, define_missing=True):
+    """TVMScript's evaluation of a parameter or return annotation. Its rewrite (match-scope
+    variables for the quoted shapes of `T.Buffer`, and a definition-before-use check of
+    the names in them) changes only `T.Buffer` calls: an annotation without one (`T.Tensor
+    ((M, K), dtype)`, `T.int32`) is evaluated as written, without the copy through a Python
+    AST; TVMScript's own function does the rest."""
+    if _holds_buffer_call(node):
+        return _TVM_SIGNATURE_ANNOTATION(self, node, signature_dtypes,
+                                         define_missing=define_missing)
+    return self.eval_expr(node)
+
+
 _installed = False
 
 
 def install() -> None:
-    """Let TVMScript's evaluator reuse compiled expressions and assignments (once per
-    process)."""
+    """Let TVMScript's evaluator reuse compiled expressions and assignments, and evaluate
+    plain parameter annotations directly (once per process)."""
     global _installed
     if not _installed:
         ExprEvaluator._eval_expr = _eval_expr
         evaluator._eval_assign = _eval_assign
+        _tirx_parser._eval_signature_annotation = _eval_signature_annotation
         _installed = True

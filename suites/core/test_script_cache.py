@@ -12,13 +12,16 @@ import textwrap
 
 import pytest
 import torch
+import tvm_ffi
 
 import core
 import core.language as T
 from core.language import script_cache
 from harness.diff import assert_close
+from harness import benchcases
 from harness.gen import moe
 from tvm.script.parser.core import doc, utils
+from tvm.tirx.script.parser import parser as tirx_parser
 
 
 def _scaled_rows(scale, bias):
@@ -182,3 +185,36 @@ def _module_functions(module):
 def test_annotation_names_are_tvmscripts(fn):
     tree = script_cache.source_of(fn).as_ast()
     assert script_cache._annotation_names(tree) == utils._collect_annotation_names(fn)
+
+
+def _symbolic_rows():
+    n = T.dynamic("n")
+
+    @T.prim_func
+    def symbolic_rows(A: T.Buffer((n, 8), "float32"), C: T.Tensor((n, 8), "float32"),
+                      scale: T.float32):
+        with T.Kernel(1, threads=8) as _:
+            for i in T.serial(n):
+                for j in T.Parallel(8):
+                    C[i, j] = A[i, j] * scale
+
+    return symbolic_rows
+
+
+def _moe_multi():
+    case = next(c for c in benchcases.CASES if c.name == "moe/qwen3-30b-decode-multi-bf16")
+    return moe.build(case.params).func
+
+
+@pytest.mark.parametrize("build", [_moe_multi, _symbolic_rows],
+                         ids=["moe-multi", "buffer-and-dynamic-shape"])
+def test_signature_annotations_parse_as_tvmscripts(build, monkeypatch):
+    """Annotations without `T.Buffer` are evaluated as written, one with it takes
+    TVMScript's rewrite: either way the function is what TVMScript's own signature
+    evaluation gives (the same dynamic-shape variables, dtypes and scalar parameters)."""
+    ours = build()
+    monkeypatch.setattr(tirx_parser, "_eval_signature_annotation",
+                        script_cache._TVM_SIGNATURE_ANNOTATION)
+    theirs = build()
+    assert tvm_ffi.structural_equal(ours, theirs, map_free_vars=True)
+    assert ours.script() == theirs.script()
