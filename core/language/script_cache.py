@@ -154,24 +154,28 @@ def source_of(fn) -> CachedSource:
     return kept["source"]
 
 
+_STATEMENT_LISTS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
 def _annotation_names(tree):
     """`utils._collect_annotation_names`: the names in the parameter and return annotations
-    of every function defined in `tree` (TVMScript reads and parses the source again)."""
+    of every function defined in `tree` (TVMScript reads and parses the source again).
+    A function definition is a statement, and statements sit only in the statement lists
+    of their parents (a body, an else branch, a handler, a match case), so only those are
+    walked, not the expressions that make up most of the tree."""
     names: set[str] = set()
     stack = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, (list, tuple)):
-            stack.extend(node)
-            continue
-        if not isinstance(node, doc.AST):
-            continue
         if type(node) is doc.FunctionDef:   # the doc AST has no async functions
             args = node.args
             for annotation in [a.annotation for a in args.args + args.posonlyargs
                                + args.kwonlyargs] + [node.returns]:
                 names.update(_names_in(annotation))
-        stack.extend(getattr(node, field, None) for field in node._FIELDS)
+        for field in _STATEMENT_LISTS:
+            block = getattr(node, field, None)
+            if type(block) is list:
+                stack.extend(block)
     return names
 
 

@@ -218,3 +218,44 @@ def test_signature_annotations_parse_as_tvmscripts(build, monkeypatch):
     theirs = build()
     assert tvm_ffi.structural_equal(ours, theirs, map_free_vars=True)
     assert ours.script() == theirs.script()
+
+
+_NESTED_DEFINITIONS = """
+def nested(flag):
+    if flag:
+        def in_then(a: "IfName") -> IfReturn: ...
+    else:
+        def in_else(a: ElseName): ...
+    for _ in range(1):
+        def in_loop(a: LoopName): ...
+    else:
+        def in_loop_else(*, a: KwOnlyName): ...
+    with open(__file__) as _:
+        def in_with(a: WithName, /): ...
+    try:
+        def in_try(a: TryName): ...
+    except OSError:
+        def in_handler(a: HandlerName): ...
+    finally:
+        def in_finally(a: FinallyName): ...
+
+    class Holder:
+        def in_class(self, a: ClassName): ...
+
+    return lambda x: (x, [y for y in (1, Expression)])
+"""
+
+
+def test_annotation_names_of_nested_definitions_are_tvmscripts(tmp_path):
+    """Function definitions in every kind of statement list: the names in their annotations
+    (not those of strings or of other expressions) are the ones TVMScript collects."""
+    path = tmp_path / "nested_definitions.py"
+    path.write_text(_NESTED_DEFINITIONS)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    tree = script_cache.source_of(module.nested).as_ast()
+    ours = script_cache._annotation_names(tree)
+    assert ours == utils._collect_annotation_names(module.nested)
+    assert ours == {"IfReturn", "ElseName", "LoopName", "KwOnlyName", "WithName", "TryName",
+                    "HandlerName", "FinallyName", "ClassName"}
