@@ -24,6 +24,10 @@ barrier. A simdgroup_load/store is one access of its whole 8x8 tile by its simdg
 unit (Footprint.of_tile): two tile accesses of one simdgroup are ordered, a tile access and
 a plain access of another thread are not.
 An atomic update (T.atomic_*) is a write that needs no barrier against other atomics.
+A statement that names no threadgroup buffer and holds no barrier adds no access and
+orders none, so the planner passes what is pending over it without planning inside it
+(found once per kernel, `_inert_statements`): most of a kernel's statements are of that
+kind (device loads and stores, register arithmetic).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from core.ir import matrix, ops
 from core.ir.footprint import Footprint, LoopRange, may_race
 from core.ir.kernel import func_name, map_kernels
 from core.ir.stmt import (as_int, children, collect, once_assigned_scalars, rebuild, seq,
-                          walk)
+                          visit_nodes, walk)
 
 
 class _Planner:
@@ -57,6 +61,8 @@ class _Planner:
                         for b, value in once_assigned_scalars(nest.body).items()}
         self.first_unit = nest.num_threads   # simdgroup ids for matrix-tile accesses
         self.kernel = kernel
+        self.root = nest.body        # keeps the statements `inert` names alive
+        self.inert = _inert_statements(nest.body)
         self.loops = []              # enclosing uniform loops with constant ranges
         self.guards = []             # conditions of enclosing uniform ifs
         self.cache = {}
@@ -176,6 +182,8 @@ class _Planner:
         the next, with what came before), so the plans of a nested loop's body with
         nothing pending repeat: they are kept per statement and loop/guard context (by
         handle; the entry holds the objects), with the barriers they placed."""
+        if s.__chandle__() in self.inert:
+            return s, pending
         if pending:
             return self._plan(s, pending)
         key, nodes = self.context(s)
@@ -305,6 +313,52 @@ def _kind(node_type):
     if node_type not in _KIND_OF:
         _KIND_OF[node_type] = next((k for k in _KINDS if issubclass(node_type, k)), None)
     return _KIND_OF[node_type]
+
+
+def _inert_statements(body) -> set:
+    """Handles of the statements of `body` (an unplanned kernel body) that name no
+    threadgroup buffer, anywhere inside them, and hold no barrier: planning such a
+    statement places nothing and passes the pending accesses through unchanged. A
+    statement the planner builds itself is never in the set, so it is always planned."""
+    shared = {}   # Var handle -> whether it is a threadgroup buffer's data
+
+    def names_shared(node) -> bool:
+        found = []
+
+        def visit(v):
+            key = v.__chandle__()
+            known = shared.get(key)
+            if known is None:
+                known = shared[key] = is_buffer_var(v) and ops.buffer_scope(v) == "shared"
+            if known:
+                found.append(v)
+
+        visit_nodes(node, (tvm.ir.Var, visit))
+        return bool(found)
+
+    inert = set()
+
+    def visit_stmt(stmt) -> bool:
+        kids = children(stmt)
+        if kids:
+            quiet = [visit_stmt(k) for k in kids]   # every child, for the set
+            header = _HEADERS.get(_kind(type(stmt)))
+            ok = all(quiet) and (
+                not names_shared(stmt) if header is None     # another kind: all of it
+                else not any(names_shared(getattr(stmt, f)) for f in header))
+        else:
+            ok = not ops.is_barrier(stmt) and not names_shared(stmt)
+        if ok:
+            inert.add(stmt.__chandle__())
+        return ok
+
+    visit_stmt(body)
+    return inert
+
+
+# the expressions of a statement with children outside those children
+_HEADERS = {tirx.For: ("min", "extent"), tirx.IfThenElse: ("condition",),
+            tirx.AttrStmt: ("value",)}
 
 
 def _count_barriers(stmt) -> int:

@@ -136,3 +136,69 @@ def test_reduction_pairs_are_those_of_every_element():
         assert first.tolist() == want_first.tolist(), shape
         dst = tuple(shape[d] for d in kept)
         assert L.reduce_layout(src, dims, dst).thread_count == threads
+
+
+def _flag_gated_copy():
+    # thread 0 writes the flag S[0]; every thread then reads it in an `if` condition
+    # only (the copy under it touches device memory): the barrier between the two is
+    # needed although nothing under the condition names S
+    @T.prim_func
+    def flag_gated(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64) as _:
+            S = T.alloc_shared((64,), "float32")
+            tx = T.get_thread_binding()
+            if tx == 0:
+                S[0] = A[0]
+            for i in T.Parallel(64):
+                B[i] = 0.0
+            if S[0] > 0.0:
+                for i in T.Parallel(64):
+                    B[i] = A[i]
+
+    return flag_gated
+
+
+def test_a_threadgroup_read_in_a_condition_alone_still_gets_its_barrier(run):
+    kernel = core.compile(_flag_gated_copy(), out_idx=[1])
+    for sign in (1.0, -1.0):
+        a = random_tensor((64,), "float32", 5)
+        a[0] = sign * a[0].abs().clamp(min=0.5)
+        want = a.double() if sign > 0 else torch.zeros(64, dtype=torch.float64)
+        assert_close(run(kernel, a), want)
+    report = barriers.check_barriers(kernel, [a])
+    assert report.ok and report.barriers, report.summary()
+    assert all(v.necessary for v in report.barriers), report.summary()
+
+
+def test_statements_without_threadgroup_memory_are_passed_over_unplanned():
+    from core.ir.kernel import kernels
+    from core.transform import pipeline, thread_sync
+
+    func = pipeline.run(_flag_gated_copy(), stop_after="flatten_simplify")
+    nest = kernels(func)[0]
+    inert = thread_sync._inert_statements(nest.body)
+    top = list(nest.body.seq) if isinstance(nest.body, tirx.SeqStmt) else [nest.body]
+    stores_b = [s for s in top if "S" not in str(s) and "B[" in str(s)]
+    gated = [s for s in top if isinstance(s, tirx.IfThenElse) and "< S[0]" in str(s)]
+    assert stores_b and all(s.__chandle__() in inert for s in stores_b)
+    assert gated and gated[0].__chandle__() not in inert        # its condition reads S
+    assert gated[0].then_case.__chandle__() in inert             # its body does not
+    assert nest.body.__chandle__() not in inert
+
+
+def test_passing_over_inert_statements_changes_no_bench_kernel(monkeypatch):
+    from harness import benchcases
+    from harness.gen import family
+    from core.transform import thread_sync
+
+    names = ("moe/qwen3-30b-decode-fused-bf16", "gdn_decode/qwen3next-1tok-bf16")
+    cases = [c for c in benchcases.CASES if c.name in names]
+    assert len(cases) == len(names)
+    for case in cases:
+        built = family.get(case.family).build(case.params)
+        skipping = core.compile(built.func, out_idx=built.out_idx, cache=False).msl
+        with monkeypatch.context() as m:
+            m.setattr(thread_sync, "_inert_statements", lambda body: set())
+            planning_all = core.compile(built.func, out_idx=built.out_idx, cache=False).msl
+        assert skipping == planning_all, case.name
+        assert "threadgroup_barrier" in skipping, case.name
