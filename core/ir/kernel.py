@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
+import tvm
 from tvm import tirx
 
 from core.ir.stmt import as_int, children, is_kernel_attr, rebuild, thread_tag
@@ -113,3 +114,15 @@ def func_name(func, default: str | None = "kernel"):
     if func.attrs and "global_symbol" in func.attrs:
         return str(func.attrs["global_symbol"])
     return default
+
+
+_FUNC_COPY = tvm.ir._ffi_api.BaseFuncCopy
+_FUNC_WITH_ATTR = tvm.ir._ffi_api.BaseFuncWithAttr
+
+
+def with_attr(func, key: str, value):
+    """`func.with_attr(key, value)` with `value` (a str, a list of ints or strs) handed to
+    the FFI call as it is, which converts it. TVM's wrapper first passes it through
+    `tvm.runtime.convert`, whose `isinstance(value, Object)` on a str or a list walks the
+    tree of every TVM class the first time in a process (about 1 ms each)."""
+    return _FUNC_WITH_ATTR(_FUNC_COPY(func), key, value)

@@ -16,9 +16,14 @@ import textwrap
 from types import SimpleNamespace
 
 from tvm.script.parser._core import utils
+from tvm.tirx.script.builder import ir as _ir
 
 from core.errors import MetaltileError
+from core.ir.kernel import with_attr
 from core.language import compare, conditions, script_cache, script_eval
+from core.language.buffers import Buffer
+from core.language.dtypes import dtype
+from core.language.kernel import Kernel
 from core.language.eager import check_capacity_dims
 from core.language.errors import KernelDefinitionError
 
@@ -26,6 +31,10 @@ compare.install()     # int32 < int64 promotes inside kernels too (core/language
 conditions.install()  # Python values decide `if` and ternaries at trace time (conditions.py)
 script_cache.install()  # the evaluator's compiled expressions are reused (script_cache.py)
 script_eval.install()   # common expression shapes are evaluated directly (script_eval.py)
+# the DSL's own values (T.Tensor/T.Buffer, T.Kernel(...), dtypes), and TVMScript's wrapper of
+# a scalar load bound to a name
+script_eval.never_tvm_objects(type(Buffer), Kernel, dtype,
+                              *filter(None, [getattr(_ir, "scalar_wrapper", None)]))
 
 
 def _project_error_in_chain(exc: BaseException) -> MetaltileError | None:
@@ -105,7 +114,7 @@ def prim_func(func=None, **_options):
                 raise annotation from None
             raise KernelDefinitionError(
                 f"cannot parse the kernel: {exc}", kernel=fn.__name__) from None
-        parsed = parsed.with_attr("global_symbol", fn.__name__)
+        parsed = with_attr(parsed, "global_symbol", fn.__name__)
         check_capacity_dims(parsed, fn.__name__)  # T.annotate_capacity_dims names tensors
         return parsed
 

@@ -39,6 +39,7 @@ import contextlib
 import operator
 import types
 
+import tvm_ffi
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import _ffi_api as _builder_api
 from tvm.script.parser.core import doc
@@ -52,10 +53,22 @@ _TVM_PARSER_EVAL = Parser.eval_expr
 
 # Values that are never TVM objects: `annotate_current_source_span` returns them unchanged,
 # and skipping its `isinstance(value, Object)` spares the walk of Object's subclass tree
-# that an ABC check of a new type costs
-_PLAIN = frozenset({int, float, bool, str, bytes, complex, type(None), tuple, list, dict,
-                    type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
-                    types.ModuleType, slice, range, type(Ellipsis)})
+# that an ABC check of a new type costs (about 1 ms per class, once per process). The DSL
+# adds the classes of its own values (`never_tvm_objects`).
+_PLAIN = {int, float, bool, str, bytes, complex, type(None), tuple, list, dict,
+          type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+          types.ModuleType, slice, range, type(Ellipsis)}
+
+
+def never_tvm_objects(*classes) -> None:
+    """Declare classes whose instances the evaluator returns without the span annotation
+    (which only TVM objects take): the DSL's own values (`T.Kernel(...)`, `T.Tensor`, a
+    dtype). Exact classes only: a subclass is checked as TVMScript checks it."""
+    for cls in classes:
+        if tvm_ffi.Object in cls.__mro__:
+            raise TypeError(f"{cls.__name__} is a TVM object class")
+        _PLAIN.add(cls)
+
 
 _NO_SLICE_STEP = ("reads", "writes", "match_buffer")
 _MISSING = object()

@@ -26,7 +26,7 @@ from tvm.tirx import is_buffer_var
 from core.ir import annotations as keys
 from core.ir import matrix, ops
 from core.ir import program as P
-from core.ir.kernel import top_level, unwrap
+from core.ir.kernel import top_level, unwrap, with_attr
 from core.ir.stmt import free_vars, is_kernel_attr, seq, walk
 from core.target import DTYPES
 from core.language.errors import LoweringError
@@ -135,10 +135,10 @@ class _Split:
         walk(stmt, note_store)
         body = seq([d for d in self.decls if views[d.buffer] in parameters_used] + [stmt])
         dfunc = tirx.PrimFunc(used_buffers + used_scalars, body)
-        dfunc = dfunc.with_attr("global_symbol", kname)
-        dfunc = dfunc.with_attr(keys.READONLY,
-                                [b.name for b in used_buffers if b.name not in written])
-        dfunc = dfunc.with_attr(keys.THREADS, list(nest.threads))
+        dfunc = with_attr(dfunc, "global_symbol", kname)
+        dfunc = with_attr(dfunc, keys.READONLY,
+                          [b.name for b in used_buffers if b.name not in written])
+        dfunc = with_attr(dfunc, keys.THREADS, list(nest.threads))
         self.device[kname] = dfunc
         return P.LaunchSite(
             kernel=kname,

@@ -202,3 +202,15 @@ def test_passing_over_inert_statements_changes_no_bench_kernel(monkeypatch):
             planning_all = core.compile(built.func, out_idx=built.out_idx, cache=False).msl
         assert skipping == planning_all, case.name
         assert "threadgroup_barrier" in skipping, case.name
+
+
+def test_with_attr_sets_what_tvms_with_attr_sets():
+    from core.ir.kernel import with_attr
+
+    func = tirx.PrimFunc([], tirx.Evaluate(tirx.const(0, "int32")))
+    for key, value in (("global_symbol", "k"), ("tl.threads", [8, 4, 1]),
+                       ("tl.readonly", ["A", "B"]), ("tl.readonly", [])):
+        ours, theirs = with_attr(func, key, value), func.with_attr(key, value)
+        assert tvm_ffi.structural_equal(ours, theirs), key
+        assert str(ours.attrs) == str(theirs.attrs)
+    assert not func.attrs or "global_symbol" not in func.attrs   # func itself is unchanged

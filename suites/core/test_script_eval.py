@@ -149,3 +149,9 @@ def test_assignments_bind_as_with_tvmscripts_compiled_code(monkeypatch):
     assert str(direct_err.value) == str(err.value)
     assert "not enough values to unpack (expected 3, got 2)" in str(err.value)
     _assert_same(tvm_script, _unpacks())
+
+
+def test_only_classes_outside_tvms_objects_skip_the_span_annotation():
+    with pytest.raises(TypeError, match="is a TVM object class"):
+        script_eval.never_tvm_objects(tvm.tirx.Var)
+    assert type(T.Tensor) in script_eval._PLAIN and tvm.tirx.Var not in script_eval._PLAIN
