@@ -25,7 +25,8 @@ values from caches:
                              are bound without code); a parameter annotation with no
                              `T.Buffer(...)` in it is evaluated as it stands (TVMScript copies
                              it and converts it to a Python AST and back to rewrite the
-                             shapes of `T.Buffer` calls, and only those)
+                             shapes of `T.Buffer` calls, and only those); and a function's
+                             source lines end where its compiled code says (`source_lines`)
 
 Contract: the parse result is the one TVMScript's own entry points give (same parser, same
 visitors, same variable tables; only where the source text, its AST and the evaluator's
@@ -41,12 +42,14 @@ is evaluated, evaluator.py), so every visit after the first sees what the first 
 from __future__ import annotations
 
 import ast
+import inspect
 import sys
 import weakref
 
 import tvm_ffi
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.parser.core import doc
+from tvm.script.parser.core import diagnostics
 from tvm.script.parser.core import entry as _entry
 from tvm.script.parser.core import evaluator, utils
 from tvm.script.parser.core.diagnostics import Source
@@ -124,6 +127,45 @@ class CachedSource(Source):
                 program = ast.parse(self.source, filename="<unknown>", mode="exec")
             tree = self._tree = _to_doc(program)
         return tree
+
+
+_TVM_SOURCE_LINES = diagnostics.getsourcelines
+
+
+def _last_line(code) -> int:
+    """The last source line any instruction of `code`, or of code nested in it, spans."""
+    last = max((end for _, end, _, _ in code.co_positions() if end is not None), default=0)
+    for const in code.co_consts:
+        if isinstance(const, type(code)):
+            last = max(last, _last_line(const))
+    return last
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def source_lines(obj):
+    """TVMScript's `getsourcelines(obj)`: the lines of obj's definition (decorators
+    first) and the number of its first line. TVMScript finds where the definition ends
+    with `inspect.getblock`, which runs Python's tokenizer over it (about 30 us a line,
+    paid once per function and process); for a function the end is read from its compiled
+    code instead: the last line its instructions span, taken when the next line that is
+    not blank is code indented no deeper than the `def`. Otherwise the tokenizer decides:
+    the body's last statements compiled to nothing (`pass`), or a comment follows (the
+    tokenizer keeps those indented like the body)."""
+    fn = inspect.unwrap(obj)
+    if not inspect.isfunction(fn):
+        return _TVM_SOURCE_LINES(obj)
+    lines, first = diagnostics.findsource(fn)
+    end = _last_line(fn.__code__)
+    if end <= first:
+        return _TVM_SOURCE_LINES(obj)
+    after = next((line for line in lines[end:] if line.strip()), None)
+    if after is not None and (after.lstrip().startswith("#")
+                              or _indent(after) > _indent(lines[first])):
+        return _TVM_SOURCE_LINES(obj)
+    return lines[first:end], first + 1
 
 
 _SOURCES: dict[int, tuple[weakref.ref, dict]] = {}   # id(code) -> (its ref, what is kept)
@@ -400,4 +442,5 @@ def install() -> None:
         ExprEvaluator._eval_expr = _eval_expr
         evaluator._eval_assign = _eval_assign
         _tirx_parser._eval_signature_annotation = _eval_signature_annotation
+        diagnostics.getsourcelines = source_lines
         _installed = True

@@ -259,3 +259,105 @@ def test_annotation_names_of_nested_definitions_are_tvmscripts(tmp_path):
     assert ours == utils._collect_annotation_names(module.nested)
     assert ours == {"IfReturn", "ElseName", "LoopName", "KwOnlyName", "WithName", "TryName",
                     "HandlerName", "FinallyName", "ClassName"}
+
+
+_TRICKY_ENDINGS = '''
+import functools
+
+
+def trailing_pass(x):
+    if x:
+        return 1
+    else:
+        pass
+
+
+def trailing_ellipsis():
+    y = 1
+    ...
+
+
+def dedented_paren():
+    return (
+        1
+)
+
+
+def one_liner(): return 2
+
+
+@functools.lru_cache
+def decorated(a,
+              b):
+    def inner(c):
+        return [c,
+                a]
+    return inner(b)   # a comment
+
+
+    # more comments, blank lines
+
+
+def outer():
+    def nested():
+        return lambda q: (q,
+                          q)
+    return nested
+
+
+class Holder:
+    def method(self):
+        return {
+            "k": 1}
+
+    @staticmethod
+    def last():
+        z = 3
+        return z
+'''
+
+
+def _functions_of(module):
+    """The functions written in `module`: its functions, the methods of its classes, and
+    the function `outer()` returns."""
+    found = []
+    for value in vars(module).values():
+        if inspect.isclass(value) and value.__module__ == module.__name__:
+            found += [inspect.unwrap(getattr(v, "__func__", v)) for v in vars(value).values()]
+        elif inspect.isfunction(inspect.unwrap(value)):
+            found.append(inspect.unwrap(value))
+            if value.__name__ == "outer":
+                found.append(value())
+    return [fn for fn in found
+            if inspect.isfunction(fn) and fn.__code__.co_filename == module.__file__]
+
+
+def test_source_lines_are_tvmscripts(tmp_path):
+    """A function's lines, ended by its compiled code, are the ones TVMScript's tokenizer
+    gives: for every function of the kernel families, and for endings the compiled code
+    does not show (a trailing `pass` or `...`, a closing parenthesis at the left margin,
+    comments after the body)."""
+    import harness.gen as gen
+    import pkgutil
+    from tvm.script.parser.core import diagnostics
+
+    path = tmp_path / "tricky_endings.py"
+    path.write_text(_TRICKY_ENDINGS)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    tricky = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tricky)
+    modules = [tricky] + [importlib.import_module(f"harness.gen.{m.name}")
+                          for m in pkgutil.iter_modules(gen.__path__)]
+    checked = 0
+    for module in modules:
+        for fn in _functions_of(module):
+            assert script_cache.source_lines(fn) == script_cache._TVM_SOURCE_LINES(fn), \
+                f"{module.__name__}.{fn.__qualname__}"
+            checked += 1
+    assert checked > 40
+    assert diagnostics.getsourcelines is script_cache.source_lines   # what Source reads
+    # the cases the compiled code cannot end are left to the tokenizer
+    for fn, last in ((tricky.trailing_pass, "pass"), (tricky.dedented_paren, ")"),
+                     (tricky.decorated, "# more comments, blank lines")):
+        lines, _ = script_cache.source_lines(fn)
+        assert lines[-1].strip() == last
