@@ -22,6 +22,12 @@ temporary names, doc nodes, `compile` or `eval`:
 Every other node kind (lambdas, comprehensions, starred, dicts, f-strings, stores) goes to
 TVMScript's own `_visit`, whose operands come back through this one.
 
+Each evaluation starts from the parser's variable table as a dict of the latest value of
+every name in scope (`VarTable.get`), which TVMScript builds from every name the parse has
+seen (the kernel function's globals and closure included: hundreds) for every expression.
+`install()` keeps that dict up to date as names are added and frames left (the only two
+ways the table changes) and hands out copies of it.
+
 Contract: the value of every expression, every exception (raised through the parser's
 `report_error` at the same node), every IR-builder call that can reach the IR (the same
 source spans pushed and popped around the same nodes, `annotate_current_source_span` on
@@ -45,11 +51,12 @@ from tvm.script.ir_builder import _ffi_api as _builder_api
 from tvm.script.parser.core import doc
 from tvm.script.parser.core.error import ParserError
 from tvm.script.parser.core.evaluator import ExprEvaluator, _eval_op
-from tvm.script.parser.core.parser import Parser, ScriptMacro
+from tvm.script.parser.core.parser import Parser, ScriptMacro, VarTable
 
 _TVM_VISIT = ExprEvaluator._visit
 _TVM_EVAL = ExprEvaluator.eval
 _TVM_PARSER_EVAL = Parser.eval_expr
+_TVM_TABLE = (VarTable.add, VarTable.with_frame, VarTable.get)
 
 # Values that are never TVM objects: `annotate_current_source_span` returns them unchanged,
 # and skipping its `isinstance(value, Object)` spares the walk of Object's subclass tree
@@ -291,21 +298,84 @@ def _parser_eval_expr(self, node, extra_vars=None):
     return value if type(value) in _PLAIN else self.annotate_current_source_span(value)
 
 
+# -- the variable table's latest values, kept up to date ------------------------------------
+
+def _latest(table) -> dict:
+    """{name: latest value} of `table`, built by TVMScript's `get` the first time."""
+    latest = table.__dict__.get("_latest")
+    if latest is None:
+        latest = table._latest = _TVM_TABLE[2](table)
+    return latest
+
+
+def _sync(table, names) -> None:
+    """Bring the kept latest values of `names` in line with the table's stacks."""
+    latest = table.__dict__.get("_latest")
+    if latest is None:
+        return
+    stacks = table.name2value
+    for name in names:
+        values = stacks.get(name)
+        if values:
+            latest[name] = values[-1]
+        else:
+            latest.pop(name, None)
+
+
+def _table_add(self, var, value, allow_shadowing=False):
+    """`VarTable.add`, keeping the latest values up to date."""
+    _TVM_TABLE[0](self, var, value, allow_shadowing)
+    _sync(self, (var,))
+
+
+class _Frame:
+    """TVMScript's frame context (`VarTable.with_frame`): leaving it pops the frame's names,
+    whose latest values are brought up to date then."""
+
+    __slots__ = ("table", "inner", "frame")
+
+    def __init__(self, table, inner):
+        self.table, self.inner, self.frame = table, inner, table.frames[-1]
+
+    def __enter__(self):
+        return self.inner.__enter__()
+
+    def __exit__(self, *exc):
+        names = tuple(self.frame.vars)
+        try:
+            return self.inner.__exit__(*exc)
+        finally:
+            _sync(self.table, names)
+
+
+def _table_with_frame(self):
+    return _Frame(self, _TVM_TABLE[1](self))
+
+
+def _table_get(self):
+    """`VarTable.get`: a new dict of the latest value of each name (callers add to it)."""
+    return _latest(self).copy()
+
+
 def install() -> None:
     """Use this evaluation in TVMScript's evaluator (idempotent)."""
     ExprEvaluator._visit = _visit
     ExprEvaluator.eval = staticmethod(_eval)
     Parser.eval_expr = _parser_eval_expr
+    VarTable.add, VarTable.with_frame, VarTable.get = _table_add, _table_with_frame, _table_get
 
 
 @contextlib.contextmanager
 def original():
-    """TVMScript's own evaluator for the duration of the block."""
+    """TVMScript's own evaluator (and variable table) for the duration of the block."""
     kept = (ExprEvaluator.__dict__["_visit"], ExprEvaluator.__dict__["eval"],
             Parser.__dict__["eval_expr"])
+    kept_table = (VarTable.add, VarTable.with_frame, VarTable.get)
     ExprEvaluator._visit, ExprEvaluator.eval = _TVM_VISIT, staticmethod(_TVM_EVAL)
     Parser.eval_expr = _TVM_PARSER_EVAL
+    VarTable.add, VarTable.with_frame, VarTable.get = _TVM_TABLE
     try:
         yield
     finally:
         ExprEvaluator._visit, ExprEvaluator.eval, Parser.eval_expr = kept
+        VarTable.add, VarTable.with_frame, VarTable.get = kept_table

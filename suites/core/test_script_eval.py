@@ -155,3 +155,24 @@ def test_only_classes_outside_tvms_objects_skip_the_span_annotation():
     with pytest.raises(TypeError, match="is a TVM object class"):
         script_eval.never_tvm_objects(tvm.tirx.Var)
     assert type(T.Tensor) in script_eval._PLAIN and tvm.tirx.Var not in script_eval._PLAIN
+
+
+def test_the_kept_latest_values_follow_the_variable_table():
+    from tvm.script.parser.core.parser import VarTable
+
+    table = VarTable()
+    with table.with_frame():
+        table.add("a", 1)
+        assert table.get() == {"a": 1}
+        with table.with_frame():
+            table.add("a", 2)
+            table.add("b", 3)
+            seen = table.get()
+            seen["c"] = 4                        # a caller's additions stay its own
+            assert table.get() == {"a": 2, "b": 3}
+            table.add("b", 5, allow_shadowing=True)
+            assert table.get() == {"a": 2, "b": 5}
+        assert table.get() == {"a": 1}          # the inner frame's names are popped
+        with script_eval.original():
+            assert table.get() == {"a": 1}      # what TVMScript's own get builds
+    assert table.get() == {}
