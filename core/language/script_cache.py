@@ -115,7 +115,19 @@ _TO_DOC: dict = {}
 
 class CachedSource(Source):
     """A `Source` whose doc AST is parsed once (TVMScript parses it on every `as_ast`),
-    by `doc.parse`'s steps with the conversion of `_to_doc`."""
+    by `doc.parse`'s steps with the conversion of `_to_doc`, and whose IR source spans are
+    made once per source range (TVMScript makes a new `Span` and `SourceName` through the
+    FFI for every expression it evaluates; spans are immutable, so IR nodes share them)."""
+
+    def to_span(self, node):
+        spans = self.__dict__.get("_spans")
+        if spans is None:
+            spans = self._spans = {}
+        where = self.location(node)
+        span = spans.get(where)
+        if span is None:
+            span = spans[where] = super().to_span(node)
+        return span
 
     def as_ast(self):
         tree = self.__dict__.get("_tree")

@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 import torch
+import tvm
 import tvm_ffi
 
 import core
@@ -361,3 +362,34 @@ def test_source_lines_are_tvmscripts(tmp_path):
                      (tricky.decorated, "# more comments, blank lines")):
         lines, _ = script_cache.source_lines(fn)
         assert lines[-1].strip() == last
+
+
+def test_spans_made_once_per_source_range_are_tvmscripts(monkeypatch):
+    """Every statement and expression of a parse carries the span TVMScript would make,
+    though spans of one source range are now one object."""
+    from tvm.script.parser.core.diagnostics import Source
+
+    from core.ir.stmt import visit_nodes
+
+    def _spans(func):
+        found = []
+
+        def where(span):
+            if span is None:
+                return None
+            if hasattr(span, "spans"):    # a SequentialSpan
+                return tuple(where(s) for s in span.spans)
+            return (span.source_name.name, span.line, span.column, span.end_line,
+                    span.end_column)
+
+        def note(node):
+            found.append((type(node).__name__, where(node.span)))
+
+        visit_nodes(func.body, (tvm.tirx.Stmt, note), (tvm.ir.expr.Expr, note))
+        return found
+
+    ours = _moe_multi()
+    monkeypatch.setattr(script_cache.CachedSource, "to_span", Source.to_span)
+    theirs = _moe_multi()
+    assert _spans(ours) == _spans(theirs)
+    assert len(_spans(ours)) > 500
