@@ -66,6 +66,7 @@ class _Planner:
         self.loops = []              # enclosing uniform loops with constant ranges
         self.guards = []             # conditions of enclosing uniform ifs
         self.cache = {}
+        self.races = {}              # may_race per pair of points, see `may_race`
         self.plans = {}              # plan(stmt, []) in one loop/guard context, see `plan`
         self.divergent_checked = {}  # `if`s check_divergent passed, per context
         self.uniform_headers = {}    # statement handle -> (statement, uniform_header)
@@ -263,12 +264,24 @@ class _Planner:
             return rebuild(s, [body]), pending
         return self.leaf(s, pending)
 
-    @staticmethod
-    def conflicts(accesses, pending) -> bool:
+    def conflicts(self, accesses, pending) -> bool:
         # only accesses of one buffer can race; the order of the pairs is kept, as it
         # decides which footprints get enumerated before the first race is found
-        return any(may_race(a, p) for a in accesses for p in pending
+        return any(self.may_race(a, p) for a in accesses for p in pending
                    if p.buffer_key == a.buffer_key)
+
+    def may_race(self, a, b) -> bool:
+        """`may_race(a, b)`, once per pair: a loop body is planned up to three times, and
+        the same accesses (or their carried-over views, which share the points) meet
+        again. The answer depends only on the points and the variables each side is
+        matched on; the entry keeps the points alive, so their ids stay theirs."""
+        if a.points is None or b.points is None:
+            return may_race(a, b)
+        key = (id(a.points), a.match, id(b.points), b.match)
+        entry = self.races.get(key)
+        if entry is None:
+            entry = self.races[key] = (a.points, b.points, may_race(a, b))
+        return entry[2]
 
     def leaf(self, s, pending):
         if isinstance(s, tirx.IfThenElse):

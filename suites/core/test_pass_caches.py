@@ -214,3 +214,26 @@ def test_with_attr_sets_what_tvms_with_attr_sets():
         assert tvm_ffi.structural_equal(ours, theirs), key
         assert str(ours.attrs) == str(theirs.attrs)
     assert not func.attrs or "global_symbol" not in func.attrs   # func itself is unchanged
+
+
+def test_race_answers_kept_per_pair_tell_matched_from_carried_over_views():
+    # thread tx writes block r of S and reads block 1 - r (another thread's element):
+    # within one iteration of r the two never meet; carried over to the next iteration
+    # (the same points, not matched on r) they do. The planner keeps may_race per pair
+    # of points, and must keep the two answers apart.
+    from core.transform.thread_sync import _Planner
+
+    tx, r = tirx.Var("tx", "int32"), tirx.Var("r", "int32")
+    axes, loops = [(tx, 64, 1)], [LoopRange(r, 2)]
+    s = _shared(128)
+    write = Footprint.of(s, r * 64 + tx, True, axes, loops)
+    read = Footprint.of(s, (1 - r) * 64 + (tx + 1) % 64, False, axes, loops)
+    carried = read.carried_over(set())
+    assert carried.points is read.points
+    planner = object.__new__(_Planner)
+    planner.races = {}
+    for _ in range(2):   # asked again: the kept answers
+        assert not planner.may_race(write, read)
+        assert planner.may_race(write, carried)
+    assert (not may_race(write, read)) and may_race(write, carried)
+    assert len(planner.races) == 2
