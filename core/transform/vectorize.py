@@ -140,17 +140,41 @@ class _Check:
                 and self.expr_ok(body.value))
 
 
-def _plan(stmt, ranges):
+class _Bounds:
+    """The analyzer of one kernel's candidates: each variable is bound once, when a
+    candidate first needs its range (an analyzer per candidate bound every enclosing range
+    again, through the FFI). A variable held with another range (one Var for two loops)
+    gets the candidate a fresh analyzer, bound as before."""
+
+    def __init__(self):
+        self.analyzer = Analyzer()
+        self.held = {}   # Var handle -> (var, min, extent) bound in `analyzer`
+
+    def analyzer_for(self, ranges: dict):
+        new = {}
+        for var, (lo, ext) in ranges.items():
+            held = self.held.get(var.__chandle__())
+            if held is None:
+                new[var] = (lo, ext)
+            elif not (held[1].same_as(lo) and held[2].same_as(ext)):
+                return bind_ranges(Analyzer(), ranges)
+        bind_ranges(self.analyzer, new)
+        for var, (lo, ext) in new.items():
+            self.held[var.__chandle__()] = (var, lo, ext)
+        return self.analyzer
+
+
+def _plan(stmt, ranges, bounds):
     if isinstance(stmt, tirx.For):
         ranges = {**ranges, stmt.loop_var: (stmt.min, stmt.extent)}
         if VECTOR_LANES in (stmt.annotations or {}):
-            return _plan_candidate(stmt, ranges)
+            return _plan_candidate(stmt, ranges, bounds)
     if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent":
         ranges = {**ranges, stmt.node.var: (tirx.const(0, "int32"), stmt.value)}
     kids = children(stmt)
     if not kids:
         return stmt
-    planned = [_plan(k, ranges) for k in kids]
+    planned = [_plan(k, ranges, bounds) for k in kids]
     if all(a.same_as(b) for a, b in zip(planned, kids)):
         return stmt                   # no candidate below: keep the node
     return rebuild(stmt, planned)
@@ -184,7 +208,7 @@ def _moves_bf16_bits(value, lane) -> bool:
         _moves_bf16_bits(v, lane) for v in choice[1:])
 
 
-def _split(loop, body, width, ranges):
+def _split(loop, body, width, ranges, bounds):
     """`for l in range(v)` -> `for lo in range(v // w): for li in vectorized(w)`,
     l = w * lo + li, when the body, simplified under those ranges (a bound check on l can
     become one on lo), vectorizes at w lanes; else None."""
@@ -193,9 +217,9 @@ def _split(loop, body, width, ranges):
     inner = tirx.Var(f"{lane.name}_v", "int32")
     outer = tirx.Var(f"{lane.name}_o", "int32")
     zero = tirx.const(0, "int32")
-    analyzer = bind_ranges(Analyzer(), {**ranges, outer: (zero, tirx.const(lanes // width,
-                                                                             "int32")),
-                                        inner: (zero, tirx.const(width, "int32"))})
+    analyzer = bounds.analyzer_for({**ranges,
+                                    outer: (zero, tirx.const(lanes // width, "int32")),
+                                    inner: (zero, tirx.const(width, "int32"))})
     body = _simplify(substitute(body, {lane: outer * width + inner}), analyzer)
     if not _vector_ok(body, _store_of(body), inner, width, analyzer):
         return None
@@ -241,7 +265,7 @@ def _lanes_form_an_interval(cond, lane, analyzer) -> bool:
     return True
 
 
-def _masked(loop, body, ranges, analyzer):
+def _masked(loop, body, ranges, analyzer, bounds):
     """`for l: if (guard(l)) store` with a per-lane guard: when every lane passes (its
     first and last do, the passing lanes being an interval), the unguarded store runs as
     a vector; otherwise the lanes run one by one, each under its own guard. None when the
@@ -251,7 +275,7 @@ def _masked(loop, body, ranges, analyzer):
         return None
     unguarded = tirx.For(lane, loop.min, loop.extent, tirx.ForKind.SERIAL, body.then_case,
                          None, {VECTOR_LANES: loop.annotations[VECTOR_LANES]}, loop.step)
-    fast = _plan_candidate(unguarded, ranges)
+    fast = _plan_candidate(unguarded, ranges, bounds)
     if not _is_vector(fast):
         return None
     last = loop.min + loop.extent - 1
@@ -262,14 +286,14 @@ def _masked(loop, body, ranges, analyzer):
     return tirx.IfThenElse(every_lane, fast, lane_by_lane)
 
 
-def _plan_candidate(loop, ranges, gather=True):
+def _plan_candidate(loop, ranges, bounds, gather=True):
     lanes = int(loop.annotations[VECTOR_LANES])
-    analyzer = bind_ranges(Analyzer(), ranges)
+    analyzer = bounds.analyzer_for(ranges)
     body = _simplify(loop.body, analyzer)
     lane = loop.loop_var
     if isinstance(body, tirx.IfThenElse) and body.else_case is None \
             and _depends(body.condition, lane):
-        masked = _masked(loop, body, ranges, analyzer)
+        masked = _masked(loop, body, ranges, analyzer, bounds)
         if masked is not None:
             return masked
     store = _store_of(body)
@@ -278,18 +302,18 @@ def _plan_candidate(loop, ranges, gather=True):
         # the widest narrower vector the proof allows (bf16 registers, odd alignment)
         width = lanes // 2
         while width >= 2 and lanes % width == 0:
-            split = _split(loop, body, width, ranges)
+            split = _split(loop, body, width, ranges, bounds)
             if split is not None:
                 return split
             width //= 2
-        staged = _through_registers(loop, body, ranges) if gather else None
+        staged = _through_registers(loop, body, ranges, bounds) if gather else None
         if staged is not None:
             return staged
     kind = tirx.ForKind.VECTORIZED if ok else tirx.ForKind.SERIAL
     return tirx.For(lane, loop.min, loop.extent, kind, body, None, {}, loop.step)
 
 
-def _through_registers(loop, body, ranges):
+def _through_registers(loop, body, ranges, bounds):
     """`for l: S[b + l] = value(l)` into threadgroup memory whose value cannot be computed
     as a vector (a device row of odd length, strided reads, a per-element decode): the
     lanes' values are gathered one by one into a run of registers, then stored to S as one
@@ -307,13 +331,14 @@ def _through_registers(loop, body, ranges):
                     tirx.BufferStore(body.buffer, tirx.BufferLoad(run, [moved]),
                                      [substitute(i, {lane: moved}) for i in body.indices]),
                     None, {VECTOR_LANES: loop.annotations[VECTOR_LANES]})
-    planned = _plan_candidate(move, {**ranges, moved: (loop.min, loop.extent)}, gather=False)
+    planned = _plan_candidate(move, {**ranges, moved: (loop.min, loop.extent)}, bounds,
+                              gather=False)
     if not _is_vector(planned):
         return None
     return seq([tirx.AllocBuffer(run), gather, planned])
 
 
 def vectorize(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    func = map_kernels(func, lambda nest: _plan(nest.wrap(nest.body), {}))
+    func = map_kernels(func, lambda nest: _plan(nest.wrap(nest.body), {}, _Bounds()))
     mod = tvm.tirx.transform.VectorizeLoop()(tvm.IRModule({"main": func}))
     return mod["main"]

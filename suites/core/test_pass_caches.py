@@ -237,3 +237,21 @@ def test_race_answers_kept_per_pair_tell_matched_from_carried_over_views():
         assert planner.may_race(write, carried)
     assert (not may_race(write, read)) and may_race(write, carried)
     assert len(planner.races) == 2
+
+
+def test_vectorize_binds_each_range_once_and_never_a_stale_one():
+    # the candidates of a kernel share one analyzer; a variable held with another range
+    # (one Var for two loops of different extents) must not be proven in the old range
+    from core.transform.vectorize import _Bounds
+
+    v, w = tirx.Var("v", "int32"), tirx.Var("w", "int32")
+    zero = tirx.const(0, "int32")
+    four, eight = tirx.const(4, "int32"), tirx.const(8, "int32")
+    bounds = _Bounds()
+    first = bounds.analyzer_for({v: (zero, four)})
+    assert first.const_int_bound(v).max_value == 3
+    assert bounds.analyzer_for({v: (zero, four), w: (zero, eight)}) is first  # same ranges
+    assert first.const_int_bound(w).max_value == 7
+    other = bounds.analyzer_for({v: (zero, eight)})                 # v, another range
+    assert other is not first and other.const_int_bound(v).max_value == 7
+    assert first.const_int_bound(v).max_value == 3
