@@ -20,9 +20,10 @@ Per case (`measure_case` -> `CaseMeasurement`):
              thread touches each of its bytes (what a spilled byte costs; docs/bench.md)
   first_compile  the case's first DSL -> MSL compile in the bench process, timed before
              anything else compiles it (no cache of this kernel, imports already paid): its
-             wall seconds and each stage's ("parse", every pass by name, "print_msl"; the
-             pipeline's `timings`). The goal `COMPILE_GOAL_S` is about this one
-             (`over_goal`); it is a single wall-clock sample, shown, never gated
+             wall seconds, the program's device kernels, and each stage's ("parse", every
+             pass by name, "print_msl"; the pipeline's `timings`). The goal
+             `COMPILE_GOAL_S` is about this one, per device kernel (`over_goal`); it is a
+             single wall-clock sample, shown, never gated
   compile    DSL -> MSL wall time (build the family's kernel, which parses the DSL, then
              `core.compile(..., cache=False)`), `rounds` warm rounds after one warm-up,
              summarized by pytest-benchmark's own `Stats`
@@ -56,7 +57,9 @@ SCHEMA = "metaltile-bench/1"
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 0
 DEFAULT_ROUNDS = 5
-COMPILE_GOAL_S = 0.030   # every bench case compiles DSL -> MSL in under 30 ms, cold
+# Every bench case compiles DSL -> MSL in under 30 ms cold per device kernel of its program
+# (docs/bench.md: a program of nine kernels is not held to one kernel's budget).
+COMPILE_GOAL_S = 0.030
 
 # Counters summed over launches; all but the informational ones gate (harness/gate.py).
 SUMMED = ("groups", "threads", "simdgroups", "barriers", "simd_ops", "atomic_ops",
@@ -90,7 +93,7 @@ class CaseMeasurement:
     minimum: dict | None = None                       # {"read": bytes, "written": bytes}
     flops: int = 0
     modeled: dict | None = None
-    first_compile: dict | None = None               # {"seconds", "stages": {name: seconds}}
+    first_compile: dict | None = None               # {"seconds", "kernels", "stages": {...}}
     compile: dict | None = None
     gpu: dict | None = None
     msl: str = ""
@@ -226,40 +229,43 @@ def timing_summary(stats) -> dict:
 def over_goal(compile_summary: dict | None) -> bool:
     """Whether a case misses the compile-time goal: its first compile (`first_compile`)
     or, in a document without one, the median of its warm rounds (`timing_summary` of
-    `time_compile`) is over `COMPILE_GOAL_S`."""
+    `time_compile`), per device kernel of the program, is over `COMPILE_GOAL_S`."""
     if not compile_summary:
         return False
     seconds = compile_summary.get("seconds", compile_summary.get("median"))
-    return seconds is not None and seconds > COMPILE_GOAL_S
+    return seconds is not None and seconds / compile_summary.get("kernels", 1) > COMPILE_GOAL_S
 
 
-def _compile_once(fam, params: dict, disable=(), replace=None, stages=None) -> float:
-    """Wall seconds of one DSL -> MSL compile: the family's build (which parses the T.*
-    kernel) and core.compile without any cache; `stages` receives "parse" and the
-    pipeline's per-pass and printer timings."""
+def _compile_once(fam, params: dict, disable=(), replace=None, stages=None):
+    """One DSL -> MSL compile: the family's build (which parses the T.* kernel) and
+    core.compile without any cache. Returns its wall seconds and the compiled program;
+    `stages` receives "parse" and the pipeline's per-pass and printer timings."""
     import core
     t0 = time.perf_counter()
     built = fam.build(dict(params))
     parsed = time.perf_counter()
-    msl = core.compile(built.func, out_idx=built.out_idx, disable=disable, replace=replace,
-                       cache=False, timings=stages).msl
+    kernel = core.compile(built.func, out_idx=built.out_idx, disable=disable,
+                          replace=replace, cache=False, timings=stages)
+    msl = kernel.msl
     end = time.perf_counter()
     assert msl
     if stages is not None:
         stages["parse"] = parsed - t0
-    return end - t0
+    return end - t0, kernel
 
 
 def first_compile(fam, params: dict, disable=(), replace=None) -> dict | None:
     """The case's first compile in this process (call it before anything else compiles
-    the case): {"seconds": wall seconds, "stages": {"parse", pass names..., "print_msl"}};
-    None when the compile raises (the checked run reports why)."""
+    the case): {"seconds": wall seconds, "kernels": device kernels of the program,
+    "stages": {"parse", pass names..., "print_msl"}}; None when the compile raises (the
+    checked run reports why)."""
     stages = {}
     try:
-        seconds = _compile_once(fam, params, disable, replace, stages)
+        seconds, kernel = _compile_once(fam, params, disable, replace, stages)
     except Exception:  # noqa: BLE001 - run_case turns the same error into the case status
         return None
-    return {"seconds": seconds, "stages": {"parse": stages.pop("parse"), **stages}}
+    return {"seconds": seconds, "kernels": len(kernel.specs),
+            "stages": {"parse": stages.pop("parse"), **stages}}
 
 
 def time_compile(fam, params: dict, rounds: int, disable=(), replace=None):
@@ -268,7 +274,7 @@ def time_compile(fam, params: dict, rounds: int, disable=(), replace=None):
     from pytest_benchmark.stats import Stats
 
     def once():
-        return _compile_once(fam, params, disable, replace)
+        return _compile_once(fam, params, disable, replace)[0]
 
     once()
     stats = Stats()

@@ -490,6 +490,15 @@ def test_report_marks_compile_times_over_the_goal():
     text = report.markdown(_results(cold, warm), [])
     assert "| fam/cold | pass | s | x | 45.0 / 12.0 ± 2.0 (n=3) > 30 goal |" in text
     assert "| fam/warm | pass | s | x | 25.0 / 12.0 ± 2.0 (n=3) |" in text
+    # The goal is per device kernel: nine kernels in 65 ms meet it, two in 70 ms do not.
+    nine, two = _case("fam/nine"), _case("fam/two")
+    nine["first_compile"] = {"seconds": 0.065, "kernels": 9, "stages": {"parse": 0.02}}
+    two["first_compile"] = {"seconds": 0.070, "kernels": 2, "stages": {"parse": 0.02}}
+    assert not measure.over_goal(nine["first_compile"])
+    assert measure.over_goal(two["first_compile"])
+    text = report.markdown(_results(nine, two), [])
+    assert "| fam/nine | pass | s | x | 65.0 (9 kernels, 7.2 each) / 12.0 ± 2.0 (n=3) |" in text
+    assert "| fam/two | pass | s | x | 70.0 (2 kernels, 35.0 each) / 12.0 ± 2.0 (n=3) > 30 goal |" in text
 
 
 def test_bench_records_the_first_compile_of_a_case_with_its_stages():
@@ -500,7 +509,10 @@ def test_bench_records_the_first_compile_of_a_case_with_its_stages():
     assert first["seconds"] > 0
     assert list(first["stages"]) == ["parse", *core_pipeline.pass_names(), "print_msl"]
     assert sum(first["stages"].values()) <= first["seconds"]
+    assert first["kernels"] == 1
     assert measure.first_compile(fam, {**case.params, "dtype": "no_such_dtype"}) is None
+    moe = select("moe/qwen3-30b-decode-multi-bf16")[0]
+    assert measure.first_compile(measure._family("moe"), moe.params)["kernels"] == 9
 
 
 def test_report_lists_the_streamed_rows_from_the_msl():
