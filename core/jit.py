@@ -45,6 +45,7 @@ from core.codegen.msl import print_program
 from core.errors import LaunchError, MetaltileError
 from core.language.errors import KernelDefinitionError
 from core.language.dtypes import dtype_name
+from core.ir.kernel import func_name
 from core.ir.program import evaluate, launch_sequence
 from core.runtime import args as args_struct
 from core.runtime.backends import (DEVICES, RunRecord, check_backend, default_backend,
@@ -207,7 +208,7 @@ COMPILER_FINGERPRINT = _compiler_fingerprint()
 
 def cache_key(func, options: tuple) -> str:
     h = tvm_ffi.structural_hash(func, map_free_vars=True)
-    text = repr((COMPILER_FINGERPRINT, h, str(func.attrs["global_symbol"]), options))
+    text = repr((COMPILER_FINGERPRINT, h, func_name(func), options))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

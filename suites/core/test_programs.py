@@ -108,3 +108,18 @@ def test_local_var_serial_range_and_fused_parallel(run):
     a = random_tensor((16, 32), "float32", 6)
     sign = torch.tensor([1.0, -1.0]).repeat(16)
     assert_close(run(kernel, a, 3), a * 3 * sign, reduction_length=3)
+
+
+def test_a_prim_func_without_a_global_symbol_compiles_and_runs(run):
+    # A PrimFunc built by hand (not by @T.prim_func) has no global_symbol; the passes name
+    # its kernels after func_name's default instead of failing on the missing attribute.
+    from harness.gen import family
+
+    built = family.get("elementwise").build({"M": 5, "N": 96, "bM": 4, "bN": 32,
+                                             "threads": 128, "dtype": "float32",
+                                             "out_dtype": "float32", "op": "add"})
+    func = built.func.without_attr("global_symbol")
+    kernel = core.compile(func, out_idx=built.out_idx, cache=False)
+    assert [s.name for s in kernel.specs] == ["kernel_kernel"]
+    inputs = built.inputs(0)
+    assert_close(run(kernel, *inputs), built.oracle(inputs)[0], "float32")
