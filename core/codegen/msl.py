@@ -47,6 +47,7 @@ from tvm.tirx import is_buffer_var
 
 from core.ir import annotations as keys
 from core.ir import ops
+from core.ir.kernel import func_name
 from core.ir.matrix import MATRIX_SCOPE
 from core.ir.stmt import (ByHandle, as_int, bind_ranges, choice_parts, collect, loads,
                            visit_nodes, walk)
@@ -240,7 +241,7 @@ def _args_struct_decl(args: ArgsStruct) -> str:
 class _KernelPrinter:
     def __init__(self, func):
         self.func = func
-        self.name = str(func.attrs["global_symbol"])
+        self.name = func_name(func)
         self.readonly = {str(n) for n in func.attrs[keys.READONLY]}
         self.threads = [int(t) for t in func.attrs[keys.THREADS]]
         # Var/buffer-keyed tables by handle (ByHandle): `==` on Vars builds EQ nodes

@@ -49,7 +49,7 @@ from tvm import tirx
 
 from core.ir import ops
 from core.ir.annotations import VECTOR_LANES  # read by vectorize
-from core.ir.kernel import map_kernels
+from core.ir.kernel import func_name, map_kernels
 from core.ir.layout import FragmentLayout, broadcast_dims, broadcast_ok, run_width
 from core.ir.stmt import (as_int, children, i32, loads, map_nodes, rebuild, rewrite, seq,
                           substitute, walk)
@@ -474,5 +474,5 @@ def _lower_kernel(nest, name):
 
 
 def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    name = str(func.attrs["global_symbol"])
+    name = func_name(func)
     return map_kernels(func, lambda nest: _lower_kernel(nest, name))

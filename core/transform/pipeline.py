@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 
-from core.ir.kernel import func_name, with_attr
 from core.transform.block_swizzle import block_swizzle
 from core.transform.flatten_simplify import flatten_simplify
 from core.transform.fold_temporaries import fold_temporaries
@@ -59,7 +58,6 @@ def run(func, *, disable=(), replace=None, stop_after=None, timings: dict | None
         - set(pass_names())
     if unknown:
         raise ValueError(f"unknown pass name(s) {sorted(unknown)}; passes: {pass_names()}")
-    func = named(func)
     for name, fn in PASSES:
         if name in disable:
             if name in REQUIRED:
@@ -72,11 +70,3 @@ def run(func, *, disable=(), replace=None, stop_after=None, timings: dict | None
         if name == stop_after:
             break
     return func
-
-
-def named(func):
-    """`func` with a `global_symbol`: the passes name kernels and errors after it, and a
-    PrimFunc built by hand (not by @T.prim_func) has none; it gets func_name's default."""
-    if func_name(func, None) is not None:
-        return func
-    return with_attr(func, "global_symbol", func_name(func))

@@ -26,7 +26,7 @@ from tvm.tirx import is_buffer_var
 from core.ir import annotations as keys
 from core.ir import matrix, ops
 from core.ir import program as P
-from core.ir.kernel import top_level, unwrap, with_attr
+from core.ir.kernel import func_name, top_level, unwrap, with_attr
 from core.ir.stmt import free_vars, is_kernel_attr, seq, walk
 from core.target import DTYPES
 from core.language.errors import LoweringError
@@ -57,7 +57,7 @@ RESERVED = {"main", "kernel", "vertex", "fragment", "device", "constant", "threa
 class _Split:
     def __init__(self, func):
         self.func = func
-        self.name = str(func.attrs["global_symbol"])
+        self.name = func_name(func)
         self.buffers = [p for p in func.params if is_buffer_var(p)]
         scalars = [p for p in func.params if not is_buffer_var(p)]
         self.symbols = {}
