@@ -35,7 +35,7 @@ harness/gate.py compares. A `BenchRun` turns into the results document (JSON, sc
 "metaltile-bench/1") with `to_dict()` and back with `BenchRun.from_dict`:
 {schema, created, revision, machine, toolchain, options, chips, launch_overhead_s,
 cases: [{name, family, params, shape, scaling, full_scale, status, message, findings,
-counters, minimum, flops, modeled: {chip: {...}}, first_compile: {seconds, stages},
+counters, minimum, flops, modeled: {chip: {...}}, first_compile: {seconds, kernels, stages},
 compile: {Stats fields, data}, gpu, msl}],
 against: {...} | null, seconds}.
 """

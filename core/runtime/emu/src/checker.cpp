@@ -51,13 +51,21 @@ int nearest_buffer(uintptr_t a, int64_t* offset) {
   return best;
 }
 
+// A device race finding of `w` at byte `off` of buffer b against the shadow word `other`
+// (its thread and group where one thread or group made it); `cross`: made by another group.
+Finding device_conflict(Worker* w, int b, uint64_t off, uint64_t other, uintptr_t pc, bool* cross) {
+  Finding f = make_finding(w, kRace, true, b, off, pc, "");
+  const uint64_t og = dev_group(other);
+  *cross = og != (w->group & kManyGroups);
+  f.other_thread = (other & kManyThreads) || og == kManyGroups ? -1 : int32_t(dev_thread(other));
+  f.other_group = *cross && og != kManyGroups ? int64_t(og) : -1;
+  return f;
+}
+
 void device_race(Worker* w, bool write, int b, uint64_t off, uint64_t other, bool other_write,
                  uintptr_t pc) {
-  Finding f = make_finding(w, kRace, true, b, off, pc, "");
-  uint64_t og = dev_group(other);
-  bool cross = og != (w->group & kManyGroups);
-  f.other_thread = (other & kManyThreads) || og == kManyGroups ? -1 : int32_t(dev_thread(other));
-  f.other_group = cross && og != kManyGroups ? int64_t(og) : -1;
+  bool cross;
+  Finding f = device_conflict(w, b, off, other, pc, &cross);
   const char* me = write ? "write" : "read";
   const char* them = other_write ? "a write" : "a read";
   if (cross)
@@ -85,11 +93,8 @@ inline bool plain_conflicts_atomic(uint64_t a, bool write, uint64_t g, uint32_t 
 }
 
 void atomic_race(Worker* w, const char* what, int b, uint64_t off, uint64_t other, uintptr_t pc) {
-  Finding f = make_finding(w, kRace, true, b, off, pc, "");
-  uint64_t og = dev_group(other);
-  bool cross = og != (w->group & kManyGroups);
-  f.other_thread = (other & kManyThreads) || og == kManyGroups ? -1 : int32_t(dev_thread(other));
-  f.other_group = cross && og != kManyGroups ? int64_t(og) : -1;
+  bool cross;
+  Finding f = device_conflict(w, b, off, other, pc, &cross);
   f.detail = format("%s conflicts with an atomic %s by %s (atomics order only atomics; a plain "
                     "access to the same bytes needs a barrier or a separate dispatch)", what,
                     (other & kAtomicUpdate) ? "update" : "load",
@@ -98,16 +103,17 @@ void atomic_race(Worker* w, const char* what, int b, uint64_t off, uint64_t othe
   add_finding(w, std::move(f));
 }
 
-// Granules. The device shadow is kept per 8-byte granule, each under a lock bit in its
-// state byte (dev_state: kLocked, kSplit, kShared), so that every check and update of a
-// granule's shadow is one critical section: two workers touching one byte always see each
-// other, whatever the interleaving, at one locked operation per granule instead of one per
-// byte. A granule whose bytes have always been accessed together (a whole-granule access:
-// half4, float2, a simdgroup row of 8 halves) keeps one writer and one reader word for all
-// its bytes (dev_granule); the first access to part of it, or an atomic, copies those into
-// per-byte words (dev_writer, dev_reader) and sets kSplit for good. A conflict found in a
-// whole granule is replayed on per-byte words, so findings (which byte, which other
-// thread) and the shadow left behind are exactly those of the per-byte rule.
+// Granules. The device shadow is kept per 8-byte granule, with a lock bit in its state
+// byte (dev_state: kLocked, kSplit, kShared, kWords): one locked operation per granule an
+// access touches instead of one per byte. A granule whose bytes have always been accessed
+// together (a whole-granule access: half4, float2) keeps one writer and one reader word for
+// all its bytes (dev_granule), checked and updated under the lock, so two workers touching
+// it always see each other, whatever the interleaving. The first access to part of it, or
+// an atomic, copies those into per-byte words (dev_writer, dev_reader) and sets kSplit for
+// good; writes and atomics still take the lock, plain reads of a split granule do not
+// (split_read says what that allows). A conflict found in a whole granule is replayed on
+// per-byte words, so findings (which byte, which other thread) and the shadow left behind
+// are exactly those of the per-byte rule.
 constexpr uint64_t kGranule = 8;
 // kWords: one of the granule's two words has been written; until then both are zero and
 // are not read, so that the first access to a page of granule words writes it without
@@ -190,7 +196,8 @@ inline uint64_t next_reader(uint64_t R, uint64_t me, uint64_t g, uint32_t t, uin
   return R;
 }
 
-// The per-byte rule on bytes [lo, hi) of a split granule (under its lock). Returns true
+// The per-byte rule on bytes [lo, hi) of a split granule (under its lock, or for a plain
+// read without it: split_read). Returns true
 // when it reported a race (the access stops there, as the hardware would not, but one
 // finding per access is what the report counts).
 bool bytes_access(Worker* w, int b, uint64_t lo, uint64_t hi, bool write, bool atomics, uintptr_t pc) {
@@ -227,6 +234,15 @@ bool bytes_access(Worker* w, int b, uint64_t lo, uint64_t hi, bool write, bool a
   return false;
 }
 
+// Have bytes [lo, hi) (per-byte words) been read by several groups and written by none?
+bool bytes_read_shared(int b, uint64_t lo, uint64_t hi) {
+  for (uint64_t i = lo; i < hi; ++i)
+    if (g_launch.dev_reader[b][i].load(std::memory_order_relaxed) != kReadByGroups ||
+        (g_launch.dev_writer[b][i].load(std::memory_order_relaxed) & kValid))
+      return false;
+  return true;
+}
+
 // Has every byte of granule q been read by several groups and written by none?
 bool granule_read_shared(int b, uint64_t q, uint8_t s) {
   if (!(s & kSplit)) {
@@ -234,11 +250,7 @@ bool granule_read_shared(int b, uint64_t q, uint8_t s) {
     return (s & kWords) && G.reader.load(std::memory_order_relaxed) == kReadByGroups &&
            !(G.writer.load(std::memory_order_relaxed) & kValid);
   }
-  for (uint64_t i = q * kGranule, end = i + granule_bytes(b, q); i < end; ++i)
-    if (g_launch.dev_reader[b][i].load(std::memory_order_relaxed) != kReadByGroups ||
-        (g_launch.dev_writer[b][i].load(std::memory_order_relaxed) & kValid))
-      return false;
-  return true;
+  return bytes_read_shared(b, q * kGranule, q * kGranule + granule_bytes(b, q));
 }
 
 // Bytes [lo, hi) of granule q (under its lock, state *s). Returns true on a reported race.
@@ -287,11 +299,7 @@ bool granule_access(Worker* w, int b, uint64_t q, uint64_t lo, uint64_t hi, bool
 // racy kernel almost never all fall into. Marking the granule read-shared takes the lock.
 bool split_read(Worker* w, int b, uint64_t q, uint64_t lo, uint64_t hi, bool atomics, uintptr_t pc) {
   if (bytes_access(w, b, lo, hi, false, atomics, pc)) return true;
-  if (atomics) return false;
-  for (uint64_t i = lo; i < hi; ++i)
-    if (g_launch.dev_reader[b][i].load(std::memory_order_relaxed) != kReadByGroups ||
-        (g_launch.dev_writer[b][i].load(std::memory_order_relaxed) & kValid))
-      return false;
+  if (atomics || !bytes_read_shared(b, lo, hi)) return false;  // the lock only when it may
   uint8_t s = lock_granule(b, q);
   if (!(s & kShared) && granule_read_shared(b, q, s)) s |= kShared;
   unlock_granule(b, q, s);
@@ -635,51 +643,43 @@ void device_atomic(Worker* w, uintptr_t a, unsigned n, int kind, uintptr_t pc) {
   const uint64_t g = w->group & kManyGroups;
   const bool update = kind != 0;
   const uint64_t me = encode_dev(w->group, t, e & 0xFFFFF) | (update ? kAtomicUpdate : 0);
-  // The plain shadow of these bytes is read per byte, under the granules' locks.
+  // The plain shadow of these bytes is read per byte, under each granule's lock in turn.
   const uint64_t first_granule = off / kGranule, last_granule = (off + n - 1) / kGranule;
-  uint8_t states[4];
-  static_assert(sizeof(states) * kGranule >= 16 + kGranule, "an atomic spans at most 3 granules");
-  for (uint64_t q = first_granule; q <= last_granule; ++q) {
-    uint8_t& st = states[q - first_granule];
-    st = lock_granule(b, q);
+  bool raced = false;
+  for (uint64_t q = first_granule; q <= last_granule && !raced; ++q) {
+    uint8_t st = lock_granule(b, q);
     split_granule(b, q, &st);
-  }
-  for (unsigned i = 0; i < n; ++i) {
-    uint64_t W = g_launch.dev_writer[b][off + i].load(std::memory_order_relaxed);
-    uint64_t R = g_launch.dev_reader[b][off + i].load(std::memory_order_relaxed);
-    bool w_conflict = (W & kValid) && (dev_group(W) != g ||
-                                       (dev_thread(W) != t && dev_epoch(W) == (e & 0x1FFFFF)));
-    bool r_conflict = update && (R & kValid) &&
-                      (dev_group(R) != g || ((dev_thread(R) != t || (R & kManyThreads)) &&
-                                             dev_epoch(R) == (e & 0x1FFFFF)));
-    if (w_conflict || r_conflict) {
-      uint64_t other = w_conflict ? W : R;
-      Finding f = make_finding(w, kRace, true, b, off + i, pc, "");
-      uint64_t og = dev_group(other);
-      bool cross = og != g;
-      f.other_thread = (other & kManyThreads) || og == kManyGroups ? -1 : int32_t(dev_thread(other));
-      f.other_group = cross && og != kManyGroups ? int64_t(og) : -1;
-      f.detail = format("atomic %s conflicts with a plain %s by %s (atomics order only atomics)",
-                        update ? "update" : "load", w_conflict ? "write" : "read",
-                        cross ? "another threadgroup" : "another thread of the threadgroup in the "
-                        "same barrier interval");
-      add_finding(w, std::move(f));
-      break;
+    const uint64_t lo = std::max(off, q * kGranule), hi = std::min(off + n, (q + 1) * kGranule);
+    for (uint64_t i = lo; i < hi; ++i) {
+      const uint64_t W = g_launch.dev_writer[b][i].load(std::memory_order_relaxed);
+      const uint64_t R = g_launch.dev_reader[b][i].load(std::memory_order_relaxed);
+      const bool w_conflict = write_conflicts(W, g, t, e);
+      if (w_conflict || (update && read_conflicts(R, g, t, e))) {
+        bool cross;
+        Finding f = device_conflict(w, b, i, w_conflict ? W : R, pc, &cross);
+        f.detail = format("atomic %s conflicts with a plain %s by %s (atomics order only atomics)",
+                          update ? "update" : "load", w_conflict ? "write" : "read",
+                          cross ? "another threadgroup" : "another thread of the threadgroup in the "
+                          "same barrier interval");
+        add_finding(w, std::move(f));
+        raced = true;
+        break;
+      }
+      std::atomic<uint64_t>& A = g_launch.dev_atomic[b][i];
+      uint64_t old = A.load(std::memory_order_relaxed), next;
+      do {
+        if (!(old & kValid) || (dev_group(old) == g && atomic_epoch(old) != (e & 0xFFFFF)))
+          next = me;
+        else if (dev_group(old) != g)
+          next = kValid | (kManyGroups << 32) | ((old | me) & kAtomicUpdate);
+        else if (dev_thread(old) != t)
+          next = old | kManyThreads | (me & kAtomicUpdate);
+        else
+          next = old | (me & kAtomicUpdate);
+      } while (next != old && !A.compare_exchange_weak(old, next, std::memory_order_relaxed));
     }
-    std::atomic<uint64_t>& A = g_launch.dev_atomic[b][off + i];
-    uint64_t old = A.load(std::memory_order_relaxed), next;
-    do {
-      if (!(old & kValid) || (dev_group(old) == g && atomic_epoch(old) != (e & 0xFFFFF)))
-        next = me;
-      else if (dev_group(old) != g)
-        next = kValid | (kManyGroups << 32) | ((old | me) & kAtomicUpdate);
-      else if (dev_thread(old) != t)
-        next = old | kManyThreads | (me & kAtomicUpdate);
-      else
-        next = old | (me & kAtomicUpdate);
-    } while (next != old && !A.compare_exchange_weak(old, next, std::memory_order_relaxed));
+    unlock_granule(b, q, st);
   }
-  for (uint64_t q = first_granule; q <= last_granule; ++q) unlock_granule(b, q, states[q - first_granule]);
 }
 
 void tg_atomic(Worker* w, uintptr_t a, unsigned n, int kind, uintptr_t pc) {
