@@ -33,7 +33,7 @@ from harness.baseline import (BASELINE_SCHEMA, DEFAULT_BASELINE, DEFAULT_OUT,  #
                               write_pytest_benchmark_json, write_results)
 from harness.benchcases import (CASES, PREFILL_TOKENS, UNIT_SECONDS, BenchCase,  # noqa: F401
                                Reference, select)
-from harness.case import check_passes
+from harness.check.case import check_passes
 from harness.gate import (GATED, INFORMATIONAL, MODELED_THRESHOLD, Change,  # noqa: F401
                           compare, gate_failed)
 from harness.measure import (DEFAULT_ROUNDS, PER_BUFFER, ROOT, SCHEMA, SEED,  # noqa: F401

@@ -14,7 +14,7 @@ Per shape and checks setting it reports both sides' median seconds, the speed-up
 output bytes and every counter both emulators report must be identical, since the counters
 describe the Apple GPU's work, not the emulator's (counters only one revision has, e.g. ones
 added since, are listed, not compared). This side's output is also compared with
-the family's oracle (harness.diff). What the worker needs from the other revision:
+the family's oracle (harness.check.compare). What the worker needs from the other revision:
 `core.runtime.emu.run_msl(source, kernel, grid=, threadgroup=, buffers=, checks=)` and
 `core.runtime.emu.ALL_CHECKS`.
 """
@@ -114,7 +114,7 @@ def write_job(shape: Shape, directory: Path, seed: int = 0) -> tuple[Path, str |
     import torch
 
     import core
-    from harness.diff import assert_outputs_close
+    from harness.check.compare import assert_outputs_close
     from harness.gen import family as families
 
     built = families.get(shape.family).build(dict(shape.params))

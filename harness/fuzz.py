@@ -6,14 +6,14 @@ Where cases come from: each family's Hypothesis strategy (`Family.params()`, plu
 input seed and a schedule), drawn inside a `@given` test that a worker process runs
 programmatically, one *task* (a time slice of one family) at a time; the parent hands
 tasks out so that every family is visited once early (a short first slice) and then gets
-a fair share of the time. A case runs through `harness.case.run_case` with every check,
+a fair share of the time. A case runs through `harness.check.case.run_case` with every check,
 and for 1 in `barrier_every` cases with barriers the barrier-necessity check of
-harness/barriers.py. The worker side (the Hypothesis run of one task) is
-harness/fuzzworker.py; workers (harness/workers.py) come from a fork server that has
+harness/check/barriers.py. The worker side (the Hypothesis run of one task) is
+harness/fuzzworker.py; workers (harness/check/workers.py) come from a fork server that has
 imported torch and tvm once (spawn off Linux), so a restarted worker is ready at once.
 
 Where failures go: a failing case raises an exception class of its own per failure
-signature (harness.case.failure_signature), so Hypothesis shrinks each kind of failure
+signature (harness.check.case.failure_signature), so Hypothesis shrinks each kind of failure
 separately and never towards a different bug. Each failing example -- the first one and
 every smaller one the shrinker finds -- is sent to the parent at once, which writes it as
 a regression case (`<family>-<status>-<hash>.json`, state "open") in `out`, replacing the
@@ -45,12 +45,12 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
 
-from harness import regressions
-from harness.case import CASE_TIMEOUT, WORKER_CRASH, check_passes
+from harness.check import regressions
+from harness.check.case import CASE_TIMEOUT, WORKER_CRASH, check_passes
 from harness.fuzzworker import (INPUT_SEEDS, SCHEDULES, CaseFailure,  # noqa: F401
                                 canonical, worker_main)
-from harness.regressions import RegressionCase
-from harness.workers import kill_group, start_fork_server, worker_context
+from harness.check.regressions import RegressionCase
+from harness.check.workers import kill_group, start_fork_server, worker_context
 
 DEFAULT_DB = regressions.REPO / "reports" / "out" / "fuzz" / "db"
 SLICE_SECONDS = (3.0, 60.0)     # bounds of one task's time slice

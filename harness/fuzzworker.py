@@ -1,4 +1,5 @@
-"""The fuzzing worker: one Hypothesis run per task, inside a worker process (harness/workers.py).
+"""The fuzzing worker: one Hypothesis run per task, inside a worker process
+(harness/check/workers.py).
 
 The parent (harness/fuzz.py) sends tasks -- a time slice of one family, with a seed, the
 signatures already known and the params that killed a worker -- and receives events:
@@ -25,8 +26,8 @@ import signal
 import time
 import traceback
 
-from harness import regressions
-from harness.case import BARRIER_STATUSES, run_case
+from harness.check import regressions
+from harness.check.case import BARRIER_STATUSES, run_case
 
 SCHEDULES = ("forward", "reverse", "random")
 INPUT_SEEDS = 1 << 16

@@ -4,7 +4,7 @@
     run.cases[0].status, run.cases[0].counters["device_load_ops"]
 
 Per case (`measure_case` -> `CaseMeasurement`):
-  status     one checked run through `harness.case.run_case` (the one way to run a case):
+  status     one checked run through `harness.check.case.run_case` (the one way to run a case):
              oracle comparison and every emulator check; anything but "pass" fails the gate
   counters   the emulator's deterministic counters of that run, summed over the program's
              launches (`aggregate`): bytes and load/store operations on device and
@@ -353,7 +353,7 @@ def measure_hand_tuned(case: BenchCase, built, generated: "CaseMeasurement",
 
     from core.errors import MetaltileError
     from core.runtime.emu import run_msl
-    from harness.diff import assert_outputs_close
+    from harness.check.compare import assert_outputs_close
 
     hand = case.hand_tuned
     p = case.params
@@ -406,7 +406,7 @@ def measure_case(case: BenchCase, *, rounds: int = DEFAULT_ROUNDS, disable=(),
                  gpu_rounds: int = 20) -> CaseMeasurement:
     """Everything `harness bench` records for one case. Never raises
     for a failing kernel: the status says what happened."""
-    from harness.case import run_case
+    from harness.check.case import run_case
 
     out = CaseMeasurement.of(case)
     if case.reference and case.reference.chip not in chip_names:

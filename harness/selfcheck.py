@@ -1,5 +1,5 @@
 """The emulator's self-check: a handful of MSL kernels run through `emu.run_msl`, each
-compared with a NumPy reference by the project's comparison helper (harness.diff), so that
+compared with a NumPy reference by the project's comparison helper (harness.check.compare), so that
 one command tells whether the emulator works on this machine.
 
 Each `Check` is an MSL source, a launch, a buffer factory and a verdict function; the verdict
@@ -19,7 +19,7 @@ import numpy as np
 
 from core.errors import MetaltileError
 from core.runtime import emu
-from harness.diff import assert_close
+from harness.check.compare import assert_close
 
 HEADER = "#include <metal_stdlib>\nusing namespace metal;\n\n"
 
@@ -131,7 +131,7 @@ class CheckResult:
 
 
 def _differs(what: str, got: np.ndarray, want: np.ndarray, **policy) -> str | None:
-    """None when `got` passes the project's comparison (harness.diff.assert_close with the
+    """None when `got` passes the project's comparison (harness.check.compare.assert_close with the
     tolerance policy; `policy` as there), else its message."""
     try:
         assert_close(got, want, what=what, **policy)

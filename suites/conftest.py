@@ -4,7 +4,7 @@
         kernel = core.compile(func, out_idx=[-1])
         a = random_tensor((M, N), "float16", seed=1)   # harness.gen.inputs: seeded inputs
         out = run(kernel, a, b)               # CPU tensors in, CPU tensors out
-        assert_close(out, oracle(a, b))       # harness.diff, the tolerance policy
+        assert_close(out, oracle(a, b))       # harness.check.compare, the tolerance policy
 
     def test_y(run_family):                   # a kernel a harness family builds: built,
         run_family("softmax", params)         # run and compared with the family's oracle
@@ -111,13 +111,13 @@ def run_family(run):
     """A kernel the harness families already build, at explicit params: build it
     (harness/gen/<family>.py), draw its inputs for `seed`, `run` it and compare every output
     with the family's oracle under its tolerance (dtype, reduction length, op class), as
-    harness.case.run_case does. Returns (kernel, inputs, outputs) for further assertions.
+    harness.check.case.run_case does. Returns (kernel, inputs, outputs) for further assertions.
 
         kernel, (x,), (y,) = run_family("softmax", {"M": 37, "N": 128, ...})
     """
     def build_run_compare(name, params, seed=0):
         import core
-        from harness.diff import assert_close
+        from harness.check.compare import assert_close
         from harness.gen import family
 
         built = family.get(name).build(dict(params))

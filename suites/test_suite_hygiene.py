@@ -3,7 +3,7 @@ of every file under suites/ that fails on
 
   - an ad-hoc tolerance: a call with `rtol=` / `atol=`, `allclose` / `isclose`,
     `torch.testing.assert_close` or any `np.testing` comparison. Results are compared
-    with `harness.diff.assert_close`, which applies the tolerance policy
+    with `harness.check.compare.assert_close`, which applies the tolerance policy
     (oracles/tolerance.py, docs/tolerance.md);
   - unseeded randomness: `torch.randn` / `rand` / `randint` / ... without `generator=`,
     `np.random.<f>` other than a seeded `np.random.default_rng(seed)`, the stdlib
@@ -145,7 +145,7 @@ def test_no_adhoc_tolerance_unseeded_input_or_repeated_dtype_list(path):
     rel = str(path.relative_to(SUITES))
     bad = [f"{rel}:{line}: {what}: {why}" for line, what, why in scan(path)
            if (rel, what) not in ALLOWED]
-    assert not bad, "\n".join(bad) + "\n(compare with harness.diff.assert_close; draw " \
+    assert not bad, "\n".join(bad) + "\n(compare with harness.check.compare.assert_close; draw " \
         "inputs with harness.gen.inputs.random_tensor; name dtype lists from " \
         "harness.gen.strategies; or add an ALLOWED entry saying why)"
 

@@ -7,7 +7,7 @@ real DSL kernel, the inputs for one seed, and the expected outputs from its orac
     Hypothesis strategies draw params     family.params()          (harness/gen/<family>.py)
     the bench registry fixes params       at LLM shapes            (harness/benchcases.py)
     regression files store params         + seed + the failure     (suites/regressions/)
-    case.run_case(name, params, seed)     builds, runs, compares   (harness/case.py)
+    case.run_case(name, params, seed)     builds, runs, compares   (harness/check/case.py)
 
 A family the core cannot compile yet is registered with `skip_reason`, so the harness
 lists it and skips it with that reason, and it switches on when the core grows.

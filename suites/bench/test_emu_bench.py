@@ -19,7 +19,7 @@ import pytest
 
 from core.runtime import emu
 from core.runtime.emu import build, translate
-from harness.diff import assert_close
+from harness.check.compare import assert_close
 
 HEADER = "#include <metal_stdlib>\nusing namespace metal;\n"
 REDUCE = HEADER + r"""
@@ -138,7 +138,7 @@ def test_gemm_shape(benchmark, n, checks):
     import torch
 
     import core
-    from harness.diff import assert_close
+    from harness.check.compare import assert_close
     from oracles.gemm import gemm as gemm_oracle
     from suites.core.test_gemm import matmul
 
@@ -162,7 +162,7 @@ def test_softmax_shape(benchmark, checks):
     import torch
 
     import core
-    from harness.diff import assert_close
+    from harness.check.compare import assert_close
     from oracles.norm import softmax as softmax_oracle
     from suites.core.test_reduce import softmax_kernel
 

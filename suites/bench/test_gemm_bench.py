@@ -17,7 +17,7 @@ import math
 import pytest
 
 import core
-from harness.diff import assert_close
+from harness.check.compare import assert_close
 from harness.gen.inputs import random_tensor
 from oracles.gemm import gemm as gemm_oracle
 from suites.core.test_gemm import matmul

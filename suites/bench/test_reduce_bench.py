@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pytest
 
 import core
-from harness.diff import assert_close
+from harness.check.compare import assert_close
 from oracles import norm
 from oracles.reduce import reduce as reduce_oracle
 from suites.core.test_reduce import (online_softmax, rand, reductions, rmsnorm_kernel,

@@ -2,7 +2,7 @@
 TileLang's style, run on every backend (suites/conftest.py: the emulator with every
 check, and MPS where available), compared with torch.
 
-    def test_x(run):                         # assert_close: harness.diff
+    def test_x(run):                         # assert_close: harness.check.compare
         out = run(core.compile(func, out_idx=[-1]), a)   # emulator, all checks, no findings
         assert_close(out, oracle(a))
 """

@@ -15,7 +15,7 @@ import core
 import core.language as T
 from core.language.errors import KernelDefinitionError
 from core.target import DTYPES
-from harness.diff import assert_close
+from harness.check.compare import assert_close
 from harness.gen.inputs import random_tensor
 from harness.gen.strategies import FLOATS, HALVES
 

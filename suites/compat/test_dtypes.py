@@ -12,7 +12,7 @@ import core.language as T
 from core.errors import LaunchError
 from core.language.errors import KernelDefinitionError
 from core.target import DTYPES
-from harness.diff import assert_close
+from harness.check.compare import assert_close
 from harness.gen.inputs import random_tensor
 
 

@@ -1,6 +1,6 @@
 """The harness families use the new constructs (so fuzzing covers them): the reduce
 family's split-K atomic variant and the gemm family's shared accumulator and C in device
-memory, each run through `harness.diff.run_case` (every emulator check, the family's
+memory, each run through `harness.check.compare.run_case` (every emulator check, the family's
 oracle)."""
 
 import re
@@ -8,8 +8,8 @@ import re
 import pytest
 
 import core
-from harness.barriers import check_barriers
-from harness.diff import run_case
+from harness.check.barriers import check_barriers
+from harness.check.case import run_case
 from harness.gen.family import REGISTRY
 
 REDUCE = {"M": 13, "N": 24, "keepdim": False, "dst": "fragment", "block": 4, "threads": 64,

@@ -6,7 +6,7 @@ check, against torch:
     transposed operands, ragged M/N/K, an element-wise epilogue on the shared tile;
   - an accumulator epilogue whose float32 staging exceeds 32 KiB (TileLang's quickstart:
     ReLU over a 128x128 float32 accumulator) runs in chunks of rows, not rejected;
-  - every barrier placed for a shared accumulator is necessary (harness/barriers.py);
+  - every barrier placed for a shared accumulator is necessary (harness/check/barriers.py);
   - a gemm operand in local memory is a clear error (device memory: test_gemm_global.py).
 """
 
@@ -18,8 +18,8 @@ import torch
 import core
 import core.language as T
 from core.language.errors import KernelDefinitionError
-from harness.barriers import check_barriers
-from harness.diff import assert_close
+from harness.check.barriers import check_barriers
+from harness.check.compare import assert_close
 from harness.gen.inputs import random_tensor
 from harness.gen.strategies import FLOATS
 from oracles.gemm import gemm as gemm_oracle

@@ -13,7 +13,7 @@ import core
 import core.language as T
 from core import layout as tl_layout
 from core.language.errors import KernelDefinitionError, LoweringError
-from harness.diff import assert_close
+from harness.check.compare import assert_close
 from harness.gen.inputs import random_tensor
 
 

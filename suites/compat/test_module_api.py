@@ -9,7 +9,7 @@ import core
 import core.language as T
 from core.errors import MetaltileError
 from core.options import METAL_MEANING, PassConfigKey
-from harness.diff import assert_close
+from harness.check.compare import assert_close
 from harness.gen.inputs import random_tensor
 
 

@@ -12,7 +12,7 @@ from core.language.errors import KernelDefinitionError
 from core.language.tilelang_names import GROUPS
 from core.language.unsupported import UnsupportedConstruct, tvmscript_names
 from harness import language_table
-from harness.diff import assert_close
+from harness.check.compare import assert_close
 from harness.gen.inputs import random_tensor
 
 TILELANG = sorted({n for names in GROUPS.values() for n in names} | set(tvmscript_names()))

@@ -9,7 +9,8 @@ import core
 import core.language as T
 from core.language.errors import KernelDefinitionError
 from core.language.swizzle import block_order
-from harness.diff import assert_close, run_case
+from harness.check.compare import assert_close
+from harness.check.case import run_case
 from harness.gen.inputs import random_tensor
 
 

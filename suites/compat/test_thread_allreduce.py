@@ -11,7 +11,8 @@ import core
 import core.language as T
 from core.language.errors import KernelDefinitionError
 from core.target import DTYPES
-from harness.diff import assert_close, run_case
+from harness.check.compare import assert_close
+from harness.check.case import run_case
 from harness.gen.inputs import random_tensor
 from harness.gen.strategies import FLOATS
 from suites.core.test_gemm import assert_every_barrier_necessary

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.diff import assert_close  # noqa: F401 - re-exported for the tests
+from harness.check.compare import assert_close  # noqa: F401 - re-exported for the tests
 
 
 @pytest.fixture(autouse=True)

@@ -9,8 +9,8 @@ import core
 import core.language as T
 from core.errors import LoweringError
 from core.transform import pipeline
-from harness import barriers
-from harness.diff import assert_close
+from harness.check import barriers
+from harness.check.compare import assert_close
 from harness.gen.inputs import random_tensor
 
 

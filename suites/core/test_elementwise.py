@@ -6,7 +6,7 @@ import torch
 
 import core
 import core.language as T
-from harness.diff import assert_close
+from harness.check.compare import assert_close
 from harness.gen import elementwise as elementwise_family
 from harness.gen.inputs import random_tensor
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import core
-from harness.diff import assert_close
+from harness.check.compare import assert_close
 from harness.gen import gdn
 from harness.gen.inputs import random_tensor
 from oracles import gdn as oracle

@@ -16,8 +16,8 @@ import core.language as T
 from core.ir import matrix, ops
 from core.ir.footprint import Footprint, LoopRange, may_race
 from core.language.errors import KernelDefinitionError, LoweringError
-from harness.barriers import check_barriers
-from harness.diff import assert_close
+from harness.check.barriers import check_barriers
+from harness.check.compare import assert_close
 from harness.gen import gemm as gemm_family
 from harness.gen.inputs import random_tensor
 from harness.gen.strategies import FLOATS
@@ -279,7 +279,7 @@ def test_chunked_epilogue_when_the_stage_does_not_fit(run_family):
 
 def assert_every_barrier_necessary(func, out_idx, args):
     """Each barrier the planner placed, deleted in turn, lets the race checker find a race
-    (harness/barriers.py); none is missing. Returns the number of barriers."""
+    (harness/check/barriers.py); none is missing. Returns the number of barriers."""
     report = check_barriers(core.compile(func, out_idx=out_idx), args)
     assert report.ok, report.summary()
     return len(report.barriers)

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from harness.case import run_case
+from harness.check.case import run_case
 from harness.gen import family
 
 # scalar or vector: bfloat(float(x)), bfloat2(float2(v))

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import core
-from harness.diff import assert_close
+from harness.check.compare import assert_close
 from harness.gen import moe
 from oracles import moe as oracle
 

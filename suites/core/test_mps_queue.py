@@ -11,7 +11,7 @@ import torch
 import core
 import core.language as T
 from core.runtime import backends, mps
-from harness.diff import assert_close
+from harness.check.compare import assert_close
 
 pytestmark = pytest.mark.mps
 

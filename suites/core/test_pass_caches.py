@@ -12,8 +12,8 @@ import core
 import core.language as T
 from core.ir.footprint import Footprint, LoopRange, may_race
 from core.ir.stmt import collect, free_vars, map_nodes, substitute, visit_nodes
-from harness import barriers
-from harness.diff import assert_close
+from harness.check import barriers
+from harness.check.compare import assert_close
 from harness.gen.inputs import random_tensor
 
 

@@ -16,8 +16,8 @@ import tvm
 import core
 import core.language as T
 from core.codegen import msl
-from harness.case import run_case
-from harness.diff import assert_close
+from harness.check.case import run_case
+from harness.check.compare import assert_close
 
 N = 256
 

@@ -18,8 +18,8 @@ from core.codegen import msl
 from core.errors import MetaltileError
 from core.ir import ops
 from core.language.errors import KernelDefinitionError, LoweringError
-from harness.barriers import check_barriers
-from harness.diff import assert_close
+from harness.check.barriers import check_barriers
+from harness.check.compare import assert_close
 from harness.gen import reduce as reduce_family
 from harness.gen import rmsnorm as rmsnorm_family
 from harness.gen import softmax as softmax_family

@@ -18,7 +18,7 @@ import tvm_ffi
 import core
 import core.language as T
 from core.language import script_cache
-from harness.diff import assert_close
+from harness.check.compare import assert_close
 from harness import benchcases
 from harness.gen import moe
 from tvm.script.parser.core import doc, utils

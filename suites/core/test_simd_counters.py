@@ -9,7 +9,7 @@ import re
 import pytest
 
 import core
-from harness.diff import assert_close
+from harness.check.compare import assert_close
 from oracles import norm
 from oracles.reduce import KINDS, op_class
 from oracles.reduce import reduce as reduce_oracle

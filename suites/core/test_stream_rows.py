@@ -12,8 +12,8 @@ import torch
 import core
 import core.language as T
 from core.target import METAL
-from harness.barriers import check_barriers
-from harness.diff import assert_close
+from harness.check.barriers import check_barriers
+from harness.check.compare import assert_close
 from harness.gen.inputs import random_tensor
 from oracles import norm
 from oracles.reduce import reduce as reduce_oracle

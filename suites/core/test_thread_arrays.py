@@ -15,8 +15,9 @@ import torch
 
 import core
 import core.language as T
-from harness.barriers import check_barriers
-from harness.diff import assert_close, run_case
+from harness.check.barriers import check_barriers
+from harness.check.compare import assert_close
+from harness.check.case import run_case
 from harness.gen.inputs import random_tensor
 from harness.gen.strategies import FLOATS
 from harness.roofline import local_array_bytes

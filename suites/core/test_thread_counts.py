@@ -18,8 +18,9 @@ import core
 import core.language as T
 from core.errors import MetaltileError
 from core.language.errors import LoweringError
-from harness.barriers import check_barriers
-from harness.diff import assert_close, run_case
+from harness.check.barriers import check_barriers
+from harness.check.compare import assert_close
+from harness.check.case import run_case
 from harness.gen.strategies import HALVES
 from oracles import norm
 from suites.core.test_gemm import matmul

@@ -7,8 +7,8 @@ import pytest
 
 import core
 import core.language as T
-from harness.case import run_case
-from harness.diff import assert_close
+from harness.check.case import run_case
+from harness.check.compare import assert_close
 from harness.gen import family
 from harness.gen.family import Built, Family
 from harness.gen.inputs import random_tensor

@@ -15,8 +15,8 @@ import torch
 
 import core
 import core.language as T
-from harness.barriers import check_barriers, check_case, observable
-from harness.diff import assert_close
+from harness.check.barriers import check_barriers, check_case, observable
+from harness.check.compare import assert_close
 from harness.gen import family as families
 from harness.gen.inputs import random_tensor
 from harness.gen.strategies import FLOATS
@@ -263,7 +263,7 @@ kernel void k(device const float* A [[buffer(0)]], device float* B [[buffer(1)]]
 
 
 def test_barrier_checks_keep_vector_accessed_arrays_observable():
-    # harness/barriers.py makes threadgroup arrays volatile so the emulator's optimizer
+    # harness/check/barriers.py makes threadgroup arrays volatile so the emulator's optimizer
     # cannot hide a racing access; an array behind a pointer to words is qualified with its
     # vector casts, unless its address is taken (a simdgroup matrix load)
     msl = core.compile(staged(64, 64, 16, 32, "float16"), out_idx=[1]).msl

@@ -8,7 +8,7 @@ import core
 import core.language as T
 from core.errors import LaunchError, MetaltileError
 from core.language.errors import KernelDefinitionError
-from harness.diff import assert_close
+from harness.check.compare import assert_close
 from harness.gen.inputs import random_tensor
 
 

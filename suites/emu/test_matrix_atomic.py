@@ -7,7 +7,7 @@ import torch
 
 from core.errors import MSLCompileError
 from emucase import clean, line_of, run
-from harness.diff import assert_close
+from harness.check.compare import assert_close
 from harness.gen.inputs import random_tensor
 
 GEMM = r"""

@@ -5,7 +5,7 @@ import pytest
 
 from core.errors import LaunchError, MSLCompileError
 from emucase import clean, run
-from harness.diff import assert_close
+from harness.check.compare import assert_close
 
 POSITIONS = r"""
 struct Out { uint v[32]; };

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from emucase import clean, line_of, run
-from harness.diff import assert_close
+from harness.check.compare import assert_close
 
 SHUFFLES = r"""
 kernel void shuffles(device const int* x [[buffer(0)]], device int* out [[buffer(1)]],

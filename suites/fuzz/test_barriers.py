@@ -1,4 +1,4 @@
-"""harness/barriers.py: barrier necessity (docs/architecture.md, "The harness") on real compiled kernels."""
+"""harness/check/barriers.py: barrier necessity (docs/architecture.md, "The harness") on real compiled kernels."""
 
 import dataclasses
 
@@ -10,7 +10,7 @@ import core.language as T
 from core.jit import Kernel
 from core.runtime import emu
 from harness.gen.inputs import random_tensor
-from harness import barriers
+from harness.check import barriers
 
 BARRIER = "threadgroup_barrier(mem_flags::mem_threadgroup);"
 

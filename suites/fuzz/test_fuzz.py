@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import fuzz, regressions
+from harness import fuzz
+from harness.check import regressions
+from harness.check.case import CASE_TIMEOUT, WORKER_CRASH
 from harness.cli import main
 from harness.gen import family
 
@@ -102,14 +104,14 @@ def test_dead_and_hung_workers_are_failures_and_the_run_goes_on(tmp_path, test_f
                                 families=("crashy",), case_timeout=3,
                                 imports=(test_families.__name__,)))
     by_signature = {f.signature: f for f in summary.failures}
-    assert set(by_signature) == {regressions.WORKER_CRASH, regressions.CASE_TIMEOUT}, \
+    assert set(by_signature) == {WORKER_CRASH, CASE_TIMEOUT}, \
         _describe(summary)
-    assert by_signature[regressions.WORKER_CRASH].params == {"n": 3}
-    assert by_signature[regressions.CASE_TIMEOUT].params == {"n": 4}
+    assert by_signature[WORKER_CRASH].params == {"n": 3}
+    assert by_signature[CASE_TIMEOUT].params == {"n": 4}
     assert summary.worker_restarts >= 2 and not summary.errors
     assert summary.families["crashy"].cases > summary.families["crashy"].failing_cases
-    crash = regressions.load(by_signature[regressions.WORKER_CRASH].path)
-    hang = regressions.load(by_signature[regressions.CASE_TIMEOUT].path)
+    crash = regressions.load(by_signature[WORKER_CRASH].path)
+    hang = regressions.load(by_signature[CASE_TIMEOUT].path)
     assert crash.status == "crash" and crash.imports == [test_families.__name__]
     assert hang.status == "timeout" and hang.timeout_seconds == 3
     with ThreadPoolExecutor(2) as pool:  # each replay runs in a child process of its own

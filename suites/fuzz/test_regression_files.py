@@ -1,4 +1,4 @@
-"""Regression case files (harness/regressions.py) and the suite that replays them
+"""Regression case files (harness/check/regressions.py) and the suite that replays them
 (suites/regressions/test_regressions.py), on files written into tmp_path.
 
 The failing case is real: the staged transpose of fuzzfamilies.py compiled with the
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import regressions
-from harness.case import failure_signature, run_case
-from harness.regressions import RegressionCase
+from harness.check import regressions
+from harness.check.case import failure_signature, run_case
+from harness.check.regressions import RegressionCase
 
 SUITE = Path(__file__).resolve().parents[1] / "regressions" / "test_regressions.py"
 PARAMS = {"n": 8, "threads": 32, "dtype": "float32"}

@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 
 import core.language as T
-from harness.diff import run_case
+from harness.check.case import run_case
 from harness.gen import family as families
 from harness.gen.family import Family
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import core
-from harness.diff import run_case
+from harness.check.case import run_case
 from harness.gen import family as families
 
 NAMES = [f.name for f in families.families()]

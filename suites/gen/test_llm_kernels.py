@@ -9,9 +9,9 @@ import pytest
 
 import core
 from core.target import METAL
-from harness import barriers
+from harness.check import barriers
 from harness.benchcases import CASES
-from harness.diff import run_case
+from harness.check.case import run_case
 from harness.gen import family as families
 from harness.roofline import local_array_bytes
 

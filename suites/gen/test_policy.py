@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from harness.diff import assert_close
+from harness.check.compare import assert_close
 from harness.gen.strategies import HALVES
 from oracles.tolerance import OP_CLASSES, POLICY, tolerance_for
 

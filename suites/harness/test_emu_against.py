@@ -8,7 +8,7 @@ import torch
 
 from core.runtime import emu
 from harness import emu_against
-from harness.diff import assert_close
+from harness.check.compare import assert_close
 from harness.gen import family as families
 
 

@@ -19,12 +19,12 @@ def _loaded_after(module: str) -> set:
 
 
 def test_regressions_do_not_import_the_fuzzer():
-    loaded = _loaded_after("harness.regressions")
+    loaded = _loaded_after("harness.check.regressions")
     assert "harness.fuzz" not in loaded and "harness.fuzzworker" not in loaded
 
 
-@pytest.mark.parametrize("module", ["harness.case", "harness.regressions", "harness.benchcases",
-                                    "harness.workers"])
+@pytest.mark.parametrize("module", ["harness.check.case", "harness.check.regressions", "harness.benchcases",
+                                    "harness.check.workers"])
 def test_descriptions_import_no_torch_or_compiler(module):
     heavy = {"torch", "tvm", "core.jit"} & _loaded_after(module)
     assert not heavy, sorted(heavy)

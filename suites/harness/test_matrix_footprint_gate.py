@@ -11,7 +11,7 @@ between them the emulator reports the race. The unperturbed planner passes the s
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from harness.diff import run_case
+from harness.check.case import run_case
 from harness.gen import gemm
 from perturbations import matrix_store_as_one_element
 

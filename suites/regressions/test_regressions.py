@@ -1,4 +1,4 @@
-"""Every regression case in this folder, replayed (harness/regressions.py).
+"""Every regression case in this folder, replayed (harness/check/regressions.py).
 
 A case file is written by `harness fuzz` with "state": "open": the bug is not fixed, so
 the case is an xfail(strict=True) that must still fail with its recorded signature
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import regressions
+from harness.check import regressions
 
 
 def _directory() -> Path:

@@ -1,5 +1,5 @@
 """Helpers for MSL written by other compilers and other people: run with every check,
-compare through the project's tolerance policy (harness.diff.assert_close)."""
+compare through the project's tolerance policy (harness.check.compare.assert_close)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from core.runtime import emu
-from harness.diff import assert_close
+from harness.check.compare import assert_close
 
 
 def run_clean(source: str, kernel: str, grid, threadgroup, buffers, **kw) -> emu.EmuResult:

@@ -4,12 +4,12 @@
     result = run_case(..., barriers=True)                   # and every barrier is needed
     result.status, result.signature, result.message
 
-Suites, fuzzing (harness/fuzz.py), the regression replay (harness/regressions.py) and the
+Suites, fuzzing (harness/fuzz.py), the regression replay (harness/check/regressions.py) and the
 benchmark (harness/bench.py) all run cases through `run_case`: build the family's kernel,
 run it on a backend with every emulator check (races, uninitialized reads, bounds,
 divergent barriers), compare each output with the family's PyTorch oracle through the one
-comparison helper (`harness.diff.assert_close`, tolerance policy of oracles/tolerance.py),
-and, with `barriers`, the barrier-necessity check of harness/barriers.py.
+comparison helper (`harness.check.compare.assert_close`, tolerance policy of oracles/tolerance.py),
+and, with `barriers`, the barrier-necessity check of harness/check/barriers.py.
 
 One status vocabulary (`STATUSES`), for every caller:
 
@@ -39,7 +39,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Failures of the barrier check (harness/barriers.py), beyond a plain run's statuses.
+# Failures of the barrier check (harness/check/barriers.py), beyond a plain run's statuses.
 BARRIER_STATUSES = ("redundant_barrier", "unreached_barrier")
 # Failures of the process running a case, seen by its parent (fuzzing, isolated replay).
 WORKER_CRASH, CASE_TIMEOUT = "crash:worker", "timeout:case"
@@ -104,7 +104,7 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
     from core.errors import (KernelCrashError, KernelDefinitionError, KernelTimeoutError,
                              LaunchError, LoweringError, MetaltileError, MSLCompileError)
     from core.runtime.backends import to_device, to_host
-    from harness.diff import assert_outputs_close
+    from harness.check.compare import assert_outputs_close
     from harness.gen import family as families
 
     if barriers:
@@ -180,7 +180,7 @@ def _failed(result, status, err, t0, run=False, trace=False):
 def _check_barriers(result: CaseResult, disable) -> CaseResult:
     """A barrier no race needs turns a passing result into "redundant_barrier", or
     "unreached_barrier" when all such barriers sit in code no thread runs."""
-    from harness import barriers as barrier_check
+    from harness.check import barriers as barrier_check
 
     if not barrier_check.barrier_lines(result.msl):
         return result

@@ -12,10 +12,10 @@ case and to tell whether it still fails the same way:
     msl, dsl                           the generated MSL and the kernel's TVMScript
     revision, date, found_by           where and when it was found
 
-"The same failure" is `harness.case.failure_signature`. `replay` runs a case the way
-fuzzing ran it: `harness.case.run_case`, with the barrier check for a redundant- or
+"The same failure" is `harness.check.case.failure_signature`. `replay` runs a case the way
+fuzzing ran it: `harness.check.case.run_case`, with the barrier check for a redundant- or
 unreached-barrier case; a crash or hang of the harness process itself (a compiler that
-dies, a case past its timeout) is replayed in a child process (harness/workers.py). This
+dies, a case past its timeout) is replayed in a child process (harness/check/workers.py). This
 module does not import the fuzzer.
 """
 
@@ -29,12 +29,12 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-# The one way to run a case and its failure kinds (harness/case.py imports no torch at
-# module level); re-exported here for existing callers.
-from harness.case import (BARRIER_STATUSES, CASE_TIMEOUT, WORKER_CRASH,  # noqa: F401
-                          CaseResult, failure_signature, run_case)
+# The one way to run a case and its failure kinds (harness/check/case.py imports no torch at
+# module level).
+from harness.check.case import (BARRIER_STATUSES, CASE_TIMEOUT, WORKER_CRASH,
+                                run_case)
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DIR = REPO / "suites" / "regressions"
 STATES = ("open", "fixed")
 ISOLATED_SIGNATURES = (WORKER_CRASH, CASE_TIMEOUT)
@@ -200,7 +200,7 @@ def expect(case: RegressionCase) -> None:
 def _replay_isolated(case: RegressionCase) -> Replay:
     """Replay in a child process: a dying or hanging child is the recorded failure. The
     case timeout counts from when the child has imported everything and starts the case."""
-    from harness import workers
+    from harness.check import workers
 
     outcome = workers.run_in_child(_replay_child, case.to_json(),
                                    startup_seconds=STARTUP_SECONDS,
@@ -217,7 +217,7 @@ def _replay_isolated(case: RegressionCase) -> Replay:
 def _replay_child(text: str, send) -> None:
     data = json.loads(text)
     import_families(data["imports"])
-    import harness.diff  # noqa: F401 - torch and the compiler, imported before the clock starts
+    import harness.check.compare  # noqa: F401 - torch and the compiler, imported before the clock starts
 
     send.send("started")
     result = run_case(data["family"], data["params"], seed=data["seed"],

@@ -1,7 +1,7 @@
 """Worker processes of the harness: where they come from, how a case runs in one, how they end.
 
 Fuzzing (harness/fuzz.py) keeps a pool of long-lived workers; the regression replay
-(harness/regressions.py) runs a case that crashed or hung its process in a child of its own.
+(harness/check/regressions.py) runs a case that crashed or hung its process in a child of its own.
 Both get their processes here, so the start method and the way a worker's process group is
 killed are decided once:
 
@@ -25,8 +25,8 @@ import sys
 # Modules a fork server imports once (only those that import cleanly or raise ImportError,
 # which the server skips): a family module with a bug must fail in the worker, with its
 # traceback, not here.
-PRELOAD = ["harness.regressions", "harness.case", "harness.diff", "harness.barriers",
-           "hypothesis", "core.jit", "core.language"]
+PRELOAD = ["harness.check.regressions", "harness.check.case", "harness.check.compare",
+           "harness.check.barriers", "hypothesis", "core.jit", "core.language"]
 
 
 def worker_context():

@@ -7,8 +7,8 @@ of the computation (exact, elementwise, transcendental, accumulation; a family's
 failure report is useful without a debugger. `assert_outputs_close(outputs, expected,
 built)` applies it to every output of a family case with that case's policy.
 
-`run_case` (harness/case.py, re-exported here) is the one way the harness runs a
-generated kernel with every check; it compares through `assert_close`.
+`run_case` (harness/check/case.py) is the one way the harness runs a generated kernel
+with every check; it compares through `assert_close`.
 """
 
 from __future__ import annotations
@@ -61,7 +61,3 @@ def assert_outputs_close(outputs, expected, built, what: str = ""):
                      what=f"{what}output {i}:", op_class=built.op_class)
     if len(outputs) != len(expected):
         raise AssertionError(f"{what}{len(outputs)} outputs, oracle gives {len(expected)}")
-
-
-# The one way to run a case lives in harness/case.py; these names stay importable from here.
-from harness.case import STATUSES, CaseResult, run_case  # noqa: E402,F401
