@@ -11,7 +11,8 @@ divergent barriers), compare each output with the family's PyTorch oracle throug
 comparison helper (`harness.check.compare.assert_close`, tolerance policy of oracles/tolerance.py),
 and, with `barriers`, the barrier-necessity check of harness/check/barriers.py.
 
-One status vocabulary (`STATUSES`), for every caller:
+One status vocabulary (`Status`, a `str` enum: `Status.PASS == "pass"`, and the value is what
+result and regression files hold), for every caller:
 
     pass, skip                         nothing wrong (skip: the family cannot run here)
     mismatch                           numbers outside the tolerance (findings may come too)
@@ -33,19 +34,46 @@ belong to the process that runs a case, not to the case: a worker that died
 
 from __future__ import annotations
 
+import enum
 import re
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+
+class Status(str, enum.Enum):
+    """How one case ended. A `str`, so a status compares equal to its value and is written to
+    JSON as it (result files and regression cases keep their plain strings)."""
+    PASS = "pass"
+    SKIP = "skip"
+    MISMATCH = "mismatch"
+    FINDING = "finding"
+    REDUNDANT_BARRIER = "redundant_barrier"
+    UNREACHED_BARRIER = "unreached_barrier"
+    REJECTED = "rejected"
+    COMPILE_ERROR = "compile_error"
+    LAUNCH_ERROR = "launch_error"
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+    INTERNAL_ERROR = "internal_error"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @property
+    def ok(self) -> bool:
+        """Nothing wrong: passed, or the family cannot run here."""
+        return self in (Status.PASS, Status.SKIP)
+
+
 # Failures of the barrier check (harness/check/barriers.py), beyond a plain run's statuses.
-BARRIER_STATUSES = ("redundant_barrier", "unreached_barrier")
+BARRIER_STATUSES = (Status.REDUNDANT_BARRIER, Status.UNREACHED_BARRIER)
 # Failures of the process running a case, seen by its parent (fuzzing, isolated replay).
 WORKER_CRASH, CASE_TIMEOUT = "crash:worker", "timeout:case"
-
-STATUSES = ("pass", "mismatch", "finding", *BARRIER_STATUSES, "rejected", "compile_error",
-            "launch_error", "crash", "timeout", "internal_error", "skip")
 
 
 @dataclass
@@ -54,7 +82,7 @@ class CaseResult:
     family: str
     params: dict
     seed: int
-    status: str
+    status: Status
     message: str = ""
     findings: list = field(default_factory=list)   # emulator Finding objects
     stats: list = field(default_factory=list)      # per-launch emulator counters
@@ -64,7 +92,7 @@ class CaseResult:
 
     @property
     def ok(self) -> bool:
-        return self.status in ("pass", "skip")
+        return Status(self.status).ok
 
     @property
     def signature(self) -> str | None:
@@ -110,11 +138,11 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
     if barriers:
         result = run_case(family, params, seed=seed, backend=backend, schedule=schedule,
                           checks=checks, disable=disable, replace=replace, cache=cache)
-        return _check_barriers(result, disable) if result.status == "pass" else result
+        return _check_barriers(result, disable) if result.status == Status.PASS else result
     fam = families.get(family)
-    result = CaseResult(family, dict(params), seed, "pass")
+    result = CaseResult(family, dict(params), seed, Status.PASS)
     if fam.skip_reason:
-        result.status, result.message = "skip", fam.skip_reason
+        result.status, result.message = Status.SKIP, fam.skip_reason
         return result
     t0 = time.perf_counter()
     try:
@@ -123,11 +151,11 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
                               replace=replace, cache=cache)
         result.msl = kernel.msl
     except (KernelDefinitionError, LoweringError) as err:
-        return _failed(result, "rejected", err, t0)
+        return _failed(result, Status.REJECTED, err, t0)
     except MetaltileError as err:
-        return _failed(result, "compile_error", err, t0)
+        return _failed(result, Status.COMPILE_ERROR, err, t0)
     except Exception as err:  # noqa: BLE001 - a pass crashing is a finding, not our crash
-        return _failed(result, "internal_error", err, t0, trace=True)
+        return _failed(result, Status.INTERNAL_ERROR, err, t0, trace=True)
     result.compile_seconds = time.perf_counter() - t0
     t1 = time.perf_counter()
     try:
@@ -136,15 +164,15 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
                       checks=checks, schedule=schedule, seed=seed)
         outs = to_host(outs, backend)
     except MSLCompileError as err:
-        return _failed(result, "compile_error", err, t1, run=True)
+        return _failed(result, Status.COMPILE_ERROR, err, t1, run=True)
     except KernelTimeoutError as err:
-        return _failed(result, "timeout", err, t1, run=True)
+        return _failed(result, Status.TIMEOUT, err, t1, run=True)
     except KernelCrashError as err:
-        return _failed(result, "crash", err, t1, run=True)
+        return _failed(result, Status.CRASH, err, t1, run=True)
     except LaunchError as err:
-        return _failed(result, "launch_error", err, t1, run=True)
+        return _failed(result, Status.LAUNCH_ERROR, err, t1, run=True)
     except Exception as err:  # noqa: BLE001
-        return _failed(result, "internal_error", err, t1, run=True, trace=True)
+        return _failed(result, Status.INTERNAL_ERROR, err, t1, run=True, trace=True)
     result.run_seconds = time.perf_counter() - t1
     record = kernel.last_run
     result.findings = list(record.findings) if record else []
@@ -154,13 +182,13 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
     try:
         assert_outputs_close(outs, expected, built)
     except AssertionError as err:
-        result.status, result.message = "mismatch", str(err)
+        result.status, result.message = Status.MISMATCH, str(err)
     if result.findings:  # a race is a failure even when the numbers match
         kinds = sorted({f.kind for f in result.findings})
         note = f"{len(result.findings)} finding(s) ({', '.join(kinds)}); first: " \
                f"{result.findings[0]}"
         result.message = f"{note}\n{result.message}" if result.message else note
-        result.status = "finding" if result.status == "pass" else result.status
+        result.status = Status.FINDING if result.status == Status.PASS else result.status
     return result
 
 
@@ -188,14 +216,14 @@ def _check_barriers(result: CaseResult, disable) -> CaseResult:
         report = barrier_check.check_case(result.family, result.params, seed=result.seed,
                                           disable=tuple(disable), baseline=False)
     except Exception as err:  # noqa: BLE001 - a broken check is a finding, not a crash
-        result.status = "internal_error"
+        result.status = Status.INTERNAL_ERROR
         result.message = f"{type(err).__name__}: {err} (in the barrier check)\n" + \
             "".join(traceback.format_exception(err)[-6:])
     else:  # a barrier that runs for nothing, else one in code that never runs
         if len(report.redundant) > len(report.unreached):
-            result.status, result.message = "redundant_barrier", report.summary()
+            result.status, result.message = Status.REDUNDANT_BARRIER, report.summary()
         elif report.unreached:
-            result.status, result.message = "unreached_barrier", report.summary()
+            result.status, result.message = Status.UNREACHED_BARRIER, report.summary()
     return result
 
 
@@ -211,12 +239,12 @@ _QUOTED = re.compile(r"'[^']*'")
 def failure_signature(status: str, message: str = "", findings=()) -> str | None:
     """The kind of a failure (None for pass/skip): what must stay the same while a case
     shrinks and when a regression is replayed."""
-    if status in ("pass", "skip"):
+    if status in (Status.PASS, Status.SKIP):
         return None
     kinds = ",".join(sorted({f.kind for f in findings}))
-    if status == "mismatch":  # wrong numbers, and what the checker saw with them
+    if status == Status.MISMATCH:  # wrong numbers, and what the checker saw with them
         return f"mismatch+finding:{kinds}" if kinds else "mismatch"
-    if status == "finding":
+    if status == Status.FINDING:
         return f"finding:{kinds or 'unknown'}"
     if status in BARRIER_STATUSES:
         return status
@@ -224,11 +252,11 @@ def failure_signature(status: str, message: str = "", findings=()) -> str | None
         return status
     first = message.splitlines()[0] if message else ""
     error = first.split(":", 1)[0].strip() or "error"
-    if status == "internal_error":
+    if status == Status.INTERNAL_ERROR:
         frames = _FRAME.findall(message)
         where = f"@{Path(frames[-1][0]).name}:{frames[-1][1]}" if frames else ""
         return f"{status}:{error}{where}"
-    if status in ("rejected", "compile_error"):
+    if status in (Status.REJECTED, Status.COMPILE_ERROR):
         reason = _WHERE.sub("", first.split(":", 1)[1] if ":" in first else "")
         reason = _NUMBERS.sub("#", _QUOTED.sub("'*'", reason)).strip()[:100]
         return f"{status}:{error}: {reason}" if reason else f"{status}:{error}"

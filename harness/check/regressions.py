@@ -31,8 +31,7 @@ from pathlib import Path
 
 # The one way to run a case and its failure kinds (harness/check/case.py imports no torch at
 # module level).
-from harness.check.case import (BARRIER_STATUSES, CASE_TIMEOUT, WORKER_CRASH,
-                                run_case)
+from harness.check.case import BARRIER_STATUSES, CASE_TIMEOUT, WORKER_CRASH, Status, run_case
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DIR = REPO / "suites" / "regressions"
@@ -50,7 +49,7 @@ class RegressionCase:
     schedule: str = "forward"
     disable: list = field(default_factory=list)
     imports: list = field(default_factory=list)   # modules registering the family (tests)
-    status: str = ""
+    status: Status | str = ""   # how it failed (load() accepts only a Status value)
     signature: str = ""
     state: str = "open"
     message: str = ""
@@ -90,6 +89,11 @@ def load(path) -> RegressionCase:
     if unknown or missing:
         raise ValueError(f"{path}: not a regression case (unknown fields {sorted(unknown)}, "
                          f"missing {sorted(missing)})")
+    try:
+        data["status"] = Status(data["status"])
+    except ValueError:
+        raise ValueError(f"{path}: status must be one of {[s.value for s in Status]}, got "
+                         f"{data['status']!r}") from None
     case = RegressionCase(**data, path=path)
     if case.state not in STATES:
         raise ValueError(f"{path}: state must be one of {STATES}, got {case.state!r}")
@@ -153,7 +157,7 @@ def import_families(modules) -> None:
 
 @dataclass
 class Replay:
-    status: str
+    status: Status
     signature: str | None
     message: str = ""
 
@@ -188,11 +192,11 @@ def expect(case: RegressionCase) -> None:
     if case.state == "open":
         if outcome.same_failure(case):
             raise StillFailing(f"{name} still fails: {outcome.signature}: {first}")
-        if outcome.status == "pass":
+        if outcome.status == Status.PASS:
             return
         raise AssertionError(f"{name}: the open case fails differently now: recorded "
                              f"{case.signature}, got {outcome.signature}: {outcome.message}")
-    if outcome.status != "pass":
+    if outcome.status != Status.PASS:
         raise AssertionError(f"{name}: the fixed case fails again ({outcome.signature}): "
                              f"{outcome.message}")
 
@@ -206,10 +210,10 @@ def _replay_isolated(case: RegressionCase) -> Replay:
                                    startup_seconds=STARTUP_SECONDS,
                                    timeout_seconds=case.timeout_seconds)
     if outcome[0] == "timeout":
-        return Replay("timeout", CASE_TIMEOUT,
+        return Replay(Status.TIMEOUT, CASE_TIMEOUT,
                       f"the replay did not {outcome[1]} within {outcome[2]:g} s")
     if outcome[0] == "died":
-        return Replay("crash", WORKER_CRASH, f"the replay process died (exit code "
+        return Replay(Status.CRASH, WORKER_CRASH, f"the replay process died (exit code "
                       f"{outcome[1]})")
     return Replay(*outcome[1])
 

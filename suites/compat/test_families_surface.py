@@ -9,7 +9,7 @@ import pytest
 
 import core
 from harness.check.barriers import check_barriers
-from harness.check.case import run_case
+from harness.check.case import Status, run_case
 from harness.gen.family import REGISTRY
 
 REDUCE = {"M": 13, "N": 24, "keepdim": False, "dst": "fragment", "block": 4, "threads": 64,
@@ -23,7 +23,7 @@ def test_reduce_family_split_k_atomics(kind, dim, splits, clear, dtype):
     p = {**REDUCE, "kind": kind, "dim": dim, "splits": splits, "clear": clear,
          "dtype": dtype, "out_dtype": dtype}
     res = run_case("reduce", p)
-    assert res.status == "pass", res.message
+    assert res.status == Status.PASS, res.message
     assert "atomic_fetch_" in res.msl or "tl_atomic_" in res.msl
 
 
@@ -37,7 +37,7 @@ GEMM = {"M": 48, "N": 40, "K": 40, "bM": 32, "bN": 32, "bK": 16, "threads": 128,
 def test_gemm_family_shared_accumulator(epilogue, init, pad):
     p = {**GEMM, "epilogue": epilogue, "init": init, "pad": pad, "window": [1, 9, 20, 7]}
     res = run_case("gemm", p)
-    assert res.status == "pass", res.message
+    assert res.status == Status.PASS, res.message
     assert "simdgroup_store(C_local_mat" in res.msl
 
 
@@ -51,7 +51,7 @@ def test_gemm_family_c_in_device_memory(dtype, out_dtype, trans_B, a_operand, M,
          "a_operand": a_operand, "accum": "global", "init": "clear_accum",
          "epilogue": "none", "pad": 0}
     res = run_case("gemm", p)
-    assert res.status == "pass", res.message
+    assert res.status == Status.PASS, res.message
     # the family names C's tile C_local in every variant: here it is C's device tile
     assert "simdgroup_store(C_local_mat" in res.msl
     assert not re.search(r"threadgroup float\*? C_local\b", res.msl)  # no on-chip accumulator
@@ -68,7 +68,7 @@ def test_gemv_family_thread_allreduce(M, N, K, bM, bN, threads, dtype):
     p = {"M": M, "N": N, "K": K, "bM": bM, "bN": bN, "bK": 64, "threads": threads,
          "dtype": dtype, "out_dtype": dtype, "form": "allreduce"}
     res = run_case("gemv", p)
-    assert res.status == "pass", res.message
+    assert res.status == Status.PASS, res.message
     assert "allreduce_buf" in res.msl or "simd_shuffle_xor" in res.msl
 
 

@@ -10,7 +10,7 @@ import core.language as T
 from core.language.errors import KernelDefinitionError
 from core.language.swizzle import block_order
 from harness.check.compare import assert_close
-from harness.check.case import run_case
+from harness.check.case import Status, run_case
 from harness.gen.inputs import random_tensor
 
 
@@ -96,7 +96,7 @@ def test_gemm_family_draws_swizzle(backend):
                   init="clear_accum", a_operand="shared", epilogue="none", swizzle=2,
                   swizzle_order="column")
     result = run_case("gemm", params, backend=backend)
-    assert result.status == "pass", result
+    assert result.status == Status.PASS, result
 
 
 @pytest.mark.parametrize("kwargs,message", [

@@ -12,7 +12,7 @@ import core.language as T
 from core.language.errors import KernelDefinitionError
 from core.target import DTYPES
 from harness.check.compare import assert_close
-from harness.check.case import run_case
+from harness.check.case import Status, run_case
 from harness.gen.inputs import random_tensor
 from harness.gen.strategies import FLOATS
 from suites.core.test_gemm import assert_every_barrier_necessary
@@ -200,7 +200,7 @@ def test_allreduces_in_a_loop_reuse_the_stage_safely():
     res = run_case("gemv", {"M": 6, "N": 5, "K": 130, "bM": 4, "bN": 1, "bK": 64,
                             "threads": 128, "dtype": "float32", "out_dtype": "float32",
                             "form": "allreduce"})
-    assert res.status == "pass", res.message
+    assert res.status == Status.PASS, res.message
     assert res.msl.count("threadgroup_barrier") >= 2
 
 

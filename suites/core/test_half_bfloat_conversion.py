@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from harness.check.case import run_case
+from harness.check.case import Status, run_case
 from harness.gen import family
 
 # scalar or vector: bfloat(float(x)), bfloat2(float2(v))
@@ -23,7 +23,7 @@ def test_conversion_between_half_and_bfloat_goes_through_float(src, dst, form, v
               "threads": 64}
     assert family.get("cast").build(dict(params))     # the family builds these params
     result = run_case("cast", params, seed=3)
-    assert result.status == "pass", result.message
+    assert result.status == Status.PASS, result.message
     direct = r"bfloat\d?\(\(?[^()]*half" if dst == "bfloat16" else r"half\d?\(\(?[^()]*bfloat"
     assert re.search(form, result.msl), result.msl
     assert not re.search(direct, result.msl), result.msl

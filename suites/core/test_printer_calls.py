@@ -16,7 +16,7 @@ import tvm
 import core
 import core.language as T
 from core.codegen import msl
-from harness.check.case import run_case
+from harness.check.case import Status, run_case
 from harness.check.compare import assert_close
 
 N = 256
@@ -146,7 +146,7 @@ def test_lowered_call_runs(op, backend):
     family, params, form = FAMILY_CALLS[op]
     result = run_case(family, params, seed=5, backend=backend)
     assert form in result.msl, result.msl
-    assert result.status == "pass", f"{op} ({family}): {result.status}\n{result.message}"
+    assert result.status == Status.PASS, f"{op} ({family}): {result.status}\n{result.message}"
 
 
 def test_sigmoid_form_is_exact_at_zero(run):

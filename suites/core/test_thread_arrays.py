@@ -17,7 +17,7 @@ import core
 import core.language as T
 from harness.check.barriers import check_barriers
 from harness.check.compare import assert_close
-from harness.check.case import run_case
+from harness.check.case import Status, run_case
 from harness.gen.inputs import random_tensor
 from harness.gen.strategies import FLOATS
 from harness.roofline import local_array_bytes
@@ -127,7 +127,7 @@ def test_inputs_overwritten_before_the_reduction_stay_materialized(run):
 def test_families_with_folded_squares(family, params, backend):
     # the harness's own path: oracle, every emulator check, barrier necessity
     result = run_case(family, params, backend=backend, barriers=True)
-    assert result.status == "pass", f"{family} {params}: {result.status}\n{result.message}"
+    assert result.status == Status.PASS, f"{family} {params}: {result.status}\n{result.message}"
     assert "sq" not in _arrays(result.msl)
 
 

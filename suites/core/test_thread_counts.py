@@ -20,7 +20,7 @@ from core.errors import MetaltileError
 from core.language.errors import LoweringError
 from harness.check.barriers import check_barriers
 from harness.check.compare import assert_close
-from harness.check.case import run_case
+from harness.check.case import Status, run_case
 from harness.gen.strategies import HALVES
 from oracles import norm
 from suites.core.test_gemm import matmul
@@ -236,7 +236,7 @@ def test_every_barrier_is_necessary(build, args, run):
 def test_families_at_whole_simdgroup_counts(family, params, backend):
     # the harness's own path (build, run with every check, compare, barrier necessity)
     result = run_case(family, params, backend=backend, barriers=True)
-    assert result.status == "pass", f"{family} {params}: {result.status}\n{result.message}"
+    assert result.status == Status.PASS, f"{family} {params}: {result.status}\n{result.message}"
 
 
 # ---- copies and elementwise loops ---------------------------------------------------------

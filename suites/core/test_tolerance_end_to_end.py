@@ -7,7 +7,7 @@ import pytest
 
 import core
 import core.language as T
-from harness.check.case import run_case
+from harness.check.case import Status, run_case
 from harness.check.compare import assert_close
 from harness.gen import family
 from harness.gen.family import Built, Family
@@ -51,14 +51,14 @@ def test_the_policy_puts_1e_3_outside_and_1e_6_inside_float32():
 
 def test_run_case_rejects_a_float32_result_off_by_1e_3(off_family, backend):
     result = run_case(off_family, {"factor": 1.001}, seed=1, backend=backend)
-    assert result.status == "mismatch", result.message
+    assert result.status == Status.MISMATCH, result.message
     assert "outside atol=1e-05 rtol=1e-05 (float32, elementwise)" in result.message
     assert result.findings == []
 
 
 def test_run_case_accepts_a_float32_result_off_by_1e_6(off_family, backend):
     result = run_case(off_family, {"factor": 1.000001}, seed=1, backend=backend)
-    assert result.status == "pass", result.message
+    assert result.status == Status.PASS, result.message
 
 
 def test_run_fixture_and_assert_close_reject_1e_3(run):

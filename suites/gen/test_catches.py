@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 
 import core.language as T
-from harness.check.case import run_case
+from harness.check.case import Status, run_case
 from harness.gen import family as families
 from harness.gen.family import Family
 
@@ -57,9 +57,9 @@ def _register(monkeypatch, name, build, params=None, skip_reason=None):
 def test_missing_barriers_are_caught(name, params):
     if families.get(name).skip_reason:
         pytest.skip(families.get(name).skip_reason)
-    assert run_case(name, params).status == "pass"
+    assert run_case(name, params).status == Status.PASS
     broken = run_case(name, params, disable=("thread_sync",))
-    assert broken.status in ("finding", "mismatch"), broken.message
+    assert broken.status in (Status.FINDING, Status.MISMATCH), broken.message
     assert "threadgroup_barrier" not in broken.msl
 
 
@@ -82,7 +82,7 @@ def test_wrong_kernel_is_a_mismatch(monkeypatch):
     params = {"M": 9, "N": 20, "dtype": "float32", "out_dtype": "float32", "op": "add",
               "bM": 4, "bN": 16, "threads": 32}
     result = run_case("wrong_add", params)
-    assert result.status == "mismatch", result.message
+    assert result.status == Status.MISMATCH, result.message
     assert "outside atol" in result.message and result.findings == []
 
 
@@ -95,7 +95,7 @@ def test_wrong_oracle_dtype_is_a_mismatch(monkeypatch):
 
     _register(monkeypatch, "copy_wrong_dtype", build)
     result = run_case("copy_wrong_dtype", SMALL_COPY)
-    assert result.status == "mismatch", result.message
+    assert result.status == Status.MISMATCH, result.message
 
 
 def test_crashing_pass_is_an_internal_error():
@@ -103,7 +103,7 @@ def test_crashing_pass_is_an_internal_error():
         raise RuntimeError("a pass crashed")
 
     result = run_case("copy", SMALL_COPY, replace={"vectorize": boom})
-    assert result.status == "internal_error"
+    assert result.status == Status.INTERNAL_ERROR
     assert "a pass crashed" in result.message
 
 
@@ -113,7 +113,7 @@ def test_crashing_build_is_an_internal_error(monkeypatch):
 
     _register(monkeypatch, "broken_build", build)
     result = run_case("broken_build", {})
-    assert result.status == "internal_error" and "KeyError" in result.message
+    assert result.status == Status.INTERNAL_ERROR and "KeyError" in result.message
 
 
 def test_rejected_kernel_is_rejected(monkeypatch):
@@ -121,13 +121,13 @@ def test_rejected_kernel_is_rejected(monkeypatch):
     _register(monkeypatch, "too_many_threads",
               lambda p: real.build({**p, "threads": 2048}))
     result = run_case("too_many_threads", SMALL_COPY)
-    assert result.status == "rejected" and "2048" in result.message
+    assert result.status == Status.REJECTED and "2048" in result.message
 
 
 def test_skipped_family_is_skipped(monkeypatch):
     _register(monkeypatch, "not_yet", lambda p: None, skip_reason="T.magic is missing")
     result = run_case("not_yet", {})
-    assert result.status == "skip" and result.ok and result.message == "T.magic is missing"
+    assert result.status == Status.SKIP and result.ok and result.message == "T.magic is missing"
 
 
 @pytest.mark.parametrize("schedule", ["reverse", "random"])
@@ -137,4 +137,4 @@ def test_other_schedules_pass(name, params, schedule):
     if families.get(name).skip_reason:
         pytest.skip(families.get(name).skip_reason)
     result = run_case(name, params, schedule=schedule, seed=3)
-    assert result.status == "pass", result.message
+    assert result.status == Status.PASS, result.message

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import core
-from harness.check.case import run_case
+from harness.check.case import Status, run_case
 from harness.gen import family as families
 
 NAMES = [f.name for f in families.families()]
@@ -86,7 +86,7 @@ def test_generated_cases_pass(name, backend):
     @given(fam.params())
     def case(params):
         result = run_case(name, params, seed=0, backend=backend)
-        assert result.status == "pass", \
+        assert result.status == Status.PASS, \
             f"{name} {json.dumps(params)} on {backend}: {result.status}\n{result.message}"
 
     case()

@@ -11,7 +11,7 @@ import core
 from core.target import METAL
 from harness.check import barriers
 from harness.benchcases import CASES
-from harness.check.case import run_case
+from harness.check.case import Status, run_case
 from harness.gen import family as families
 from harness.roofline import local_array_bytes
 
@@ -86,7 +86,7 @@ BARRIERED = [
                          ids=["gemv", "gemv-lanes", "qmm_fp8-staged-scales", "qmm_fp8-gemm",
                               "qmm_fp4"])
 def test_every_barrier_is_necessary(name, params):
-    assert run_case(name, params, seed=0).status == "pass"
+    assert run_case(name, params, seed=0).status == Status.PASS
     report = barriers.check_case(name, params)
     assert report.barriers and report.ok, report.summary()
 
@@ -100,7 +100,7 @@ def test_every_barrier_is_necessary(name, params):
 def test_weights_are_decoded_in_the_kernel_from_bytes(name, params):
     msl = _msl(name, params)
     assert "const device uchar* W" in msl and "as_type<float>" in msl
-    assert run_case(name, params, seed=3).status == "pass"
+    assert run_case(name, params, seed=3).status == Status.PASS
 
 
 def test_staged_fp4_loads_four_weight_bytes_per_lane():
