@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from core.errors import MSLCompileError
+from core.runtime import emu
 from core.runtime.emu import build, cross, translate
 from emucase import HEADER, line_of, run
 
@@ -146,3 +147,32 @@ kernel void v(device float4* y [[buffer(0)]], device uint4* u [[buffer(1)]]) {
     with pytest.raises(MSLCompileError) as err:
         run(src.replace("u[0] = uint4(s);", "u[0] = s;"), "v", 1, 1, y, u)
     assert err.value.line == line_of(src, "u[0] = uint4(s)")
+
+
+@pytest.mark.parametrize("stage", ["MSL signatures", "MSL compile"])
+def test_a_clang_past_its_time_limit_is_a_compile_error_naming_the_kernel(stage, monkeypatch,
+                                                                          tmp_path):
+    """A clang that runs too long (a huge source, runaway constexpr) is an MSLCompileError
+    naming the kernel and the stage, never a raw subprocess.TimeoutExpired."""
+    monkeypatch.setenv("METALTILE_CACHE", str(tmp_path))   # nothing of this kernel cached
+    src = HEADER + f"""
+kernel void slow_{stage[4:]}(device float* y [[buffer(0)]], uint i [[thread_position_in_grid]]) {{
+  y[i] = 2.0f;
+}}
+"""
+    kernel = f"slow_{stage[4:]}"
+    real = build._run_compiler
+
+    def limited(cmd, what, *args, **kw):   # the shared artifacts build normally
+        if what == stage:
+            monkeypatch.setattr(build, "COMPILE_TIMEOUT", 0.001)
+        try:
+            return real(cmd, what, *args, **kw)
+        finally:
+            monkeypatch.setattr(build, "COMPILE_TIMEOUT", 300.0)
+
+    monkeypatch.setattr(build, "_run_compiler", limited)
+    with pytest.raises(MSLCompileError, match=rf"kernel '{kernel}'.*clang did not finish the "
+                                              rf"{stage} within 0.001 s"):
+        emu.run_msl(src, kernel, grid=(1, 1, 1), threadgroup=(1, 1, 1),
+                    buffers=[np.zeros(1, np.float32)])

@@ -36,7 +36,7 @@ from pathlib import Path
 from core.cache import cache_root
 from core.errors import MSLCompileError, ToolchainError
 
-from . import cross, launcher
+from . import admission, cross, launcher
 from .toolchain import Toolchain, find_toolchain
 from .translate import SOURCE_NAME, Translation
 
@@ -137,11 +137,25 @@ def _files_digest(paths) -> str:
     return _digest(*(p.read_bytes() for p in sorted(paths)))
 
 
-def _run_compiler(cmd: list[str], what: str) -> subprocess.CompletedProcess:
+COMPILE_TIMEOUT = 300.0   # seconds one clang invocation may take
+
+
+def _run_compiler(cmd: list[str], what: str, kernel: str | None = None,
+                  stdin: str | None = None) -> subprocess.CompletedProcess:
+    """Run clang; a clang that cannot start is a ToolchainError, one past COMPILE_TIMEOUT an
+    MSLCompileError naming the kernel (for a kernel's build) or a ToolchainError (for the
+    shared artifacts)."""
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+        return subprocess.run(cmd, input=stdin, capture_output=True, text=True,
+                              timeout=COMPILE_TIMEOUT, check=False)
     except OSError as e:
         raise ToolchainError(f"cannot run {cmd[0]}: {e}", construct=what) from e
+    except subprocess.TimeoutExpired:
+        message = (f"clang did not finish the {what} within {COMPILE_TIMEOUT:g} s (a very "
+                   "large source or a runaway template or constexpr evaluation?)")
+        if what.startswith("MSL"):
+            raise MSLCompileError(message, kernel=kernel) from None
+        raise ToolchainError(message, construct=what) from None
 
 
 def _atomic_target(target: Path) -> Path:
@@ -163,7 +177,8 @@ class Builder:
         self._headers = _files_digest(INCLUDE_DIR.glob("*.h"))
         # Read once, as the headers: hashing the runtime's sources on every launch cost
         # more than the rest of a launch's Python side.
-        self._runtime = _files_digest(RUNTIME_SOURCES)
+        self._runtime = _files_digest((*RUNTIME_SOURCES, Path(admission.__file__)))
+        self._runtime_symbols: frozenset[str] | None = None   # what the runtime defines
 
     # -- shared artifacts ---------------------------------------------------------------
 
@@ -215,7 +230,7 @@ class Builder:
             lambda tmp: [self.toolchain.cxx, *flags, "-Xclang", "-fno-pch-timestamp",
                          "-x", "c++-header", str(INCLUDE_DIR / "metal_stdlib.h"), "-o", str(tmp)])
 
-    def syntax_tree(self, cpp: str) -> tuple[int, str, str]:
+    def syntax_tree(self, cpp: str, kernel: str | None = None) -> tuple[int, str, str]:
         """clang's AST of the translated source as JSON (returncode, stdout, stderr); only
         the source's own declarations are dumped (the shim's stay in the precompiled
         header)."""
@@ -223,11 +238,7 @@ class Builder:
         cmd = [self.toolchain.cxx, *self._flags(False), "-I", str(INCLUDE_DIR),
                "-include-pch", str(pch), "-fsyntax-only", "-Xclang", "-ast-dump=json",
                "-x", "c++", "-"]
-        try:
-            res = subprocess.run(cmd, input=cpp, capture_output=True, text=True, timeout=300,
-                                 check=False)
-        except OSError as e:
-            raise ToolchainError(f"cannot run {cmd[0]}: {e}", construct="MSL signatures") from e
+        res = _run_compiler(cmd, "MSL signatures", kernel, stdin=cpp)
         return res.returncode, res.stdout, res.stderr
 
     def cache_key(self, *parts: str) -> str:
@@ -254,20 +265,30 @@ class Builder:
         pch = self.precompiled_header(checked)
         runtime = self.runtime_objects()
         tmp = _atomic_target(target)
-        src = tmp.with_suffix(".cpp")
+        src, obj = tmp.with_suffix(".cpp"), tmp.with_suffix(".o")
         src.write_text(unit)
-        cmd = [self.toolchain.cxx, *flags, "-I", str(INCLUDE_DIR), "-include-pch", str(pch),
-               "-x", "c++", str(src), "-x", "none", *map(str, runtime), *_link_flags(),
-               *_arch_flags(),
-               *(["-fno-sanitize-link-runtime"] if checked else []),
-               "-o", str(tmp)]
+        # Compiled and linked apart: the kernel's own object is what the symbol check
+        # reads (admission.py), before anything of it is linked.
+        compile_cmd = [self.toolchain.cxx, *flags, "-I", str(INCLUDE_DIR), "-include-pch",
+                       str(pch), "-x", "c++", str(src), "-c", "-o", str(obj)]
+        link_cmd = [self.toolchain.cxx, *flags, str(obj), *map(str, runtime), *_link_flags(),
+                    *_arch_flags(), *(["-fno-sanitize-link-runtime"] if checked else []),
+                    "-o", str(tmp)]
         try:
-            res = _run_compiler(cmd, "MSL compile")
+            res = _run_compiler(compile_cmd, "MSL compile", kernel_hint)
+            if res.returncode != 0:
+                raise compile_error(res.stderr, unit, translation, kernel_hint)
+            if self._runtime_symbols is None:
+                self._runtime_symbols = admission.runtime_symbols(runtime)
+            admission.check_symbols(obj, self._runtime_symbols, translation.source,
+                                    kernel_hint)
+            res = _run_compiler(link_cmd, "MSL link", kernel_hint)
             if res.returncode != 0:
                 raise compile_error(res.stderr, unit, translation, kernel_hint)
             os.replace(tmp, target)
         finally:
             src.unlink(missing_ok=True)
+            obj.unlink(missing_ok=True)
             tmp.unlink(missing_ok=True)
 
 

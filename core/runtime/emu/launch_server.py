@@ -80,11 +80,21 @@ class _Server:
                 return None
             chunk = os.read(fd, _REPLY_BYTES)
             if not chunk:
+                try:
+                    status = self.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    status = None
+                said = self._said()
                 raise ServerError(f"launch server of {self.exe.name} ended "
-                                  f"(status {self.proc.poll()})")
+                                  f"(status {status}){': ' + said if said else ''}")
             self._pending += chunk
         line, self._pending = self._pending.split(b"\n", 1)
         return line.decode()
+
+    def _said(self) -> str:
+        """The end of what the server wrote on stderr (why it ended, if it said)."""
+        self.stderr.seek(0)
+        return self.stderr.read().decode(errors="replace").strip()[-2000:]
 
     def launch(self, job: str, kernel: str, result: str, timeout: float) -> Outcome:
         if any(c in part for part in (job, kernel, result) for c in "\t\n"):
@@ -94,7 +104,9 @@ class _Server:
         try:
             self.proc.stdin.write(f"{job}\t{kernel}\t{result}\n".encode())
         except OSError as err:
-            raise ServerError(f"launch server of {self.exe.name}: {err}") from None
+            said = self._said()
+            raise ServerError(f"launch server of {self.exe.name}: {err}"
+                              f"{': ' + said if said else ''}") from None
         started = self._line(deadline)
         if started is None:  # not even started in time: this server is not to be trusted
             self.close()

@@ -18,6 +18,7 @@ import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from signal import SIGSYS
 from typing import Any, Sequence
 
 import numpy as np
@@ -298,6 +299,11 @@ def _read_report(path: str, outcome: launch_server.Outcome, kernel: str) -> dict
     except (OSError, ValueError):
         detail = (outcome.stderr or "").strip()[-2000:]
         code = outcome.returncode
+        if code == -SIGSYS:   # the sandbox's report needs the signal, which was blocked
+            raise KernelCrashError(
+                "the emulator's sandbox refused a system call (SIGSYS, with signals blocked, "
+                "so which call is not known): MSL kernels cannot reach the host",
+                kernel=kernel) from None
         signal = f" (killed by signal {-code})" if code < 0 else ""
         raise KernelCrashError(f"the emulator process ended with status {code}"
                                f"{signal} without a report{': ' + detail if detail else ''}",

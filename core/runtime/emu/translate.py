@@ -48,6 +48,8 @@ import numpy as np
 from core.errors import LaunchError, MSLCompileError
 from core.target import DTYPES
 
+from .admission import refuse_host_access
+
 SOURCE_NAME = "input.metal"
 
 # Thread-position attributes and the runtime field that carries each (mt_runtime.h).
@@ -603,6 +605,7 @@ def translate(source: str, kernel_hint: str | None = None,
     from .signature import read_kernels   # signature.py builds with build.py, which imports us
 
     code = strip_comments(source)
+    refuse_host_access(code, source, kernel_hint)
     cast = _VECTOR_CAST.search(code)
     cast_line = line_of(code, cast.start()) if cast else 0
     initialized = _THREADGROUP_INIT.search(code)

@@ -13,8 +13,6 @@ namespace mt {
 // ---------------------------------------------------------------------------------------
 // Crashes: report where (group, thread, pc, address) and exit; never a core dump.
 
-char g_crash_path[4096];
-
 namespace {
 // Threadgroups run on several OS threads, and two of them can fault at once (every group
 // of a kernel that reads a wild pointer). Only the first writes the report and ends the
@@ -58,12 +56,7 @@ void crash_handler(int sig, siginfo_t* info, void* uctx) {
                    ",\"address\":%" PRIuPTR ",\"group\":%" PRIu64 ",\"thread\":%d}\n",
                    what, overflow ? ": fiber stack overflow (large local arrays?)" : "", pc, addr,
                    w ? w->group : 0, w && w->current ? int(w->current->tid) : -1);
-  int fd = open(g_crash_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd >= 0) {
-    ssize_t ignored = write(fd, buf, size_t(n));
-    (void)ignored;
-    close(fd);
-  }
+  write_report(buf, size_t(n));
   _exit(4);
 }
 
@@ -110,12 +103,7 @@ extern "C" [[noreturn]] void __ubsan_handle_out_of_bounds_abort(void* data, void
                    ",\"group\":%" PRIu64 ",\"thread\":%d}\n",
                    detail, reinterpret_cast<uintptr_t>(__builtin_return_address(0)),
                    w ? w->group : 0, w && w->current ? int(w->current->tid) : -1);
-  int fd = open(g_crash_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd >= 0) {
-    ssize_t ignored = write(fd, buf, size_t(n));
-    (void)ignored;
-    close(fd);
-  }
+  write_report(buf, size_t(n));
   _exit(4);
 }
 

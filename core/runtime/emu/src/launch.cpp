@@ -74,8 +74,13 @@ uint32_t launch_workers(const JobHeader& job) {
 // One launch: the job file `job_path`, the kernel `kernel`, the result document
 // `result_path`. Returns the exit status (launch errors and crashes exit from inside).
 int run_launch(const char* job_path, const char* kernel, const char* result_path) {
-  g_launch.result_path = result_path;
-  snprintf(g_crash_path, sizeof g_crash_path, "%s", result_path);
+  // Opened first and kept: every report (results, launch errors, crashes) goes through
+  // this descriptor, since the sandbox lets the kernel open no file.
+  g_result_fd = open(result_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (g_result_fd < 0) {  // no report: run.py shows stderr with the exit status
+    fprintf(stderr, "cannot open the result file %s: %s\n", result_path, strerror(errno));
+    _exit(5);
+  }
   install_crash_handlers();
 
   int fd = open(job_path, O_RDWR);
@@ -137,6 +142,7 @@ int run_launch(const char* job_path, const char* kernel, const char* result_path
   g_launch.groups = uint64_t(job->grid[0]) * job->grid[1] * job->grid[2];
   const uint32_t nworkers = launch_workers(*job);
   for (uint32_t i = 0; i < nworkers; ++i) g_workers.push_back(new Worker());
+  enter_sandbox();  // sandbox.cpp: from here on the kernel's code runs
   if (nworkers == 1) {
     worker_main(g_workers[0]);
   } else {

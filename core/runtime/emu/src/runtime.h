@@ -102,7 +102,6 @@ struct Launch {
   std::atomic<uint32_t> slot_size[kMaxSlots];
   std::atomic<uint32_t> slot_count{0};
   std::atomic<uint32_t> arena_bytes{0};
-  std::string result_path;
 };
 extern Launch g_launch;
 
@@ -204,7 +203,6 @@ struct Worker {
 // __thread has no dynamic initializer, so no wrapper call guards the read.
 extern __thread Worker* t_worker;
 extern std::vector<Worker*> g_workers;
-extern char g_crash_path[4096];
 
 // results.cpp
 void add_finding(Worker* w, Finding f);
@@ -228,6 +226,11 @@ void prepare_stacks(uint32_t workers, uint32_t threads, uint64_t stack_bytes);
 
 // crash.cpp
 void install_crash_handlers();
+
+// sandbox.cpp
+extern int g_result_fd;                      // the launch's result file, opened first
+void write_report(const char* text, size_t n);   // replaces the result file's content
+void enter_sandbox();                        // before any kernel code runs
 
 // launch.cpp
 void* map_shadow(size_t bytes, bool touched_first_by_reads = false);
