@@ -146,3 +146,31 @@ kernel void cast(device const float* x [[buffer(0)]], device float* y [[buffer(1
     clean(src, "cast", 1, 16, x, y)
     expect = x.reshape(32, 2)[::-1][:16, ::-1].reshape(-1)
     np.testing.assert_array_equal(y, expect)
+
+
+BUILTIN_NAMES = r"""
+kernel void mix(device float* y [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+  y[i] = metal::mix(1.0f, 3.0f, 0.5f);
+}
+namespace ops {
+kernel void max(device float* y [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+  y[i] = metal::max(y[i], 4.0f);
+}
+}
+template <typename T>
+kernel void clamp(device T* y [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+  y[i] = metal::clamp(y[i], T(0), T(1));
+}
+template [[host_name("clamp")]] [[kernel]] void clamp<float>(device float*, uint);
+"""
+
+
+@pytest.mark.parametrize("kernel,start,want", [("mix", 0.0, 2.0), ("max", 1.0, 4.0),
+                                               ("clamp", 5.0, 1.0)])
+def test_a_kernel_named_like_an_msl_function_runs(kernel, start, want):
+    """`kernel void mix(...)` beside `using namespace metal;` is the source's own kernel (in
+    the global namespace, a namespace, or a template instantiated under that host name),
+    as Metal takes it; the launcher never names metal::mix instead."""
+    y = np.full(8, start, np.float32)
+    clean(BUILTIN_NAMES, kernel, 1, 8, y)
+    np.testing.assert_array_equal(y, np.full(8, want, np.float32))

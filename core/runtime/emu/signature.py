@@ -45,7 +45,7 @@ def read_kernels(translation: Translation,
     cached = _load(path)
     if cached is not None:
         return cached
-    code, out, err = builder.syntax_tree(translation.cpp)
+    code, out, err = builder.syntax_tree(translation.cpp, kernel_hint)
     if code != 0:
         raise compile_error(err, translation.cpp, translation, kernel_hint)
     kernels = _kernels(json.loads(out), translation)
@@ -167,10 +167,11 @@ def _kernels(tree: dict, translation: Translation) -> dict[str, KernelSignature]
                 raise MSLCompileError("cannot find the function this [[kernel]] "
                                       "instantiation names", kernel=None, line=line,
                                       source_line=lines.text(line))
-            call = scope + decl["name"]
+            call = "::" + scope + decl["name"]
             attrs = {**dict(_attributes(fn)), **attrs}   # the template's own, e.g. max threads
-        else:
-            fn, call = decl, "&" + scope + decl["name"]
+        else:   # qualified from the global namespace: a kernel named `mix` beside
+            # `using namespace metal;` is the source's own, not metal::mix
+            fn, call = decl, "&::" + scope + decl["name"]
         name = attrs["host_name"][0] if attrs.get("host_name") else decl["name"]
         params = tuple(_param(p, i, name, lines) for i, p in enumerate(
             c for c in fn.get("inner", []) if c.get("kind") == "ParmVarDecl"))
