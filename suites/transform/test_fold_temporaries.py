@@ -22,14 +22,15 @@ def sum_of_squares(use):
             sq = T.alloc_fragment((16, 64), "float32")
             s = T.alloc_fragment((16,), "float32")
             T.copy(A, x)
-            for i, j in T.Parallel(16, 64):
-                sq[i, j] = x[i, j] * x[i, j]
+            if use != "from-device":
+                for i, j in T.Parallel(16, 64):
+                    sq[i, j] = x[i, j] * x[i, j]
             if use == "copied":            # a second reader, a copy: its vector stores stay
                 T.copy(sq, Q)
             if use == "inputs-change":     # x changes between sq's store and its read
                 for i, j in T.Parallel(16, 64):
                     x[i, j] = x[i, j] + 1.0
-            if use == "from-device":       # x, filled from A, is reduced directly
+            if use == "from-device":       # x, filled from A, only reduced: keeps its loads
                 T.reduce_sum(x, s, dim=1)
             else:
                 T.reduce_sum(sq, s, dim=1)
@@ -60,4 +61,4 @@ def test_arrays_outside_the_pattern_are_kept(use):
     before = pipeline.run(sum_of_squares(use), stop_after="lower_tile_ops")
     after = pipeline.run(sum_of_squares(use), stop_after="fold_temporaries")
     assert tvm_ffi.structural_equal(after, before)
-    assert {"x", "sq"} <= set(allocs(after))
+    assert "x" in allocs(after) and (use == "from-device" or "sq" in allocs(after))
