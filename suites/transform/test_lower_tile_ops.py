@@ -1,0 +1,101 @@
+"""Pass `lower_tile_ops`: no tile op, PARALLEL loop or fragment is left; each fragment is a
+per-thread `local` array of its layout's slots; run loops carry `tl.vector_lanes`; copies
+mask edge tiles only where the bound is not proven; a replicated result is stored by one
+replica only."""
+
+import pytest
+from tvm import tirx
+
+import core.language as T
+from core.ir.annotations import VECTOR_LANES
+from core.ir.layout import FragmentLayout
+from core.transform import pipeline
+
+from .irq import allocs, call_names, loops, nodes, parallel_loops, scope, shape, stores
+from .irq import tile_ops
+
+THREADS = 128
+
+
+@T.prim_func
+def row_norm(A: T.Tensor((16, 64), "float32"), W: T.Tensor((16, 6), "float32"),
+             B: T.Tensor((16, 64), "float32"), C: T.Tensor((16, 6), "float32"),
+             S: T.Tensor((16,), "float32")):
+    with T.Kernel(1, threads=THREADS):
+        x = T.alloc_fragment((16, 64), "float32")
+        s = T.alloc_fragment((16,), "float32")
+        w = T.alloc_fragment((16, 6), "float32")
+        T.copy(A, x)
+        T.reduce_sum(x, s, dim=1)
+        for i, j in T.Parallel(16, 64):
+            x[i, j] = x[i, j] / s[i]
+        T.copy(x, B)
+        T.copy(s, S)
+        T.fill(w, 1.0)
+        T.copy(w, C)
+
+
+def test_tile_ops_parallel_loops_and_fragments_are_gone():
+    before = pipeline.run(row_norm, stop_after="layout_inference")
+    assert {"tl.copy", "tl.fill", "tl.reduce"} <= set(tile_ops(before))
+    assert parallel_loops(before)
+    assert {n for n, a in allocs(before).items() if scope(a) == "local.fragment"} == \
+        {"x", "s", "w"}
+    after = pipeline.run(row_norm, stop_after="lower_tile_ops")
+    assert not tile_ops(after)
+    assert not parallel_loops(after)
+    assert not [n for n, a in allocs(after).items() if scope(a) == "local.fragment"]
+
+
+def test_a_fragment_becomes_a_local_array_of_its_slots():
+    after = allocs(pipeline.run(row_norm, stop_after="lower_tile_ops"))
+    for name, frag_shape in (("x", (16, 64)), ("w", (16, 6))):
+        assert scope(after[name]) == "local"
+        assert shape(after[name]) == (FragmentLayout.for_tile(frag_shape, THREADS).slots,)
+
+
+def test_run_loops_carry_their_lanes():
+    after = pipeline.run(row_norm, stop_after="lower_tile_ops")
+    runs = [f for f in loops(after) if VECTOR_LANES in f.annotations]
+    assert runs and all(int(f.extent) == int(f.annotations[VECTOR_LANES]) for f in runs)
+    # x's runs are 4 wide, w's (rows of 6) 2 wide
+    assert {int(f.annotations[VECTOR_LANES]) for f in runs} == {4, 2}
+    by_store = {s.buffer.name: f for f in runs for s in stores(f.body)}
+    assert int(by_store["w"].annotations[VECTOR_LANES]) == 2
+    assert int(by_store["B"].annotations[VECTOR_LANES]) == 4
+
+
+def tile_copy(M):
+    @T.prim_func
+    def tile_copy(A: T.Tensor((M, 64), "float32"), B: T.Tensor((M, 64), "float32")):
+        with T.Kernel(4, threads=64) as bx:
+            x = T.alloc_fragment((4, 64), "float32")
+            T.copy(A[bx * 4, 0], x)
+            T.copy(x, B[bx * 4, 0])
+    return tile_copy
+
+
+@pytest.mark.parametrize("M,masked", [(10, True), (16, False)])
+def test_edge_tiles_are_masked_only_where_the_bound_is_not_proven(M, masked):
+    # 4 blocks of 4 rows: with 10 rows the last tiles run past A and B; with 16 they fit
+    after = pipeline.run(tile_copy(M), stop_after="lower_tile_ops")
+    load_masked = "prim.if_then_else" in call_names(after)      # out of bounds reads 0
+    (store,) = stores(after, "B")
+    guarded_stores = [g for g in nodes(after, tirx.IfThenElse)
+                      if any(s.same_as(store) for s in stores(g.then_case, "B"))]
+    assert load_masked == masked
+    assert bool(guarded_stores) == masked
+
+
+def test_a_replicated_result_is_stored_by_one_replica():
+    # s (a reduction's result) is held by every thread of its row's group; S[i] is
+    # stored under a condition that only the owner replica meets
+    after = pipeline.run(row_norm, stop_after="lower_tile_ops")
+    (store,) = stores(after, "S")
+    guards = [g for g in nodes(after, tirx.IfThenElse)
+              if any(s.same_as(store) for s in stores(g.then_case, "S"))]
+    assert guards
+    (x_store,) = stores(after, "B")
+    x_guards = [g for g in nodes(after, tirx.IfThenElse)
+                if any(s.same_as(x_store) for s in stores(g.then_case, "B"))]
+    assert not x_guards               # x is not replicated: every thread stores its own
