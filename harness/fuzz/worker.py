@@ -1,7 +1,7 @@
 """The fuzzing worker: one Hypothesis run per task, inside a worker process
 (harness/check/workers.py).
 
-The parent (harness/fuzz.py) sends tasks -- a time slice of one family, with a seed, the
+The parent (harness/fuzz/scheduler.py) sends tasks -- a time slice of one family, with a seed, the
 signatures already known and the params that killed a worker -- and receives events:
 
     ("ready", pid)                     imports done, waiting for a task

@@ -9,7 +9,7 @@ tasks out so that every family is visited once early (a short first slice) and t
 a fair share of the time. A case runs through `harness.check.case.run_case` with every check,
 and for 1 in `barrier_every` cases with barriers the barrier-necessity check of
 harness/check/barriers.py. The worker side (the Hypothesis run of one task) is
-harness/fuzzworker.py; workers (harness/check/workers.py) come from a fork server that has
+harness/fuzz/worker.py; workers (harness/check/workers.py) come from a fork server that has
 imported torch and tvm once (spawn off Linux), so a restarted worker is ready at once.
 
 Where failures go: a failing case raises an exception class of its own per failure
@@ -47,8 +47,7 @@ from pathlib import Path
 
 from harness.check import regressions
 from harness.check.case import CASE_TIMEOUT, WORKER_CRASH, check_passes
-from harness.fuzzworker import (INPUT_SEEDS, SCHEDULES, CaseFailure,  # noqa: F401
-                                canonical, worker_main)
+from harness.fuzz.worker import canonical, worker_main
 from harness.check.regressions import RegressionCase
 from harness.check.workers import kill_group, start_fork_server, worker_context
 
