@@ -158,26 +158,37 @@ class _Slot:
     case_started: float = 0.0
 
 
+@dataclass
 class _Run:
-    def __init__(self, options: FuzzOptions, view):
-        if options.workers < 1 or options.budget <= 0 or options.case_timeout <= 0:
-            raise FuzzUsageError("workers, budget and case timeout must be positive")
-        self.options = options
-        self.view = view
-        seed = options.seed if options.seed is not None else int.from_bytes(os.urandom(4),
-                                                                            "big")
-        self.summary = FuzzSummary(seed, options.budget, options.workers)
-        self.context = worker_context()
-        self.slots = [_Slot(i) for i in range(options.workers)]
-        self.found = {}                              # (family, signature) -> Failure
-        self.written = set()                         # files this run wrote
-        self.existing = set(Path(options.out).glob("*.json"))   # never deleted
+    """Everything one run knows, every field built by `_Run.build` before the first worker
+    starts; the methods below only update it."""
 
-    def _select_families(self) -> None:
+    options: FuzzOptions
+    view: object
+    summary: FuzzSummary
+    context: object                      # where worker processes come from
+    slots: list                          # _Slot, one per worker
+    deadline: float                      # the end of the budget
+    slice: float                         # a task's time slice (a family's first: FIRST_SLICE)
+    revision: str                        # recorded in every regression case written
+    active: list                         # the families scheduled: selected and not skipped
+    # Signatures the workers count but do not shrink: open regression cases (known
+    # bugs, saved before) and failures found earlier in this run.
+    open_cases: dict                     # (family, signature) -> open RegressionCase
+    known: dict                          # family -> signatures
+    avoid: dict                          # family -> params that killed a worker
+    existing: set                        # regression files there before the run: never deleted
+    found: dict = field(default_factory=dict)       # (family, signature) -> Failure
+    written: set = field(default_factory=set)       # files this run wrote
+    seen_open: set = field(default_factory=set)     # open cases seen failing in this run
+    stopping: bool = False               # budget spent or Ctrl-C: no new tasks
+
+    @classmethod
+    def build(cls, options: FuzzOptions, view, summary: FuzzSummary, context) -> _Run:
         """Resolve the families against the registry; FuzzUsageError for unknown names."""
         from harness.gen import family as families
 
-        options = self.options
+        existing = set(Path(options.out).glob("*.json"))
         regressions.import_families(options.imports)
         registered = {f.name: f for f in families.families()}
         names = list(options.families) or sorted(registered)
@@ -187,62 +198,54 @@ class _Run:
                                  f"{', '.join(unknown)}; known: {', '.join(sorted(registered))}")
         check_passes(options.disable, error=FuzzUsageError)
         for n in names:
-            self.summary.families[n] = FamilyTally(n, registered[n].skip_reason)
-        self.active = [n for n in names if not registered[n].skip_reason]
-        # Signatures the workers count but do not shrink: open regression cases (known
-        # bugs, saved before) and failures found earlier in this run.
-        self.open_cases = _open_cases(options.out)
-        self.known = {n: {sig for fam, sig in self.open_cases if fam == n} for n in names}
-        self.seen_open = set()
-        self.avoid = {n: [] for n in names}          # params that killed a worker
-        self.revision = regressions.revision()
-        per_worker = math.ceil(max(1, len(self.active)) / options.workers)
-        self.slice = min(max(options.budget / (2 * per_worker), SLICE_SECONDS[0]),
-                         SLICE_SECONDS[1])
+            summary.families[n] = FamilyTally(n, registered[n].skip_reason)
+        active = [n for n in names if not registered[n].skip_reason]
+        open_cases = _open_cases(options.out)
+        per_worker = math.ceil(max(1, len(active)) / options.workers)
+        return cls(options, view, summary, context,
+                   slots=[_Slot(i) for i in range(options.workers)],
+                   deadline=summary.started + options.budget,
+                   slice=min(max(options.budget / (2 * per_worker), SLICE_SECONDS[0]),
+                             SLICE_SECONDS[1]),
+                   revision=regressions.revision(), active=active, open_cases=open_cases,
+                   known={n: {sig for fam, sig in open_cases if fam == n} for n in names},
+                   avoid={n: [] for n in names}, existing=existing)
 
     # -- the loop --
 
-    def run(self) -> FuzzSummary:
+    def loop(self) -> None:
         summary, options = self.summary, self.options
-        self.deadline = summary.started + options.budget
-        self.stopping = False
-        try:
-            start_fork_server(self.context)   # its imports overlap ours
-            self._select_families()
-            if not self.active:
-                summary.errors.append("no family to fuzz (all selected families are skipped)")
-                return summary
-            for slot in self.slots:
-                self._spawn(slot)
-            self.view.start(summary, options, self.deadline)
-            while True:
-                now = time.time()
-                if not self.stopping and (now >= self.deadline or self._enough_cases()):
-                    self._wind_down()
-                live = [s for s in self.slots if s.process is not None]
-                if not live:
-                    break
-                if self.stopping and now >= self.deadline + STOP_GRACE:
-                    for slot in live:
-                        self._kill(slot)
-                    break
-                for conn in wait([s.conn for s in live], timeout=0.2):
-                    slot = next((s for s in live if s.conn is conn), None)
-                    if slot is not None:
-                        self._receive(slot)
+        if not self.active:
+            summary.errors.append("no family to fuzz (all selected families are skipped)")
+            return
+        for slot in self.slots:
+            self._spawn(slot)
+        self.view.start(summary, options, self.deadline)
+        while True:
+            now = time.time()
+            if not self.stopping and (now >= self.deadline or self._enough_cases()):
+                self._wind_down()
+            live = [s for s in self.slots if s.process is not None]
+            if not live:
+                break
+            if self.stopping and now >= self.deadline + STOP_GRACE:
                 for slot in live:
-                    self._watch(slot, time.time())
-                self.view.refresh(summary, self._running())
-        except KeyboardInterrupt:
-            summary.interrupted = True
-            self.stopping = True
-            for slot in self.slots:
-                if slot.process is not None:
-                    self._kill(slot, drain=True)
-        finally:
-            summary.elapsed = time.time() - summary.started
-            self.view.stop(summary)
-        return summary
+                    self._kill(slot)
+                break
+            for conn in wait([s.conn for s in live], timeout=0.2):
+                slot = next((s for s in live if s.conn is conn), None)
+                if slot is not None:
+                    self._receive(slot)
+            for slot in live:
+                self._watch(slot, time.time())
+            self.view.refresh(summary, self._running())
+
+    def interrupt(self) -> None:
+        """Ctrl-C: kill every worker, keeping what it sent before it died."""
+        self.stopping = True
+        for slot in self.slots:
+            if slot.process is not None:
+                self._kill(slot, drain=True)
 
     def _enough_cases(self) -> bool:
         return bool(self.options.max_cases) and self.summary.cases >= self.options.max_cases
@@ -475,7 +478,25 @@ def _send(conn, message) -> None:
 def run(options: FuzzOptions, view=None) -> FuzzSummary:
     """Fuzz until the budget is spent (or `max_cases`, or Ctrl-C); return the summary.
     Raises FuzzUsageError for options that cannot run."""
-    return _Run(options, view or QuietView()).run()
+    if options.workers < 1 or options.budget <= 0 or options.case_timeout <= 0:
+        raise FuzzUsageError("workers, budget and case timeout must be positive")
+    view = view or QuietView()
+    seed = options.seed if options.seed is not None else int.from_bytes(os.urandom(4), "big")
+    summary = FuzzSummary(seed, options.budget, options.workers)
+    context = worker_context()
+    fuzzing = None
+    try:
+        start_fork_server(context)   # its imports overlap ours
+        fuzzing = _Run.build(options, view, summary, context)
+        fuzzing.loop()
+    except KeyboardInterrupt:
+        summary.interrupted = True
+        if fuzzing is not None:
+            fuzzing.interrupt()
+    finally:
+        summary.elapsed = time.time() - summary.started
+        view.stop(summary)
+    return summary
 
 
 class QuietView:
