@@ -4,6 +4,7 @@
                   workers, failure files, the summary (`run(FuzzOptions(...), view)`)
     worker.py     a worker process: one Hypothesis run per task; this is where a case is
                   drawn (the `@given` test in `_run_task`)
+    messages.py   what the two send each other: Task, CaseStarted, CaseEnded, FailingExample...
     view.py       what the run shows: the live table, plain progress lines, the summary
 
 Data flow: the scheduler sends a task (a time slice of one family) to a worker; the worker

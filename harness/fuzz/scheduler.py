@@ -47,6 +47,8 @@ from pathlib import Path
 
 from harness.check import regressions
 from harness.check.case import CASE_TIMEOUT, WORKER_CRASH, check_passes
+from harness.fuzz.messages import (CaseEnded, CaseStarted, FailingExample, GeneratorError,
+                                   Halt, Ready, Stop, Task, TaskDone, WorkerConfig)
 from harness.fuzz.worker import canonical, worker_main
 from harness.check.regressions import RegressionCase
 from harness.check.workers import kill_group, start_fork_server, worker_context
@@ -153,8 +155,8 @@ class _Slot:
     restarts: int = 0
     ready: bool = False                   # waiting for a task
     started: bool = False                 # has reported ready once (imports work)
-    task: dict | None = None
-    case: dict | None = None
+    task: Task | None = None
+    case: CaseStarted | None = None
     case_started: float = 0.0
 
 
@@ -251,26 +253,26 @@ class _Run:
         return bool(self.options.max_cases) and self.summary.cases >= self.options.max_cases
 
     def _running(self) -> set:
-        return {s.task["family"] for s in self.slots if s.task}
+        return {s.task.family for s in self.slots if s.task}
 
     def _wind_down(self) -> None:
         """Budget spent: running tasks end after their current case, idle workers exit."""
         self.stopping = True
         for slot in self.slots:
             if slot.process is not None and slot.task is not None:
-                _send(slot.conn, ("halt",))
+                _send(slot.conn, Halt())
             elif slot.process is not None and slot.ready:
-                _send(slot.conn, ("stop",))
+                _send(slot.conn, Stop())
                 slot.ready = False
 
     # -- workers --
 
     def _spawn(self, slot: _Slot) -> None:
         parent, child = self.context.Pipe(duplex=True)
-        config = {"db": str(self.options.db), "imports": list(self.options.imports),
-                  "disable": list(self.options.disable),
-                  "barrier_every": self.options.barrier_every,
-                  "timeout": self.options.case_timeout}
+        config = WorkerConfig(db=str(self.options.db), imports=tuple(self.options.imports),
+                              disable=tuple(self.options.disable),
+                              barrier_every=self.options.barrier_every,
+                              timeout=self.options.case_timeout)
         process = self.context.Process(target=worker_main, args=(child, config), daemon=True,
                                        name=f"harness-fuzz-{slot.index}")
         process.start()
@@ -341,37 +343,35 @@ class _Run:
         self.view.note(f"worker {slot.index} restarted", "yellow")
         self._spawn(slot)
 
-    def _handle(self, slot: _Slot, message: tuple) -> None:
-        kind = message[0]
-        if kind == "ready":
+    def _handle(self, slot: _Slot, message) -> None:
+        if isinstance(message, Ready):
             slot.ready = slot.started = True
-        elif kind == "start":
-            slot.case, slot.case_started = message[1], time.time()
-        elif kind == "case":
-            info = message[1]
-            tally = self.summary.families[info["family"]]
+        elif isinstance(message, CaseStarted):
+            slot.case, slot.case_started = message, time.time()
+        elif isinstance(message, CaseEnded):
+            tally = self.summary.families[message.family]
             tally.cases += 1
-            tally.seconds += info["seconds"]
-            tally.failing_cases += bool(info["signature"])
-            tally.barrier_checks += info["barriers"]
-            self._note_open_case(info, slot.case)
+            tally.seconds += message.seconds
+            tally.failing_cases += bool(message.signature)
+            tally.barrier_checks += message.barriers
+            self._note_open_case(message.family, message.signature, slot.case)
             slot.case = None
-        elif kind in ("failure", "final"):
-            self._record(message[1], shrunk=kind == "final")
-        elif kind == "error":
-            family, text = message[1], message[2]
+        elif isinstance(message, FailingExample):
+            self._record(message.record, shrunk=message.final)
+        elif isinstance(message, GeneratorError):
+            family, text = message.family, message.traceback
             self.summary.families[family].broken = text.strip().splitlines()[-1]
             self.summary.errors.append(f"{family}: the generator failed:\n{text}")
             self.view.note(f"{family}: generator error, family dropped: "
                            f"{self.summary.families[family].broken}", "red")
-        elif kind == "done":
+        elif isinstance(message, TaskDone):
             slot.task = None
         if slot.ready and slot.task is None and slot.process is not None:
             if self.stopping:
-                _send(slot.conn, ("stop",))
+                _send(slot.conn, Stop())
                 slot.ready = False
             elif not self._assign(slot):
-                _send(slot.conn, ("stop",))   # every family's generator is broken
+                _send(slot.conn, Stop())   # every family's generator is broken
                 slot.ready = False
 
     def _assign(self, slot: _Slot) -> bool:
@@ -385,24 +385,25 @@ class _Run:
         tally = self.summary.families[name]
         k = tally.tasks
         tally.tasks += 1
-        slot.task = {"family": name, "seed": _derived_seed(self.summary.seed, name, k),
-                     "reuse": k == 0,
-                     "slice_end": time.time() + (min(self.slice, FIRST_SLICE) if k == 0
-                                                 else self.slice),
-                     "deadline": self.deadline, "known": sorted(self.known[name]),
-                     "avoid": list(self.avoid[name])}
-        _send(slot.conn, ("task", slot.task))
+        slot.task = Task(family=name, seed=_derived_seed(self.summary.seed, name, k),
+                         reuse=k == 0,
+                         slice_end=time.time() + (min(self.slice, FIRST_SLICE) if k == 0
+                                                  else self.slice),
+                         deadline=self.deadline, known=tuple(sorted(self.known[name])),
+                         avoid=tuple(self.avoid[name]))
+        _send(slot.conn, slot.task)
         return True
 
     # -- failures --
 
-    def _note_open_case(self, info: dict, case: dict | None) -> None:
-        key = (info["family"], info["signature"])
+    def _note_open_case(self, family: str, signature: str | None,
+                        case: CaseStarted | None) -> None:
+        key = (family, signature)
         if key not in self.open_cases or key in self.seen_open or key in self.found:
             return
         self.seen_open.add(key)
         known = self.open_cases[key]
-        params = case["params"] if case else {}
+        params = case.params if case else {}
         self.summary.known.append(Failure(key[0], key[1], known.status, params, known.path,
                                           known.message, False,
                                           self.summary.families[key[0]].cases))
@@ -410,14 +411,14 @@ class _Run:
 
     def _record_lost_case(self, slot: _Slot, status: str, signature: str, message: str):
         case = slot.case
-        self.avoid[case["family"]].append(canonical(case["params"]))
-        self.summary.families[case["family"]].cases += 1
-        self.summary.families[case["family"]].failing_cases += 1
-        if (case["family"], signature) in self.open_cases:
-            self._note_open_case({"family": case["family"], "signature": signature}, case)
+        self.avoid[case.family].append(canonical(case.params))
+        self.summary.families[case.family].cases += 1
+        self.summary.families[case.family].failing_cases += 1
+        if (case.family, signature) in self.open_cases:
+            self._note_open_case(case.family, signature, case)
             return
-        self._record({"family": case["family"], "params": case["params"], "seed": case["seed"],
-                      "schedule": case["schedule"], "disable": list(self.options.disable),
+        self._record({"family": case.family, "params": case.params, "seed": case.seed,
+                      "schedule": case.schedule, "disable": list(self.options.disable),
                       "status": status, "signature": signature, "message": message,
                       "timeout_seconds": self.options.case_timeout,
                       "imports": list(self.options.imports)}, shrunk=False)
