@@ -19,8 +19,9 @@ every smaller one the shrinker finds -- is sent to the parent at once, which wri
 a regression case (`<family>-<status>-<hash>.json`, state "open") in `out`, replacing the
 larger one of the same run: a failure is on disk before shrinking starts, so Ctrl-C, a
 dying worker or the end of the budget never loses it. Hypothesis's example database
-(`db`) keeps the failing examples too, and the first task of each family replays them
-before generating anything new, so a re-run resumes where the last one stopped.
+(`db`, a directory per family and disabled passes: worker.example_database) keeps the
+failing examples too, and the first task of each family replays them before generating
+anything new, so a re-run resumes where the last one stopped.
 
 What a worker cannot report: a worker that dies mid-case (a compiler crashing the
 process) is recorded as a "crash" failure of that case, one that runs a case longer than

@@ -26,6 +26,7 @@ import re
 import signal
 import time
 import traceback
+from pathlib import Path
 
 from harness.check import regressions
 from harness.check.case import BARRIER_STATUSES, run_case
@@ -86,7 +87,6 @@ def worker_main(conn, config: WorkerConfig) -> None:
 def _run_task(conn, config: WorkerConfig, task: Task) -> None:
     from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
     from hypothesis import strategies as st
-    from hypothesis.database import DirectoryBasedExampleDatabase
 
     from harness.gen import family as families
 
@@ -131,12 +131,10 @@ def _run_task(conn, config: WorkerConfig, task: Task) -> None:
     if task.reuse:
         phases.insert(1, Phase.reuse)
     # @seed alone would switch the database off; the settings applied after it keep it.
-    test = settings(database=DirectoryBasedExampleDatabase(config.db),
+    test = settings(database=example_database(config.db, name, disable),
                     max_examples=10 ** 9, deadline=None, phases=phases,
                     suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
                     report_multiple_bugs=True, print_blob=False)(seed(task.seed)(test))
-    test._hypothesis_internal_database_key = \
-        f"metaltile-fuzz:{name}:{','.join(sorted(disable))}".encode()
     try:
         test()
     except _TaskOver:
@@ -147,6 +145,22 @@ def _run_task(conn, config: WorkerConfig, task: Task) -> None:
             conn.send(FailingExample(failure.record, final=True))
         if not failures:
             conn.send(GeneratorError(name, "".join(traceback.format_exception(err))))
+
+
+def example_database(db: str, family: str, disable: tuple):
+    """The example database of one family fuzzed with the passes `disable` switched off: a
+    directory of its own under `db`, so a task replays only its family's failing examples
+    found under the same pipeline.
+
+    Hypothesis keys a test's examples by its function (the source of `case`, the same for
+    every task), and offers no public way to choose the key, so one database shared by the
+    families would replay each family's examples in every other. An edit of `case` changes
+    the key and starts the databases afresh, as for any Hypothesis test that changes; the
+    regression files are the record that lasts."""
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    name = f"{family}--disable-{'+'.join(sorted(disable))}" if disable else family
+    return DirectoryBasedExampleDatabase(Path(db) / name)
 
 
 def _case_failures(err: BaseException) -> list:
