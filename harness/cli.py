@@ -557,7 +557,7 @@ new failures, 1 new failures, 2 usage error."""
 
 
 def _add_fuzz_command(commands) -> None:
-    from harness import fuzz
+    from harness.fuzz import scheduler
 
     sub = commands.add_parser("fuzz", help="time-budgeted fuzzing of the kernel families",
                               description=FUZZ_DESCRIPTION,
@@ -570,17 +570,17 @@ def _add_fuzz_command(commands) -> None:
                      help="families to fuzz (repeatable; default: all registered)")
     sub.add_argument("--workers", type=_positive, default=min(os.cpu_count() or 1, 4),
                      metavar="N", help="worker processes (default: one per core, at most 4)")
-    sub.add_argument("--db", type=Path, default=fuzz.DEFAULT_DB, metavar="PATH",
+    sub.add_argument("--db", type=Path, default=scheduler.DEFAULT_DB, metavar="PATH",
                      help="Hypothesis example database (default: reports/out/fuzz/db)")
-    sub.add_argument("--out", type=Path, default=fuzz.regressions.DEFAULT_DIR, metavar="DIR",
+    sub.add_argument("--out", type=Path, default=scheduler.regressions.DEFAULT_DIR, metavar="DIR",
                      help="where regression cases are written (default: suites/regressions)")
-    sub.add_argument("--case-timeout", type=_duration, default=fuzz.FuzzOptions.case_timeout,
+    sub.add_argument("--case-timeout", type=_duration, default=scheduler.FuzzOptions.case_timeout,
                      metavar="TIME", help="a case running longer is a failure "
-                     f"(default: {fuzz.FuzzOptions.case_timeout:g}s)")
-    sub.add_argument("--barrier-every", type=int, default=fuzz.FuzzOptions.barrier_every,
+                     f"(default: {scheduler.FuzzOptions.case_timeout:g}s)")
+    sub.add_argument("--barrier-every", type=int, default=scheduler.FuzzOptions.barrier_every,
                      metavar="N", help="check barrier necessity on 1 of N cases with "
                      "barriers; 1 = every one, 0 = never (default: "
-                     f"{fuzz.FuzzOptions.barrier_every})")
+                     f"{scheduler.FuzzOptions.barrier_every})")
     sub.add_argument("--disable", type=_names, action="extend", default=[],
                      metavar="PASS,...", help="switch pipeline passes off (repeatable; to "
                      "check that fuzzing catches it)")
@@ -595,7 +595,7 @@ def _add_fuzz_command(commands) -> None:
 
 
 def _duration(text: str) -> float:
-    from harness.fuzz import FuzzUsageError, parse_duration
+    from harness.fuzz.scheduler import FuzzUsageError, parse_duration
 
     try:
         return parse_duration(text)
@@ -611,10 +611,10 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def _run_fuzz(args: argparse.Namespace) -> int:
-    from harness import fuzz, fuzzview
+    from harness.fuzz import scheduler, view as fuzzview
 
     out, err = _consoles()
-    options = fuzz.FuzzOptions(
+    options = scheduler.FuzzOptions(
         budget=args.budget, seed=args.seed, families=tuple(args.families),
         workers=args.workers, db=args.db, out=args.out, case_timeout=args.case_timeout,
         barrier_every=args.barrier_every, disable=tuple(args.disable),
@@ -623,8 +623,8 @@ def _run_fuzz(args: argparse.Namespace) -> int:
     view = fuzzview.LiveView(out) if out.is_terminal and not args.plain else \
         fuzzview.PlainView(out)
     try:
-        summary = fuzz.run(options, view)
-    except (fuzz.FuzzUsageError, ImportError) as error:
+        summary = scheduler.run(options, view)
+    except (scheduler.FuzzUsageError, ImportError) as error:
         return _error(err, error)
     fuzzview.print_summary(out, summary)
     return summary.exit_code

@@ -4,7 +4,7 @@
     result = run_case(..., barriers=True)                   # and every barrier is needed
     result.status, result.signature, result.message
 
-Suites, fuzzing (harness/fuzz.py), the regression replay (harness/check/regressions.py) and the
+Suites, fuzzing (harness/fuzz/), the regression replay (harness/check/regressions.py) and the
 benchmark (harness/bench.py) all run cases through `run_case`: build the family's kernel,
 run it on a backend with every emulator check (races, uninitialized reads, bounds,
 divergent barriers), compare each output with the family's PyTorch oracle through the one

@@ -1,6 +1,6 @@
 """Worker processes of the harness: where they come from, how a case runs in one, how they end.
 
-Fuzzing (harness/fuzz.py) keeps a pool of long-lived workers; the regression replay
+Fuzzing (harness/fuzz/scheduler.py) keeps a pool of long-lived workers; the regression replay
 (harness/check/regressions.py) runs a case that crashed or hung its process in a child of its own.
 Both get their processes here, so the start method and the way a worker's process group is
 killed are decided once:

@@ -1,4 +1,4 @@
-"""`harness fuzz` (harness/fuzz.py) end to end: real worker processes, real kernels.
+"""`harness fuzz` (harness/fuzz/) end to end: real worker processes, real kernels.
 
 The smoke run is the CI-sized fuzzing of every registered family on the current compiler;
 the others fuzz the test-only families of fuzzfamilies.py: a pipeline with thread_sync
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import fuzz
+from harness.fuzz import scheduler
 from harness.check import regressions
 from harness.check.case import CASE_TIMEOUT, WORKER_CRASH
 from harness.cli import main
@@ -30,7 +30,7 @@ MINIMAL_STAGED = {"n": 8, "threads": 32, "dtype": "float32"}
 
 def _options(tmp_path, **kwargs):
     kwargs.setdefault("seed", 1)
-    return fuzz.FuzzOptions(db=tmp_path / "db", out=tmp_path / "out", **kwargs)
+    return scheduler.FuzzOptions(db=tmp_path / "db", out=tmp_path / "out", **kwargs)
 
 
 def _describe(summary):
@@ -42,7 +42,7 @@ def _describe(summary):
 def test_smoke_every_family_no_failures(tmp_path):
     before = sorted(regressions.DEFAULT_DIR.glob("*.json"))
     fuzzed = [f.name for f in family.families() if not f.skip_reason]
-    summary = fuzz.run(_options(tmp_path, budget=45, workers=2, seed=0))
+    summary = scheduler.run(_options(tmp_path, budget=45, workers=2, seed=0))
     print({n: (t.cases, t.failing_cases, t.barrier_checks, round(t.seconds, 1))
            for n, t in summary.families.items()}, f"{summary.rate:.2f} cases/s",
           "known:", [(f.family, f.signature) for f in summary.known])
@@ -61,7 +61,7 @@ def test_broken_pipeline_is_caught_shrunk_saved_and_resumed(tmp_path, test_famil
     options = _options(tmp_path, budget=60, max_cases=30, workers=1,
                        families=("staged_transpose",), disable=("thread_sync",),
                        imports=(test_families.__name__,))
-    first = fuzz.run(options)
+    first = scheduler.run(options)
     assert first.exit_code == 1 and not first.errors, _describe(first)
     [failure] = first.failures
     assert failure.shrunk and failure.params == MINIMAL_STAGED
@@ -79,7 +79,7 @@ def test_broken_pipeline_is_caught_shrunk_saved_and_resumed(tmp_path, test_famil
 
     # The database resumes the run: the saved failure is the first case of the next one,
     # and as an open regression case it is a known bug, not a new failure.
-    again = fuzz.run(_options(tmp_path, budget=60, max_cases=3, workers=1, seed=2,
+    again = scheduler.run(_options(tmp_path, budget=60, max_cases=3, workers=1, seed=2,
                               families=("staged_transpose",), disable=("thread_sync",),
                               imports=(test_families.__name__,)))
     assert again.exit_code == 0 and not again.failures, _describe(again)
@@ -90,7 +90,7 @@ def test_broken_pipeline_is_caught_shrunk_saved_and_resumed(tmp_path, test_famil
 
 
 def test_shrinking_keeps_the_kind_of_failure(tmp_path, test_families):
-    summary = fuzz.run(_options(tmp_path, budget=60, max_cases=300, workers=1,
+    summary = scheduler.run(_options(tmp_path, budget=60, max_cases=300, workers=1,
                                 families=("two_bugs",), imports=(test_families.__name__,)))
     minimal = {f.signature.split("@")[0]: (f.params, f.shrunk) for f in summary.failures}
     # n = 10 is simpler than any n >= 50, but it is the other bug
@@ -100,7 +100,7 @@ def test_shrinking_keeps_the_kind_of_failure(tmp_path, test_families):
 
 def test_dead_and_hung_workers_are_failures_and_the_run_goes_on(tmp_path, test_families):
     # n = 3 kills the worker, n = 4 hangs it; after both, only passing cases are left.
-    summary = fuzz.run(_options(tmp_path, budget=90, max_cases=40, workers=1,
+    summary = scheduler.run(_options(tmp_path, budget=90, max_cases=40, workers=1,
                                 families=("crashy",), case_timeout=3,
                                 imports=(test_families.__name__,)))
     by_signature = {f.signature: f for f in summary.failures}
@@ -155,7 +155,7 @@ def test_ctrl_c_keeps_the_failures_and_prints_the_summary(tmp_path):
 @pytest.mark.parametrize("text,seconds", [("90", 90), ("90s", 90), ("10m", 600), ("1h", 3600),
                                           ("1h30m", 5400), ("2.5m", 150)])
 def test_budgets(text, seconds):
-    assert fuzz.parse_duration(text) == seconds
+    assert scheduler.parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize("args,message", [

@@ -9,7 +9,7 @@ tasks out so that every family is visited once early (a short first slice) and t
 a fair share of the time. A case runs through `harness.check.case.run_case` with every check,
 and for 1 in `barrier_every` cases with barriers the barrier-necessity check of
 harness/check/barriers.py. The worker side (the Hypothesis run of one task) is
-harness/fuzzworker.py; workers (harness/check/workers.py) come from a fork server that has
+harness/fuzz/worker.py; workers (harness/check/workers.py) come from a fork server that has
 imported torch and tvm once (spawn off Linux), so a restarted worker is ready at once.
 
 Where failures go: a failing case raises an exception class of its own per failure
@@ -19,8 +19,9 @@ every smaller one the shrinker finds -- is sent to the parent at once, which wri
 a regression case (`<family>-<status>-<hash>.json`, state "open") in `out`, replacing the
 larger one of the same run: a failure is on disk before shrinking starts, so Ctrl-C, a
 dying worker or the end of the budget never loses it. Hypothesis's example database
-(`db`) keeps the failing examples too, and the first task of each family replays them
-before generating anything new, so a re-run resumes where the last one stopped.
+(`db`, a directory per family and disabled passes: worker.example_database) keeps the
+failing examples too, and the first task of each family replays them before generating
+anything new, so a re-run resumes where the last one stopped.
 
 What a worker cannot report: a worker that dies mid-case (a compiler crashing the
 process) is recorded as a "crash" failure of that case, one that runs a case longer than
@@ -47,8 +48,9 @@ from pathlib import Path
 
 from harness.check import regressions
 from harness.check.case import CASE_TIMEOUT, WORKER_CRASH, check_passes
-from harness.fuzzworker import (INPUT_SEEDS, SCHEDULES, CaseFailure,  # noqa: F401
-                                canonical, worker_main)
+from harness.fuzz.messages import (CaseEnded, CaseStarted, FailingExample, GeneratorError,
+                                   Halt, Ready, Stop, Task, TaskDone, WorkerConfig)
+from harness.fuzz.worker import canonical, worker_main
 from harness.check.regressions import RegressionCase
 from harness.check.workers import kill_group, start_fork_server, worker_context
 
@@ -154,31 +156,42 @@ class _Slot:
     restarts: int = 0
     ready: bool = False                   # waiting for a task
     started: bool = False                 # has reported ready once (imports work)
-    task: dict | None = None
-    case: dict | None = None
+    task: Task | None = None
+    case: CaseStarted | None = None
     case_started: float = 0.0
 
 
+@dataclass
 class _Run:
-    def __init__(self, options: FuzzOptions, view):
-        if options.workers < 1 or options.budget <= 0 or options.case_timeout <= 0:
-            raise FuzzUsageError("workers, budget and case timeout must be positive")
-        self.options = options
-        self.view = view
-        seed = options.seed if options.seed is not None else int.from_bytes(os.urandom(4),
-                                                                            "big")
-        self.summary = FuzzSummary(seed, options.budget, options.workers)
-        self.context = worker_context()
-        self.slots = [_Slot(i) for i in range(options.workers)]
-        self.found = {}                              # (family, signature) -> Failure
-        self.written = set()                         # files this run wrote
-        self.existing = set(Path(options.out).glob("*.json"))   # never deleted
+    """Everything one run knows, every field built by `_Run.build` before the first worker
+    starts; the methods below only update it."""
 
-    def _select_families(self) -> None:
+    options: FuzzOptions
+    view: object
+    summary: FuzzSummary
+    context: object                      # where worker processes come from
+    slots: list                          # _Slot, one per worker
+    deadline: float                      # the end of the budget
+    slice: float                         # a task's time slice (a family's first: FIRST_SLICE)
+    revision: str                        # recorded in every regression case written
+    active: list                         # the families scheduled: selected and not skipped
+    # Signatures the workers count but do not shrink: open regression cases (known
+    # bugs, saved before) and failures found earlier in this run.
+    open_cases: dict                     # (family, signature) -> open RegressionCase
+    known: dict                          # family -> signatures
+    avoid: dict                          # family -> params that killed a worker
+    existing: set                        # regression files there before the run: never deleted
+    found: dict = field(default_factory=dict)       # (family, signature) -> Failure
+    written: set = field(default_factory=set)       # files this run wrote
+    seen_open: set = field(default_factory=set)     # open cases seen failing in this run
+    stopping: bool = False               # budget spent or Ctrl-C: no new tasks
+
+    @classmethod
+    def build(cls, options: FuzzOptions, view, summary: FuzzSummary, context) -> _Run:
         """Resolve the families against the registry; FuzzUsageError for unknown names."""
         from harness.gen import family as families
 
-        options = self.options
+        existing = set(Path(options.out).glob("*.json"))
         regressions.import_families(options.imports)
         registered = {f.name: f for f in families.families()}
         names = list(options.families) or sorted(registered)
@@ -188,87 +201,79 @@ class _Run:
                                  f"{', '.join(unknown)}; known: {', '.join(sorted(registered))}")
         check_passes(options.disable, error=FuzzUsageError)
         for n in names:
-            self.summary.families[n] = FamilyTally(n, registered[n].skip_reason)
-        self.active = [n for n in names if not registered[n].skip_reason]
-        # Signatures the workers count but do not shrink: open regression cases (known
-        # bugs, saved before) and failures found earlier in this run.
-        self.open_cases = _open_cases(options.out)
-        self.known = {n: {sig for fam, sig in self.open_cases if fam == n} for n in names}
-        self.seen_open = set()
-        self.avoid = {n: [] for n in names}          # params that killed a worker
-        self.revision = regressions.revision()
-        per_worker = math.ceil(max(1, len(self.active)) / options.workers)
-        self.slice = min(max(options.budget / (2 * per_worker), SLICE_SECONDS[0]),
-                         SLICE_SECONDS[1])
+            summary.families[n] = FamilyTally(n, registered[n].skip_reason)
+        active = [n for n in names if not registered[n].skip_reason]
+        open_cases = _open_cases(options.out)
+        per_worker = math.ceil(max(1, len(active)) / options.workers)
+        return cls(options, view, summary, context,
+                   slots=[_Slot(i) for i in range(options.workers)],
+                   deadline=summary.started + options.budget,
+                   slice=min(max(options.budget / (2 * per_worker), SLICE_SECONDS[0]),
+                             SLICE_SECONDS[1]),
+                   revision=regressions.revision(), active=active, open_cases=open_cases,
+                   known={n: {sig for fam, sig in open_cases if fam == n} for n in names},
+                   avoid={n: [] for n in names}, existing=existing)
 
     # -- the loop --
 
-    def run(self) -> FuzzSummary:
+    def loop(self) -> None:
         summary, options = self.summary, self.options
-        self.deadline = summary.started + options.budget
-        self.stopping = False
-        try:
-            start_fork_server(self.context)   # its imports overlap ours
-            self._select_families()
-            if not self.active:
-                summary.errors.append("no family to fuzz (all selected families are skipped)")
-                return summary
-            for slot in self.slots:
-                self._spawn(slot)
-            self.view.start(summary, options, self.deadline)
-            while True:
-                now = time.time()
-                if not self.stopping and (now >= self.deadline or self._enough_cases()):
-                    self._wind_down()
-                live = [s for s in self.slots if s.process is not None]
-                if not live:
-                    break
-                if self.stopping and now >= self.deadline + STOP_GRACE:
-                    for slot in live:
-                        self._kill(slot)
-                    break
-                for conn in wait([s.conn for s in live], timeout=0.2):
-                    slot = next((s for s in live if s.conn is conn), None)
-                    if slot is not None:
-                        self._receive(slot)
+        if not self.active:
+            summary.errors.append("no family to fuzz (all selected families are skipped)")
+            return
+        for slot in self.slots:
+            self._spawn(slot)
+        self.view.start(summary, options, self.deadline)
+        while True:
+            now = time.time()
+            if not self.stopping and (now >= self.deadline or self._enough_cases()):
+                self._wind_down()
+            live = [s for s in self.slots if s.process is not None]
+            if not live:
+                break
+            if self.stopping and now >= self.deadline + STOP_GRACE:
                 for slot in live:
-                    self._watch(slot, time.time())
-                self.view.refresh(summary, self._running())
-        except KeyboardInterrupt:
-            summary.interrupted = True
-            self.stopping = True
-            for slot in self.slots:
-                if slot.process is not None:
-                    self._kill(slot, drain=True)
-        finally:
-            summary.elapsed = time.time() - summary.started
-            self.view.stop(summary)
-        return summary
+                    self._kill(slot)
+                break
+            for conn in wait([s.conn for s in live], timeout=0.2):
+                slot = next((s for s in live if s.conn is conn), None)
+                if slot is not None:
+                    self._receive(slot)
+            for slot in live:
+                self._watch(slot, time.time())
+            self.view.refresh(summary, self._running())
+
+    def interrupt(self) -> None:
+        """Ctrl-C: kill every worker, keeping what it sent before it died."""
+        self.stopping = True
+        for slot in self.slots:
+            if slot.process is not None:
+                self._kill(slot, drain=True)
 
     def _enough_cases(self) -> bool:
         return bool(self.options.max_cases) and self.summary.cases >= self.options.max_cases
 
     def _running(self) -> set:
-        return {s.task["family"] for s in self.slots if s.task}
+        return {s.task.family for s in self.slots if s.task}
 
     def _wind_down(self) -> None:
         """Budget spent: running tasks end after their current case, idle workers exit."""
         self.stopping = True
         for slot in self.slots:
             if slot.process is not None and slot.task is not None:
-                _send(slot.conn, ("halt",))
+                _send(slot.conn, Halt())
             elif slot.process is not None and slot.ready:
-                _send(slot.conn, ("stop",))
+                _send(slot.conn, Stop())
                 slot.ready = False
 
     # -- workers --
 
     def _spawn(self, slot: _Slot) -> None:
         parent, child = self.context.Pipe(duplex=True)
-        config = {"db": str(self.options.db), "imports": list(self.options.imports),
-                  "disable": list(self.options.disable),
-                  "barrier_every": self.options.barrier_every,
-                  "timeout": self.options.case_timeout}
+        config = WorkerConfig(db=str(self.options.db), imports=tuple(self.options.imports),
+                              disable=tuple(self.options.disable),
+                              barrier_every=self.options.barrier_every,
+                              timeout=self.options.case_timeout)
         process = self.context.Process(target=worker_main, args=(child, config), daemon=True,
                                        name=f"harness-fuzz-{slot.index}")
         process.start()
@@ -339,37 +344,35 @@ class _Run:
         self.view.note(f"worker {slot.index} restarted", "yellow")
         self._spawn(slot)
 
-    def _handle(self, slot: _Slot, message: tuple) -> None:
-        kind = message[0]
-        if kind == "ready":
+    def _handle(self, slot: _Slot, message) -> None:
+        if isinstance(message, Ready):
             slot.ready = slot.started = True
-        elif kind == "start":
-            slot.case, slot.case_started = message[1], time.time()
-        elif kind == "case":
-            info = message[1]
-            tally = self.summary.families[info["family"]]
+        elif isinstance(message, CaseStarted):
+            slot.case, slot.case_started = message, time.time()
+        elif isinstance(message, CaseEnded):
+            tally = self.summary.families[message.family]
             tally.cases += 1
-            tally.seconds += info["seconds"]
-            tally.failing_cases += bool(info["signature"])
-            tally.barrier_checks += info["barriers"]
-            self._note_open_case(info, slot.case)
+            tally.seconds += message.seconds
+            tally.failing_cases += bool(message.signature)
+            tally.barrier_checks += message.barriers
+            self._note_open_case(message.family, message.signature, slot.case)
             slot.case = None
-        elif kind in ("failure", "final"):
-            self._record(message[1], shrunk=kind == "final")
-        elif kind == "error":
-            family, text = message[1], message[2]
+        elif isinstance(message, FailingExample):
+            self._record(message.record, shrunk=message.final)
+        elif isinstance(message, GeneratorError):
+            family, text = message.family, message.traceback
             self.summary.families[family].broken = text.strip().splitlines()[-1]
             self.summary.errors.append(f"{family}: the generator failed:\n{text}")
             self.view.note(f"{family}: generator error, family dropped: "
                            f"{self.summary.families[family].broken}", "red")
-        elif kind == "done":
+        elif isinstance(message, TaskDone):
             slot.task = None
         if slot.ready and slot.task is None and slot.process is not None:
             if self.stopping:
-                _send(slot.conn, ("stop",))
+                _send(slot.conn, Stop())
                 slot.ready = False
             elif not self._assign(slot):
-                _send(slot.conn, ("stop",))   # every family's generator is broken
+                _send(slot.conn, Stop())   # every family's generator is broken
                 slot.ready = False
 
     def _assign(self, slot: _Slot) -> bool:
@@ -383,24 +386,25 @@ class _Run:
         tally = self.summary.families[name]
         k = tally.tasks
         tally.tasks += 1
-        slot.task = {"family": name, "seed": _derived_seed(self.summary.seed, name, k),
-                     "reuse": k == 0,
-                     "slice_end": time.time() + (min(self.slice, FIRST_SLICE) if k == 0
-                                                 else self.slice),
-                     "deadline": self.deadline, "known": sorted(self.known[name]),
-                     "avoid": list(self.avoid[name])}
-        _send(slot.conn, ("task", slot.task))
+        slot.task = Task(family=name, seed=_derived_seed(self.summary.seed, name, k),
+                         reuse=k == 0,
+                         slice_end=time.time() + (min(self.slice, FIRST_SLICE) if k == 0
+                                                  else self.slice),
+                         deadline=self.deadline, known=tuple(sorted(self.known[name])),
+                         avoid=tuple(self.avoid[name]))
+        _send(slot.conn, slot.task)
         return True
 
     # -- failures --
 
-    def _note_open_case(self, info: dict, case: dict | None) -> None:
-        key = (info["family"], info["signature"])
+    def _note_open_case(self, family: str, signature: str | None,
+                        case: CaseStarted | None) -> None:
+        key = (family, signature)
         if key not in self.open_cases or key in self.seen_open or key in self.found:
             return
         self.seen_open.add(key)
         known = self.open_cases[key]
-        params = case["params"] if case else {}
+        params = case.params if case else {}
         self.summary.known.append(Failure(key[0], key[1], known.status, params, known.path,
                                           known.message, False,
                                           self.summary.families[key[0]].cases))
@@ -408,14 +412,14 @@ class _Run:
 
     def _record_lost_case(self, slot: _Slot, status: str, signature: str, message: str):
         case = slot.case
-        self.avoid[case["family"]].append(canonical(case["params"]))
-        self.summary.families[case["family"]].cases += 1
-        self.summary.families[case["family"]].failing_cases += 1
-        if (case["family"], signature) in self.open_cases:
-            self._note_open_case({"family": case["family"], "signature": signature}, case)
+        self.avoid[case.family].append(canonical(case.params))
+        self.summary.families[case.family].cases += 1
+        self.summary.families[case.family].failing_cases += 1
+        if (case.family, signature) in self.open_cases:
+            self._note_open_case(case.family, signature, case)
             return
-        self._record({"family": case["family"], "params": case["params"], "seed": case["seed"],
-                      "schedule": case["schedule"], "disable": list(self.options.disable),
+        self._record({"family": case.family, "params": case.params, "seed": case.seed,
+                      "schedule": case.schedule, "disable": list(self.options.disable),
                       "status": status, "signature": signature, "message": message,
                       "timeout_seconds": self.options.case_timeout,
                       "imports": list(self.options.imports)}, shrunk=False)
@@ -476,7 +480,25 @@ def _send(conn, message) -> None:
 def run(options: FuzzOptions, view=None) -> FuzzSummary:
     """Fuzz until the budget is spent (or `max_cases`, or Ctrl-C); return the summary.
     Raises FuzzUsageError for options that cannot run."""
-    return _Run(options, view or QuietView()).run()
+    if options.workers < 1 or options.budget <= 0 or options.case_timeout <= 0:
+        raise FuzzUsageError("workers, budget and case timeout must be positive")
+    view = view or QuietView()
+    seed = options.seed if options.seed is not None else int.from_bytes(os.urandom(4), "big")
+    summary = FuzzSummary(seed, options.budget, options.workers)
+    context = worker_context()
+    fuzzing = None
+    try:
+        start_fork_server(context)   # its imports overlap ours
+        fuzzing = _Run.build(options, view, summary, context)
+        fuzzing.loop()
+    except KeyboardInterrupt:
+        summary.interrupted = True
+        if fuzzing is not None:
+            fuzzing.interrupt()
+    finally:
+        summary.elapsed = time.time() - summary.started
+        view.stop(summary)
+    return summary
 
 
 class QuietView:

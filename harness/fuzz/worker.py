@@ -1,16 +1,17 @@
 """The fuzzing worker: one Hypothesis run per task, inside a worker process
 (harness/check/workers.py).
 
-The parent (harness/fuzz.py) sends tasks -- a time slice of one family, with a seed, the
-signatures already known and the params that killed a worker -- and receives events:
+The parent (harness/fuzz/scheduler.py) sends tasks -- a time slice of one family, with a seed, the
+signatures already known and the params that killed a worker -- and receives events, the
+messages of harness/fuzz/messages.py:
 
-    ("ready", pid)                     imports done, waiting for a task
-    ("start", case)                    a case begins (the parent times it out)
-    ("case", info)                     a case ended: family, signature, seconds, barriers
-    ("failure", record)                a failing example (first, and every smaller one)
-    ("final", record)                  the minimal example Hypothesis settled on
-    ("error", family, traceback)       the family's generator itself failed
-    ("done", family)                   the task is over
+    Ready(pid)                         imports done, waiting for a task
+    CaseStarted(family, params, ...)   a case begins (the parent times it out)
+    CaseEnded(family, signature, ...)  a case ended: family, signature, seconds, barriers
+    FailingExample(record)             a failing example (first, and every smaller one)
+    FailingExample(record, final=True) the minimal example Hypothesis settled on
+    GeneratorError(family, traceback)  the family's generator itself failed
+    TaskDone(family)                   the task is over
 
 A failing case raises an exception class of its own per failure signature, so Hypothesis
 shrinks each kind of failure separately and never towards a different bug.
@@ -25,9 +26,12 @@ import re
 import signal
 import time
 import traceback
+from pathlib import Path
 
 from harness.check import regressions
 from harness.check.case import BARRIER_STATUSES, run_case
+from harness.fuzz.messages import (CaseEnded, CaseStarted, FailingExample, GeneratorError,
+                                   Halt, Ready, Stop, Task, TaskDone, WorkerConfig)
 
 SCHEDULES = ("forward", "reverse", "random")
 INPUT_SEEDS = 1 << 16
@@ -59,51 +63,49 @@ def _failure_class(signature: str) -> type:
     return _FAILURE_CLASSES[signature]
 
 
-def worker_main(conn, config: dict) -> None:
+def worker_main(conn, config: WorkerConfig) -> None:
     if hasattr(os, "setpgrp"):
         os.setpgrp()   # Ctrl-C goes to the parent only; the parent kills the whole group
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    regressions.import_families(config["imports"])
+    regressions.import_families(config.imports)
     from harness.gen import family as families
 
     families.families()
-    conn.send(("ready", os.getpid()))
+    conn.send(Ready(os.getpid()))
     while True:
         try:
             message = conn.recv()
         except EOFError:
             return
-        if message[0] == "task":
-            _run_task(conn, config, message[1])
-            conn.send(("done", message[1]["family"]))
-        elif message[0] == "stop":
+        if isinstance(message, Task):
+            _run_task(conn, config, message)
+            conn.send(TaskDone(message.family))
+        elif isinstance(message, Stop):
             return
 
 
-def _run_task(conn, config: dict, task: dict) -> None:
+def _run_task(conn, config: WorkerConfig, task: Task) -> None:
     from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
     from hypothesis import strategies as st
-    from hypothesis.database import DirectoryBasedExampleDatabase
 
     from harness.gen import family as families
 
-    name = task["family"]
+    name = task.family
     fam = families.get(name)
-    known, avoid = set(task["known"]), set(task["avoid"])
+    known, avoid = set(task.known), set(task.avoid)
     found = {}   # signature -> latest failing record of this task
-    disable = tuple(config["disable"])
+    disable = tuple(config.disable)
 
     def case(params, input_seed, schedule):
         now = time.time()
-        if conn.poll(0) and conn.recv()[0] == "halt":
+        if conn.poll(0) and isinstance(conn.recv(), Halt):
             raise _TaskOver
-        if now >= task["deadline"] or (not found and now >= task["slice_end"]):
+        if now >= task.deadline or (not found and now >= task.slice_end):
             raise _TaskOver
         if canonical(params) in avoid:
             return
-        conn.send(("start", {"family": name, "params": params, "seed": input_seed,
-                             "schedule": schedule}))
-        barriers = _barrier_due(params, input_seed, config["barrier_every"]) or \
+        conn.send(CaseStarted(name, params, input_seed, schedule))
+        barriers = _barrier_due(params, input_seed, config.barrier_every) or \
             any(s in found for s in BARRIER_STATUSES)
         t0 = time.perf_counter()
         result = run_case(name, params, seed=input_seed, schedule=schedule, disable=disable,
@@ -111,31 +113,28 @@ def _run_task(conn, config: dict, task: dict) -> None:
         signature = result.signature
         checked = barriers and result.status in ("pass", *BARRIER_STATUSES) \
             and "threadgroup_barrier" in result.msl
-        conn.send(("case", {"family": name, "signature": signature,
-                            "seconds": time.perf_counter() - t0, "barriers": int(checked)}))
+        conn.send(CaseEnded(name, signature, time.perf_counter() - t0, int(checked)))
         if signature is None or signature in known:
             return
         record = {"family": name, "params": params, "seed": input_seed, "schedule": schedule,
                   "disable": list(disable), "status": result.status, "signature": signature,
                   "message": result.message, "msl": result.msl,
                   "dsl": regressions.dsl_text(name, params),
-                  "timeout_seconds": config["timeout"], "imports": config["imports"]}
+                  "timeout_seconds": config.timeout, "imports": list(config.imports)}
         found[signature] = record
-        conn.send(("failure", record))
+        conn.send(FailingExample(record))
         raise _failure_class(signature)(record)
 
     test = given(params=fam.params(), input_seed=st.integers(0, INPUT_SEEDS - 1),
                  schedule=st.sampled_from(SCHEDULES))(case)
     phases = [Phase.explicit, Phase.generate, Phase.shrink]
-    if task["reuse"]:
+    if task.reuse:
         phases.insert(1, Phase.reuse)
     # @seed alone would switch the database off; the settings applied after it keep it.
-    test = settings(database=DirectoryBasedExampleDatabase(config["db"]),
+    test = settings(database=example_database(config.db, name, disable),
                     max_examples=10 ** 9, deadline=None, phases=phases,
                     suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
-                    report_multiple_bugs=True, print_blob=False)(seed(task["seed"])(test))
-    test._hypothesis_internal_database_key = \
-        f"metaltile-fuzz:{name}:{','.join(sorted(disable))}".encode()
+                    report_multiple_bugs=True, print_blob=False)(seed(task.seed)(test))
     try:
         test()
     except _TaskOver:
@@ -143,9 +142,25 @@ def _run_task(conn, config: dict, task: dict) -> None:
     except BaseException as err:  # noqa: BLE001 - minimal failures, or the generator broke
         failures = _case_failures(err)
         for failure in failures:
-            conn.send(("final", failure.record))
+            conn.send(FailingExample(failure.record, final=True))
         if not failures:
-            conn.send(("error", name, "".join(traceback.format_exception(err))))
+            conn.send(GeneratorError(name, "".join(traceback.format_exception(err))))
+
+
+def example_database(db: str, family: str, disable: tuple):
+    """The example database of one family fuzzed with the passes `disable` switched off: a
+    directory of its own under `db`, so a task replays only its family's failing examples
+    found under the same pipeline.
+
+    Hypothesis keys a test's examples by its function (the source of `case`, the same for
+    every task), and offers no public way to choose the key, so one database shared by the
+    families would replay each family's examples in every other. An edit of `case` changes
+    the key and starts the databases afresh, as for any Hypothesis test that changes; the
+    regression files are the record that lasts."""
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    name = f"{family}--disable-{'+'.join(sorted(disable))}" if disable else family
+    return DirectoryBasedExampleDatabase(Path(db) / name)
 
 
 def _case_failures(err: BaseException) -> list:

@@ -1,0 +1,96 @@
+"""What the fuzzing parent (scheduler.py) and its workers (worker.py) send each other.
+
+A worker starts with a `WorkerConfig` and sends `Ready`; the parent answers with a `Task`
+(a time slice of one family). During the task the worker sends `CaseStarted` and
+`CaseEnded` around every case, a `FailingExample` for each failing example (the first one
+and every smaller one, then the minimal one with `final`), a `GeneratorError` if the
+family's generator itself broke, and `TaskDone` at the end; the parent may send `Halt`
+(the budget is spent: end the task after this case). The parent sends `Stop` to a worker
+without a task to let it exit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+# ---- parent -> worker ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """How every task of a worker runs (the worker process's argument, not a message)."""
+    db: str                    # the Hypothesis example database's directory
+    imports: tuple             # modules registering extra families
+    disable: tuple             # pipeline passes switched off
+    barrier_every: int         # barrier check on 1 of N cases with barriers; 0 off
+    timeout: float             # the per-case timeout, recorded in failures
+
+
+@dataclass(frozen=True)
+class Task:
+    """Fuzz one family until `slice_end` (or `deadline`, the end of the budget)."""
+    family: str
+    seed: int                  # the seed of this task's Hypothesis run
+    reuse: bool                # replay the example database first (a family's first task)
+    slice_end: float           # no new case after this, unless the task found a failure
+    deadline: float            # no new case after this in any case
+    known: tuple               # signatures counted but not shrunk (known bugs)
+    avoid: tuple               # canonical params that killed a worker: not run again
+
+
+@dataclass(frozen=True)
+class Halt:
+    """The budget is spent: end the running task after its current case."""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """No more tasks: exit."""
+
+
+# ---- worker -> parent ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Ready:
+    """Imports done, waiting for a task."""
+    pid: int
+
+
+@dataclass(frozen=True)
+class CaseStarted:
+    """A case begins (the parent times it out, and records it if the worker dies)."""
+    family: str
+    params: dict
+    seed: int                  # the input seed
+    schedule: str
+
+
+@dataclass(frozen=True)
+class CaseEnded:
+    """A case ended; `signature` is None when it passed."""
+    family: str
+    signature: str | None
+    seconds: float
+    barriers: int              # 1 if its barriers were checked
+
+
+@dataclass(frozen=True)
+class FailingExample:
+    """A failing example, as a regression case's fields (harness.check.regressions.
+    RegressionCase, without what the parent adds); `final`: the minimal one Hypothesis
+    settled on."""
+    record: dict
+    final: bool = False
+
+
+@dataclass(frozen=True)
+class GeneratorError:
+    """The family's generator itself failed (not a case): the family is dropped."""
+    family: str
+    traceback: str
+
+
+@dataclass(frozen=True)
+class TaskDone:
+    """The task is over; the worker waits for the next one."""
+    family: str
