@@ -350,7 +350,7 @@ def _run_selfcheck(args: argparse.Namespace) -> int:
 # -- harness bench / report ------------------------------------------------------------------
 
 BENCH_DESCRIPTION = """\
-Benchmark the bench cases (harness/benchcases.py: kernel families at LLM shapes, scaled for the
+Benchmark the bench cases (harness/bench/cases.py: kernel families at LLM shapes, scaled for the
 emulator). Per case: one checked emulator run (oracle + race/uninit/bounds checks), its
 deterministic counters (bytes, load/store operations, barriers, simd ops), a roofline model
 of Apple-GPU time per chip, DSL -> MSL compile time over --rounds rounds, and on macOS with
@@ -362,7 +362,7 @@ Exit status: 0 pass, 1 a case failed or a counter/modeled time regressed (or, wi
 
 
 def _add_bench_commands(commands) -> None:
-    from harness import bench, roofline
+    from harness.bench import roofline, workflow as bench
 
     sub = commands.add_parser("bench", help="benchmark, compare with the baseline, report",
                               description=BENCH_DESCRIPTION,
@@ -426,7 +426,7 @@ def _positive(text: str) -> int:
 
 
 def _chips(text: str) -> tuple[str, ...]:
-    from harness import roofline
+    from harness.bench import roofline
 
     if text.strip().lower() == "all":
         return tuple(roofline.CHIPS)
@@ -456,7 +456,7 @@ def _replacements(items: list[str]) -> dict:
 
 
 def _run_bench(args: argparse.Namespace) -> int:
-    from harness import against, bench
+    from harness.bench import against, workflow as bench
 
     out, err = _wide_consoles()
     if args.list:
@@ -505,7 +505,7 @@ def _run_bench(args: argparse.Namespace) -> int:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from harness import bench
+    from harness.bench import workflow as bench
 
     out, err = _wide_consoles()
     try:
@@ -516,7 +516,7 @@ def _run_report(args: argparse.Namespace) -> int:
 
 
 def _print_outcome(out, outcome, baseline_path) -> int:
-    from harness import report
+    from harness.bench import report
 
     results = outcome.results
     out.print(report.summary_table(results))
@@ -631,7 +631,7 @@ def _run_fuzz(args: argparse.Namespace) -> int:
 
 
 def _add_emu_against_command(commands) -> None:
-    from harness import emu_against
+    from harness.bench import emu_against
 
     help_ = "emulator time A/B against another revision's emulator, on today's MSL"
     sub = commands.add_parser("emu-against", help=help_,
@@ -653,7 +653,7 @@ def _add_emu_against_command(commands) -> None:
 def _run_emu_against(args: argparse.Namespace) -> int:
     import json
 
-    from harness import emu_against
+    from harness.bench import emu_against
 
     out, err = _consoles()
     known = {s.name: s for s in emu_against.SHAPES}

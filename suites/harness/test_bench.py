@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from core.transform import pipeline as core_pipeline
-from harness import against, bench, measure, report, roofline
+from harness.bench import against, measure, report, roofline, workflow as bench
 from harness.cli import main
 
 
@@ -502,7 +502,7 @@ def test_report_marks_compile_times_over_the_goal():
 
 
 def test_bench_records_the_first_compile_of_a_case_with_its_stages():
-    from harness.benchcases import select
+    from harness.bench.cases import select
     case = select("elementwise/silu-f32")[0]
     fam = measure._family(case.family)
     first = measure.first_compile(fam, case.params)

@@ -1,4 +1,4 @@
-"""harness.emu_against lays out each speed shape as one launch the workers can replay."""
+"""harness.bench.emu_against lays out each speed shape as one launch the workers can replay."""
 
 import json
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from core.runtime import emu
-from harness import emu_against
+from harness.bench import emu_against
 from harness.check.compare import assert_close
 from harness.gen import family as families
 

@@ -14,7 +14,7 @@ pipeline, so these tests do not depend on the committed baseline being current.
 
 import pytest
 
-from harness import bench
+from harness.bench import workflow as bench
 from harness.cli import main
 
 TRANSPOSE = "copy/k-transpose-f16"       # threadgroup tile, one barrier per group, float4 I/O

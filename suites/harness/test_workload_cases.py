@@ -4,7 +4,7 @@ with the seed's), the MoE cases cover 64 and 128 experts, top-2 and top-8, the 9
 program and the fused one, and the seed's M2 figures ride on the matching cases."""
 
 import core
-from harness import bench
+from harness.bench import workflow as bench
 from harness.gen import family as families
 
 

@@ -4,7 +4,7 @@ The emulator's own speed on the kernel shapes that matter, compared with another
 revision's emulator running the same MSL. This tree compiles each shape (a kernel family
 at fixed params, `SHAPES`) to MSL once, with today's compiler, and writes the launch (MSL,
 kernel name, grid, threadgroup, input buffers) to a job directory; then a worker process
-per tree (the other revision checked out by `harness.against.worktree`) calls its own
+per tree (the other revision checked out by `harness.bench.against.worktree`) calls its own
 `core.runtime.emu.run_msl` on it, round after round, this tree first in even rounds and
 the other first in odd ones, so drift and other load hit both alike (docs/bench.md: wall
 times compare only within one run). Round 0 is the warm-up (it builds the kernel).
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import against
+from harness.bench import against
 
 DEFAULT_ROUNDS = 5
 

@@ -1,6 +1,6 @@
 """Bench reports: the console tables, bench.md and bench.html (with plots) of one run.
 
-Input: a run of `harness.measure` (a `BenchRun`, or its results document as saved in
+Input: a run of `harness.bench.measure` (a `BenchRun`, or its results document as saved in
 reports/out/bench.json), the baseline it is compared with, and the list of `gate.Change`s
 from `gate.compare`. Output: rich tables for the terminal (`summary_table`,
 `changes_table`) and the files `write_reports` puts in the output directory:
@@ -26,9 +26,9 @@ from pathlib import Path
 from rich.table import Table
 from rich.text import Text
 
-from harness import gate, measure
-from harness.benchcases import UNIT_SECONDS
-from harness.measure import BenchRun
+from harness.bench import gate, measure
+from harness.bench.cases import UNIT_SECONDS
+from harness.bench.measure import BenchRun
 
 PLOTTED_COUNTERS = ("device_bytes_read", "device_bytes_written", "device_load_ops",
                     "device_store_ops", "threadgroup_bytes_read", "threadgroup_bytes_written",
@@ -268,7 +268,7 @@ def hand_tuned_header(chips: list) -> list[str]:
 
 HAND_TUNED_NOTE = ("Generated / hand-tuned at the same shape and inputs: each generated kernel "
                    "beside our own hand-written MSL for the same computation "
-                   "(harness/reference_kernels/), both run on the emulator with every check "
+                   "(harness/bench/reference_kernels/), both run on the emulator with every check "
                    "and compared with the same oracle. Below 1x the generated kernel does "
                    "less. Target: every counter at most 1.25x, modeled time at most 1.0x. "
                    "The gate tracks these ratios: one that grows fails it.")
@@ -399,7 +399,7 @@ def _sections(results: dict, changes: list, baseline_path: str | None) -> list[t
                 "the case's scaling factor (linear in rows). ideal = the device-and-ALU "
                 "roofline over the minimum traffic and one launch (above 100% when the kernel "
                 "need not read every input). A model, not a measurement: see the chip table, "
-                "docs/bench.md and harness/roofline.py."))
+                "docs/bench.md and harness/bench/roofline.py."))
     chip = _breakdown_chip(chips)
     rows = [[c["name"], *_term_cells(c["modeled"][chip])] for c in cases
             if c.get("modeled") and chip in c["modeled"]]
@@ -463,7 +463,7 @@ def _sections(results: dict, changes: list, baseline_path: str | None) -> list[t
                 "(shuffles); L2 GB/s = cores x 32 B/cycle x clock; system-level cache GB/s = "
                 "2 x DRAM. "
                 "Sources and limitations: docs/bench.md and "
-                "harness/roofline.py and README.md (harness bench)."))
+                "harness/bench/roofline.py and README.md (harness bench)."))
     return out
 
 
@@ -483,7 +483,7 @@ TERM_HEADER = ["total us", "device memory us (level)", "of which spills us (B/th
                "from DRAM MB", "from cache MB",
                "ALU us", "threadgroup memory us", "simd ops us", "barriers us", "launches us",
                "groups / core (limit)", "occupancy", "bound"]
-TERM_NOTE = ("Each term of harness/roofline.py at the shape that ran: device memory is the "
+TERM_NOTE = ("Each term of harness/bench/roofline.py at the shape that ran: device memory is the "
              "slowest of DRAM (every distinct byte once, and the repeat accesses no cache "
              "holds), the system-level cache and the GPU L2 (a buffer's repeat accesses are "
              "served by the cache its footprint fits); it and ALU "

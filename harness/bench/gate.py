@@ -13,7 +13,7 @@ and its generated / hand-tuned ratios gate like counters: a ratio that grows is 
 better), per counter exactly and per modeled time past `MODELED_THRESHOLD`. Compile
 wall times are never compared with a baseline recorded on another machine (26% noise
 between machines was measured): they are compared A/B within one run by
-`harness bench --against GITREF` (harness/against.py), whose verdicts become Changes here.
+`harness bench --against GITREF` (harness/bench/against.py), whose verdicts become Changes here.
 docs/bench.md describes the model and the gate.
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from harness.measure import BenchRun, as_run
+from harness.bench.measure import BenchRun, as_run
 
 MODELED_THRESHOLD = 0.01      # relative; modeled time derives from exact counters
 GATED = ("launches", "device_bytes_read", "device_bytes_written", "device_load_ops",
@@ -58,7 +58,7 @@ class Change:
 
 
 def compare(results: BenchRun | dict, baseline: dict | None) -> list[Change]:
-    """Every change of `results` against `baseline` (harness/baseline.py's document) that
+    """Every change of `results` against `baseline` (harness/bench/baseline.py's document) that
     the report shows; the gate fails when any `Change.gates`."""
     results = as_run(results)
     changes: list[Change] = []

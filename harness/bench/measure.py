@@ -12,7 +12,7 @@ Per case (`measure_case` -> `CaseMeasurement`):
              and inputs are fixed, so two runs of one compiler give identical counters.
   minimum    the traffic no kernel can avoid: every input read once, every output written
              once (the ratio counted/minimum shows re-reads and spills)
-  modeled    `harness.roofline` time per chip and its terms (device memory, ALU,
+  modeled    `harness.bench.roofline` time per chip and its terms (device memory, ALU,
              threadgroup memory, simd operations, barriers, launches, occupancy, register
              spills) from those counters and two figures read from the MSL text:
              `local_array_bytes`, the thread-local array bytes it declares (the register
@@ -30,8 +30,8 @@ Per case (`measure_case` -> `CaseMeasurement`):
   gpu        on macOS with MPS only: measured GPU time of the compiled kernel (UNTESTED:
              no Mac has run it; elsewhere it is skipped with the reason)
 
-Nothing here reads or writes files or decides pass/fail: harness/baseline.py stores,
-harness/gate.py compares. A `BenchRun` turns into the results document (JSON, schema
+Nothing here reads or writes files or decides pass/fail: harness/bench/baseline.py stores,
+harness/bench/gate.py compares. A `BenchRun` turns into the results document (JSON, schema
 "metaltile-bench/1") with `to_dict()` and back with `BenchRun.from_dict`:
 {schema, created, revision, machine, toolchain, options, chips, launch_overhead_s,
 cases: [{name, family, params, shape, scaling, full_scale, status, message, findings,
@@ -50,18 +50,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import roofline
-from harness.benchcases import BenchCase, HandTuned
+from harness.bench import roofline
+from harness.bench.cases import BenchCase, HandTuned
 
 SCHEMA = "metaltile-bench/1"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SEED = 0
 DEFAULT_ROUNDS = 5
 # Every bench case compiles DSL -> MSL in under 30 ms cold per device kernel of its program
 # (docs/bench.md: a program of nine kernels is not held to one kernel's budget).
 COMPILE_GOAL_S = 0.030
 
-# Counters summed over launches; all but the informational ones gate (harness/gate.py).
+# Counters summed over launches; all but the informational ones gate (harness/bench/gate.py).
 SUMMED = ("groups", "threads", "simdgroups", "barriers", "simd_ops", "atomic_ops",
           "threadgroup_bytes_read", "threadgroup_bytes_written", "device_load_ops",
           "device_store_ops", "threadgroup_load_ops", "threadgroup_store_ops",
@@ -121,7 +121,7 @@ class BenchRun:
     chips: dict                        # chip name -> description
     launch_overhead_s: float
     cases: list = field(default_factory=list)      # CaseMeasurement
-    against: dict | None = None        # harness/against.py's A/B result
+    against: dict | None = None        # harness/bench/against.py's A/B result
     seconds: float = 0.0
     schema: str = SCHEMA
 
@@ -182,7 +182,7 @@ def _half_only(built) -> bool:
 
 def modeled(counters: dict, minimum: dict, flops: int, chip_names, half=False,
             buffers=(), full_scale: float = 1.0) -> dict:
-    """The roofline model (harness/roofline.py) per chip from one program's counters (and
+    """The roofline model (harness/bench/roofline.py) per chip from one program's counters (and
     its per-buffer traffic, `roofline.buffer_traffic`, for the cache term, which decides
     hits for footprints `full_scale` times those that ran: the real shape): the modeled
     seconds, each term, the occupancy, which throughput term binds, the ideal."""

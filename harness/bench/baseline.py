@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.measure import ROOT, SCHEMA, BenchRun, CaseMeasurement, as_run
+from harness.bench.measure import ROOT, SCHEMA, BenchRun, CaseMeasurement, as_run
 
 BASELINE_SCHEMA = "metaltile-bench-baseline/1"
 DEFAULT_BASELINE = ROOT / "reports" / "baselines" / "emu.json"
