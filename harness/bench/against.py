@@ -167,7 +167,7 @@ def verdict(this: list[float], ref: list[float]) -> dict:
 
 def run(ref: str, cases, *, root: Path, out_dir: Path, rounds: int = DEFAULT_ROUNDS,
         progress=None) -> dict:
-    """Time `cases` (bench.BenchCase) in this tree (`root`) and in `ref`, interleaved."""
+    """Time `cases` (cases.BenchCase) in this tree (`root`) and in `ref`, interleaved."""
     method = (f"{rounds} interleaved rounds per side after one warm-up; change = "
               "exp(median ln(this/ref)) - 1; noise = standard error of that median "
               f"(1.2533 x 1.4826 x MAD / sqrt(n)); threshold = max({FLOOR:.0%}, "

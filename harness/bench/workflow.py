@@ -9,8 +9,8 @@ The workflow of one `harness bench` run, from options to a verdict; the command 
 
 The parts live apart (harness/bench/__init__.py has the map and the data flow of one bench
 number); this module only ties them together. docs/bench.md explains the counters, the
-roofline model and the gate. The names these modules define stay importable from here
-(`bench.BenchCase`, `bench.CASES`, `bench.compare`, ...) for existing callers.
+roofline model and the gate. Names are imported from the module that defines them; this
+one defines only the workflow's own.
 """
 
 from __future__ import annotations
@@ -19,22 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.bench import roofline
-from harness.bench.baseline import (BASELINE_SCHEMA, DEFAULT_BASELINE,  # noqa: F401
-                                    DEFAULT_OUT, baseline_entry, load_baseline,
-                                    load_results, update_baseline,
-                                    write_pytest_benchmark_json, write_results)
-from harness.bench.cases import (CASES, PREFILL_TOKENS, UNIT_SECONDS,  # noqa: F401
-                                 BenchCase, Reference, select)
-from harness.bench.gate import (GATED, INFORMATIONAL, MODELED_THRESHOLD,  # noqa: F401
-                                Change, compare, gate_failed)
-from harness.bench.measure import (DEFAULT_ROUNDS, PER_BUFFER, ROOT, SCHEMA,  # noqa: F401
-                                   SEED, SUMMED, BenchRun, CaseMeasurement, aggregate,
-                                   as_run, git_revision, machine_info, measure_all,
-                                   measure_case, mps_available, modeled, time_compile,
-                                   time_gpu, timing_summary, toolchain_info)
+from harness.bench.baseline import (DEFAULT_BASELINE, DEFAULT_OUT, load_baseline, load_results,
+                                    update_baseline, write_pytest_benchmark_json,
+                                    write_results)
+from harness.bench.cases import select
+from harness.bench.gate import compare, gate_failed
+from harness.bench.measure import DEFAULT_ROUNDS, ROOT, BenchRun, measure_all, mps_available
 from harness.check.case import check_passes
-
-run = measure_all   # the old name of measuring a list of cases
 
 
 class BenchUsageError(ValueError):
