@@ -4,8 +4,9 @@
     run.cases[0].status, run.cases[0].counters["device_load_ops"]
 
 Per case (`measure_case` -> `CaseMeasurement`):
-  status     one checked run through `harness.check.case.run_case` (the one way to run a case):
-             oracle comparison and every emulator check; anything but "pass" fails the gate
+  status     one checked run through `harness.check.case.run_case` (the one way to run a case)
+             of the kernel `first_compile` compiled (the case compiles cold once): oracle
+             comparison and every emulator check; anything but "pass" fails the gate
   counters   the emulator's deterministic counters of that run, summed over the program's
              launches (`aggregate`): bytes and load/store operations on device and
              threadgroup memory, barriers, simd operations, ... The forward schedule, seed
@@ -238,8 +239,8 @@ def over_goal(compile_summary: dict | None) -> bool:
 
 def _compile_once(fam, params: dict, disable=(), replace=None, stages=None):
     """One DSL -> MSL compile: the family's build (which parses the T.* kernel) and
-    core.compile without any cache. Returns its wall seconds and the compiled program;
-    `stages` receives "parse" and the pipeline's per-pass and printer timings."""
+    core.compile without any cache. Returns its wall seconds and the `(built, kernel)` it
+    made; `stages` receives "parse" and the pipeline's per-pass and printer timings."""
     import core
     t0 = time.perf_counter()
     built = fam.build(dict(params))
@@ -251,7 +252,7 @@ def _compile_once(fam, params: dict, disable=(), replace=None, stages=None):
     assert msl
     if stages is not None:
         stages["parse"] = parsed - t0
-    return end - t0, kernel
+    return end - t0, (built, kernel)
 
 
 def first_compile(fam, params: dict, disable=(), replace=None) -> dict | None:
@@ -259,13 +260,19 @@ def first_compile(fam, params: dict, disable=(), replace=None) -> dict | None:
     the case): {"seconds": wall seconds, "kernels": device kernels of the program,
     "stages": {"parse", pass names..., "print_msl"}}; None when the compile raises (the
     checked run reports why)."""
+    return _first_compile(fam, params, disable, replace)[0]
+
+
+def _first_compile(fam, params: dict, disable=(), replace=None):
+    """`first_compile`'s summary and the `(built, kernel)` that compile made (None, None
+    when it raised): the kernel `measure_case` runs, so a case compiles cold once."""
     stages = {}
     try:
-        seconds, kernel = _compile_once(fam, params, disable, replace, stages)
+        seconds, compiled = _compile_once(fam, params, disable, replace, stages)
     except Exception:  # noqa: BLE001 - run_case turns the same error into the case status
-        return None
-    return {"seconds": seconds, "kernels": len(kernel.specs),
-            "stages": {"parse": stages.pop("parse"), **stages}}
+        return None, None
+    return {"seconds": seconds, "kernels": len(compiled[1].specs),
+            "stages": {"parse": stages.pop("parse"), **stages}}, compiled
 
 
 def time_compile(fam, params: dict, rounds: int, disable=(), replace=None):
@@ -424,9 +431,11 @@ def measure_case(case: BenchCase, *, rounds: int = DEFAULT_ROUNDS, disable=(),
     if fam.skip_reason:
         out.message = fam.skip_reason
         return out
-    out.first_compile = first_compile(fam, case.params, disable, replace)
+    # The timed first compile's kernel is the one the checked run runs; only when that
+    # compile raised does run_case compile again, to turn the error into the status.
+    out.first_compile, compiled = _first_compile(fam, case.params, disable, replace)
     result = run_case(case.family, case.params, seed=SEED, disable=disable, replace=replace,
-                      cache=False)
+                      cache=False, compiled=compiled)
     out.status, out.message, out.msl = result.status, result.message, result.msl
     out.findings = [str(f) for f in result.findings[:20]]
     try:

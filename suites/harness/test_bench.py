@@ -518,6 +518,26 @@ def test_bench_records_the_first_compile_of_a_case_with_its_stages():
     assert measure.first_compile(measure._family("moe"), moe.params)["kernels"] == 9
 
 
+
+def test_a_bench_case_compiles_cold_once_and_runs_that_kernel(monkeypatch):
+    """The timed first compile's kernel is the one the checked run runs: besides the warm
+    rounds (one warm-up and `rounds`), the case compiles once."""
+    import core
+    compiled = []
+    real = core.compile
+
+    def counting(*args, **kwargs):
+        compiled.append(real(*args, **kwargs))
+        return compiled[-1]
+
+    monkeypatch.setattr(core, "compile", counting)
+    case = select("elementwise/silu-f32")[0]
+    m = measure.measure_case(case, rounds=1, chip_names=("M2",))
+    assert m.status == "pass" and m.counters and m.first_compile
+    assert len(compiled) == 1 + 1 + 1
+    assert compiled[0].last_run is not None          # the first compile's kernel ran
+    assert all(k.last_run is None for k in compiled[1:])
+
 def test_report_lists_the_streamed_rows_from_the_msl():
     streamed, held = _case("fam/streamed"), _case("fam/held")
     streamed["msl"] = ("kernel void k() {\n  // streamed: 16 chunks of 2048 over dim 1 of 'x'"
