@@ -503,7 +503,7 @@ def _run_bench(args: argparse.Namespace) -> int:
                                                     soft_wrap=True),
         ab_progress=lambda r, n: out.print(f"  A/B round {r}/{n}" if r else "  warm-up"))
     if args.update_baseline:
-        out.print(f"baseline written: {args.baseline} ({len(outcome.baseline['cases'])} cases)")
+        out.print(f"baseline written: {args.baseline} ({len(outcome.baseline.cases)} cases)")
         for name in outcome.left_out:
             out.print(Text(f"not in the baseline (did not pass): {name}", "red"))
     return _print_outcome(out, outcome, args.baseline)

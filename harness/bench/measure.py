@@ -33,7 +33,7 @@ Per case (`measure_case` -> `CaseMeasurement`):
 
 Nothing here reads or writes files or decides pass/fail: harness/bench/baseline.py stores,
 harness/bench/gate.py compares. A `BenchRun` turns into the results document (JSON, schema
-"metaltile-bench/1") with `to_dict()` and back with `BenchRun.from_dict`:
+"metaltile-bench/1") and back in harness/bench/baseline.py (`run_to_dict`, `run_from_dict`):
 {schema, created, revision, machine, toolchain, options, chips, launch_overhead_s,
 cases: [{name, family, params, shape, scaling, full_scale, status, message, findings,
 counters, minimum, flops, modeled: {chip: {...}}, first_compile: {seconds, kernels, stages},
@@ -43,7 +43,6 @@ against: {...} | null, seconds}.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import platform
 import subprocess
@@ -107,9 +106,6 @@ class CaseMeasurement:
                    case.full_scale,
                    reference=case.reference.as_dict() if case.reference else None)
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
 
 @dataclass
 class BenchRun:
@@ -125,27 +121,6 @@ class BenchRun:
     against: dict | None = None        # harness/bench/against.py's A/B result
     seconds: float = 0.0
     schema: str = SCHEMA
-
-    def to_dict(self) -> dict:
-        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
-                "cases": [c.to_dict() for c in self.cases]}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "BenchRun":
-        if data.get("schema") != SCHEMA:
-            raise ValueError(f"not a bench result (schema {data.get('schema')!r}, expected "
-                             f"{SCHEMA!r})")
-        known = {f.name for f in dataclasses.fields(cls)}
-        case_fields = {f.name for f in dataclasses.fields(CaseMeasurement)}
-        run = cls(**{k: v for k, v in data.items() if k in known and k != "cases"})
-        run.cases = [CaseMeasurement(**{k: v for k, v in c.items() if k in case_fields})
-                     for c in data["cases"]]
-        return run
-
-
-def as_run(results) -> BenchRun:
-    """A BenchRun from itself or from its results document (a saved bench.json)."""
-    return results if isinstance(results, BenchRun) else BenchRun.from_dict(results)
 
 
 # -- counters ------------------------------------------------------------------------------

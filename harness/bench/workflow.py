@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.bench import roofline
-from harness.bench.baseline import (DEFAULT_BASELINE, DEFAULT_OUT, load_baseline, load_results,
-                                    update_baseline, write_pytest_benchmark_json,
-                                    write_results)
+from harness.bench.baseline import (DEFAULT_BASELINE, DEFAULT_OUT, Baseline, load_baseline,
+                                    load_results, update_baseline,
+                                    write_pytest_benchmark_json, write_results)
 from harness.bench.cases import select
 from harness.bench.gate import compare, gate_failed
 from harness.bench.measure import DEFAULT_ROUNDS, ROOT, BenchRun, measure_all, mps_available
@@ -54,14 +54,14 @@ class BenchPlan:
     cases: list
     gpu: bool
     gpu_reason: str                      # why GPU time is not measured ("" when it is)
-    baseline: dict | None                # None: no baseline, or it is being rewritten
+    baseline: Baseline | None            # None: no baseline, or it is being rewritten
 
 
 @dataclass
 class BenchOutcome:
     results: BenchRun
     changes: list                        # gate.Change
-    baseline: dict | None
+    baseline: Baseline | None
     written: list                        # result files (bench.json, pytest-benchmark json)
     reports: dict                        # {"markdown": path, "html": path}
     left_out: list = field(default_factory=list)   # not written into the baseline

@@ -11,7 +11,8 @@ import pytest
 
 from core.transform import pipeline as core_pipeline
 from harness.bench import against, measure, report, roofline
-from harness.bench.baseline import load_baseline, update_baseline, write_pytest_benchmark_json
+from harness.bench.baseline import (load_baseline, run_from_dict, update_baseline,
+                                    write_pytest_benchmark_json)
 from harness.bench.cases import CASES, Reference, select
 from harness.bench.gate import GATED, INFORMATIONAL, compare, gate_failed
 from harness.bench.measure import ROOT, SCHEMA, aggregate, modeled, mps_available, timing_summary
@@ -384,6 +385,11 @@ def _stats(*rounds):
 
 
 def _results(*cases, **options):
+    """A run of `cases` (documents, as bench.json holds them), as the gate and report get it."""
+    return run_from_dict(_document(*cases, **options))
+
+
+def _document(*cases, **options):
     return {"schema": SCHEMA, "created": "2026-01-01T00:00:00+00:00",
             "revision": {"commit": "0" * 40, "dirty": False},
             "machine": {"node": "test", "cpus": 2}, "toolchain": "clang 19.1.7: clang++-19",
@@ -449,7 +455,7 @@ def test_generated_over_hand_tuned_ratios_gate_like_counters(tmp_path):
     update_baseline(_results(_with_hand_tuned(_case("fam/a", barriers=2),
                                                     barriers=2)), path)
     baseline = load_baseline(path)
-    assert baseline["cases"]["fam/a"]["hand_tuned"]["ratios"]["barriers"] == 1.0
+    assert baseline.cases["fam/a"].hand_tuned.ratios["barriers"] == 1.0
     # the reference got better (one barrier): the generated kernel now does 2x its work
     changes = compare(_results(_with_hand_tuned(_case("fam/a", barriers=2),
                                                       barriers=1)), baseline)
@@ -560,10 +566,10 @@ def test_new_changed_and_missing_cases_are_noted_not_gated(baseline):
 
 def test_another_clang_is_a_note(baseline):
     res = _results(_case("fam/a"), _case("fam/b"))
-    res["toolchain"] = "clang 17.0.6: /usr/bin/clang++-17"
+    res.toolchain = "clang 17.0.6: /usr/bin/clang++-17"
     (change,) = compare(res, baseline)
     assert (change.metric, change.kind, change.current) == ("toolchain", "note", "clang 17")
-    res["toolchain"] = "clang 19.1.2: /opt/clang/bin/clang++"
+    res.toolchain = "clang 19.1.2: /opt/clang/bin/clang++"
     assert compare(res, baseline) == []
 
 
@@ -586,8 +592,8 @@ def test_baseline_update_merges_skips_failures_and_refuses_perturbed_runs(tmp_pa
     path = tmp_path / "baseline.json"
     new, left_out = update_baseline(
         _results(_case("fam/b", barriers=2), _case("fam/c", status="mismatch")), path)
-    assert set(new["cases"]) == {"fam/a", "fam/b"} and left_out == ["fam/c"]
-    assert new["cases"]["fam/b"]["counters"]["barriers"] == 2
+    assert set(new.cases) == {"fam/a", "fam/b"} and left_out == ["fam/c"]
+    assert new.cases["fam/b"].counters["barriers"] == 2
     text = path.read_text()
     update_baseline(_results(_case("fam/b", barriers=2)), path)
     assert path.read_text() == text                          # deterministic: no timestamps
@@ -654,7 +660,7 @@ def test_ab_with_an_unknown_ref_is_an_error_that_fails_the_gate(tmp_path):
     result = against.run("no-such-ref-xyz", [], root=ROOT, out_dir=tmp_path)
     assert "no-such-ref-xyz" in result["error"]
     res = _results(_case())
-    res["against"] = result
+    res.against = result
     assert gate_failed(compare(res, None))
 
 
@@ -664,7 +670,7 @@ def test_reports_render_tables_and_plots(tmp_path, baseline):
     res = _results(_case("fam/a", barriers=1), _case("fam/b"),
                    {**_case("fam/s"), "status": "skip", "message": "core lacks T.gemm",
                     "counters": None, "modeled": None, "compile": None})
-    res["against"] = {"ref": "main", "commit": "1" * 40, "rounds": 3, "method": "m",
+    res.against = {"ref": "main", "commit": "1" * 40, "rounds": 3, "method": "m",
                       "cases": [{"name": "fam/a", "this_median": 0.02, "ref_median": 0.01,
                                  "this_data": [0.02] * 3, "ref_data": [0.01] * 3,
                                  **against.verdict([0.02] * 3, [0.01] * 3)}]}
@@ -729,7 +735,7 @@ def test_harness_report_rerenders_saved_results(tmp_path, baseline, capsys, monk
     monkeypatch.setenv("COLUMNS", "200")
     result = tmp_path / "saved" / "bench.json"
     result.parent.mkdir()
-    result.write_text(json.dumps(_results(_case("fam/a", simd_ops=4), _case("fam/b"))))
+    result.write_text(json.dumps(_document(_case("fam/a", simd_ops=4), _case("fam/b"))))
     base = tmp_path / "baseline.json"
     assert main(["report", str(result), "--baseline", str(base)]) == 1
     out = capsys.readouterr().out

@@ -36,7 +36,7 @@ def folder(tmp_path_factory):
     path = tmp_path_factory.mktemp("gate")
     outcome = gate_run(path, f"{TRANSPOSE},{REDUCE}", update_baseline=True)
     assert not outcome.failed and outcome.left_out == []
-    assert set(outcome.baseline["cases"]) == {TRANSPOSE, REDUCE}
+    assert set(outcome.baseline.cases) == {TRANSPOSE, REDUCE}
     return path
 
 
