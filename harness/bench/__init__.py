@@ -27,6 +27,9 @@ Beside the gate, each with its own command:
     against.py      compile time A/B against another git revision (`harness bench --against`)
     emu_against.py  the emulator's own speed A/B against another revision (`harness
                     emu-against`)
+    against_worker.py, emu_against_worker.py
+                    their timing programs: files of this tree, run by path in each timed
+                    tree's interpreter (the other revision need not have them)
     msl_digest.py   every bench case's MSL pinned by digest (reports/baselines/msl.json)
     reference_kernels/  hand-written MSL the generated kernels are set against
 

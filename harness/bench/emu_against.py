@@ -4,7 +4,8 @@ The emulator's own speed on the kernel shapes that matter, compared with another
 revision's emulator running the same MSL. This tree compiles each shape (a kernel family
 at fixed params, `SHAPES`) to MSL once, with today's compiler, and writes the launch (MSL,
 kernel name, grid, threadgroup, input buffers) to a job directory; then a worker process
-per tree (the other revision checked out by `harness.bench.against.worktree`) calls its own
+per tree (the other revision checked out by `harness.bench.against.worktree`; the program
+harness/bench/emu_against_worker.py of this tree, run by path) calls its own
 `core.runtime.emu.run_msl` on it, round after round, this tree first in even rounds and
 the other first in odd ones, so drift and other load hit both alike (docs/bench.md: wall
 times compare only within one run). Round 0 is the warm-up (it builds the kernel).
@@ -61,46 +62,8 @@ SHAPES = (
           "row softmax f16 256x1024, 64 threadgroups of 256"),
 )
 
-WORKER = r"""
-import hashlib, json, sys, time
-protocol = sys.stdout
-sys.stdout = sys.stderr          # whatever the other revision prints stays off the protocol
-import numpy as np
-from core.runtime import emu
-
-jobs = {}
-
-
-def once(request):
-    path = request["job"]
-    if path not in jobs:
-        with np.load(path + ".npz") as z:
-            arrays = [z[f"b{i}"] for i in range(len(z.files))]
-        with open(path + ".json") as f:
-            jobs[path] = (json.load(f), arrays)
-    meta, arrays = jobs[path]
-    buffers = [a.copy() for a in arrays]
-    checks = emu.ALL_CHECKS if request["checks"] else ()
-    t0 = time.perf_counter()
-    res = emu.run_msl(meta["msl"], meta["kernel"], grid=tuple(meta["grid"]),
-                      threadgroup=tuple(meta["threadgroup"]), buffers=buffers, checks=checks)
-    seconds = time.perf_counter() - t0
-    digest = hashlib.sha256(b"".join(b.tobytes() for b in buffers)).hexdigest()
-    return {"seconds": seconds, "stats": res.stats, "outputs": digest,
-            "findings": [str(f) for f in res.findings]}
-
-
-for line in sys.stdin:
-    request = json.loads(line)
-    if request["op"] == "quit":
-        break
-    try:
-        reply = once(request)
-    except Exception as err:
-        reply = {"error": type(err).__name__ + ": " + str(err).splitlines()[0][:300]}
-    protocol.write(json.dumps(reply, default=str) + "\n")
-    protocol.flush()
-"""
+# The worker program, a file of this tree run by path (against.Worker says how).
+WORKER = Path(__file__).resolve().with_name("emu_against_worker.py")
 
 
 class EmuAgainstError(Exception):
@@ -152,7 +115,7 @@ class Worker(against.Worker):
     """One emulator-timing process for one source tree (the protocol of against.Worker)."""
 
     def __init__(self, tree: Path, log: Path):
-        super().__init__(tree, log, program=WORKER)
+        super().__init__(tree, log, worker=WORKER)
 
     def time(self, job: Path, checks: bool) -> dict:
         return self.request({"op": "time", "job": str(job), "checks": checks})

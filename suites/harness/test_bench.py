@@ -6,11 +6,13 @@ import copy
 import json
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from core.transform import pipeline as core_pipeline
-from harness.bench import against, measure, report, roofline
+from harness.bench import against, emu_against, measure, report, roofline
 from harness.bench.baseline import (load_baseline, run_from_dict, update_baseline,
                                     write_pytest_benchmark_json)
 from harness.bench.cases import CASES, Reference, select
@@ -644,6 +646,73 @@ def test_ab_against_head_times_both_trees(tmp_path, head_checkout):
     assert row["verdict"] in ("same", "regression", "improvement")
     assert (path / "core").is_dir()
 
+
+
+def _tree(root, files: dict):
+    """A source tree of `files` (path -> text) under `root`: another revision, as small as
+    the workers need, with no harness/bench in it."""
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    return root
+
+
+def test_the_ab_workers_run_from_this_tree_in_a_tree_without_them(tmp_path):
+    """The worker programs are files of this tree, run by path in the timed tree's
+    interpreter: a revision older than them (here one with only the modules each worker
+    needs) is timed, its prints stay off the protocol, and errors come back as replies."""
+    tree = _tree(tmp_path / "other", {
+        "core/__init__.py": "import types\n"
+                            "def compile(func, out_idx=None, cache=True):\n"
+                            "    print('the other tree prints')\n"
+                            "    return types.SimpleNamespace(msl='kernel void k() {}')\n",
+        "harness/__init__.py": "", "harness/gen/__init__.py": "",
+        "harness/gen/family.py": "import types\n"
+                                 "def get(name):\n"
+                                 "    if name != 'fam':\n"
+                                 "        raise KeyError(name)\n"
+                                 "    return types.SimpleNamespace(skip_reason=None, build=lambda "
+                                 "p: types.SimpleNamespace(func=p, out_idx=[1]))\n",
+        "core/runtime/__init__.py": "",
+        "core/runtime/emu/__init__.py": "import types\nALL_CHECKS = ('races',)\n"
+                                        "def run_msl(msl, kernel, grid, threadgroup, buffers, "
+                                        "checks):\n"
+                                        "    buffers[0][:] = len(checks)\n"
+                                        "    return types.SimpleNamespace(stats={'barriers': 1}, "
+                                        "findings=[])\n"})
+    assert not (tree / "harness" / "bench").exists()
+    worker = against.Worker(tree, tmp_path / "compile.log")
+    try:
+        assert worker.time(SimpleNamespace(family="fam", params={"n": 1}))["seconds"] > 0
+        assert "KeyError" in worker.time(SimpleNamespace(family="nope", params={}))["error"]
+    finally:
+        worker.close()
+    assert "the other tree prints" in (tmp_path / "compile.log").read_text()
+
+    job = tmp_path / "job"
+    np.savez(str(job) + ".npz", b0=np.zeros(4, dtype=np.uint8))
+    (tmp_path / "job.json").write_text(json.dumps({"msl": "", "kernel": "k", "grid": [1, 1, 1],
+                                                   "threadgroup": [1, 1, 1]}))
+    worker = emu_against.Worker(tree, tmp_path / "emu.log")
+    try:
+        on, off = worker.time(job, True), worker.time(job, False)
+    finally:
+        worker.close()
+    assert on["stats"] == {"barriers": 1} and on["findings"] == []
+    assert on["outputs"] != off["outputs"]             # the buffers after each run, hashed
+
+
+def test_the_ab_workers_import_only_what_the_other_tree_has():
+    """Nothing of harness.bench (the other revision may predate it): the standard library,
+    numpy and the timed tree's core and harness.gen."""
+    import ast
+
+    for worker in (against.WORKER, emu_against.WORKER):
+        tree = ast.parse(worker.read_text())
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert names <= {"json", "sys", "time", "hashlib", "numpy", "core", "core.runtime",
+                         "harness.gen"}, (worker.name, names)
 
 def test_two_runs_preparing_the_same_checkout_both_get_it(tmp_path, head_checkout):
     """Two `--against HEAD` runs at once (two processes, two test workers): the second
