@@ -656,23 +656,16 @@ def _add_emu_against_command(commands) -> None:
 
 
 def _run_emu_against(args: argparse.Namespace) -> int:
-    import json
-
     from harness.bench import emu_against
 
     out, err = _consoles()
-    known = {s.name: s for s in emu_against.SHAPES}
-    unknown = [n for n in args.shapes or () if n not in known]
-    if unknown:
-        err.print(f"unknown shapes {unknown}; choose from {sorted(known)}")
+    try:
+        result = emu_against.execute(args.ref, args.shapes, out_dir=args.out,
+                                     rounds=args.rounds,
+                                     progress=lambda r, n: out.print(f"round {r}/{n}"))
+    except emu_against.EmuAgainstUsageError as error:
+        err.print(str(error))
         return EXIT_ERROR
-    shapes = [known[n] for n in args.shapes] if args.shapes else list(emu_against.SHAPES)
-    root = Path(__file__).resolve().parent.parent
-    result = emu_against.run(args.ref, shapes, root=root, out_dir=args.out.resolve(),
-                             rounds=args.rounds,
-                             progress=lambda r, n: out.print(f"round {r}/{n}"))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "emu-against.json").write_text(json.dumps(result, indent=1, default=str))
     if "error" in result:
         err.print(f"emu-against: {result['error']}")
         return EXIT_ERROR
@@ -681,13 +674,10 @@ def _run_emu_against(args: argparse.Namespace) -> int:
     for col in ("shape", "checks", "this (s)", "ref (s)", "speed-up", "same outputs",
                 "same counters", "oracle"):
         table.add_column(col)
-    failed = False
     for row in result["rows"]:
         if "error" in row:
-            failed = True
             table.add_row(row["shape"], str(row["checks"]), "-", "-", "-", "-", "-", row["error"])
             continue
-        failed |= not (row["same_outputs"] and row["same_counters"]) or row["oracle"] != "pass"
         table.add_row(row["shape"], "on" if row["checks"] else "off",
                       f"{row['this_median']:.4f}", f"{row['ref_median']:.4f}",
                       f"{row['speedup']:.2f}x", str(row["same_outputs"]),
@@ -698,7 +688,7 @@ def _run_emu_against(args: argparse.Namespace) -> int:
     only = sorted({k for row in result["rows"] for k in row.get("counters_only_here", ())})
     if only:
         out.print(f"counters only this tree reports (not compared): {', '.join(only)}")
-    return EXIT_FINDINGS if failed else EXIT_CLEAN
+    return EXIT_FINDINGS if emu_against.failed(result) else EXIT_CLEAN
 
 
 if __name__ == "__main__":

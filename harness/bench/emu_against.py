@@ -34,6 +34,7 @@ import numpy as np
 from harness.bench import against
 
 DEFAULT_ROUNDS = 5
+ROOT = Path(__file__).resolve().parents[2]     # this tree
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,10 @@ WORKER = Path(__file__).resolve().with_name("emu_against_worker.py")
 
 class EmuAgainstError(Exception):
     """A shape cannot be laid out as one launch (several launches, scalar arguments)."""
+
+
+class EmuAgainstUsageError(ValueError):
+    """Options that cannot run: shapes that are not in `SHAPES`."""
 
 
 def write_job(shape: Shape, directory: Path, seed: int = 0) -> tuple[Path, str | None]:
@@ -192,3 +197,32 @@ def _counters(stats: dict) -> dict:
     # JSON turned the per-buffer dicts' integer keys into strings on one side only.
     return {k: ({str(i): n for i, n in v.items()} if isinstance(v, dict) else v)
             for k, v in stats.items()}
+
+
+def shapes_named(names) -> list[Shape]:
+    """The shapes of `names` (None or empty: all of `SHAPES`); EmuAgainstUsageError names
+    the unknown ones."""
+    known = {s.name: s for s in SHAPES}
+    unknown = [n for n in names or () if n not in known]
+    if unknown:
+        raise EmuAgainstUsageError(f"unknown shapes {unknown}; choose from {sorted(known)}")
+    return [known[n] for n in names] if names else list(SHAPES)
+
+
+def execute(ref: str, names=None, *, out_dir: Path, rounds: int = DEFAULT_ROUNDS,
+            progress=None) -> dict:
+    """`harness emu-against`: `run` on the shapes `names` (EmuAgainstUsageError for unknown
+    ones) from this tree, the result written to out_dir/emu-against.json and returned."""
+    shapes = shapes_named(names)
+    result = run(ref, shapes, root=ROOT, out_dir=out_dir.resolve(), rounds=rounds,
+                 progress=progress)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "emu-against.json").write_text(json.dumps(result, indent=1, default=str))
+    return result
+
+
+def failed(result: dict) -> bool:
+    """Whether a run's rows show a problem: a shape that could not be timed, outputs or
+    counters that differ between the two emulators, or this side missing the oracle."""
+    return any("error" in row or not (row["same_outputs"] and row["same_counters"])
+               or row["oracle"] != "pass" for row in result["rows"])
