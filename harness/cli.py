@@ -8,7 +8,7 @@ Subcommands:
   fuzz             time-budgeted fuzzing of the kernel families (harness.fuzz); each
                    failure is shrunk and saved as a regression case
   emu-against REF  the emulator's time on the issue's kernel shapes, A/B against another
-                   revision's emulator running the same MSL (harness.emu_against)
+                   revision's emulator running the same MSL (harness.bench.emu_against)
 
 Only parsing and printing live here: launches go through `core.runtime.emu.run_msl`, buffer
 specs through `harness.bufspec`, the self-check through `harness.selfcheck`, the benchmark's

@@ -210,6 +210,8 @@ def write_pytest_benchmark_json(results: BenchRun | dict, out_dir: Path) -> Path
             stats["iterations"] = 1                      # one call per round
             benchmarks.append({
                 "group": group, "name": f"{key}[{case.name}]",
+                # the id pytest-benchmark compare matches runs by: kept from before the
+                # move into harness/bench/, so older saved runs still compare
                 "fullname": f"harness/bench.py::{key}[{case.name}]",
                 "params": {"case": case.name}, "param": case.name,
                 "extra_info": {"family": case.family, "params": case.params,

@@ -97,7 +97,7 @@ class CaseMeasurement:
     compile: dict | None = None
     gpu: dict | None = None
     msl: str = ""
-    reference: dict | None = None     # benchcases.Reference.as_dict(): informational
+    reference: dict | None = None     # cases.Reference.as_dict(): informational
     hand_tuned: dict | None = None    # `measure_hand_tuned`: the reference run and the ratios
 
     @classmethod

@@ -8,7 +8,7 @@ fields. Output: rich tables for the terminal (`summary_table`,
 
     bench.md     the verdict, the gate's changes, every case's counters, modeled times per
                  chip (at the shape that ran and extrapolated to the real shape), the
-                 modeled time beside each case's measured reference (`benchcases.Reference`,
+                 modeled time beside each case's measured reference (`cases.Reference`,
                  with the ratio and what the model leaves out), compile times (and the
                  A/B comparison with --against), skipped cases, the model
     bench.html   the same tables and plots of counters and modeled times against the
@@ -151,7 +151,7 @@ def summary_table(results: BenchRun) -> Table:
 
 
 def reference_rows(results: BenchRun) -> list[list[str]]:
-    """Per case with a `benchcases.Reference`: the measured figure, the modeled time on the same
+    """Per case with a `cases.Reference`: the measured figure, the modeled time on the same
     chip at the real shape (per the reference's unit), modeled / measured, the source and
     what the model leaves out."""
     rows = []
