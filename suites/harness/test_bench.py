@@ -416,7 +416,7 @@ def test_same_counters_pass(baseline):
 
 def test_any_counter_increase_is_a_regression_and_a_decrease_an_improvement(baseline):
     changes = compare(_results(_case("fam/a", barriers=1),
-                                     _case("fam/b", device_load_ops=1 << 16)), baseline)
+                               _case("fam/b", device_load_ops=1 << 16)), baseline)
     kinds = {(c.case, c.metric): c.kind for c in changes}
     assert kinds == {("fam/a", "barriers"): "regression",
                      ("fam/b", "device_load_ops"): "improvement"}
@@ -425,14 +425,14 @@ def test_any_counter_increase_is_a_regression_and_a_decrease_an_improvement(base
 
 def test_more_traffic_regresses_the_counter_and_the_modeled_time(baseline):
     changes = compare(_results(_case("fam/a", device_bytes_read=1 << 23), _case("fam/b")),
-                            baseline)
+                      baseline)
     metrics = {c.metric for c in changes if c.kind == "regression"}
     assert metrics == {"device_bytes_read", "modeled M1", "modeled M2"}
 
 
 def test_a_failing_case_fails_the_gate_even_with_equal_counters(baseline):
     changes = compare(_results(_case("fam/a", status="finding"), _case("fam/b")),
-                            baseline)
+                      baseline)
     assert [(c.kind, c.current) for c in changes] == [("failure", "finding")]
     assert gate_failed(changes)
 
@@ -455,18 +455,18 @@ def _with_hand_tuned(case, status="pass", **ref_counters):
 def test_generated_over_hand_tuned_ratios_gate_like_counters(tmp_path):
     path = tmp_path / "baseline.json"
     update_baseline(_results(_with_hand_tuned(_case("fam/a", barriers=2),
-                                                    barriers=2)), path)
+                                              barriers=2)), path)
     baseline = load_baseline(path)
     assert baseline.cases["fam/a"].hand_tuned.ratios["barriers"] == 1.0
     # the reference got better (one barrier): the generated kernel now does 2x its work
     changes = compare(_results(_with_hand_tuned(_case("fam/a", barriers=2),
-                                                      barriers=1)), baseline)
+                                                barriers=1)), baseline)
     assert [(c.metric, c.kind, c.baseline, c.current) for c in changes] == [
         ("generated/hand-tuned barriers", "regression", 1.0, 2.0)]
     assert gate_failed(changes)
     failing = compare(_results(_with_hand_tuned(_case("fam/a", barriers=2),
-                                                      status="finding", barriers=2)),
-                            baseline)
+                                                status="finding", barriers=2)),
+                      baseline)
     assert [(c.metric, c.kind, c.current) for c in failing] == [
         ("hand-tuned status", "failure", "finding")]
 
@@ -545,6 +545,7 @@ def test_a_bench_case_compiles_cold_once_and_runs_that_kernel(monkeypatch):
     assert len(compiled) == 1 + 1 + 1
     assert compiled[0].last_run is not None          # the first compile's kernel ran
     assert all(k.last_run is None for k in compiled[1:])
+
 
 def test_report_lists_the_streamed_rows_from_the_msl():
     streamed, held = _case("fam/streamed"), _case("fam/held")
