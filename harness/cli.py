@@ -8,11 +8,12 @@ Subcommands:
   fuzz             time-budgeted fuzzing of the kernel families (harness.fuzz); each
                    failure is shrunk and saved as a regression case
   emu-against REF  the emulator's time on the issue's kernel shapes, A/B against another
-                   revision's emulator running the same MSL (harness.emu_against)
+                   revision's emulator running the same MSL (harness.bench.emu_against)
 
 Only parsing and printing live here: launches go through `core.runtime.emu.run_msl`, buffer
 specs through `harness.bufspec`, the self-check through `harness.selfcheck`, the benchmark's
-workflow through `harness.bench` (prepare, execute, rerender), fuzzing through `harness.fuzz`.
+workflow through `harness.bench.workflow` (prepare, execute, rerender), fuzzing through
+`harness.fuzz`.
 Exit status: 0 ran clean, 1 findings (or a failed self-check), 2 usage, compile or launch
 error (the error's message is printed, no traceback).
 """
@@ -350,7 +351,7 @@ def _run_selfcheck(args: argparse.Namespace) -> int:
 # -- harness bench / report ------------------------------------------------------------------
 
 BENCH_DESCRIPTION = """\
-Benchmark the bench cases (harness/benchcases.py: kernel families at LLM shapes, scaled for the
+Benchmark the bench cases (harness/bench/cases.py: kernel families at LLM shapes, scaled for the
 emulator). Per case: one checked emulator run (oracle + race/uninit/bounds checks), its
 deterministic counters (bytes, load/store operations, barriers, simd ops), a roofline model
 of Apple-GPU time per chip, DSL -> MSL compile time over --rounds rounds, and on macOS with
@@ -362,7 +363,9 @@ Exit status: 0 pass, 1 a case failed or a counter/modeled time regressed (or, wi
 
 
 def _add_bench_commands(commands) -> None:
-    from harness import bench, roofline
+    from harness.bench import roofline
+    from harness.bench.baseline import DEFAULT_BASELINE, DEFAULT_OUT
+    from harness.bench.measure import DEFAULT_ROUNDS
 
     sub = commands.add_parser("bench", help="benchmark, compare with the baseline, report",
                               description=BENCH_DESCRIPTION,
@@ -371,13 +374,13 @@ def _add_bench_commands(commands) -> None:
                      help="comma-separated case names, families or fnmatch patterns "
                           "(default: all)")
     sub.add_argument("--list", action="store_true", help="list the cases and exit")
-    sub.add_argument("--rounds", type=_positive, default=bench.DEFAULT_ROUNDS, metavar="N",
-                     help=f"compile-time rounds per case (default: {bench.DEFAULT_ROUNDS})")
-    sub.add_argument("--baseline", type=Path, default=bench.DEFAULT_BASELINE, metavar="PATH",
+    sub.add_argument("--rounds", type=_positive, default=DEFAULT_ROUNDS, metavar="N",
+                     help=f"compile-time rounds per case (default: {DEFAULT_ROUNDS})")
+    sub.add_argument("--baseline", type=Path, default=DEFAULT_BASELINE, metavar="PATH",
                      help="baseline JSON (default: reports/baselines/emu.json)")
     sub.add_argument("--update-baseline", action="store_true",
                      help="write this run's passing cases into the baseline (deliberately)")
-    sub.add_argument("--out", type=Path, default=bench.DEFAULT_OUT, metavar="DIR",
+    sub.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR",
                      help="where results and reports go (default: reports/out)")
     sub.add_argument("--against", metavar="GITREF",
                      help="also time compilation A/B against GITREF, built beside this tree "
@@ -402,9 +405,9 @@ def _add_bench_commands(commands) -> None:
                               description="Re-render bench.md and bench.html from a saved "
                               "result (default: reports/out/bench.json) against a baseline. "
                               "Exit status: 0 the gate passes, 1 it fails, 2 usage error.")
-    rep.add_argument("result", type=Path, nargs="?", default=bench.DEFAULT_OUT / "bench.json",
+    rep.add_argument("result", type=Path, nargs="?", default=DEFAULT_OUT / "bench.json",
                      metavar="RESULT.json")
-    rep.add_argument("--baseline", type=Path, default=bench.DEFAULT_BASELINE, metavar="PATH")
+    rep.add_argument("--baseline", type=Path, default=DEFAULT_BASELINE, metavar="PATH")
     rep.add_argument("--out", type=Path, default=None, metavar="DIR",
                      help="where the reports go (default: the result's directory)")
     rep.set_defaults(run=_run_report)
@@ -426,7 +429,7 @@ def _positive(text: str) -> int:
 
 
 def _chips(text: str) -> tuple[str, ...]:
-    from harness import roofline
+    from harness.bench import roofline
 
     if text.strip().lower() == "all":
         return tuple(roofline.CHIPS)
@@ -456,12 +459,14 @@ def _replacements(items: list[str]) -> dict:
 
 
 def _run_bench(args: argparse.Namespace) -> int:
-    from harness import against, bench
+    from harness.bench import against, workflow
+    from harness.bench.cases import select
+    from harness.bench.measure import toolchain_info
 
     out, err = _wide_consoles()
     if args.list:
         try:
-            cases = bench.select(args.cases)
+            cases = select(args.cases)
         except KeyError as error:
             return _error(err, error.args[0])
         table = Table(title="bench cases", title_justify="left")
@@ -473,17 +478,17 @@ def _run_bench(args: argparse.Namespace) -> int:
         return EXIT_CLEAN
     disable = tuple(n.strip() for item in args.disable for n in item.split(",") if n.strip())
     try:
-        options = bench.BenchOptions(
+        options = workflow.BenchOptions(
             cases=args.cases, rounds=args.rounds, disable=disable,
             replace=_replacements(args.replace), chips=args.chips, backend=args.backend,
             baseline=args.baseline, out=args.out, update_baseline=args.update_baseline,
             against=args.against, ab_rounds=args.ab_rounds)
-        plan = bench.prepare(options)
+        plan = workflow.prepare(options)
     except ValueError as error:   # BenchUsageError, or a --replace that does not resolve
         return _error(err, error)
 
     out.print(f"harness bench: {len(plan.cases)} case(s), {args.rounds} compile round(s) "
-              f"each; emulator {bench.toolchain_info()}; GPU time: "
+              f"each; emulator {toolchain_info()}; GPU time: "
               f"{'measured (MPS)' if plan.gpu else 'not measured (' + plan.gpu_reason + ')'}",
               soft_wrap=True)
     if disable or options.replace:
@@ -493,30 +498,30 @@ def _run_bench(args: argparse.Namespace) -> int:
         out.print(f"compile time A/B against {args.against} "
                   f"({args.ab_rounds or against.DEFAULT_ROUNDS} interleaved rounds), "
                   "after the cases")
-    outcome = bench.execute(
+    outcome = workflow.execute(
         plan, progress=lambda case, i, n: out.print(f"[{i + 1}/{n}] {case.name}",
                                                     soft_wrap=True),
         ab_progress=lambda r, n: out.print(f"  A/B round {r}/{n}" if r else "  warm-up"))
     if args.update_baseline:
-        out.print(f"baseline written: {args.baseline} ({len(outcome.baseline['cases'])} cases)")
+        out.print(f"baseline written: {args.baseline} ({len(outcome.baseline.cases)} cases)")
         for name in outcome.left_out:
             out.print(Text(f"not in the baseline (did not pass): {name}", "red"))
     return _print_outcome(out, outcome, args.baseline)
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from harness import bench
+    from harness.bench import workflow
 
     out, err = _wide_consoles()
     try:
-        outcome = bench.rerender(args.result, args.baseline, args.out)
-    except bench.BenchUsageError as error:
+        outcome = workflow.rerender(args.result, args.baseline, args.out)
+    except workflow.BenchUsageError as error:
         return _error(err, error)
     return _print_outcome(out, outcome, args.baseline)
 
 
 def _print_outcome(out, outcome, baseline_path) -> int:
-    from harness import report
+    from harness.bench import report
 
     results = outcome.results
     out.print(report.summary_table(results))
@@ -631,7 +636,7 @@ def _run_fuzz(args: argparse.Namespace) -> int:
 
 
 def _add_emu_against_command(commands) -> None:
-    from harness import emu_against
+    from harness.bench import emu_against
 
     help_ = "emulator time A/B against another revision's emulator, on today's MSL"
     sub = commands.add_parser("emu-against", help=help_,
@@ -651,23 +656,16 @@ def _add_emu_against_command(commands) -> None:
 
 
 def _run_emu_against(args: argparse.Namespace) -> int:
-    import json
-
-    from harness import emu_against
+    from harness.bench import emu_against
 
     out, err = _consoles()
-    known = {s.name: s for s in emu_against.SHAPES}
-    unknown = [n for n in args.shapes or () if n not in known]
-    if unknown:
-        err.print(f"unknown shapes {unknown}; choose from {sorted(known)}")
+    try:
+        result = emu_against.execute(args.ref, args.shapes, out_dir=args.out,
+                                     rounds=args.rounds,
+                                     progress=lambda r, n: out.print(f"round {r}/{n}"))
+    except emu_against.EmuAgainstUsageError as error:
+        err.print(str(error))
         return EXIT_ERROR
-    shapes = [known[n] for n in args.shapes] if args.shapes else list(emu_against.SHAPES)
-    root = Path(__file__).resolve().parent.parent
-    result = emu_against.run(args.ref, shapes, root=root, out_dir=args.out.resolve(),
-                             rounds=args.rounds,
-                             progress=lambda r, n: out.print(f"round {r}/{n}"))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "emu-against.json").write_text(json.dumps(result, indent=1, default=str))
     if "error" in result:
         err.print(f"emu-against: {result['error']}")
         return EXIT_ERROR
@@ -676,13 +674,10 @@ def _run_emu_against(args: argparse.Namespace) -> int:
     for col in ("shape", "checks", "this (s)", "ref (s)", "speed-up", "same outputs",
                 "same counters", "oracle"):
         table.add_column(col)
-    failed = False
     for row in result["rows"]:
         if "error" in row:
-            failed = True
             table.add_row(row["shape"], str(row["checks"]), "-", "-", "-", "-", "-", row["error"])
             continue
-        failed |= not (row["same_outputs"] and row["same_counters"]) or row["oracle"] != "pass"
         table.add_row(row["shape"], "on" if row["checks"] else "off",
                       f"{row['this_median']:.4f}", f"{row['ref_median']:.4f}",
                       f"{row['speedup']:.2f}x", str(row["same_outputs"]),
@@ -693,7 +688,7 @@ def _run_emu_against(args: argparse.Namespace) -> int:
     only = sorted({k for row in result["rows"] for k in row.get("counters_only_here", ())})
     if only:
         out.print(f"counters only this tree reports (not compared): {', '.join(only)}")
-    return EXIT_FINDINGS if failed else EXIT_CLEAN
+    return EXIT_FINDINGS if emu_against.failed(result) else EXIT_CLEAN
 
 
 if __name__ == "__main__":

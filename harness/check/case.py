@@ -5,7 +5,7 @@
     result.status, result.signature, result.message
 
 Suites, fuzzing (harness/fuzz/), the regression replay (harness/check/regressions.py) and the
-benchmark (harness/bench.py) all run cases through `run_case`: build the family's kernel,
+benchmark (harness/bench/) all run cases through `run_case`: build the family's kernel,
 run it on a backend with every emulator check (races, uninitialized reads, bounds,
 divergent barriers), compare each output with the family's PyTorch oracle through the one
 comparison helper (`harness.check.compare.assert_close`, tolerance policy of oracles/tolerance.py),
@@ -118,11 +118,15 @@ def check_passes(disable=(), replace=(), error: type = ValueError) -> None:
 
 def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
              schedule: str = "forward", checks=None, disable=(), replace=None,
-             cache: bool = True, barriers: bool = False) -> CaseResult:
+             cache: bool = True, barriers: bool = False, compiled=None) -> CaseResult:
     """Build `family` at `params`, run it on `backend` with every check, compare each
     output with the oracle, and with `barriers` (for a passing case that has barriers)
     check that each barrier is needed. Never raises for a failing kernel: every failure
     is a status.
+
+    `compiled`: a `(built, kernel)` pair the caller already made of this family, params,
+    `disable` and `replace` (the bench times its compile and runs that kernel); the case
+    then runs it instead of building and compiling again (`compile_seconds` stays 0).
 
     "rejected" is a clear compile-time error (KernelDefinitionError / LoweringError) for
     params the family generated: a generator bug or a missing feature, reported as such.
@@ -137,7 +141,8 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
 
     if barriers:
         result = run_case(family, params, seed=seed, backend=backend, schedule=schedule,
-                          checks=checks, disable=disable, replace=replace, cache=cache)
+                          checks=checks, disable=disable, replace=replace, cache=cache,
+                          compiled=compiled)
         return _check_barriers(result, disable) if result.status == Status.PASS else result
     fam = families.get(family)
     result = CaseResult(family, dict(params), seed, Status.PASS)
@@ -146,9 +151,12 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
         return result
     t0 = time.perf_counter()
     try:
-        built = fam.build(dict(params))
-        kernel = core.compile(built.func, out_idx=built.out_idx, disable=disable,
-                              replace=replace, cache=cache)
+        if compiled is None:
+            built = fam.build(dict(params))
+            kernel = core.compile(built.func, out_idx=built.out_idx, disable=disable,
+                                  replace=replace, cache=cache)
+        else:
+            built, kernel = compiled
         result.msl = kernel.msl
     except (KernelDefinitionError, LoweringError) as err:
         return _failed(result, Status.REJECTED, err, t0)
@@ -156,7 +164,7 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
         return _failed(result, Status.COMPILE_ERROR, err, t0)
     except Exception as err:  # noqa: BLE001 - a pass crashing is a finding, not our crash
         return _failed(result, Status.INTERNAL_ERROR, err, t0, trace=True)
-    result.compile_seconds = time.perf_counter() - t0
+    result.compile_seconds = time.perf_counter() - t0 if compiled is None else 0.0
     t1 = time.perf_counter()
     try:
         inputs = built.inputs(seed)   # on the CPU: the oracle reads them there

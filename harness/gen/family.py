@@ -5,7 +5,7 @@ real DSL kernel, the inputs for one seed, and the expected outputs from its orac
 (oracles/<family>.py). Everything downstream works on `(family name, params)` pairs:
 
     Hypothesis strategies draw params     family.params()          (harness/gen/<family>.py)
-    the bench registry fixes params       at LLM shapes            (harness/benchcases.py)
+    the bench registry fixes params       at LLM shapes            (harness/bench/cases.py)
     regression files store params         + seed + the failure     (suites/regressions/)
     case.run_case(name, params, seed)     builds, runs, compares   (harness/check/case.py)
 

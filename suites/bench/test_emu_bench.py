@@ -240,7 +240,7 @@ def test_emulator_against_reference(benchmark):
     import os
     from pathlib import Path
 
-    from harness import emu_against
+    from harness.bench import emu_against
 
     ref = os.environ.get("METALTILE_EMU_AGAINST")
     if not ref:

@@ -187,7 +187,7 @@ def test_statements_without_threadgroup_memory_are_passed_over_unplanned():
 
 
 def test_passing_over_inert_statements_changes_no_bench_kernel(monkeypatch):
-    from harness import benchcases
+    from harness.bench import cases as benchcases
     from harness.gen import family
     from core.transform import thread_sync
 

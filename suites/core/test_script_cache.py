@@ -19,7 +19,7 @@ import core
 import core.language as T
 from core.language import script_cache
 from harness.check.compare import assert_close
-from harness import benchcases
+from harness.bench import cases as benchcases
 from harness.gen import moe
 from tvm.script.parser.core import doc, utils
 from tvm.tirx.script.parser import parser as tirx_parser

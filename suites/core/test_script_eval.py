@@ -13,7 +13,7 @@ from tvm.script.parser.core import evaluator
 import core.language as T
 from core.ir.stmt import visit_nodes
 from core.language import script_cache, script_eval
-from harness import benchcases
+from harness.bench import cases as benchcases
 from harness.gen import family
 
 

@@ -20,7 +20,7 @@ from harness.check.compare import assert_close
 from harness.check.case import Status, run_case
 from harness.gen.inputs import random_tensor
 from harness.gen.strategies import FLOATS
-from harness.roofline import local_array_bytes
+from harness.bench.roofline import local_array_bytes
 from suites.core.test_reduce import rmsnorm_kernel, rmsnorm_params
 
 

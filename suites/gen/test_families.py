@@ -26,7 +26,7 @@ EXAMPLES = {"elementwise": 20, "cast": 20, "copy": 20, "conditional": 20, "multi
             "gdn_decode": 10, "moe": 8}
 
 # LLM-sized params (Qwen-like rows of 4096): every family must build and compile at these
-# sizes, which harness/bench.py relies on; compiling runs no clang, so this is cheap.
+# sizes, which harness/bench/ relies on; compiling runs no clang, so this is cheap.
 LARGE = {
     "elementwise": {"M": 4096, "N": 4096, "dtype": "float16", "out_dtype": "float16",
                     "op": "exp", "bM": 4, "bN": 256, "threads": 256},

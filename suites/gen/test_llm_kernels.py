@@ -10,10 +10,10 @@ import pytest
 import core
 from core.target import METAL
 from harness.check import barriers
-from harness.benchcases import CASES
+from harness.bench.cases import CASES
 from harness.check.case import Status, run_case
 from harness.gen import family as families
-from harness.roofline import local_array_bytes
+from harness.bench.roofline import local_array_bytes
 
 
 def _msl(name, params):

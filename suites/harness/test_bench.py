@@ -6,11 +6,18 @@ import copy
 import json
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from core.transform import pipeline as core_pipeline
-from harness import against, bench, measure, report, roofline
+from harness.bench import against, emu_against, measure, report, roofline
+from harness.bench.baseline import (load_baseline, run_from_dict, update_baseline,
+                                    write_pytest_benchmark_json)
+from harness.bench.cases import CASES, Reference, select
+from harness.bench.gate import GATED, INFORMATIONAL, compare, gate_failed
+from harness.bench.measure import ROOT, SCHEMA, aggregate, modeled, mps_available, timing_summary
 from harness.cli import main
 
 
@@ -331,7 +338,7 @@ def test_aggregate_sums_launches_and_buffers():
     launch = {"groups": 2, "threads": 64, "barriers": 3, "simd_ops": 1,
               "device_load_ops": 10, "device_bytes_read": {0: 100, 1: 28},
               "device_bytes_written": {2: 64}, "threadgroup_memory_bytes": 512}
-    total = bench.aggregate([launch, {**launch, "threadgroup_memory_bytes": 1024}])
+    total = aggregate([launch, {**launch, "threadgroup_memory_bytes": 1024}])
     assert total["launches"] == 2 and total["barriers"] == 6 and total["groups"] == 4
     assert total["device_bytes_read"] == 256 and total["device_bytes_written"] == 128
     assert total["device_load_ops"] == 20
@@ -339,25 +346,25 @@ def test_aggregate_sums_launches_and_buffers():
 
 
 def test_select_by_name_family_or_pattern():
-    assert [c.name for c in bench.select("copy/k-transpose-f16")] == ["copy/k-transpose-f16"]
-    assert {c.family for c in bench.select("copy")} == {"copy"}
-    assert all(c.name.startswith("elementwise/") for c in bench.select("elementwise/*"))
-    assert len(bench.select(None)) == len(bench.CASES)
+    assert [c.name for c in select("copy/k-transpose-f16")] == ["copy/k-transpose-f16"]
+    assert {c.family for c in select("copy")} == {"copy"}
+    assert all(c.name.startswith("elementwise/") for c in select("elementwise/*"))
+    assert len(select(None)) == len(CASES)
     with pytest.raises(KeyError, match="no bench case"):
-        bench.select("nonesuch")
+        select("nonesuch")
 
 
 def test_case_names_are_unique_and_scaling_is_stated():
-    names = [c.name for c in bench.CASES]
+    names = [c.name for c in CASES]
     assert len(names) == len(set(names))
-    for c in bench.CASES:
+    for c in CASES:
         assert c.name.startswith(c.family + "/") and c.shape and c.scaling and c.full_scale >= 1
 
 
 # -- the gate's rules ----------------------------------------------------------------------
 
 def _case(name="fam/a", status="pass", **counters):
-    base = {k: 0 for k in bench.GATED + bench.INFORMATIONAL}
+    base = {k: 0 for k in GATED + INFORMATIONAL}
     base.update(launches=1, device_bytes_read=1 << 22, device_bytes_written=1 << 22,
                 device_load_ops=1 << 18, device_store_ops=1 << 18)
     base.update(counters)
@@ -366,8 +373,8 @@ def _case(name="fam/a", status="pass", **counters):
             "full_scale": 2.0, "status": status, "message": "" if status == "pass" else
             "race in kernel 'k' at MSL line 3", "findings": [], "counters": base,
             "minimum": minimum, "flops": 100, "msl": "",
-            "modeled": bench.modeled(base, minimum, 100, ("M1", "M2")),
-            "compile": bench.timing_summary(_stats(0.010, 0.012, 0.014)), "gpu": None}
+            "modeled": modeled(base, minimum, 100, ("M1", "M2")),
+            "compile": timing_summary(_stats(0.010, 0.012, 0.014)), "gpu": None}
 
 
 def _stats(*rounds):
@@ -380,7 +387,12 @@ def _stats(*rounds):
 
 
 def _results(*cases, **options):
-    return {"schema": bench.SCHEMA, "created": "2026-01-01T00:00:00+00:00",
+    """A run of `cases` (documents, as bench.json holds them), as the gate and report get it."""
+    return run_from_dict(_document(*cases, **options))
+
+
+def _document(*cases, **options):
+    return {"schema": SCHEMA, "created": "2026-01-01T00:00:00+00:00",
             "revision": {"commit": "0" * 40, "dirty": False},
             "machine": {"node": "test", "cpus": 2}, "toolchain": "clang 19.1.7: clang++-19",
             "options": {"rounds": 3, "disable": [], "replace": [], "gpu": False, "seed": 0,
@@ -393,36 +405,36 @@ def _results(*cases, **options):
 @pytest.fixture
 def baseline(tmp_path):
     path = tmp_path / "baseline.json"
-    bench.update_baseline(_results(_case("fam/a"), _case("fam/b")), path)
-    return bench.load_baseline(path)
+    update_baseline(_results(_case("fam/a"), _case("fam/b")), path)
+    return load_baseline(path)
 
 
 def test_same_counters_pass(baseline):
-    changes = bench.compare(_results(_case("fam/a"), _case("fam/b")), baseline)
-    assert changes == [] and not bench.gate_failed(changes)
+    changes = compare(_results(_case("fam/a"), _case("fam/b")), baseline)
+    assert changes == [] and not gate_failed(changes)
 
 
 def test_any_counter_increase_is_a_regression_and_a_decrease_an_improvement(baseline):
-    changes = bench.compare(_results(_case("fam/a", barriers=1),
-                                     _case("fam/b", device_load_ops=1 << 16)), baseline)
+    changes = compare(_results(_case("fam/a", barriers=1),
+                               _case("fam/b", device_load_ops=1 << 16)), baseline)
     kinds = {(c.case, c.metric): c.kind for c in changes}
     assert kinds == {("fam/a", "barriers"): "regression",
                      ("fam/b", "device_load_ops"): "improvement"}
-    assert bench.gate_failed(changes)
+    assert gate_failed(changes)
 
 
 def test_more_traffic_regresses_the_counter_and_the_modeled_time(baseline):
-    changes = bench.compare(_results(_case("fam/a", device_bytes_read=1 << 23), _case("fam/b")),
-                            baseline)
+    changes = compare(_results(_case("fam/a", device_bytes_read=1 << 23), _case("fam/b")),
+                      baseline)
     metrics = {c.metric for c in changes if c.kind == "regression"}
     assert metrics == {"device_bytes_read", "modeled M1", "modeled M2"}
 
 
 def test_a_failing_case_fails_the_gate_even_with_equal_counters(baseline):
-    changes = bench.compare(_results(_case("fam/a", status="finding"), _case("fam/b")),
-                            baseline)
+    changes = compare(_results(_case("fam/a", status="finding"), _case("fam/b")),
+                      baseline)
     assert [(c.kind, c.current) for c in changes] == [("failure", "finding")]
-    assert bench.gate_failed(changes)
+    assert gate_failed(changes)
 
 
 def _with_hand_tuned(case, status="pass", **ref_counters):
@@ -442,19 +454,19 @@ def _with_hand_tuned(case, status="pass", **ref_counters):
 
 def test_generated_over_hand_tuned_ratios_gate_like_counters(tmp_path):
     path = tmp_path / "baseline.json"
-    bench.update_baseline(_results(_with_hand_tuned(_case("fam/a", barriers=2),
-                                                    barriers=2)), path)
-    baseline = bench.load_baseline(path)
-    assert baseline["cases"]["fam/a"]["hand_tuned"]["ratios"]["barriers"] == 1.0
+    update_baseline(_results(_with_hand_tuned(_case("fam/a", barriers=2),
+                                              barriers=2)), path)
+    baseline = load_baseline(path)
+    assert baseline.cases["fam/a"].hand_tuned.ratios["barriers"] == 1.0
     # the reference got better (one barrier): the generated kernel now does 2x its work
-    changes = bench.compare(_results(_with_hand_tuned(_case("fam/a", barriers=2),
-                                                      barriers=1)), baseline)
+    changes = compare(_results(_with_hand_tuned(_case("fam/a", barriers=2),
+                                                barriers=1)), baseline)
     assert [(c.metric, c.kind, c.baseline, c.current) for c in changes] == [
         ("generated/hand-tuned barriers", "regression", 1.0, 2.0)]
-    assert bench.gate_failed(changes)
-    failing = bench.compare(_results(_with_hand_tuned(_case("fam/a", barriers=2),
-                                                      status="finding", barriers=2)),
-                            baseline)
+    assert gate_failed(changes)
+    failing = compare(_results(_with_hand_tuned(_case("fam/a", barriers=2),
+                                                status="finding", barriers=2)),
+                      baseline)
     assert [(c.metric, c.kind, c.current) for c in failing] == [
         ("hand-tuned status", "failure", "finding")]
 
@@ -474,7 +486,7 @@ def test_report_shows_ratios_and_misses_of_the_target():
 
 def test_report_marks_compile_times_over_the_goal():
     fast, slow = _case("fam/fast"), _case("fam/slow")
-    slow["compile"] = bench.timing_summary(_stats(0.031, 0.032, 0.040))
+    slow["compile"] = timing_summary(_stats(0.031, 0.032, 0.040))
     assert not measure.over_goal(fast["compile"]) and measure.over_goal(slow["compile"])
     assert not measure.over_goal(None)
     text = report.markdown(_results(fast, slow), [])
@@ -502,7 +514,6 @@ def test_report_marks_compile_times_over_the_goal():
 
 
 def test_bench_records_the_first_compile_of_a_case_with_its_stages():
-    from harness.benchcases import select
     case = select("elementwise/silu-f32")[0]
     fam = measure._family(case.family)
     first = measure.first_compile(fam, case.params)
@@ -513,6 +524,27 @@ def test_bench_records_the_first_compile_of_a_case_with_its_stages():
     assert measure.first_compile(fam, {**case.params, "dtype": "no_such_dtype"}) is None
     moe = select("moe/qwen3-30b-decode-multi-bf16")[0]
     assert measure.first_compile(measure._family("moe"), moe.params)["kernels"] == 9
+
+
+
+def test_a_bench_case_compiles_cold_once_and_runs_that_kernel(monkeypatch):
+    """The timed first compile's kernel is the one the checked run runs: besides the warm
+    rounds (one warm-up and `rounds`), the case compiles once."""
+    import core
+    compiled = []
+    real = core.compile
+
+    def counting(*args, **kwargs):
+        compiled.append(real(*args, **kwargs))
+        return compiled[-1]
+
+    monkeypatch.setattr(core, "compile", counting)
+    case = select("elementwise/silu-f32")[0]
+    m = measure.measure_case(case, rounds=1, chip_names=("M2",))
+    assert m.status == "pass" and m.counters and m.first_compile
+    assert len(compiled) == 1 + 1 + 1
+    assert compiled[0].last_run is not None          # the first compile's kernel ran
+    assert all(k.last_run is None for k in compiled[1:])
 
 
 def test_report_lists_the_streamed_rows_from_the_msl():
@@ -529,19 +561,19 @@ def test_report_lists_the_streamed_rows_from_the_msl():
 def test_new_changed_and_missing_cases_are_noted_not_gated(baseline):
     changed = _case("fam/b")
     changed["params"] = {"n": 2}
-    changes = bench.compare(_results(_case("fam/new"), changed), baseline)
+    changes = compare(_results(_case("fam/new"), changed), baseline)
     kinds = {(c.case, c.kind) for c in changes}
     assert kinds == {("fam/new", "new"), ("fam/b", "note"), ("fam/a", "missing")}
-    assert not bench.gate_failed(changes)
+    assert not gate_failed(changes)
 
 
 def test_another_clang_is_a_note(baseline):
     res = _results(_case("fam/a"), _case("fam/b"))
-    res["toolchain"] = "clang 17.0.6: /usr/bin/clang++-17"
-    (change,) = bench.compare(res, baseline)
+    res.toolchain = "clang 17.0.6: /usr/bin/clang++-17"
+    (change,) = compare(res, baseline)
     assert (change.metric, change.kind, change.current) == ("toolchain", "note", "clang 17")
-    res["toolchain"] = "clang 19.1.2: /opt/clang/bin/clang++"
-    assert bench.compare(res, baseline) == []
+    res.toolchain = "clang 19.1.2: /opt/clang/bin/clang++"
+    assert compare(res, baseline) == []
 
 
 def test_mps_backend_off_macos_is_a_clean_usage_error(capsys):
@@ -549,28 +581,28 @@ def test_mps_backend_off_macos_is_a_clean_usage_error(capsys):
 
     if platform.system() == "Darwin":
         pytest.skip("macOS: MPS may be available")
-    assert bench.mps_available()[0] is False
+    assert mps_available()[0] is False
     assert main(["bench", "--cases", "copy/k-transpose-f16", "--backend", "mps"]) == 2
     assert "GPU time is measured on macOS only" in capsys.readouterr().err
 
 
 def test_no_baseline_is_a_note():
-    changes = bench.compare(_results(_case("fam/a")), None)
-    assert [c.kind for c in changes] == ["note"] and not bench.gate_failed(changes)
+    changes = compare(_results(_case("fam/a")), None)
+    assert [c.kind for c in changes] == ["note"] and not gate_failed(changes)
 
 
 def test_baseline_update_merges_skips_failures_and_refuses_perturbed_runs(tmp_path, baseline):
     path = tmp_path / "baseline.json"
-    new, left_out = bench.update_baseline(
+    new, left_out = update_baseline(
         _results(_case("fam/b", barriers=2), _case("fam/c", status="mismatch")), path)
-    assert set(new["cases"]) == {"fam/a", "fam/b"} and left_out == ["fam/c"]
-    assert new["cases"]["fam/b"]["counters"]["barriers"] == 2
+    assert set(new.cases) == {"fam/a", "fam/b"} and left_out == ["fam/c"]
+    assert new.cases["fam/b"].counters["barriers"] == 2
     text = path.read_text()
-    bench.update_baseline(_results(_case("fam/b", barriers=2)), path)
+    update_baseline(_results(_case("fam/b", barriers=2)), path)
     assert path.read_text() == text                          # deterministic: no timestamps
     assert "compile" not in text and "median" not in text     # no wall-clock figures
     with pytest.raises(ValueError, match="cannot become the baseline"):
-        bench.update_baseline(_results(_case("fam/a"), disable=["vectorize"]), path)
+        update_baseline(_results(_case("fam/a"), disable=["vectorize"]), path)
 
 
 # -- A/B statistics ------------------------------------------------------------------------
@@ -592,7 +624,7 @@ def test_ab_verdict_uses_the_measured_noise():
 def head_checkout(tmp_path):
     """(HEAD's commit, where `--against HEAD` checks it out under tmp_path); the checkout is
     removed afterwards. Skipped outside a git repository (a source archive has no HEAD)."""
-    root = bench.ROOT
+    root = ROOT
     head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
                           text=True)
     if head.returncode:
@@ -606,8 +638,8 @@ def head_checkout(tmp_path):
 @pytest.mark.slow
 def test_ab_against_head_times_both_trees(tmp_path, head_checkout):
     _, path = head_checkout
-    case = bench.select("elementwise/residual-add-f16")
-    result = against.run("HEAD", case, root=bench.ROOT, out_dir=tmp_path, rounds=2)
+    case = select("elementwise/residual-add-f16")
+    result = against.run("HEAD", case, root=ROOT, out_dir=tmp_path, rounds=2)
     assert "error" not in result, result.get("error")
     row = result["cases"][0]
     assert "error" not in row, row.get("error")
@@ -616,23 +648,90 @@ def test_ab_against_head_times_both_trees(tmp_path, head_checkout):
     assert (path / "core").is_dir()
 
 
+
+def _tree(root, files: dict):
+    """A source tree of `files` (path -> text) under `root`: another revision, as small as
+    the workers need, with no harness/bench in it."""
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    return root
+
+
+def test_the_ab_workers_run_from_this_tree_in_a_tree_without_them(tmp_path):
+    """The worker programs are files of this tree, run by path in the timed tree's
+    interpreter: a revision older than them (here one with only the modules each worker
+    needs) is timed, its prints stay off the protocol, and errors come back as replies."""
+    tree = _tree(tmp_path / "other", {
+        "core/__init__.py": "import types\n"
+                            "def compile(func, out_idx=None, cache=True):\n"
+                            "    print('the other tree prints')\n"
+                            "    return types.SimpleNamespace(msl='kernel void k() {}')\n",
+        "harness/__init__.py": "", "harness/gen/__init__.py": "",
+        "harness/gen/family.py": "import types\n"
+                                 "def get(name):\n"
+                                 "    if name != 'fam':\n"
+                                 "        raise KeyError(name)\n"
+                                 "    return types.SimpleNamespace(skip_reason=None, build=lambda "
+                                 "p: types.SimpleNamespace(func=p, out_idx=[1]))\n",
+        "core/runtime/__init__.py": "",
+        "core/runtime/emu/__init__.py": "import types\nALL_CHECKS = ('races',)\n"
+                                        "def run_msl(msl, kernel, grid, threadgroup, buffers, "
+                                        "checks):\n"
+                                        "    buffers[0][:] = len(checks)\n"
+                                        "    return types.SimpleNamespace(stats={'barriers': 1}, "
+                                        "findings=[])\n"})
+    assert not (tree / "harness" / "bench").exists()
+    worker = against.Worker(tree, tmp_path / "compile.log")
+    try:
+        assert worker.time(SimpleNamespace(family="fam", params={"n": 1}))["seconds"] > 0
+        assert "KeyError" in worker.time(SimpleNamespace(family="nope", params={}))["error"]
+    finally:
+        worker.close()
+    assert "the other tree prints" in (tmp_path / "compile.log").read_text()
+
+    job = tmp_path / "job"
+    np.savez(str(job) + ".npz", b0=np.zeros(4, dtype=np.uint8))
+    (tmp_path / "job.json").write_text(json.dumps({"msl": "", "kernel": "k", "grid": [1, 1, 1],
+                                                   "threadgroup": [1, 1, 1]}))
+    worker = emu_against.Worker(tree, tmp_path / "emu.log")
+    try:
+        on, off = worker.time(job, True), worker.time(job, False)
+    finally:
+        worker.close()
+    assert on["stats"] == {"barriers": 1} and on["findings"] == []
+    assert on["outputs"] != off["outputs"]             # the buffers after each run, hashed
+
+
+def test_the_ab_workers_import_only_what_the_other_tree_has():
+    """Nothing of harness.bench (the other revision may predate it): the standard library,
+    numpy and the timed tree's core and harness.gen."""
+    import ast
+
+    for worker in (against.WORKER, emu_against.WORKER):
+        tree = ast.parse(worker.read_text())
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert names <= {"json", "sys", "time", "hashlib", "numpy", "core", "core.runtime",
+                         "harness.gen"}, (worker.name, names)
+
 def test_two_runs_preparing_the_same_checkout_both_get_it(tmp_path, head_checkout):
     """Two `--against HEAD` runs at once (two processes, two test workers): the second
     waits for the first's `git worktree add` and reuses the checkout; without the lock,
     its own `git worktree add` failed ("already exists")."""
     head, path = head_checkout
     with ThreadPoolExecutor(2) as pool:
-        got = list(pool.map(lambda _: against.worktree("HEAD", bench.ROOT, tmp_path), range(2)))
+        got = list(pool.map(lambda _: against.worktree("HEAD", ROOT, tmp_path), range(2)))
     assert got == [(path, head)] * 2
     assert (path / "core").is_dir()
 
 
 def test_ab_with_an_unknown_ref_is_an_error_that_fails_the_gate(tmp_path):
-    result = against.run("no-such-ref-xyz", [], root=bench.ROOT, out_dir=tmp_path)
+    result = against.run("no-such-ref-xyz", [], root=ROOT, out_dir=tmp_path)
     assert "no-such-ref-xyz" in result["error"]
     res = _results(_case())
-    res["against"] = result
-    assert bench.gate_failed(bench.compare(res, None))
+    res.against = result
+    assert gate_failed(compare(res, None))
 
 
 # -- reports -------------------------------------------------------------------------------
@@ -641,11 +740,11 @@ def test_reports_render_tables_and_plots(tmp_path, baseline):
     res = _results(_case("fam/a", barriers=1), _case("fam/b"),
                    {**_case("fam/s"), "status": "skip", "message": "core lacks T.gemm",
                     "counters": None, "modeled": None, "compile": None})
-    res["against"] = {"ref": "main", "commit": "1" * 40, "rounds": 3, "method": "m",
+    res.against = {"ref": "main", "commit": "1" * 40, "rounds": 3, "method": "m",
                       "cases": [{"name": "fam/a", "this_median": 0.02, "ref_median": 0.01,
                                  "this_data": [0.02] * 3, "ref_data": [0.01] * 3,
                                  **against.verdict([0.02] * 3, [0.01] * 3)}]}
-    changes = bench.compare(res, baseline)
+    changes = compare(res, baseline)
     paths = report.write_reports(res, changes, baseline, tmp_path, "baseline.json")
     md = paths["markdown"].read_text()
     assert md.startswith("# metaltile bench report") and "**FAIL" in md
@@ -662,7 +761,7 @@ def test_reports_render_tables_and_plots(tmp_path, baseline):
 
 
 def test_a_reference_is_printed_beside_the_modeled_real_shape_time(tmp_path):
-    ref = bench.Reference(2.0, "us/token", "seed, M2", chip="M2", per=4, omits="the cache")
+    ref = Reference(2.0, "us/token", "seed, M2", chip="M2", per=4, omits="the cache")
     case = {**_case("fam/r"), "reference": ref.as_dict()}
     m2 = case["modeled"]["M2"]
     per_token = (max(m2["memory_seconds"], m2["compute_seconds"]) * case["full_scale"]
@@ -677,15 +776,15 @@ def test_a_reference_is_printed_beside_the_modeled_real_shape_time(tmp_path):
 
 
 def test_a_reference_rejects_unknown_units_and_chips():
-    assert bench.Reference(695, "us", "seed").seconds == pytest.approx(695e-6)
+    assert Reference(695, "us", "seed").seconds == pytest.approx(695e-6)
     with pytest.raises(ValueError, match="unit 'furlongs'"):
-        bench.Reference(1, "furlongs", "x")
+        Reference(1, "furlongs", "x")
     with pytest.raises(ValueError, match="chip 'M9'"):
-        bench.Reference(1, "ms", "x", chip="M9")
+        Reference(1, "ms", "x", chip="M9")
 
 
 def test_the_quantized_matmul_cases_carry_the_seed_figures():
-    refs = {c.name: c.reference for c in bench.CASES if c.family.startswith("qmm_")}
+    refs = {c.name: c.reference for c in CASES if c.family.startswith("qmm_")}
     assert {n: (r.value, r.unit, r.chip) for n, r in refs.items()} == {
         "qmm_fp8/decode-m1": (695, "us", "M2"), "qmm_fp8/prefill-m64": (695, "us", "M2"),
         "qmm_fp4/experts-bf16": (702, "us", "M2")}
@@ -693,7 +792,7 @@ def test_the_quantized_matmul_cases_carry_the_seed_figures():
 
 
 def test_pytest_benchmark_json_has_its_fields(tmp_path):
-    path = bench.write_pytest_benchmark_json(_results(_case("fam/a")), tmp_path)
+    path = write_pytest_benchmark_json(_results(_case("fam/a")), tmp_path)
     doc = json.loads(path.read_text())
     (entry,) = doc["benchmarks"]
     assert entry["name"] == "compile[fam/a]" and entry["group"].startswith("compile")
@@ -706,7 +805,7 @@ def test_harness_report_rerenders_saved_results(tmp_path, baseline, capsys, monk
     monkeypatch.setenv("COLUMNS", "200")
     result = tmp_path / "saved" / "bench.json"
     result.parent.mkdir()
-    result.write_text(json.dumps(_results(_case("fam/a", simd_ops=4), _case("fam/b"))))
+    result.write_text(json.dumps(_document(_case("fam/a", simd_ops=4), _case("fam/b"))))
     base = tmp_path / "baseline.json"
     assert main(["report", str(result), "--baseline", str(base)]) == 1
     out = capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""harness.emu_against lays out each speed shape as one launch the workers can replay."""
+"""harness.bench.emu_against lays out each speed shape as one launch the workers can replay."""
 
 import json
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from core.runtime import emu
-from harness import emu_against
+from harness.bench import emu_against
 from harness.check.compare import assert_close
 from harness.gen import family as families
 
@@ -36,3 +36,22 @@ def test_a_shape_of_several_launches_is_refused(tmp_path):
     shape = emu_against.Shape("chain3", "multikernel", params, "three kernels in a row")
     with pytest.raises(emu_against.EmuAgainstError, match="chain3: 3 launches"):
         emu_against.write_job(shape, tmp_path)
+
+
+def test_unknown_shapes_are_a_usage_error_before_anything_is_checked_out(tmp_path, capsys):
+    from harness.cli import main
+
+    assert main(["emu-against", "HEAD", "--shapes", "gemm-256,nope", "--out",
+                 str(tmp_path)]) == 2
+    assert "unknown shapes ['nope']" in capsys.readouterr().err
+    assert not (tmp_path / "against").exists()
+    assert [s.name for s in emu_against.shapes_named(None)] == [s.name for s in
+                                                                  emu_against.SHAPES]
+
+
+def test_a_run_fails_on_an_error_or_any_disagreement():
+    ok = {"same_outputs": True, "same_counters": True, "oracle": "pass"}
+    assert not emu_against.failed({"rows": [ok, ok]})
+    assert emu_against.failed({"rows": [ok, {"shape": "s", "error": "ref: boom"}]})
+    assert emu_against.failed({"rows": [{**ok, "same_counters": False}]})
+    assert emu_against.failed({"rows": [{**ok, "oracle": "mismatch"}]})

@@ -14,7 +14,8 @@ pipeline, so these tests do not depend on the committed baseline being current.
 
 import pytest
 
-from harness import bench
+from harness.bench.cases import CASES
+from harness.bench.workflow import BenchOptions, BenchUsageError, execute, prepare
 from harness.cli import main
 
 TRANSPOSE = "copy/k-transpose-f16"       # threadgroup tile, one barrier per group, float4 I/O
@@ -35,16 +36,16 @@ def folder(tmp_path_factory):
     path = tmp_path_factory.mktemp("gate")
     outcome = gate_run(path, f"{TRANSPOSE},{REDUCE}", update_baseline=True)
     assert not outcome.failed and outcome.left_out == []
-    assert set(outcome.baseline["cases"]) == {TRANSPOSE, REDUCE}
+    assert set(outcome.baseline.cases) == {TRANSPOSE, REDUCE}
     return path
 
 
 def gate_run(folder, cases, **options):
     """One `harness bench` run through its workflow (what the CLI prints comes from this)."""
-    plan = bench.prepare(bench.BenchOptions(cases=cases, rounds=1,
+    plan = prepare(BenchOptions(cases=cases, rounds=1,
                                             baseline=folder / "baseline.json",
                                             out=folder / "out", **options))
-    return bench.execute(plan)
+    return execute(plan)
 
 
 def changes_of(outcome, case, kind):
@@ -94,7 +95,7 @@ def test_one_dropped_barrier_fails_with_a_race(folder):
 def test_reduction_width_off_by_one_fails_the_oracle(folder):
     import perturbations
 
-    assert REDUCE in {c.name for c in bench.CASES}
+    assert REDUCE in {c.name for c in CASES}
     outcome = gate_run(folder, REDUCE,
                        replace={"lower_tile_ops": perturbations.reduce_butterfly_one_short})
     failure = changes_of(outcome, REDUCE, "failure")["status"]
@@ -102,8 +103,8 @@ def test_reduction_width_off_by_one_fails_the_oracle(folder):
 
 
 def test_a_perturbed_run_never_becomes_the_baseline(folder, capsys):
-    with pytest.raises(bench.BenchUsageError, match="never becomes the baseline"):
-        bench.prepare(bench.BenchOptions(cases=TRANSPOSE, disable=("vectorize",),
+    with pytest.raises(BenchUsageError, match="never becomes the baseline"):
+        prepare(BenchOptions(cases=TRANSPOSE, disable=("vectorize",),
                                          update_baseline=True,
                                          baseline=folder / "baseline.json"))
     assert main(["bench", "--rounds", "1", "--baseline", str(folder / "baseline.json"),

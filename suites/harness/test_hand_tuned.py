@@ -1,4 +1,4 @@
-"""The hand-tuned reference kernels (harness/reference_kernels/) on the emulator: each one
+"""The hand-tuned reference kernels (harness/bench/reference_kernels/) on the emulator: each one
 computes its family's oracle with every check clean, also where the last round of a row is
 masked and the threadgroup is no power of two; a reference with a barrier removed is caught
 as a race; a row length the 4-wide kernels cannot read is a clear error; and every bench
@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from harness import measure
-from harness.benchcases import CASES, BenchCase, HandTuned
+from harness.bench import measure
+from harness.bench.cases import CASES, BenchCase, HandTuned
 from harness.gen import family as families
 
 

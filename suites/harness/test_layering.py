@@ -24,7 +24,7 @@ def test_regressions_do_not_import_the_fuzzer():
     assert not fuzzer, fuzzer
 
 
-@pytest.mark.parametrize("module", ["harness.check.case", "harness.check.regressions", "harness.benchcases",
+@pytest.mark.parametrize("module", ["harness.check.case", "harness.check.regressions", "harness.bench.cases",
                                     "harness.check.workers"])
 def test_descriptions_import_no_torch_or_compiler(module):
     heavy = {"torch", "tvm", "core.jit"} & _loaded_after(module)

@@ -4,12 +4,12 @@ with the seed's), the MoE cases cover 64 and 128 experts, top-2 and top-8, the 9
 program and the fused one, and the seed's M2 figures ride on the matching cases."""
 
 import core
-from harness import bench
+from harness.bench.cases import CASES
 from harness.gen import family as families
 
 
 def _cases(family):
-    return {c.name: c for c in bench.CASES if c.family == family}
+    return {c.name: c for c in CASES if c.family == family}
 
 
 def test_gdn_cases_differ_only_in_tokens_per_launch():

@@ -1,13 +1,14 @@
 """Bench reports: the console tables, bench.md and bench.html (with plots) of one run.
 
-Input: a run of `harness.measure` (a `BenchRun`, or its results document as saved in
-reports/out/bench.json), the baseline it is compared with, and the list of `gate.Change`s
-from `gate.compare`. Output: rich tables for the terminal (`summary_table`,
+Input: a run of `harness.bench.measure` (a `BenchRun`; a saved reports/out/bench.json is
+read back into one by harness/bench/baseline.py), the `Baseline` it is compared with, and
+the list of `gate.Change`s from `gate.compare`. Everything is read from the records'
+fields. Output: rich tables for the terminal (`summary_table`,
 `changes_table`) and the files `write_reports` puts in the output directory:
 
     bench.md     the verdict, the gate's changes, every case's counters, modeled times per
                  chip (at the shape that ran and extrapolated to the real shape), the
-                 modeled time beside each case's measured reference (`benchcases.Reference`,
+                 modeled time beside each case's measured reference (`cases.Reference`,
                  with the ratio and what the model leaves out), compile times (and the
                  A/B comparison with --against), skipped cases, the model
     bench.html   the same tables and plots of counters and modeled times against the
@@ -19,6 +20,7 @@ Nothing here measures or decides: the gate's verdict is `gate.gate_failed(change
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import io
 from pathlib import Path
@@ -26,9 +28,10 @@ from pathlib import Path
 from rich.table import Table
 from rich.text import Text
 
-from harness import gate, measure
-from harness.benchcases import UNIT_SECONDS
-from harness.measure import BenchRun
+from harness.bench import gate, measure
+from harness.bench.cases import UNIT_SECONDS
+from harness.bench.baseline import Baseline
+from harness.bench.measure import BenchRun, CaseMeasurement
 
 PLOTTED_COUNTERS = ("device_bytes_read", "device_bytes_written", "device_load_ops",
                     "device_store_ops", "threadgroup_bytes_read", "threadgroup_bytes_written",
@@ -38,11 +41,6 @@ KIND_STYLE = {"failure": "bold red", "regression": "red", "improvement": "green"
 
 
 # -- formatting helpers --------------------------------------------------------------------
-
-def _document(results) -> dict:
-    """The results document (what bench.json holds) of a BenchRun, or the document itself."""
-    return results.to_dict() if isinstance(results, BenchRun) else results
-
 
 def _num(v) -> str:
     if v is None:
@@ -72,26 +70,26 @@ def _relative(change: gate.Change) -> str:
     return "" if rel is None else f"{rel:+.2%}"
 
 
-def _ratio(case: dict) -> float | None:
-    c, m = case.get("counters"), case.get("minimum")
+def _ratio(case: CaseMeasurement) -> float | None:
+    c, m = case.counters, case.minimum
     if not c or not m or not (m["read"] + m["written"]):
         return None
     return (c["device_bytes_read"] + c["device_bytes_written"]) / (m["read"] + m["written"])
 
 
-def _bytes_per_op(case: dict) -> float | None:
-    c = case.get("counters")
+def _bytes_per_op(case: CaseMeasurement) -> float | None:
+    c = case.counters
     if not c:
         return None
     ops = c["device_load_ops"] + c["device_store_ops"]
     return (c["device_bytes_read"] + c["device_bytes_written"]) / ops if ops else None
 
 
-def _compile_cell(case: dict) -> str:
+def _compile_cell(case: CaseMeasurement) -> str:
     """"first / warm median ± stddev (n)", marked when the first compile misses the goal
     (documents without a first compile: the warm median); a program of several kernels
     shows its first compile per kernel too, which the goal is about."""
-    t, first = case.get("compile"), case.get("first_compile")
+    t, first = case.compile, case.first_compile
     if not t and not first:
         return "-"
     warm = f"{t['median'] * 1e3:.1f} ± {t['stddev'] * 1e3:.1f} (n={t['rounds']})" if t \
@@ -107,10 +105,9 @@ def _compile_cell(case: dict) -> str:
     return cell
 
 
-def verdict_line(results: dict, changes: list) -> str:
-    results = _document(results)
-    cases = results["cases"]
-    n = {s: sum(c["status"] == s for c in cases) for s in ("pass", "skip")}
+def verdict_line(results: BenchRun, changes: list) -> str:
+    cases = results.cases
+    n = {s: sum(c.status == s for c in cases) for s in ("pass", "skip")}
     failed = len(cases) - n["pass"] - n["skip"]
     regressions = sum(c.kind == "regression" for c in changes)
     improvements = sum(c.kind == "improvement" for c in changes)
@@ -122,9 +119,8 @@ def verdict_line(results: dict, changes: list) -> str:
 
 # -- console -------------------------------------------------------------------------------
 
-def summary_table(results: dict) -> Table:
-    results = _document(results)
-    chips = list(results["chips"])
+def summary_table(results: BenchRun) -> Table:
+    chips = list(results.chips)
     table = Table(title="bench cases (counters from one checked emulator run; modeled "
                   "times at the shape that ran)", title_justify="left")
     for col, justify in (("case", "left"), ("status", "left"), ("compile ms first / warm", "right"),
@@ -134,43 +130,42 @@ def summary_table(results: dict) -> Table:
         table.add_column(col, justify=justify, no_wrap=True)
     for chip in chips:
         table.add_column(f"{chip} us", justify="right", no_wrap=True)
-    for case in results["cases"]:
-        status = Text(case["status"], "green" if case["status"] == "pass" else
-                      "yellow" if case["status"] == "skip" else "bold red")
-        c = case.get("counters")
+    for case in results.cases:
+        status = Text(case.status, "green" if case.status == "pass" else
+                      "yellow" if case.status == "skip" else "bold red")
+        c = case.counters
         if not c:
-            table.add_row(case["name"], status, _compile_cell(case), *["-"] * 6,
+            table.add_row(case.name, status, _compile_cell(case), *["-"] * 6,
                           *["-"] * len(chips))
             continue
         ratio, bpo = _ratio(case), _bytes_per_op(case)
         table.add_row(
-            case["name"], status, _compile_cell(case),
+            case.name, status, _compile_cell(case),
             "-" if ratio is None else f"{ratio:.2f}x",
             _num(c["device_load_ops"] + c["device_store_ops"]),
             "-" if bpo is None else f"{bpo:.1f}",
             _num(c["threadgroup_bytes_read"] + c["threadgroup_bytes_written"]),
             _num(c["barriers"]), _num(c["simd_ops"]),
-            *[_us(case["modeled"][chip]["seconds"]) for chip in chips])
+            *[_us(case.modeled[chip]["seconds"]) for chip in chips])
     return table
 
 
-def reference_rows(results: dict) -> list[list[str]]:
-    """Per case with a `benchcases.Reference`: the measured figure, the modeled time on the same
+def reference_rows(results: BenchRun) -> list[list[str]]:
+    """Per case with a `cases.Reference`: the measured figure, the modeled time on the same
     chip at the real shape (per the reference's unit), modeled / measured, the source and
     what the model leaves out."""
-    results = _document(results)
     rows = []
-    for c in results["cases"]:
-        ref = c.get("reference")
+    for c in results.cases:
+        ref = c.reference
         if not ref:
             continue
-        m = (c.get("modeled") or {}).get(ref["chip"])
+        m = (c.modeled or {}).get(ref["chip"])
         unit = ref["unit"].split("/")[0]
-        modeled = None if m is None else _extrapolate(m, c.get("full_scale") or 1.0) \
+        modeled = None if m is None else _extrapolate(m, c.full_scale or 1.0) \
             / ref["per"]
         shown = "-" if modeled is None else f"{modeled / UNIT_SECONDS[unit]:,.4g}"
         ratio = "-" if modeled is None else f"{modeled / ref['seconds']:.3g}x"
-        rows.append([c["name"], f"{ref['value']:,g} {ref['unit']} ({ref['chip']})",
+        rows.append([c.name, f"{ref['value']:,g} {ref['unit']} ({ref['chip']})",
                      f"{shown} {ref['unit']}", ratio, ref["source"], ref["omits"]])
     return rows
 
@@ -185,7 +180,7 @@ REFERENCE_NOTE = ("Measured times from elsewhere (not this project's runs) besid
                   "it is not expected to agree better than about 2x.")
 
 
-def reference_table(results: dict) -> Table | None:
+def reference_table(results: BenchRun) -> Table | None:
     rows = reference_rows(results)
     if not rows:
         return None
@@ -216,18 +211,17 @@ def _times(ratio, digits: int = 2) -> str:
     return "-" if ratio is None else f"{ratio:.{digits}f}x"
 
 
-def hand_tuned_rows(results: dict) -> list[list[str]]:
+def hand_tuned_rows(results: BenchRun) -> list[list[str]]:
     """Per case with a hand-tuned reference: the kernel and its geometry, its status, then
     generated / hand-tuned per counter group and per chip's modeled time, and the counters
     and chips that miss the target (counters <= 1.25x, modeled time <= 1.0x)."""
-    results = _document(results)
-    chips = list(results["chips"])
+    chips = list(results.chips)
     rows = []
-    for c in results["cases"]:
-        hand = c.get("hand_tuned")
+    for c in results.cases:
+        hand = c.hand_tuned
         if not hand:
             continue
-        gen, ref = c.get("counters") or {}, hand.get("counters") or {}
+        gen, ref = c.counters or {}, hand.get("counters") or {}
         cells, misses = [], []
         for column, keys in HAND_TUNED_COLUMNS:
             g, r = sum(gen.get(k, 0) for k in keys), sum(ref.get(k, 0) for k in keys)
@@ -242,7 +236,7 @@ def hand_tuned_rows(results: dict) -> list[list[str]]:
             if ratio is not None and ratio > HAND_TUNED_TARGET[1] * (1 + 1e-9):
                 misses.append(f"modeled {chip}")
         target = "-" if not ref else ("met" if not misses else ", ".join(misses))
-        rows.append([c["name"], f"{hand['file']}:{hand['kernel']} ({hand['geometry']})",
+        rows.append([c.name, f"{hand['file']}:{hand['kernel']} ({hand['geometry']})",
                      hand["status"], *cells, target])
     return rows
 
@@ -252,11 +246,11 @@ def hand_tuned_term_rows(cases: list, chip: str) -> list[list[str]]:
     then the reference's."""
     rows = []
     for c in cases:
-        hand = c.get("hand_tuned") or {}
-        mine, theirs = (c.get("modeled") or {}).get(chip), (hand.get("modeled") or {}).get(chip)
+        hand = c.hand_tuned or {}
+        mine, theirs = (c.modeled or {}).get(chip), (hand.get("modeled") or {}).get(chip)
         if mine and theirs:
-            rows.append([f"{c['name']} (generated)", *_term_cells(mine)])
-            rows.append([f"{c['name']} (hand-tuned {hand['kernel']})", *_term_cells(theirs)])
+            rows.append([f"{c.name} (generated)", *_term_cells(mine)])
+            rows.append([f"{c.name} (hand-tuned {hand['kernel']})", *_term_cells(theirs)])
     return rows
 
 
@@ -268,19 +262,19 @@ def hand_tuned_header(chips: list) -> list[str]:
 
 HAND_TUNED_NOTE = ("Generated / hand-tuned at the same shape and inputs: each generated kernel "
                    "beside our own hand-written MSL for the same computation "
-                   "(harness/reference_kernels/), both run on the emulator with every check "
+                   "(harness/bench/reference_kernels/), both run on the emulator with every check "
                    "and compared with the same oracle. Below 1x the generated kernel does "
                    "less. Target: every counter at most 1.25x, modeled time at most 1.0x. "
                    "The gate tracks these ratios: one that grows fails it.")
 
 
-def hand_tuned_table(results: dict) -> Table | None:
+def hand_tuned_table(results: BenchRun) -> Table | None:
     """The console's compact form of `hand_tuned_rows`: short headers, one chip's modeled
     ratio, the number of misses (bench.md has every column)."""
     rows = hand_tuned_rows(results)
     if not rows:
         return None
-    chips = list(_document(results)["chips"])
+    chips = list(results.chips)
     chip = _breakdown_chip(chips)
     table = Table(title="generated / hand-tuned reference (same shape and inputs; target "
                   "counters <= 1.25x, modeled <= 1.0x)", title_justify="left")
@@ -339,11 +333,11 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _sections(results: dict, changes: list, baseline_path: str | None) -> list[tuple]:
+def _sections(results: BenchRun, changes: list, baseline_path: str | None) -> list[tuple]:
     """(title, header, rows, note) per report section, shared by markdown and HTML."""
-    chips = list(results["chips"])
-    cases = [c for c in results["cases"] if c["status"] != "skip"]
-    skipped = [c for c in results["cases"] if c["status"] == "skip"]
+    chips = list(results.chips)
+    cases = [c for c in results.cases if c.status != "skip"]
+    skipped = [c for c in results.cases if c.status == "skip"]
     out = []
     rows = [[c.case, c.metric, _change_value(c, c.baseline), _change_value(c, c.current),
              _relative(c), c.kind, c.detail] for c in changes]
@@ -355,9 +349,9 @@ def _sections(results: dict, changes: list, baseline_path: str | None) -> list[t
                 if rows else f"No changes against the baseline ({baseline_path or 'none'})."))
     rows = []
     for c in cases:
-        k = c.get("counters") or {}
+        k = c.counters or {}
         ratio, bpo = _ratio(c), _bytes_per_op(c)
-        rows.append([c["name"], c["status"], c["shape"], c["scaling"], _compile_cell(c),
+        rows.append([c.name, c.status, c.shape, c.scaling, _compile_cell(c),
                      _num(k.get("launches")),
                      _num((k.get("device_bytes_read") or 0) + (k.get("device_bytes_written")
                                                                or 0)) if k else "-",
@@ -382,11 +376,11 @@ def _sections(results: dict, changes: list, baseline_path: str | None) -> list[t
                 "compile, per device kernel of the program, is over the compile-time goal."))
     rows = []
     for c in cases:
-        m = c.get("modeled")
+        m = c.modeled
         if not m:
             continue
-        scale = c.get("full_scale") or 1.0
-        rows.append([c["name"], *[_us(m[ch]["seconds"]) for ch in chips],
+        scale = c.full_scale or 1.0
+        rows.append([c.name, *[_us(m[ch]["seconds"]) for ch in chips],
                      *[_us(_extrapolate(m[ch], scale)) for ch in chips],
                      m[chips[0]]["bound"], f"{m[chips[0]]['efficiency']:.0%}"])
     out.append(("Modeled Apple-GPU time (roofline)",
@@ -394,19 +388,19 @@ def _sections(results: dict, changes: list, baseline_path: str | None) -> list[t
                  *[f"{ch} us, real shape" for ch in chips], f"bound ({chips[0]})",
                  f"ideal / modeled ({chips[0]})"],
                 rows, "time = max(device, ALU, threadgroup-memory and simd terms) + "
-                f"barriers + launches x {results['launch_overhead_s'] * 1e6:g} us (the terms "
+                f"barriers + launches x {results.launch_overhead_s * 1e6:g} us (the terms "
                 "are in the next table). 'real shape' scales every term but the launches by "
                 "the case's scaling factor (linear in rows). ideal = the device-and-ALU "
                 "roofline over the minimum traffic and one launch (above 100% when the kernel "
                 "need not read every input). A model, not a measurement: see the chip table, "
-                "docs/bench.md and harness/roofline.py."))
+                "docs/bench.md and harness/bench/roofline.py."))
     chip = _breakdown_chip(chips)
-    rows = [[c["name"], *_term_cells(c["modeled"][chip])] for c in cases
-            if c.get("modeled") and chip in c["modeled"]]
+    rows = [[c.name, *_term_cells(c.modeled[chip])] for c in cases
+            if c.modeled and chip in c.modeled]
     if rows:
         out.append((f"Modeled time term by term ({chip})", ["case", *TERM_HEADER], rows,
                     TERM_NOTE))
-    rows = hand_tuned_rows({"cases": cases, "chips": results["chips"]})
+    rows = hand_tuned_rows(dataclasses.replace(results, cases=cases))
     if rows:
         out.append(("Generated against hand-tuned reference kernels",
                     hand_tuned_header(chips), rows, HAND_TUNED_NOTE))
@@ -414,20 +408,20 @@ def _sections(results: dict, changes: list, baseline_path: str | None) -> list[t
     if rows:
         out.append((f"Generated against hand-tuned, term by term ({chip})",
                     ["kernel", *TERM_HEADER], rows, HAND_TUNED_TERM_NOTE))
-    rows = [[c["name"], line] for c in cases for line in streamed_lines(c.get("msl") or "")]
+    rows = [[c.name, line] for c in cases for line in streamed_lines(c.msl or "")]
     if rows:
         out.append(("Rows streamed past the register budget", ["case", "chunk loop (from the "
                                                                    "MSL)"], rows, STREAMED_NOTE))
-    rows = reference_rows({"cases": cases})
+    rows = reference_rows(dataclasses.replace(results, cases=cases))
     if rows:
         out.append(("Modeled time against measured references", REFERENCE_HEADER, rows,
                     REFERENCE_NOTE))
-    gpu_rows = [[c["name"], _us(c["gpu"].get("median")), _us(c["gpu"].get("min")),
-                 c["gpu"].get("error", "")] for c in cases if c.get("gpu")]
+    gpu_rows = [[c.name, _us(c.gpu.get("median")), _us(c.gpu.get("min")),
+                 c.gpu.get("error", "")] for c in cases if c.gpu]
     if gpu_rows:
         out.append(("Measured GPU time (MPS)", ["case", "median us", "min us", "error"],
                     gpu_rows, "UNTESTED code path (no Mac has run it in this project)."))
-    against = results.get("against")
+    against = results.against
     if against:
         if against.get("error"):
             out.append((f"Compile time A/B against {against.get('ref')}", ["error"],
@@ -444,7 +438,7 @@ def _sections(results: dict, changes: list, baseline_path: str | None) -> list[t
                          "threshold", "verdict"], rows, against.get("method", "")))
     if skipped:
         out.append(("Skipped cases", ["case", "family", "reason"],
-                    [[c["name"], c["family"], c["message"]] for c in skipped], ""))
+                    [[c.name, c.family, c.message] for c in skipped], ""))
     rows = [[name, str(ch["gpu_cores"]), f"{ch['clock_mhz']:g}", f"{ch['bandwidth_gbs']:g}",
              f"{ch['fp32_tflops']:.2f}", f"{ch['fp16_tflops']:.2f}",
              _num(ch.get("threadgroup_gbs")), _num(ch.get("simd_gops")),
@@ -452,7 +446,7 @@ def _sections(results: dict, changes: list, baseline_path: str | None) -> list[t
              _cache_cell(ch.get("slc_bytes"), ch.get("slc_gbs")),
              (ch.get("on_chip") or {}).get("family", "-"),
              "; ".join(filter(None, (ch["source"], ch.get("cache_source"))))]
-            for name, ch in results["chips"].items()]
+            for name, ch in results.chips.items()]
     out.append(("Chips of the model", ["chip", "GPU cores", "clock MHz", "GB/s",
                                        "FP32 TFLOPS (derived)", "FP16 TFLOPS",
                                        "threadgroup GB/s (estimate)", "simd Gops/s",
@@ -463,7 +457,7 @@ def _sections(results: dict, changes: list, baseline_path: str | None) -> list[t
                 "(shuffles); L2 GB/s = cores x 32 B/cycle x clock; system-level cache GB/s = "
                 "2 x DRAM. "
                 "Sources and limitations: docs/bench.md and "
-                "harness/roofline.py and README.md (harness bench)."))
+                "harness/bench/roofline.py and README.md (harness bench)."))
     return out
 
 
@@ -483,7 +477,7 @@ TERM_HEADER = ["total us", "device memory us (level)", "of which spills us (B/th
                "from DRAM MB", "from cache MB",
                "ALU us", "threadgroup memory us", "simd ops us", "barriers us", "launches us",
                "groups / core (limit)", "occupancy", "bound"]
-TERM_NOTE = ("Each term of harness/roofline.py at the shape that ran: device memory is the "
+TERM_NOTE = ("Each term of harness/bench/roofline.py at the shape that ran: device memory is the "
              "slowest of DRAM (every distinct byte once, and the repeat accesses no cache "
              "holds), the system-level cache and the GPU L2 (a buffer's repeat accesses are "
              "served by the cache its footprint fits); it and ALU "
@@ -551,9 +545,9 @@ def _extrapolate(m: dict, scale: float) -> float:
     return (throughput + m.get("barrier_seconds", 0.0)) * scale + m["launch_seconds"]
 
 
-def _header(results: dict, changes: list) -> list[str]:
-    rev = results["revision"]
-    opts = results["options"]
+def _header(results: BenchRun, changes: list) -> list[str]:
+    rev = results.revision
+    opts = results.options
     perturbed = ""
     if opts.get("disable") or opts.get("replace"):
         perturbed = (f"; pipeline perturbed: disable={opts.get('disable')} "
@@ -561,13 +555,12 @@ def _header(results: dict, changes: list) -> list[str]:
     dirty = " (with uncommitted changes)" if rev["dirty"] else ""
     return [verdict_line(results, changes),
             f"revision {rev['commit'][:12] or '?'}{dirty}, "
-            f"created {results['created']}, {results.get('seconds', 0):.0f} s on "
-            f"{results['machine']['node']} ({results['machine']['cpus']} CPUs), emulator "
-            f"{results['toolchain']}{perturbed}"]
+            f"created {results.created}, {results.seconds:.0f} s on "
+            f"{results.machine['node']} ({results.machine['cpus']} CPUs), emulator "
+            f"{results.toolchain}{perturbed}"]
 
 
-def markdown(results: dict, changes: list, baseline_path: str | None = None) -> str:
-    results = _document(results)
+def markdown(results: BenchRun, changes: list, baseline_path: str | None = None) -> str:
     head = _header(results, changes)
     parts = ["# metaltile bench report", "", f"**{head[0]}**", "", head[1], ""]
     for title, header, rows, note in _sections(results, changes, baseline_path):
@@ -601,10 +594,10 @@ def _svg(fig, plt) -> str:
     return text[text.index("<svg"):]
 
 
-def _counter_plot(plt, cases: list, baseline: dict | None) -> str | None:
+def _counter_plot(plt, cases: list, baseline: Baseline | None) -> str | None:
     """Per counter, per case: this run / baseline (1.0 = unchanged)."""
-    base = (baseline or {}).get("cases", {})
-    rows = [c for c in cases if c.get("counters") and c["name"] in base]
+    base = baseline.cases if baseline else {}
+    rows = [c for c in cases if c.counters and c.name in base]
     if not rows:
         return None
     ncols = 4
@@ -612,11 +605,11 @@ def _counter_plot(plt, cases: list, baseline: dict | None) -> str | None:
     fig, grid = plt.subplots(nrows, ncols, sharey=True, squeeze=False,
                              figsize=(11, nrows * (0.3 * len(rows) + 1.2)))
     axes = [ax for row in grid for ax in row]
-    names = [c["name"] for c in rows]
+    names = [c.name for c in rows]
     for ax, key in zip(axes, PLOTTED_COUNTERS):
         ratios = []
         for c in rows:
-            b, v = base[c["name"]]["counters"].get(key), c["counters"].get(key)
+            b, v = base[c.name].counters.get(key), c.counters.get(key)
             ratios.append(1.0 if b == v else (v / b if b else 2.0))
         colors = ["#c0392b" if r > 1 else "#27ae60" if r < 1 else "#7f8c8d" for r in ratios]
         ax.barh(range(len(rows)), ratios, color=colors)
@@ -633,22 +626,22 @@ def _counter_plot(plt, cases: list, baseline: dict | None) -> str | None:
     return _svg(fig, plt)
 
 
-def _modeled_plot(plt, cases: list, baseline: dict | None, chips: list) -> str | None:
-    rows = [c for c in cases if c.get("modeled")]
+def _modeled_plot(plt, cases: list, baseline: Baseline | None, chips: list) -> str | None:
+    rows = [c for c in cases if c.modeled]
     if not rows:
         return None
-    base = (baseline or {}).get("cases", {})
+    base = baseline.cases if baseline else {}
     fig, ax = plt.subplots(figsize=(8, 0.4 * len(rows) * max(1, len(chips) / 4) + 1.2))
     height = 0.8 / len(chips)
     for j, chip in enumerate(chips):
         ys = [i + j * height for i in range(len(rows))]
-        ax.barh(ys, [c["modeled"][chip]["seconds"] * 1e6 for c in rows], height=height,
+        ax.barh(ys, [c.modeled[chip]["seconds"] * 1e6 for c in rows], height=height,
                 label=chip)
-        bx = [(base[c["name"]]["modeled_seconds"].get(chip, float("nan")) * 1e6)
-              if c["name"] in base else float("nan") for c in rows]
+        bx = [(base[c.name].modeled_seconds.get(chip, float("nan")) * 1e6)
+              if c.name in base else float("nan") for c in rows]
         ax.plot(bx, ys, "k|", markersize=9)
     ax.set_yticks([i + 0.4 - height / 2 for i in range(len(rows))],
-                  [c["name"] for c in rows], fontsize=7)
+                  [c.name for c in rows], fontsize=7)
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.set_xlabel("modeled time, us, log scale (bars: this run; |: baseline)", fontsize=8)
@@ -659,7 +652,7 @@ def _modeled_plot(plt, cases: list, baseline: dict | None, chips: list) -> str |
 
 def _compile_plot(plt, cases: list, against: dict | None) -> str | None:
     """Compile time rounds per case; with --against, both sides' A/B rounds beside them."""
-    rows = [c for c in cases if c.get("compile")]
+    rows = [c for c in cases if c.compile]
     if not rows:
         return None
     ab = {r["name"]: r for r in (against or {}).get("cases", []) if r.get("ref_data")}
@@ -672,13 +665,13 @@ def _compile_plot(plt, cases: list, against: dict | None) -> str | None:
                        orientation="horizontal", widths=width,
                        boxprops={"color": color}, medianprops={"color": color})
 
-    boxes([c["compile"]["data"] for c in rows], 0.0, 0.3, "black")
+    boxes([c.compile["data"] for c in rows], 0.0, 0.3, "black")
     if ab:
-        boxes([ab.get(c["name"], {}).get("ref_data") for c in rows], 0.3, 0.2, "#2980b9")
-        boxes([ab.get(c["name"], {}).get("this_data") for c in rows], -0.3, 0.2, "#c0392b")
+        boxes([ab.get(c.name, {}).get("ref_data") for c in rows], 0.3, 0.2, "#2980b9")
+        boxes([ab.get(c.name, {}).get("this_data") for c in rows], -0.3, 0.2, "#c0392b")
         ax.set_title(f"A/B rounds: blue {against['ref']}, red this tree; black: in-process "
                      "rounds", fontsize=8)
-    ax.set_yticks(range(len(rows)), [c["name"] for c in rows], fontsize=7)
+    ax.set_yticks(range(len(rows)), [c.name for c in rows], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("compile time DSL -> MSL, ms (this machine)", fontsize=8)
     ax.tick_params(labelsize=7)
@@ -698,9 +691,8 @@ figure { margin: 1em 0; } p.note { color: #555; max-width: 70em; }
 """
 
 
-def html_report(results: dict, changes: list, baseline: dict | None,
+def html_report(results: BenchRun, changes: list, baseline: Baseline | None,
                 baseline_path: str | None = None) -> str:
-    results = _document(results)
     e = html.escape
     head = _header(results, changes)
     verdict = head[0].split(":")[0]
@@ -709,7 +701,7 @@ def html_report(results: dict, changes: list, baseline: dict | None,
              "</head><body>", "<h1>metaltile bench report</h1>",
              f"<p class='verdict-{verdict}'><b>{e(head[0])}</b></p>", f"<p>{e(head[1])}</p>"]
     plt = _pyplot()
-    cases = [c for c in results["cases"] if c["status"] != "skip"]
+    cases = [c for c in results.cases if c.status != "skip"]
     plots = []
     if plt is None:
         parts.append("<p class='note'>Plots need matplotlib: <code>pip install "
@@ -717,8 +709,8 @@ def html_report(results: dict, changes: list, baseline: dict | None,
     else:
         plots = [("Counters against the baseline", _counter_plot(plt, cases, baseline)),
                  ("Modeled time per chip", _modeled_plot(plt, cases, baseline,
-                                                         list(results["chips"]))),
-                 ("Compile time", _compile_plot(plt, cases, results.get("against")))]
+                                                         list(results.chips))),
+                 ("Compile time", _compile_plot(plt, cases, results.against))]
     for title, header, rows, note in _sections(results, changes, baseline_path):
         parts.append(f"<h2>{e(title)}</h2>")
         if note:
@@ -740,9 +732,8 @@ def html_report(results: dict, changes: list, baseline: dict | None,
     return "\n".join(parts)
 
 
-def write_reports(results: dict, changes: list, baseline: dict | None, out_dir: Path,
+def write_reports(results: BenchRun, changes: list, baseline: Baseline | None, out_dir: Path,
                   baseline_path: str | None = None) -> dict[str, Path]:
-    results = _document(results)
     out_dir.mkdir(parents=True, exist_ok=True)
     md = out_dir / "bench.md"
     md.write_text(markdown(results, changes, baseline_path))

@@ -1,9 +1,10 @@
 """The MSL of every bench case, pinned by digest: a pass change that alters generated code
 shows up as a named, deliberate change.
 
-    python -m harness.msl_digest            compare with reports/baselines/msl.json (exit 1
-                                            and the changed cases when they differ)
-    python -m harness.msl_digest --update   record the current digests (commit the file)
+    python -m harness.bench.msl_digest           compare with reports/baselines/msl.json
+                                                 (exit 1 and the changed cases when they
+                                                 differ)
+    python -m harness.bench.msl_digest --update  record the current digests (commit the file)
 
 The digest is SHA-256 of the MSL library `core.compile` prints for the case's kernel (no
 cache, default pipeline). `suites/harness/test_msl_digest.py` runs the comparison, so a
@@ -19,10 +20,10 @@ import json
 import sys
 from pathlib import Path
 
-from harness.benchcases import CASES
+from harness.bench.cases import CASES
 from harness.gen import family as families
 
-DEFAULT_PATH = Path(__file__).resolve().parents[1] / "reports" / "baselines" / "msl.json"
+DEFAULT_PATH = Path(__file__).resolve().parents[2] / "reports" / "baselines" / "msl.json"
 SCHEMA = "metaltile-msl-digests/1"
 
 
@@ -63,7 +64,7 @@ def differences(recorded: dict, now: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.msl_digest", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m harness.bench.msl_digest", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--update", action="store_true", help="record the current digests")
     ap.add_argument("--path", type=Path, default=DEFAULT_PATH)

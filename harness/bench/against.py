@@ -4,10 +4,10 @@ Wall-clock compile times compare only on one machine at one moment (docs/bench.m
 noise within a CI job, 26% between runners), never against a baseline recorded elsewhere. So the
 other revision is built beside this one, `git worktree add --detach` into
 reports/out/against/<ref>, and both trees are timed by identical worker processes (the
-`WORKER` program below, run as `python -c` with the tree as working directory and
-PYTHONPATH), one round at a time and interleaved: round r times each case on both sides,
-this tree first in even rounds and the other first in odd rounds, so drift (clock, heat,
-other load) hits both alike. Both sides use their default pass pipeline.
+program harness/bench/against_worker.py of this tree, run by path with the timed tree as
+working directory and PYTHONPATH), one round at a time and interleaved: round r times each
+case on both sides, this tree first in even rounds and the other first in odd rounds, so
+drift (clock, heat, other load) hits both alike. Both sides use their default pass pipeline.
 
 What the worker needs from the other revision: `harness.gen.family.get(name).build(params)`
 returning `.func` and `.out_idx`, and `core.compile(func, out_idx=..., cache=False)`. A
@@ -42,35 +42,11 @@ FLOOR = 0.03
 SIGMAS = 3.0
 DEFAULT_ROUNDS = 20
 
-WORKER = r"""
-import json, sys, time
-protocol = sys.stdout
-sys.stdout = sys.stderr          # whatever the other revision prints stays off the protocol
-import core
-from harness.gen import family as families
-
-
-def once(request):
-    fam = families.get(request["family"])
-    if getattr(fam, "skip_reason", None):
-        raise RuntimeError("family skipped there: " + fam.skip_reason)
-    t0 = time.perf_counter()
-    built = fam.build(dict(request["params"]))
-    core.compile(built.func, out_idx=built.out_idx, cache=False).msl
-    return time.perf_counter() - t0
-
-
-for line in sys.stdin:
-    request = json.loads(line)
-    if request["op"] == "quit":
-        break
-    try:
-        reply = {"seconds": once(request)}
-    except Exception as err:
-        reply = {"error": type(err).__name__ + ": " + str(err).splitlines()[0][:300]}
-    protocol.write(json.dumps(reply) + "\n")
-    protocol.flush()
-"""
+# The worker program (a file of this tree, run by path: the other revision need not have it)
+# and how a Worker starts it: `python -c` as the program text once was, so the process's
+# sys.path is the same: '' (the tree, its working directory), then PYTHONPATH (the tree).
+WORKER = Path(__file__).resolve().with_name("against_worker.py")
+RUN_WORKER = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')"
 
 
 class AgainstError(Exception):
@@ -118,15 +94,17 @@ def _exclusive(lock: Path):
 
 
 class Worker:
-    """One timing process for one source tree: `program` (Python source run with `-c` in
-    the tree) reads one JSON request per line and answers each with one JSON line."""
+    """One timing process for one source tree: `worker` (a program file of this tree, run
+    with the tree as working directory and PYTHONPATH) reads one JSON request per line and
+    answers each with one JSON line."""
 
-    def __init__(self, tree: Path, log: Path, program: str = WORKER):
+    def __init__(self, tree: Path, log: Path, worker: Path = WORKER):
         # One hash seed for both sides: string-keyed sets iterate in hash order, and a
         # per-process order would be a per-process bias of the timings.
         env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
         self.log = open(log, "w")  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen([sys.executable, "-c", program], cwd=tree, env=env,
+        self.proc = subprocess.Popen([sys.executable, "-c", RUN_WORKER, str(worker)],
+                                     cwd=tree, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, text=True)
 
@@ -167,7 +145,7 @@ def verdict(this: list[float], ref: list[float]) -> dict:
 
 def run(ref: str, cases, *, root: Path, out_dir: Path, rounds: int = DEFAULT_ROUNDS,
         progress=None) -> dict:
-    """Time `cases` (bench.BenchCase) in this tree (`root`) and in `ref`, interleaved."""
+    """Time `cases` (cases.BenchCase) in this tree (`root`) and in `ref`, interleaved."""
     method = (f"{rounds} interleaved rounds per side after one warm-up; change = "
               "exp(median ln(this/ref)) - 1; noise = standard error of that median "
               f"(1.2533 x 1.4826 x MAD / sqrt(n)); threshold = max({FLOOR:.0%}, "

@@ -12,7 +12,7 @@
 // threadgroup memory per row. (MLX's kernels let simdgroup 0 combine and broadcast through
 // one more slot: one read per lane fewer, one barrier more.)
 //
-// Configured by what harness/measure.py puts in front of this text: the typedefs T and T4
+// Configured by what harness/bench/measure.py puts in front of this text: the typedefs T and T4
 // (element type of X, W, Y and its 4-vector: float/float4, half/half4, ...), to_T4 (a
 // float4 converted to T4), and the #defines N (row length, a multiple of 4), THREADS,
 // SIMD_WIDTH, EPS.

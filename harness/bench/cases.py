@@ -3,8 +3,8 @@
 A new bench case goes into `CASES` below: one `BenchCase` = (kernel family of harness/gen,
 that family's params) at a shape taken from LLM inference (Qwen2.5-7B dense, Qwen3 MoE),
 with what it stands for and how it was scaled for the emulator. Measuring them is
-harness/measure.py; the baseline and the gate are harness/baseline.py and harness/gate.py;
-the workflow that ties them together is harness/bench.py.
+harness/bench/measure.py; the baseline and the gate are harness/bench/baseline.py and
+harness/bench/gate.py; the workflow that ties them together is harness/bench/workflow.py.
 
 Shapes are scaled for the emulator, which runs ~10-50M simple thread operations per
 second on this project's 2-core machines: row counts (tokens) are cut, row lengths and
@@ -18,7 +18,7 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 
-from harness import roofline
+from harness.bench import roofline
 
 
 UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
@@ -69,9 +69,9 @@ class HandTuned:
     """Our best hand-written MSL for what a case's generated kernel computes, run beside it
     on the emulator at the same shape with the same inputs, oracle and checks; the bench
     reports generated / hand-tuned per counter and per modeled time, and the gate tracks
-    those ratios (harness/gate.py). The kernels are in harness/reference_kernels/.
+    those ratios (harness/bench/gate.py). The kernels are in harness/bench/reference_kernels/.
 
-    file, kernel    harness/reference_kernels/<file>, the kernel function in it
+    file, kernel    harness/bench/reference_kernels/<file>, the kernel function in it
     threads         threadgroup size (any multiple of the simdgroup width); the grid is one
                     threadgroup per row (the case's param M), rows of length N (a multiple
                     of 4): the case's params give T/T4 (dtype), N and these #defines

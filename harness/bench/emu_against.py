@@ -4,7 +4,8 @@ The emulator's own speed on the kernel shapes that matter, compared with another
 revision's emulator running the same MSL. This tree compiles each shape (a kernel family
 at fixed params, `SHAPES`) to MSL once, with today's compiler, and writes the launch (MSL,
 kernel name, grid, threadgroup, input buffers) to a job directory; then a worker process
-per tree (the other revision checked out by `harness.against.worktree`) calls its own
+per tree (the other revision checked out by `harness.bench.against.worktree`; the program
+harness/bench/emu_against_worker.py of this tree, run by path) calls its own
 `core.runtime.emu.run_msl` on it, round after round, this tree first in even rounds and
 the other first in odd ones, so drift and other load hit both alike (docs/bench.md: wall
 times compare only within one run). Round 0 is the warm-up (it builds the kernel).
@@ -30,9 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import against
+from harness.bench import against
 
 DEFAULT_ROUNDS = 5
+ROOT = Path(__file__).resolve().parents[2]     # this tree
 
 
 @dataclass(frozen=True)
@@ -61,50 +63,16 @@ SHAPES = (
           "row softmax f16 256x1024, 64 threadgroups of 256"),
 )
 
-WORKER = r"""
-import hashlib, json, sys, time
-protocol = sys.stdout
-sys.stdout = sys.stderr          # whatever the other revision prints stays off the protocol
-import numpy as np
-from core.runtime import emu
-
-jobs = {}
-
-
-def once(request):
-    path = request["job"]
-    if path not in jobs:
-        with np.load(path + ".npz") as z:
-            arrays = [z[f"b{i}"] for i in range(len(z.files))]
-        with open(path + ".json") as f:
-            jobs[path] = (json.load(f), arrays)
-    meta, arrays = jobs[path]
-    buffers = [a.copy() for a in arrays]
-    checks = emu.ALL_CHECKS if request["checks"] else ()
-    t0 = time.perf_counter()
-    res = emu.run_msl(meta["msl"], meta["kernel"], grid=tuple(meta["grid"]),
-                      threadgroup=tuple(meta["threadgroup"]), buffers=buffers, checks=checks)
-    seconds = time.perf_counter() - t0
-    digest = hashlib.sha256(b"".join(b.tobytes() for b in buffers)).hexdigest()
-    return {"seconds": seconds, "stats": res.stats, "outputs": digest,
-            "findings": [str(f) for f in res.findings]}
-
-
-for line in sys.stdin:
-    request = json.loads(line)
-    if request["op"] == "quit":
-        break
-    try:
-        reply = once(request)
-    except Exception as err:
-        reply = {"error": type(err).__name__ + ": " + str(err).splitlines()[0][:300]}
-    protocol.write(json.dumps(reply, default=str) + "\n")
-    protocol.flush()
-"""
+# The worker program, a file of this tree run by path (against.Worker says how).
+WORKER = Path(__file__).resolve().with_name("emu_against_worker.py")
 
 
 class EmuAgainstError(Exception):
     """A shape cannot be laid out as one launch (several launches, scalar arguments)."""
+
+
+class EmuAgainstUsageError(ValueError):
+    """Options that cannot run: shapes that are not in `SHAPES`."""
 
 
 def write_job(shape: Shape, directory: Path, seed: int = 0) -> tuple[Path, str | None]:
@@ -152,7 +120,7 @@ class Worker(against.Worker):
     """One emulator-timing process for one source tree (the protocol of against.Worker)."""
 
     def __init__(self, tree: Path, log: Path):
-        super().__init__(tree, log, program=WORKER)
+        super().__init__(tree, log, worker=WORKER)
 
     def time(self, job: Path, checks: bool) -> dict:
         return self.request({"op": "time", "job": str(job), "checks": checks})
@@ -229,3 +197,32 @@ def _counters(stats: dict) -> dict:
     # JSON turned the per-buffer dicts' integer keys into strings on one side only.
     return {k: ({str(i): n for i, n in v.items()} if isinstance(v, dict) else v)
             for k, v in stats.items()}
+
+
+def shapes_named(names) -> list[Shape]:
+    """The shapes of `names` (None or empty: all of `SHAPES`); EmuAgainstUsageError names
+    the unknown ones."""
+    known = {s.name: s for s in SHAPES}
+    unknown = [n for n in names or () if n not in known]
+    if unknown:
+        raise EmuAgainstUsageError(f"unknown shapes {unknown}; choose from {sorted(known)}")
+    return [known[n] for n in names] if names else list(SHAPES)
+
+
+def execute(ref: str, names=None, *, out_dir: Path, rounds: int = DEFAULT_ROUNDS,
+            progress=None) -> dict:
+    """`harness emu-against`: `run` on the shapes `names` (EmuAgainstUsageError for unknown
+    ones) from this tree, the result written to out_dir/emu-against.json and returned."""
+    shapes = shapes_named(names)
+    result = run(ref, shapes, root=ROOT, out_dir=out_dir.resolve(), rounds=rounds,
+                 progress=progress)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "emu-against.json").write_text(json.dumps(result, indent=1, default=str))
+    return result
+
+
+def failed(result: dict) -> bool:
+    """Whether a run's rows show a problem: a shape that could not be timed, outputs or
+    counters that differ between the two emulators, or this side missing the oracle."""
+    return any("error" in row or not (row["same_outputs"] and row["same_counters"])
+               or row["oracle"] != "pass" for row in result["rows"])

@@ -4,15 +4,16 @@
     run.cases[0].status, run.cases[0].counters["device_load_ops"]
 
 Per case (`measure_case` -> `CaseMeasurement`):
-  status     one checked run through `harness.check.case.run_case` (the one way to run a case):
-             oracle comparison and every emulator check; anything but "pass" fails the gate
+  status     one checked run through `harness.check.case.run_case` (the one way to run a case)
+             of the kernel `first_compile` compiled (the case compiles cold once): oracle
+             comparison and every emulator check; anything but "pass" fails the gate
   counters   the emulator's deterministic counters of that run, summed over the program's
              launches (`aggregate`): bytes and load/store operations on device and
              threadgroup memory, barriers, simd operations, ... The forward schedule, seed
              and inputs are fixed, so two runs of one compiler give identical counters.
   minimum    the traffic no kernel can avoid: every input read once, every output written
              once (the ratio counted/minimum shows re-reads and spills)
-  modeled    `harness.roofline` time per chip and its terms (device memory, ALU,
+  modeled    `harness.bench.roofline` time per chip and its terms (device memory, ALU,
              threadgroup memory, simd operations, barriers, launches, occupancy, register
              spills) from those counters and two figures read from the MSL text:
              `local_array_bytes`, the thread-local array bytes it declares (the register
@@ -30,9 +31,9 @@ Per case (`measure_case` -> `CaseMeasurement`):
   gpu        on macOS with MPS only: measured GPU time of the compiled kernel (UNTESTED:
              no Mac has run it; elsewhere it is skipped with the reason)
 
-Nothing here reads or writes files or decides pass/fail: harness/baseline.py stores,
-harness/gate.py compares. A `BenchRun` turns into the results document (JSON, schema
-"metaltile-bench/1") with `to_dict()` and back with `BenchRun.from_dict`:
+Nothing here reads or writes files or decides pass/fail: harness/bench/baseline.py stores,
+harness/bench/gate.py compares. A `BenchRun` turns into the results document (JSON, schema
+"metaltile-bench/1") and back in harness/bench/baseline.py (`run_to_dict`, `run_from_dict`):
 {schema, created, revision, machine, toolchain, options, chips, launch_overhead_s,
 cases: [{name, family, params, shape, scaling, full_scale, status, message, findings,
 counters, minimum, flops, modeled: {chip: {...}}, first_compile: {seconds, kernels, stages},
@@ -42,7 +43,6 @@ against: {...} | null, seconds}.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import platform
 import subprocess
@@ -50,18 +50,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import roofline
-from harness.benchcases import BenchCase, HandTuned
+from harness.bench import roofline
+from harness.bench.cases import BenchCase, HandTuned
 
 SCHEMA = "metaltile-bench/1"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SEED = 0
 DEFAULT_ROUNDS = 5
 # Every bench case compiles DSL -> MSL in under 30 ms cold per device kernel of its program
 # (docs/bench.md: a program of nine kernels is not held to one kernel's budget).
 COMPILE_GOAL_S = 0.030
 
-# Counters summed over launches; all but the informational ones gate (harness/gate.py).
+# Counters summed over launches; all but the informational ones gate (harness/bench/gate.py).
 SUMMED = ("groups", "threads", "simdgroups", "barriers", "simd_ops", "atomic_ops",
           "threadgroup_bytes_read", "threadgroup_bytes_written", "device_load_ops",
           "device_store_ops", "threadgroup_load_ops", "threadgroup_store_ops",
@@ -97,7 +97,7 @@ class CaseMeasurement:
     compile: dict | None = None
     gpu: dict | None = None
     msl: str = ""
-    reference: dict | None = None     # benchcases.Reference.as_dict(): informational
+    reference: dict | None = None     # cases.Reference.as_dict(): informational
     hand_tuned: dict | None = None    # `measure_hand_tuned`: the reference run and the ratios
 
     @classmethod
@@ -105,9 +105,6 @@ class CaseMeasurement:
         return cls(case.name, case.family, dict(case.params), case.shape, case.scaling,
                    case.full_scale,
                    reference=case.reference.as_dict() if case.reference else None)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 @dataclass
@@ -121,30 +118,9 @@ class BenchRun:
     chips: dict                        # chip name -> description
     launch_overhead_s: float
     cases: list = field(default_factory=list)      # CaseMeasurement
-    against: dict | None = None        # harness/against.py's A/B result
+    against: dict | None = None        # harness/bench/against.py's A/B result
     seconds: float = 0.0
     schema: str = SCHEMA
-
-    def to_dict(self) -> dict:
-        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
-                "cases": [c.to_dict() for c in self.cases]}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "BenchRun":
-        if data.get("schema") != SCHEMA:
-            raise ValueError(f"not a bench result (schema {data.get('schema')!r}, expected "
-                             f"{SCHEMA!r})")
-        known = {f.name for f in dataclasses.fields(cls)}
-        case_fields = {f.name for f in dataclasses.fields(CaseMeasurement)}
-        run = cls(**{k: v for k, v in data.items() if k in known and k != "cases"})
-        run.cases = [CaseMeasurement(**{k: v for k, v in c.items() if k in case_fields})
-                     for c in data["cases"]]
-        return run
-
-
-def as_run(results) -> BenchRun:
-    """A BenchRun from itself or from its results document (a saved bench.json)."""
-    return results if isinstance(results, BenchRun) else BenchRun.from_dict(results)
 
 
 # -- counters ------------------------------------------------------------------------------
@@ -182,7 +158,7 @@ def _half_only(built) -> bool:
 
 def modeled(counters: dict, minimum: dict, flops: int, chip_names, half=False,
             buffers=(), full_scale: float = 1.0) -> dict:
-    """The roofline model (harness/roofline.py) per chip from one program's counters (and
+    """The roofline model (harness/bench/roofline.py) per chip from one program's counters (and
     its per-buffer traffic, `roofline.buffer_traffic`, for the cache term, which decides
     hits for footprints `full_scale` times those that ran: the real shape): the modeled
     seconds, each term, the occupancy, which throughput term binds, the ideal."""
@@ -238,8 +214,8 @@ def over_goal(compile_summary: dict | None) -> bool:
 
 def _compile_once(fam, params: dict, disable=(), replace=None, stages=None):
     """One DSL -> MSL compile: the family's build (which parses the T.* kernel) and
-    core.compile without any cache. Returns its wall seconds and the compiled program;
-    `stages` receives "parse" and the pipeline's per-pass and printer timings."""
+    core.compile without any cache. Returns its wall seconds and the `(built, kernel)` it
+    made; `stages` receives "parse" and the pipeline's per-pass and printer timings."""
     import core
     t0 = time.perf_counter()
     built = fam.build(dict(params))
@@ -251,7 +227,7 @@ def _compile_once(fam, params: dict, disable=(), replace=None, stages=None):
     assert msl
     if stages is not None:
         stages["parse"] = parsed - t0
-    return end - t0, kernel
+    return end - t0, (built, kernel)
 
 
 def first_compile(fam, params: dict, disable=(), replace=None) -> dict | None:
@@ -259,13 +235,19 @@ def first_compile(fam, params: dict, disable=(), replace=None) -> dict | None:
     the case): {"seconds": wall seconds, "kernels": device kernels of the program,
     "stages": {"parse", pass names..., "print_msl"}}; None when the compile raises (the
     checked run reports why)."""
+    return _first_compile(fam, params, disable, replace)[0]
+
+
+def _first_compile(fam, params: dict, disable=(), replace=None):
+    """`first_compile`'s summary and the `(built, kernel)` that compile made (None, None
+    when it raised): the kernel `measure_case` runs, so a case compiles cold once."""
     stages = {}
     try:
-        seconds, kernel = _compile_once(fam, params, disable, replace, stages)
+        seconds, compiled = _compile_once(fam, params, disable, replace, stages)
     except Exception:  # noqa: BLE001 - run_case turns the same error into the case status
-        return None
-    return {"seconds": seconds, "kernels": len(kernel.specs),
-            "stages": {"parse": stages.pop("parse"), **stages}}
+        return None, None
+    return {"seconds": seconds, "kernels": len(compiled[1].specs),
+            "stages": {"parse": stages.pop("parse"), **stages}}, compiled
 
 
 def time_compile(fam, params: dict, rounds: int, disable=(), replace=None):
@@ -424,9 +406,11 @@ def measure_case(case: BenchCase, *, rounds: int = DEFAULT_ROUNDS, disable=(),
     if fam.skip_reason:
         out.message = fam.skip_reason
         return out
-    out.first_compile = first_compile(fam, case.params, disable, replace)
+    # The timed first compile's kernel is the one the checked run runs; only when that
+    # compile raised does run_case compile again, to turn the error into the status.
+    out.first_compile, compiled = _first_compile(fam, case.params, disable, replace)
     result = run_case(case.family, case.params, seed=SEED, disable=disable, replace=replace,
-                      cache=False)
+                      cache=False, compiled=compiled)
     out.status, out.message, out.msl = result.status, result.message, result.msl
     out.findings = [str(f) for f in result.findings[:20]]
     try:

@@ -7,19 +7,10 @@ The workflow of one `harness bench` run, from options to a verdict; the command 
     outcome = execute(plan, progress=...)                  # -> BenchOutcome
     outcome.changes, outcome.failed, outcome.reports["html"]
 
-The parts live apart, and this module only ties them together:
-
-    harness/benchcases.py   the registry: `BenchCase`, `CASES` (a new bench case goes there)
-    harness/measure.py      one checked run per case, counters, roofline model, compile and
-                            GPU timings -> `CaseMeasurement`, `BenchRun`
-    harness/baseline.py     the committed baseline and the result files
-    harness/gate.py         a run against its baseline -> `Change`s, the verdict
-    harness/against.py      compile-time A/B against another git revision
-    harness/report.py       console tables, bench.md, bench.html
-
-docs/bench.md explains the counters, the roofline model and the gate. The names these
-modules define stay importable from here (`bench.BenchCase`, `bench.CASES`,
-`bench.compare`, ...) for existing callers.
+The parts live apart (harness/bench/__init__.py has the map and the data flow of one bench
+number); this module only ties them together. docs/bench.md explains the counters, the
+roofline model and the gate. Names are imported from the module that defines them; this
+one defines only the workflow's own.
 """
 
 from __future__ import annotations
@@ -27,22 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import roofline
-from harness.baseline import (BASELINE_SCHEMA, DEFAULT_BASELINE, DEFAULT_OUT,  # noqa: F401
-                              baseline_entry, load_baseline, load_results, update_baseline,
-                              write_pytest_benchmark_json, write_results)
-from harness.benchcases import (CASES, PREFILL_TOKENS, UNIT_SECONDS, BenchCase,  # noqa: F401
-                               Reference, select)
+from harness.bench import roofline
+from harness.bench.baseline import (DEFAULT_BASELINE, DEFAULT_OUT, Baseline, load_baseline,
+                                    load_results, update_baseline,
+                                    write_pytest_benchmark_json, write_results)
+from harness.bench.cases import select
+from harness.bench.gate import compare, gate_failed
+from harness.bench.measure import DEFAULT_ROUNDS, ROOT, BenchRun, measure_all, mps_available
 from harness.check.case import check_passes
-from harness.gate import (GATED, INFORMATIONAL, MODELED_THRESHOLD, Change,  # noqa: F401
-                          compare, gate_failed)
-from harness.measure import (DEFAULT_ROUNDS, PER_BUFFER, ROOT, SCHEMA, SEED,  # noqa: F401
-                             SUMMED, BenchRun, CaseMeasurement, aggregate, as_run,
-                             git_revision, machine_info, measure_all, measure_case,
-                             mps_available, modeled, time_compile, time_gpu, timing_summary,
-                             toolchain_info)
-
-run = measure_all   # the old name of measuring a list of cases
 
 
 class BenchUsageError(ValueError):
@@ -71,14 +54,14 @@ class BenchPlan:
     cases: list
     gpu: bool
     gpu_reason: str                      # why GPU time is not measured ("" when it is)
-    baseline: dict | None                # None: no baseline, or it is being rewritten
+    baseline: Baseline | None            # None: no baseline, or it is being rewritten
 
 
 @dataclass
 class BenchOutcome:
     results: BenchRun
     changes: list                        # gate.Change
-    baseline: dict | None
+    baseline: Baseline | None
     written: list                        # result files (bench.json, pytest-benchmark json)
     reports: dict                        # {"markdown": path, "html": path}
     left_out: list = field(default_factory=list)   # not written into the baseline
@@ -116,7 +99,7 @@ def execute(plan: BenchPlan, *, progress=None, ab_progress=None) -> BenchOutcome
     compare with the baseline and write the result files and reports.
     `progress(case, index, total)` before each case; `ab_progress(round, rounds)` per A/B
     round (round 0: the warm-up)."""
-    from harness import against, report
+    from harness.bench import against, report
 
     options = plan.options
     results = measure_all(plan.cases, rounds=options.rounds, disable=options.disable,
@@ -142,7 +125,7 @@ def execute(plan: BenchPlan, *, progress=None, ab_progress=None) -> BenchOutcome
 def rerender(result_path: Path, baseline_path: Path, out_dir: Path | None = None
              ) -> BenchOutcome:
     """`harness report`: a saved result against a baseline, reports written again."""
-    from harness import report
+    from harness.bench import report
 
     try:
         results = load_results(result_path)

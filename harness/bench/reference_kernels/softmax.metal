@@ -16,7 +16,7 @@
 //                 again and
 //                 writes exp(s x - m) / sum. The row is read twice and nothing is held.
 //
-// Put in front by harness/measure.py, as for rmsnorm.metal: the typedefs T, T4, the
+// Put in front by harness/bench/measure.py, as for rmsnorm.metal: the typedefs T, T4, the
 // conversion to_T4, the #defines N (a multiple of 4), THREADS, SIMD_WIDTH, SCALE.
 
 #include <metal_stdlib>

@@ -1,6 +1,6 @@
 """The bench gate: a run against its baseline, as a list of `Change`s.
 
-    changes = compare(run, baseline)        # run: measure.BenchRun (or its saved document)
+    changes = compare(run, baseline)        # measure.BenchRun, baseline.Baseline (or None)
     failed = gate_failed(changes)           # any Change with kind failure or regression
 
 Rules: a case that does not pass is a "failure"; every gated counter (`GATED`) gates
@@ -13,7 +13,7 @@ and its generated / hand-tuned ratios gate like counters: a ratio that grows is 
 better), per counter exactly and per modeled time past `MODELED_THRESHOLD`. Compile
 wall times are never compared with a baseline recorded on another machine (26% noise
 between machines was measured): they are compared A/B within one run by
-`harness bench --against GITREF` (harness/against.py), whose verdicts become Changes here.
+`harness bench --against GITREF` (harness/bench/against.py), whose verdicts become Changes here.
 docs/bench.md describes the model and the gate.
 """
 
@@ -22,7 +22,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from harness.measure import BenchRun, as_run
+from harness.bench.baseline import Baseline, BaselineEntry
+from harness.bench.measure import BenchRun
 
 MODELED_THRESHOLD = 0.01      # relative; modeled time derives from exact counters
 GATED = ("launches", "device_bytes_read", "device_bytes_written", "device_load_ops",
@@ -57,17 +58,16 @@ class Change:
             return None
 
 
-def compare(results: BenchRun | dict, baseline: dict | None) -> list[Change]:
-    """Every change of `results` against `baseline` (harness/baseline.py's document) that
-    the report shows; the gate fails when any `Change.gates`."""
-    results = as_run(results)
+def compare(results: BenchRun, baseline: Baseline | None) -> list[Change]:
+    """Every change of `results` against `baseline` (harness/bench/baseline.py) that the
+    report shows; the gate fails when any `Change.gates`."""
     changes: list[Change] = []
     if baseline is None:
         changes.append(Change("-", "baseline", "note", detail="no baseline: counters not "
                               "compared (harness bench --update-baseline records one)"))
-    base_cases = (baseline or {}).get("cases", {})
-    theirs, ours = _clang_major((baseline or {}).get("toolchain")), _clang_major(
-        results.toolchain)
+    base_cases = baseline.cases if baseline is not None else {}
+    theirs = _clang_major(baseline.toolchain if baseline is not None else None)
+    ours = _clang_major(results.toolchain)
     if baseline is not None and theirs != ours:
         changes.append(Change("-", "toolchain", "note", theirs, ours, "the emulator's clang "
                               "differs from the baseline's: counters of code clang optimizes "
@@ -91,19 +91,19 @@ def compare(results: BenchRun | dict, baseline: dict | None) -> list[Change]:
                 changes.append(Change(name, "baseline", "new", detail="no baseline yet "
                                       "(harness bench --update-baseline records it)"))
             continue
-        if base["params"] != case.params:
+        if base.params != case.params:
             changes.append(Change(name, "params", "note", detail="params changed since the "
                                   "baseline: counters not compared (update the baseline)"))
             continue
         if case.counters is None:
             continue
         for key in GATED:
-            b, c = base["counters"].get(key), case.counters.get(key)
+            b, c = base.counters.get(key), case.counters.get(key)
             if b is None or c is None or b == c:
                 continue
             changes.append(Change(name, key, "regression" if c > b else "improvement", b, c))
         for chip, m in (case.modeled or {}).items():
-            b = base["modeled_seconds"].get(chip)
+            b = base.modeled_seconds.get(chip)
             if b is None:
                 continue
             rel = m["seconds"] / b - 1.0 if b else 0.0
@@ -124,24 +124,24 @@ def compare(results: BenchRun | dict, baseline: dict | None) -> list[Change]:
     return changes
 
 
-def _hand_tuned_changes(case, base: dict) -> list[Change]:
+def _hand_tuned_changes(case, base: BaselineEntry) -> list[Change]:
     """The generated / hand-tuned ratios of a case against the baseline's."""
     hand = case.hand_tuned
     if not hand or hand["status"] != "pass":       # a failing reference: failed above
         return []
-    old = base.get("hand_tuned")
+    old = base.hand_tuned
     if old is None:
         return [Change(case.name, "hand-tuned", "new", detail="no baseline of the "
                        "generated / hand-tuned ratios yet (harness bench --update-baseline)")]
     out = []
     for key, ratio in hand["ratios"].items():
-        b = old["ratios"].get(key)
+        b = old.ratios.get(key)
         if b is None or ratio is None or abs(ratio - b) <= 1e-9 * max(abs(b), 1.0):
             continue
         out.append(Change(case.name, f"generated/hand-tuned {key}",
                           "regression" if ratio > b else "improvement", b, ratio))
     for chip, ratio in hand["modeled_ratios"].items():
-        b = old["modeled_ratios"].get(chip)
+        b = old.modeled_ratios.get(chip)
         if b is None:
             continue
         rel = ratio / b - 1.0 if b else 0.0

@@ -10,7 +10,7 @@
 // itself (lane k reads slot k, one simd_sum): two barriers per row. Each sum has its own
 // slots, so the second sum's writes never meet the first's reads.
 //
-// Put in front by harness/measure.py, as for rmsnorm.metal: the typedefs T, T4, the
+// Put in front by harness/bench/measure.py, as for rmsnorm.metal: the typedefs T, T4, the
 // conversion to_T4, the #defines N (a multiple of 4), THREADS, SIMD_WIDTH, EPS.
 
 #include <metal_stdlib>
