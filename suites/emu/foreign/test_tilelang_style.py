@@ -118,6 +118,6 @@ kernel void lane_total(device float* y [[buffer(0)]], uint lane [[thread_index_i
 """
     y = np.zeros(32, np.float32)
     sig = emu.kernel_signatures(src)["lane_total"]
-    assert sig.call == "&ops::lane_total"
+    assert sig.call == "&::ops::lane_total"   # qualified from the global namespace
     run_clean(src, "lane_total", 1, 32, [y])
     np.testing.assert_array_equal(y, np.full(32, 31 * 32 / 2, np.float32))
