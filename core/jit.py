@@ -42,8 +42,7 @@ import tvm_ffi
 from core import options as compile_options
 from core.cache import cache_root
 from core.codegen.msl import print_program
-from core.errors import LaunchError, MetaltileError
-from core.language.errors import KernelDefinitionError
+from core.errors import KernelDefinitionError, LaunchError, MetaltileError
 from core.language.dtypes import dtype_name
 from core.ir.kernel import func_name
 from core.ir.program import evaluate, launch_sequence

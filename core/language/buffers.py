@@ -15,8 +15,8 @@ import tvm
 from tvm.script import tirx as _T
 from tvm.tirx.script.builder import ir as _ir
 
+from core.errors import KernelDefinitionError
 from core.language.dtypes import dtype_name
-from core.language.errors import KernelDefinitionError
 
 FRAGMENT = "local.fragment"
 

@@ -21,7 +21,7 @@ import builtins
 import tvm_ffi
 from tvm.script import tirx as _script
 
-from core.language.errors import KernelDefinitionError
+from core.errors import KernelDefinitionError
 from core.target import DTYPES
 
 SUPPORTED = ("float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint64",

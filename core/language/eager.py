@@ -46,12 +46,11 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.tirx.script.builder import ir as _ir
 
+from core.errors import KernelDefinitionError, MetaltileError
 from core.ir import annotations as keys
-from core.errors import MetaltileError
 from core.language import script_cache
 from core.language.buffers import var_value
 from core.language.dtypes import dtype_name
-from core.language.errors import KernelDefinitionError
 
 # ---- trace state ---------------------------------------------------------------------------
 

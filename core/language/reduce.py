@@ -29,11 +29,11 @@ import tvm
 from tvm.script.ir_builder import IRBuilder
 from tvm.tirx.script.builder import ir as _ir
 
+from core.errors import KernelDefinitionError
 from core.ir import ops
 from core.ir.stmt import as_int
 from core.language.buffers import FRAGMENT, _shape, alloc_fragment
 from core.language.dtypes import dtype_name
-from core.language.errors import KernelDefinitionError
 from core.language.tileops import _region, copy
 
 KINDS = ("sum", "max", "min", "abssum", "absmax")

@@ -17,8 +17,8 @@ import tvm
 from tvm import tirx
 from tvm.tirx.script.builder import ir as _ir
 
+from core.errors import KernelDefinitionError
 from core.ir.annotations import SWIZZLE_PATTERN
-from core.language.errors import KernelDefinitionError
 
 ATTR_KEY = SWIZZLE_PATTERN   # read by core/transform/block_swizzle.py
 ORDERS = ("row", "column")

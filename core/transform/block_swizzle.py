@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from tvm import tirx
 
+from core.errors import KernelDefinitionError
 from core.ir.kernel import func_name, map_kernels
 from core.ir.stmt import rewrite, substitute, walk
-from core.language.errors import KernelDefinitionError
 from core.language.swizzle import attr_params, block_order, dtype_of, is_swizzle_attr
 
 

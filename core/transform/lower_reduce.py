@@ -60,12 +60,12 @@ from math import prod
 
 from tvm import tirx
 
+from core.errors import LoweringError
 from core.ir import matrix, ops
 from core.ir.layout import FragmentLayout, NoLayout, reduce_layout
 from core.ir.stmt import i32, seq, walk
 from core.language.buffers import FRAGMENT
 from core.language.dtypes import bits
-from core.language.errors import LoweringError
 from core.transform.layout_inference import fragment_layout
 from core.target import DTYPES, METAL
 

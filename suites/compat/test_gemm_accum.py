@@ -17,7 +17,7 @@ import torch
 
 import core
 import core.language as T
-from core.language.errors import KernelDefinitionError
+from core.errors import KernelDefinitionError
 from harness.barriers import check_barriers
 from harness.diff import assert_close
 from harness.gen.inputs import random_tensor

@@ -16,8 +16,7 @@ import torch
 
 import core
 import core.language as T
-from core.errors import MetaltileError
-from core.language.errors import LoweringError
+from core.errors import LoweringError, MetaltileError
 from harness.barriers import check_barriers
 from harness.diff import assert_close, run_case
 from harness.gen.strategies import HALVES

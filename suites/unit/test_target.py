@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 
 import core
+from core.errors import KernelDefinitionError, LaunchError
 import core.language as T
 from core.codegen import msl
-from core.errors import LaunchError
 from core.language.dtypes import SUPPORTED, bits
-from core.language.errors import KernelDefinitionError
 from core.runtime import emu
 from core.target import DTYPES, METAL, c_header
 
