@@ -25,8 +25,8 @@ from tvm.tirx import is_buffer_var
 
 from core.errors import KernelDefinitionError
 from core.ir import ops
+from core.ir.ops import FRAGMENT
 from core.ir.stmt import as_int
-from core.language.buffers import FRAGMENT
 
 MAX_CHECKED = 1 << 16       # elements a layout's bijection is enumerated for
 

@@ -31,8 +31,9 @@ from tvm.tirx.script.builder import ir as _ir
 
 from core.errors import KernelDefinitionError
 from core.ir import ops
+from core.ir.ops import FRAGMENT
 from core.ir.stmt import as_int
-from core.language.buffers import FRAGMENT, _shape, alloc_fragment
+from core.language.buffers import _shape, alloc_fragment
 from core.language.dtypes import dtype_name
 from core.language.tileops import _region, copy
 

@@ -29,8 +29,8 @@ from core.ir import matrix, ops
 from core.ir.kernel import func_name, map_kernels
 from core.ir.annotations import LAYOUT_REPLICATE, LAYOUT_VEC
 from core.ir.layout import FragmentLayout, NoLayout, broadcast_dims, reduce_layout
+from core.ir.ops import FRAGMENT
 from core.ir.stmt import as_int, children, loads, rewrite, walk
-from core.language.buffers import FRAGMENT
 
 
 def _annotate(nest, kernel="kernel"):

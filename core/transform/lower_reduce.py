@@ -63,8 +63,8 @@ from tvm import tirx
 from core.errors import LoweringError
 from core.ir import matrix, ops
 from core.ir.layout import FragmentLayout, NoLayout, reduce_layout
+from core.ir.ops import FRAGMENT
 from core.ir.stmt import i32, seq, walk
-from core.language.buffers import FRAGMENT
 from core.language.dtypes import bits
 from core.transform.layout_inference import fragment_layout
 from core.target import DTYPES, METAL
