@@ -13,6 +13,8 @@ from here (or through the writer's helper named below), never spells the string 
     tl.streamed                             on a For (a streamed row's chunk loop: its
                                             description)
         written by stream_rows; read by the MSL printer (core/codegen/msl.py)
+    tl.reducer                              on a reducer's AllocBuffer (its combining op)
+        written by T.alloc_reducer (core/language/reduce.py); read by lower_tile_ops
     threadblock_swizzle_pattern             an AttrStmt key
         written by T.use_swizzle (core/language/swizzle.py); read by block_swizzle
     tl.readonly, tl.threads                 on a device PrimFunc
@@ -32,6 +34,7 @@ LAYOUT_REPLICATE = "tl.layout_replicate"            # [holders, lo, bits] of a r
 SIMDGROUP_ACCUMULATOR = "tl.simdgroup_accumulator"  # 1: a gemm accumulator in 8x8 matrices
 VECTOR_LANES = "tl.vector_lanes"                    # int: lanes the loop may vectorize to
 STREAMED = "tl.streamed"                            # str: what a streamed row's chunk loop does
+REDUCER = "tl.reducer"                              # str: a reducer's op ("sum", "max", "min")
 SWIZZLE_PATTERN = "threadblock_swizzle_pattern"     # node: the order, value: the panel size
 READONLY = "tl.readonly"                            # names of buffers the kernel never writes
 THREADS = "tl.threads"                              # the threadgroup size (x, y, z)

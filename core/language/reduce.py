@@ -31,6 +31,7 @@ from tvm.tirx.script.builder import ir as _ir
 
 from core.errors import KernelDefinitionError
 from core.ir import ops
+from core.ir.annotations import REDUCER   # AllocBuffer annotation: the combining op
 from core.ir.ops import FRAGMENT
 from core.ir.stmt import as_int
 from core.language.buffers import _shape, alloc_fragment
@@ -164,7 +165,6 @@ def reduce_absmax(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False,
 
 # ---- reducers: T.alloc_reducer / T.finalize_reducer (TileLang's GEMV pattern) ----------
 
-REDUCER = "tl.reducer"          # AllocBuffer annotation: the combining op
 REDUCER_OPS = ("sum", "max", "min")
 
 
