@@ -72,8 +72,7 @@ from core.ir.matrix import TILE, AccumulatorLayout
 from core.ir.ops import FRAGMENT
 from core.ir.stmt import (as_int, i32, loads, map_nodes, once_assigned_scalars, rewrite, seq,
                           substitute, walk)
-from core.language.dtypes import bits
-from core.target import METAL
+from core.target import METAL, bits
 
 
 @dataclass

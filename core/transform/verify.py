@@ -38,9 +38,8 @@ from core.ir.kernel import func_name, unwrap
 from core.ir.layout import broadcast_dims
 from core.ir.ops import FRAGMENT
 from core.ir.stmt import as_int, children, is_kernel_attr, loads, visit_nodes
-from core.language.dtypes import SCALAR_PARAM_DTYPES, SUPPORTED, bits
 from core.language.eager import check_capacity_dims
-from core.target import METAL
+from core.target import METAL, SCALAR_PARAM_DTYPES, SUPPORTED, bits
 
 
 class _Verifier:
