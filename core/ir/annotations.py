@@ -17,6 +17,7 @@ from here (or through the writer's helper named below), never spells the string 
         written by T.alloc_reducer (core/language/reduce.py); read by lower_tile_ops
     threadblock_swizzle_pattern             an AttrStmt key
         written by T.use_swizzle (core/language/swizzle.py); read by block_swizzle
+        (through core/ir/swizzle.py, which defines the attribute)
     tl.readonly, tl.threads                 on a device PrimFunc
         written by split_host_device; read by the MSL printer (core/codegen/msl.py)
     tl.workspaces, tl.capacity_dims,        on the traced PrimFunc (function attributes)

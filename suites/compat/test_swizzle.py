@@ -8,7 +8,7 @@ import torch
 import core
 import core.language as T
 from core.errors import KernelDefinitionError
-from core.language.swizzle import block_order
+from core.ir.swizzle import block_order
 from harness.diff import assert_close, run_case
 from harness.gen.inputs import random_tensor
 
