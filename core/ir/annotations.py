@@ -23,8 +23,8 @@ from here (or through the writer's helper named below), never spells the string 
     tl.workspaces, tl.capacity_dims,        on the traced PrimFunc (function attributes)
     tl.capacity_lengths
         written by the eager frontend and T.annotate_capacity_dims
-        (core/language/eager.py); read by verify (through eager.check_capacity_dims) and
-        split_host_device (into the launch plan)
+        (core/language/eager.py); the capacity keys checked by core/ir/capacity.py (for
+        the frontend and verify); read by split_host_device (into the launch plan)
 
 The `tl.*` pass-config keys a user passes to `core.compile(pass_configs=...)` are options,
 not annotations: core/options.py lists them.

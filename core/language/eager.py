@@ -199,32 +199,6 @@ def annotate_capacity_dims(capacities: dict, lengths: dict | None = None):
             _ir.func_attr({keys.CAPACITY_LENGTHS: named})
 
 
-def check_capacity_dims(func, kernel: str):
-    """The capacity annotations of a PrimFunc name its tensors, one entry per dim (a
-    prim_func is checked when parsed; the verifier checks every function again)."""
-    attrs = func.attrs or {}
-    cap = attrs.get(keys.CAPACITY_DIMS)
-    if cap is None:
-        return
-    tensors = {p.name: p for p in func.params if hasattr(p.ty, "shape")}
-    for name, dims in cap.items():
-        name = str(name)
-        where = f"T.annotate_capacity_dims('{name}')"
-        if name not in tensors:
-            raise KernelDefinitionError(f"'{name}' is not a tensor of the function; tensors: "
-                                        f"{', '.join(sorted(tensors)) or 'none'}",
-                                        kernel=kernel, construct=where)
-        rank = len(tensors[name].ty.shape)
-        if len(dims) != rank:
-            raise KernelDefinitionError(f"gives {len(dims)} capacity dims for a tensor of "
-                                        f"rank {rank}", kernel=kernel, construct=where)
-    for name, counter in (attrs.get(keys.CAPACITY_LENGTHS) or {}).items():
-        if str(counter) not in tensors:
-            raise KernelDefinitionError(f"'{counter}' is not a tensor of the function",
-                                        kernel=kernel,
-                                        construct=f"T.annotate_capacity_dims(lengths='{name}')")
-
-
 def _tensor_name(buf, where, kernel) -> str:
     """The name of a tensor of the function being traced (declared or T.empty)."""
     if _STACK:

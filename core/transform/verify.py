@@ -34,11 +34,11 @@ from tvm.tirx import is_buffer_var
 
 from core.errors import KernelDefinitionError
 from core.ir import matrix, ops
+from core.ir.capacity import check_capacity_dims
 from core.ir.kernel import func_name, unwrap
 from core.ir.layout import broadcast_dims
 from core.ir.ops import FRAGMENT
 from core.ir.stmt import as_int, children, is_kernel_attr, loads, visit_nodes
-from core.language.eager import check_capacity_dims
 from core.target import METAL, SCALAR_PARAM_DTYPES, SUPPORTED, bits
 
 
