@@ -28,7 +28,8 @@ code that needs the values, like a fragment of N columns, never sees a Var), and
 ints in a *specialization* trace. The function's PrimFunc parameters are the
 tensors and scalars in signature order, then the returned outputs, then the workspaces
 (attribute `tl.workspaces`); `T.annotate_capacity_dims` sets `tl.capacity_dims`.
-core/jit.py keys, caches and runs the specializations.
+core/language/eager_function.py (the object `@core.jit` makes of such a function) keys,
+caches and runs the specializations.
 """
 
 from __future__ import annotations
