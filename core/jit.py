@@ -1,5 +1,6 @@
-"""`core.compile` / `core.jit` and `core.Kernel`: from a T.* prim_func, or a function in
-TileLang's eager style (`EagerFunction`, core/language/eager.py), to a callable.
+"""`core.compile` / `core.jit` / `core.par_compile` and `core.Kernel`: from a T.* prim_func,
+or a function in TileLang's eager style (an `EagerFunction`,
+core/language/eager_function.py, traced by core/language/eager.py), to a callable.
 
     kernel = core.compile(func, target="metal", out_idx=[-1])
     kernel.msl        the MSL library (all kernels of the program, declarations once)
@@ -25,11 +26,9 @@ compiler's source, never by name alone.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import os
 import pickle
 import platform
-import re
 import sys
 import time
 import types
@@ -43,10 +42,10 @@ from core import options as compile_options
 from core.cache import cache_root
 from core.codegen.msl import print_program
 from core.errors import LaunchError, MetaltileError
-from core.language.errors import KernelDefinitionError
-from core.language.dtypes import dtype_name
 from core.ir.kernel import func_name
 from core.ir.program import evaluate, launch_sequence
+from core.language import eager
+from core.language.eager_function import EagerFunction, importable
 from core.runtime import args as args_struct
 from core.runtime.backends import (DEVICES, RunRecord, check_backend, default_backend,
                                    launch)
@@ -263,11 +262,11 @@ def jit(func=None, *, out_idx=None, target="metal", pass_configs=None, verbose=F
     def decorate(f):
         from tvm.tirx import PrimFunc
 
-        from core.language import eager
         if isinstance(f, PrimFunc):
             return compile(f, target, out_idx, **options)
         if eager.is_eager_function(f):
-            return EagerFunction(f, target=target, options=options, verbose=verbose)
+            return EagerFunction(f, compile=compile, par_compile=par_compile, target=target,
+                                 options=options, verbose=verbose)
         kernels = {}
 
         def wrapper(*args, **kwargs):
@@ -285,305 +284,9 @@ def jit(func=None, *, out_idx=None, target="metal", pass_configs=None, verbose=F
     return decorate(func) if func is not None else decorate
 
 
-# ---- the eager JIT (TileLang's eager style, core/language/eager.py) -------------------------
-
-def _freeze(value, where):
-    """A hashable, type-exact key part for a compile-time Python value."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return (type(value).__name__, value)
-    if hasattr(value, "_dtype_str") or type(value).__module__ == "torch" and \
-            type(value).__name__ == "dtype":
-        from core.language.dtypes import dtype_name
-        return ("dtype", dtype_name(value, construct=where))
-    if isinstance(value, (tuple, list)):
-        return ("seq", tuple(_freeze(v, where) for v in value))
-    try:
-        hash(value)
-    except TypeError:
-        raise KernelDefinitionError(f"a {type(value).__name__} cannot be a compile-time "
-                                    "parameter (it is not hashable; pass a tuple or a number)",
-                                    construct=where) from None
-    return (type(value).__qualname__, value)
-
-
-@dataclass(frozen=True)
-class _Template:
-    """What the template trace of one set of Python params learned."""
-    consts: tuple            # const names, in first-declaration order
-    matcher: dict            # const name -> (tensor param, dim) that binds it
-    dims: dict               # tensor param -> tuple of ("const", name) | ("int", n) | None
-    dtypes: dict             # tensor param -> declared dtype
-    decls: dict              # tensor param -> declaration text, for messages
-
-
-_PY_TYPES = {int: "an int", float: "a float", bool: "a bool", str: "a str"}
-
-
-class EagerFunction:
-    """`@core.jit` on a function in TileLang's eager style.
-
-        out = f(a, b, block_M=64)          trace + compile once per key, then run
-        kernel = f.compile(M=1024, N=1024, block_M=64)
-        func = f.get_tir(a, b, block_M=64) (or the same keywords as compile)
-
-    The key of a specialization is (the Python params, the T.const values, the tensors'
-    dtypes); each compiled specialization is kept in memory here and in the disk cache
-    (keyed by the traced PrimFunc's structure, as `core.compile`).
-    """
-
-    def __init__(self, fn, *, target="metal", options=None, verbose=False):
-        from core.language import eager
-        self.fn = fn
-        self.__name__ = fn.__name__
-        self.__wrapped__ = fn
-        self.__doc__ = fn.__doc__
-        self.target = target
-        self.options = dict(options or {})
-        self.verbose = verbose
-        self.signature = inspect.signature(fn)
-        self.tensor_params = tuple(eager.declared_tensors(fn))
-        self.scalar_params = {}
-        for n, p in self.signature.parameters.items():
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise KernelDefinitionError(f"*{n}/**{n} parameters are not supported in an "
-                                            "eager kernel function", kernel=self.__name__,
-                                            construct=f"parameter '{n}'")
-            if n not in self.tensor_params and eager.is_scalar_type(p.annotation):
-                self.scalar_params[n] = dtype_name(p.annotation,
-                                                   construct=f"parameter '{n}'")
-        self.python_params = tuple(n for n in self.signature.parameters
-                                   if n not in self.tensor_params
-                                   and n not in self.scalar_params)
-        self._rewritten = None
-        self._templates = {}     # python key -> _Template
-        self._kernels = {}       # full key -> Kernel
-
-    def __repr__(self):
-        return f"<eager kernel function {self.__name__}>"
-
-    # -- binding a call ------------------------------------------------------------------
-    def _fail(self, construct, reason, cls=None):
-        raise (cls or LaunchError)(reason, kernel=self.__name__, construct=construct)
-
-    def _bind(self, args, kwargs, *, partial=False):
-        """-> (runtime values by name, python values by name, python key)."""
-        try:
-            bound = (self.signature.bind_partial if partial else self.signature.bind)(
-                *args, **kwargs)
-        except TypeError as exc:
-            missing = re.search(r"missing a required argument: '(\w+)'", str(exc))
-            if missing:
-                p = missing.group(1)
-                role = "tensor" if p in self.tensor_params else \
-                    "scalar" if p in self.scalar_params else "compile-time parameter"
-                self._fail(f"parameter '{p}'", f"is missing: the call gives no {role} for it")
-            self._fail("arguments", str(exc))
-        bound.apply_defaults()
-        values = bound.arguments
-        py = {}
-        for n in self.python_params:
-            if n not in values:
-                if partial:
-                    self._fail(f"parameter '{n}'", "is missing: give this compile-time "
-                               "parameter a value", KernelDefinitionError)
-                continue
-            py[n] = self._check_python(n, values[n])
-        try:
-            key = tuple(_freeze(py[n], f"parameter '{n}'") for n in self.python_params)
-        except KernelDefinitionError as exc:
-            raise KernelDefinitionError(exc.reason, kernel=self.__name__,
-                                        construct=exc.construct) from None
-        return values, py, key
-
-    def _check_python(self, n, v):
-        ann = self.signature.parameters[n].annotation
-        if type(v).__module__ == "torch" and type(v).__name__ == "Tensor":
-            self._fail(f"parameter '{n}'", "is a compile-time parameter but got a torch "
-                       f"tensor; declare it in the body (`{n}: T.Tensor(shape, dtype)`) to make "
-                       "it a tensor parameter", KernelDefinitionError)
-        if ann in _PY_TYPES and not (isinstance(v, ann) and not (ann is int and
-                                                                 isinstance(v, bool))):
-            if not (ann is float and isinstance(v, int) and not isinstance(v, bool)):
-                self._fail(f"parameter '{n}'", f"expected {_PY_TYPES[ann]} (annotated "
-                           f"{ann.__name__}), got {type(v).__name__} {v!r}",
-                           KernelDefinitionError)
-        return v
-
-    # -- tracing ---------------------------------------------------------------------------
-    def _trace(self, py, consts):
-        from core.language import eager
-        if self._rewritten is None:
-            self._rewritten = eager.rewrite_function(self.fn)
-        return eager.trace(self._rewritten, self.__name__, self.signature, self.tensor_params,
-                           self.scalar_params, py, consts)
-
-    def _template(self, key, py) -> _Template:
-        t = self._templates.get(key)
-        if t is not None:
-            return t
-        traced = self._trace(py, None)
-        params = traced.tensors
-        matcher, dims, dtypes, decls = {}, {}, {}, {}
-        for name in self.tensor_params:
-            buf = params[name]
-            row = []
-            for d, extent in enumerate(buf.ty.shape):
-                const = next((c for c, v in traced.const_vars.items() if extent.same_as(v)),
-                             None)
-                if const is not None:
-                    matcher.setdefault(const, (name, d))
-                    row.append(("const", const))
-                elif isinstance(extent, tvm_ffi.Object) and hasattr(extent, "value"):
-                    row.append(("int", int(extent.value)))
-                else:
-                    row.append(None)  # symbolic (T.dynamic): checked when the kernel binds
-            dims[name] = tuple(row)
-            dtypes[name] = str(buf.ty.dtype)
-            decls[name] = f"T.Tensor(({', '.join(map(str, buf.ty.shape))}), {buf.ty.dtype})"
-        t = _Template(tuple(traced.const_vars), matcher, dims, dtypes, decls)
-        self._templates[key] = t
-        return t
-
-    def _consts_from_args(self, t: _Template, values, extra):
-        import torch
-        for name in self.tensor_params:
-            a = values[name]
-            if not isinstance(a, torch.Tensor):
-                self._fail(f"parameter '{name}'", f"expected a torch tensor ({t.decls[name]}), "
-                           f"got {type(a).__name__}")
-            if a.dim() != len(t.dims[name]):
-                self._fail(f"parameter '{name}'", f"rank {a.dim()} (shape {tuple(a.shape)}) "
-                           f"does not match the declaration {t.decls[name]}")
-        consts = {}
-        for c in t.consts:
-            if c in extra:
-                consts[c] = extra[c]
-            elif c in t.matcher:
-                p, d = t.matcher[c]
-                consts[c] = int(values[p].shape[d])
-            else:
-                self._fail(f"T.const '{c}'", "is not bound by any argument: use it directly "
-                           "as a dim of a tensor parameter's declaration, or give it as a "
-                           f"keyword ({self.__name__}.compile({c}=...))", KernelDefinitionError)
-        consts.update({c: v for c, v in extra.items() if c not in consts})
-        for name in self.tensor_params:
-            shape = values[name].shape
-            for d, dim in enumerate(t.dims[name]):
-                if dim is None:
-                    continue
-                want = consts[dim[1]] if dim[0] == "const" else dim[1]
-                if int(shape[d]) != want:
-                    if dim[0] == "const":
-                        src = t.matcher.get(dim[1])
-                        whence = f"from parameter '{src[0]}' dim {src[1]}" if src else \
-                            "given as a keyword"
-                        reason = (f"dim {d} is {int(shape[d])}, but T.const '{dim[1]}' is "
-                                  f"{want} {whence} (declared {t.decls[name]})")
-                    else:
-                        reason = f"dim {d} is {int(shape[d])}, declared {t.decls[name]}"
-                    self._fail(f"parameter '{name}'", reason)
-        return consts
-
-    def _specialize(self, key, py, consts, dtypes=(), traced=None):
-        full = (key, tuple(sorted(consts.items())), dtypes)
-        kernel = self._kernels.get(full)
-        if kernel is None:
-            traced = traced or self._trace(py, consts)
-            n_in = len(traced.inputs)
-            out_idx = list(range(n_in, n_in + len(traced.outputs))) or None
-            if self.verbose:
-                print(f"[core.jit] compiling {self.__name__} for "
-                      f"{dict(py, **consts)}")
-            kernel = compile(traced.func, self.target, out_idx, **self.options)
-            kernel.inputs = traced.inputs
-            self._kernels[full] = kernel
-        return kernel
-
-    # -- public API -----------------------------------------------------------------------
-    def specialize(self, *args, **kwargs) -> Kernel:
-        """The compiled kernel a call with these arguments runs (compiled if needed)."""
-        kernel, _ = self._dispatch(args, kwargs)
-        return kernel
-
-    def _dispatch(self, args, kwargs):
-        extra = {k: kwargs.pop(k) for k in list(kwargs) if k not in self.signature.parameters}
-        values, py, key = self._bind(args, kwargs)
-        t = self._template(key, py)
-        consts = self._consts_from_args(t, values, extra)
-        dtypes = tuple(str(values[n].dtype).replace("torch.", "") for n in self.tensor_params)
-        kernel = self._specialize(key, py, consts, dtypes)
-        return kernel, [values[n] for n in kernel.inputs]
-
-    def __call__(self, *args, backend=None, **kwargs):
-        kernel, inputs = self._dispatch(args, kwargs)
-        out = kernel(*inputs, backend=backend)
-        self.last_run = kernel.last_run
-        return tuple(out) if isinstance(out, list) else out
-
-    def _compile_args(self, kwargs):
-        kwargs = dict(kwargs)
-        extra = {k: kwargs.pop(k) for k in list(kwargs) if k not in self.signature.parameters}
-        runtime = [k for k in kwargs if k not in self.python_params]
-        if runtime:
-            self._fail(f"parameter '{runtime[0]}'", "is a tensor or runtime scalar; compile() "
-                       "takes the T.const values and the compile-time parameters",
-                       KernelDefinitionError)
-        _, py, key = self._bind((), kwargs, partial=True)
-        t = self._template(key, py)
-        missing = [c for c in t.consts if c not in extra]
-        if missing:
-            self._fail(f"T.const '{missing[0]}'", f"has no value: pass {missing[0]}=... "
-                       "to compile()", KernelDefinitionError)
-        for c, v in extra.items():
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                self._fail(f"T.const '{c}'", f"must be a positive int, got {v!r}",
-                           KernelDefinitionError)
-        return key, py, extra, tuple(t.dtypes[n] for n in self.tensor_params)
-
-    def compile(self, **kwargs) -> Kernel:
-        """`f.compile(M=1024, N=1024, block_M=64)`: the kernel for these T.const values
-        and compile-time parameters, without running it; call it with the tensors."""
-        key, py, consts, dtypes = self._compile_args(kwargs)
-        return self._specialize(key, py, consts, dtypes)
-
-    def get_tir(self, *args, **kwargs):
-        """The traced PrimFunc of a specialization: from a call's arguments, or from the
-        keywords `compile` takes."""
-        if args or any(k in self.tensor_params for k in kwargs):
-            extra = {k: kwargs.pop(k) for k in list(kwargs)
-                     if k not in self.signature.parameters}
-            values, py, key = self._bind(args, kwargs)
-            consts = self._consts_from_args(self._template(key, py), values, extra)
-        else:
-            key, py, consts, _ = self._compile_args(kwargs)
-        return self._trace(py, consts).func
-
-    def par_compile(self, configs, num_workers=None):
-        return par_compile(self, configs, num_workers=num_workers)
-
-    def __reduce__(self):  # workers of par_compile find the function by module and name
-        return (_load_eager, (self.fn.__module__, self.fn.__qualname__))
-
-
-def _load_eager(module: str, qualname: str):
-    import importlib
-    obj = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def _compile_in_worker(fn, config: dict):
     """Worker side of par_compile: trace and lower one specialization."""
     return fn.compile(**config).compiled
-
-
-def _importable(fn) -> bool:
-    """Can a worker process find `fn` by module and name (a module-level function)?"""
-    try:
-        return _load_eager(fn.fn.__module__, fn.fn.__qualname__) is fn
-    except (ImportError, AttributeError):
-        return False
 
 
 def par_compile(fn, configs, num_workers=None) -> list:
@@ -610,7 +313,7 @@ def par_compile(fn, configs, num_workers=None) -> list:
         else:
             todo.append(i)
     workers = min(num_workers or os.cpu_count() or 1, len(todo))
-    if workers > 1 and _importable(fn):
+    if workers > 1 and importable(fn):
         traces, jobs = {}, []
         disable = (tuple(fn.options.get("disable", ())),)
         for i in todo:

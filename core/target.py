@@ -10,6 +10,7 @@ this module by a test), never by writing them again.
     METAL.max_threads_per_group      1024
     METAL.threadgroup_memory_bytes   32 KiB
     DTYPES["bfloat16"].msl           "bfloat"
+    SUPPORTED, bits(name)            the element types kernels may use, one's size in bits
 
 Facts (Apple's Metal feature-set tables, GPU families Apple7-Apple9, M1-M4): simdgroups are
 32 lanes; a threadgroup has at most 1024 threads (a compiled pipeline may allow fewer: 896
@@ -56,6 +57,17 @@ DTYPES: dict[str, DType] = {d.name: d for d in (
     DType("uint8", 8, "uchar", "uint"),
     DType("bool", 8, "bool", "bool"),
 )}
+
+# The element types a kernel may use: every type of the table (the DSL's dtype_name and
+# the verifier reject the others). A scalar parameter (an 8-byte slot of the args struct,
+# core/runtime/args.py) takes fewer.
+SUPPORTED = tuple(DTYPES)
+SCALAR_PARAM_DTYPES = ("int32", "int64", "float32", "float16", "bool")
+
+
+def bits(name: str) -> int:
+    """Storage size of one element in bits (bool is one byte, as in torch and MSL)."""
+    return DTYPES[name].bits
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,12 @@ import re
 import sys
 from pathlib import Path
 
+from core.errors import KernelDefinitionError
 import core.language as T
-from core.language.dtypes import SUPPORTED, dtype_name
-from core.language.errors import KernelDefinitionError
+from core.language.dtypes import dtype_name
 from core.language.tilelang_names import GROUPS
 from core.language.unsupported import tvmscript_names
-from core.target import METAL
+from core.target import METAL, SUPPORTED
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "language.md"
 

@@ -45,13 +45,13 @@ from tvm import tirx
 from tvm.sym import Analyzer
 from tvm.tirx import is_buffer_var
 
+from core.errors import LoweringError
 from core.ir import annotations as keys
 from core.ir import ops
 from core.ir.kernel import func_name
 from core.ir.matrix import MATRIX_SCOPE
 from core.ir.stmt import (ByHandle, as_int, bind_ranges, choice_parts, collect, loads,
                            visit_nodes, walk)
-from core.language.errors import LoweringError
 from core.target import DTYPES, METAL
 
 # ---- Metal vocabulary ---------------------------------------------------------------------

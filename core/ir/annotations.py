@@ -13,15 +13,18 @@ from here (or through the writer's helper named below), never spells the string 
     tl.streamed                             on a For (a streamed row's chunk loop: its
                                             description)
         written by stream_rows; read by the MSL printer (core/codegen/msl.py)
+    tl.reducer                              on a reducer's AllocBuffer (its combining op)
+        written by T.alloc_reducer (core/language/reduce.py); read by lower_tile_ops
     threadblock_swizzle_pattern             an AttrStmt key
         written by T.use_swizzle (core/language/swizzle.py); read by block_swizzle
+        (through core/ir/swizzle.py, which defines the attribute)
     tl.readonly, tl.threads                 on a device PrimFunc
         written by split_host_device; read by the MSL printer (core/codegen/msl.py)
     tl.workspaces, tl.capacity_dims,        on the traced PrimFunc (function attributes)
     tl.capacity_lengths
         written by the eager frontend and T.annotate_capacity_dims
-        (core/language/eager.py); read by verify (through eager.check_capacity_dims) and
-        split_host_device (into the launch plan)
+        (core/language/eager.py); the capacity keys checked by core/ir/capacity.py (for
+        the frontend and verify); read by split_host_device (into the launch plan)
 
 The `tl.*` pass-config keys a user passes to `core.compile(pass_configs=...)` are options,
 not annotations: core/options.py lists them.
@@ -32,6 +35,7 @@ LAYOUT_REPLICATE = "tl.layout_replicate"            # [holders, lo, bits] of a r
 SIMDGROUP_ACCUMULATOR = "tl.simdgroup_accumulator"  # 1: a gemm accumulator in 8x8 matrices
 VECTOR_LANES = "tl.vector_lanes"                    # int: lanes the loop may vectorize to
 STREAMED = "tl.streamed"                            # str: what a streamed row's chunk loop does
+REDUCER = "tl.reducer"                              # str: a reducer's op ("sum", "max", "min")
 SWIZZLE_PATTERN = "threadblock_swizzle_pattern"     # node: the order, value: the panel size
 READONLY = "tl.readonly"                            # names of buffers the kernel never writes
 THREADS = "tl.threads"                              # the threadgroup size (x, y, z)

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 
 from tvm import tirx
 
+from core.errors import LoweringError
 from core.ir import annotations as keys
 from core.ir import ops
 from core.ir.stmt import as_int, i32, walk
-from core.language.errors import LoweringError
 from core.target import METAL
 
 MATRIX_SCOPE = "metal.simdgroup"

@@ -100,6 +100,12 @@ class Region:
         return self.buffer.name
 
 
+# Storage scopes (`buffer.ty.storage_scope`, core/language/buffers.py): "global" (a
+# parameter, device memory; also an empty scope), "shared" (threadgroup memory), "local"
+# (per thread) and FRAGMENT, a tile spread over the threads (core/ir/layout.py).
+FRAGMENT = "local.fragment"
+
+
 def buffer_scope(buffer) -> str:
     return str(buffer.ty.storage_scope) or "global"
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from tvm import tirx
 
-from core.language.errors import LoweringError
+from core.errors import LoweringError
 
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "FloorDiv": "floordiv",
            "FloorMod": "floormod", "Div": "div", "Mod": "mod", "Min": "min", "Max": "max",

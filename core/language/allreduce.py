@@ -23,9 +23,9 @@ from tvm import tirx
 from tvm.sym import Analyzer
 from tvm.tirx.script.builder import ir as _ir
 
+from core.errors import KernelDefinitionError
 from core.ir import ops
 from core.ir.stmt import as_int
-from core.language.errors import KernelDefinitionError
 from core.language.kernel import _current
 from core.language.tileops import _region
 

@@ -29,9 +29,9 @@ from tvm import tirx
 from tvm.tirx import is_buffer_var
 from tvm.tirx.script.builder import ir as _ir
 
+from core.errors import KernelDefinitionError
 from core.ir import ops
 from core.ir.stmt import as_int
-from core.language.errors import KernelDefinitionError
 from core.language.tileops import _region
 from core.target import METAL, DTYPES
 

@@ -3,7 +3,8 @@
 Storage scopes (what the rest of the compiler sees in `buffer.ty.storage_scope`):
     "global"          kernel parameters, device memory
     "shared"          T.alloc_shared: threadgroup memory, one copy per threadgroup
-    "local.fragment"  T.alloc_fragment: a tile spread over the threads (core/ir/layout.py)
+    "local.fragment"  T.alloc_fragment: a tile spread over the threads (core/ir/layout.py);
+                      named FRAGMENT in core/ir/ops.py, where the passes read it
     "local"           T.alloc_local / T.alloc_var: private to each thread
 """
 
@@ -15,10 +16,9 @@ import tvm
 from tvm.script import tirx as _T
 from tvm.tirx.script.builder import ir as _ir
 
+from core.errors import KernelDefinitionError
+from core.ir.ops import FRAGMENT
 from core.language.dtypes import dtype_name
-from core.language.errors import KernelDefinitionError
-
-FRAGMENT = "local.fragment"
 
 
 def _shape(shape, construct):

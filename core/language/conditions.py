@@ -16,8 +16,8 @@ import tvm
 from tvm.script.parser.core import dispatch
 from tvm.script.parser.core.evaluator import ExprEvaluator
 
+from core.errors import KernelDefinitionError
 from core.language.buffers import var_value
-from core.language.errors import KernelDefinitionError
 
 _installed = False
 

@@ -11,7 +11,7 @@ str(dt))`, `"int" in T.int32`), plus
 
 `T.dtype(x)` builds one from a string, a torch dtype or a Python type. `dtype_name(x)` turns
 any accepted spelling into the canonical string and rejects dtypes the Metal target cannot
-run (`SUPPORTED`; the table of element types is `core.target.DTYPES`).
+run (`core.target.SUPPORTED`: the types of its table `DTYPES`).
 """
 
 from __future__ import annotations
@@ -21,12 +21,8 @@ import builtins
 import tvm_ffi
 from tvm.script import tirx as _script
 
-from core.language.errors import KernelDefinitionError
-from core.target import DTYPES
-
-SUPPORTED = ("float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint64",
-             "uint32", "uint16", "uint8", "bool")
-SCALAR_PARAM_DTYPES = ("int32", "int64", "float32", "float16", "bool")
+from core.errors import KernelDefinitionError
+from core.target import DTYPES, SUPPORTED
 
 # C-style and short spellings (TileLang's T.float, T.half, ... and common abbreviations)
 _ALIASES = {"float": "float32", "half": "float16", "double": "float64", "bf16": "bfloat16",
@@ -118,11 +114,6 @@ def dtype_name(value, *, construct: str = "dtype") -> str:
             f"dtype '{name}' is not supported{': ' + why if why else ''}; allowed: "
             f"{', '.join(SUPPORTED)}", construct=construct)
     return name
-
-
-def bits(name: str) -> int:
-    """Storage size of one element in bits (bool is one byte, as in torch and MSL)."""
-    return DTYPES[name].bits
 
 
 def _known_to_tvm(name: str) -> bool:

@@ -28,7 +28,8 @@ code that needs the values, like a fragment of N columns, never sees a Var), and
 ints in a *specialization* trace. The function's PrimFunc parameters are the
 tensors and scalars in signature order, then the returned outputs, then the workspaces
 (attribute `tl.workspaces`); `T.annotate_capacity_dims` sets `tl.capacity_dims`.
-core/jit.py keys, caches and runs the specializations.
+core/language/eager_function.py (the object `@core.jit` makes of such a function) keys,
+caches and runs the specializations.
 """
 
 from __future__ import annotations
@@ -46,12 +47,11 @@ from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.tirx.script.builder import ir as _ir
 
+from core.errors import KernelDefinitionError, MetaltileError
 from core.ir import annotations as keys
-from core.errors import MetaltileError
 from core.language import script_cache
 from core.language.buffers import var_value
 from core.language.dtypes import dtype_name
-from core.language.errors import KernelDefinitionError
 
 # ---- trace state ---------------------------------------------------------------------------
 
@@ -198,32 +198,6 @@ def annotate_capacity_dims(capacities: dict, lengths: dict | None = None):
         _ir.func_attr({keys.CAPACITY_DIMS: attr})
         if named:
             _ir.func_attr({keys.CAPACITY_LENGTHS: named})
-
-
-def check_capacity_dims(func, kernel: str):
-    """The capacity annotations of a PrimFunc name its tensors, one entry per dim (a
-    prim_func is checked when parsed; the verifier checks every function again)."""
-    attrs = func.attrs or {}
-    cap = attrs.get(keys.CAPACITY_DIMS)
-    if cap is None:
-        return
-    tensors = {p.name: p for p in func.params if hasattr(p.ty, "shape")}
-    for name, dims in cap.items():
-        name = str(name)
-        where = f"T.annotate_capacity_dims('{name}')"
-        if name not in tensors:
-            raise KernelDefinitionError(f"'{name}' is not a tensor of the function; tensors: "
-                                        f"{', '.join(sorted(tensors)) or 'none'}",
-                                        kernel=kernel, construct=where)
-        rank = len(tensors[name].ty.shape)
-        if len(dims) != rank:
-            raise KernelDefinitionError(f"gives {len(dims)} capacity dims for a tensor of "
-                                        f"rank {rank}", kernel=kernel, construct=where)
-    for name, counter in (attrs.get(keys.CAPACITY_LENGTHS) or {}).items():
-        if str(counter) not in tensors:
-            raise KernelDefinitionError(f"'{counter}' is not a tensor of the function",
-                                        kernel=kernel,
-                                        construct=f"T.annotate_capacity_dims(lengths='{name}')")
 
 
 def _tensor_name(buf, where, kernel) -> str:

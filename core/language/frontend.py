@@ -18,14 +18,13 @@ from types import SimpleNamespace
 from tvm.script.parser._core import utils
 from tvm.tirx.script.builder import ir as _ir
 
-from core.errors import MetaltileError
+from core.errors import KernelDefinitionError, MetaltileError
+from core.ir.capacity import check_capacity_dims
 from core.ir.kernel import with_attr
 from core.language import compare, conditions, script_cache, script_eval
 from core.language.buffers import Buffer
 from core.language.dtypes import dtype
 from core.language.kernel import Kernel
-from core.language.eager import check_capacity_dims
-from core.language.errors import KernelDefinitionError
 
 compare.install()     # int32 < int64 promotes inside kernels too (core/language/compare.py)
 conditions.install()  # Python values decide `if` and ternaries at trace time (conditions.py)

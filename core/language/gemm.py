@@ -18,8 +18,8 @@ import tvm
 from tvm import tirx
 from tvm.tirx.script.builder import ir as _ir
 
+from core.errors import KernelDefinitionError
 from core.ir import ops
-from core.language.errors import KernelDefinitionError
 from core.language.tileops import _region
 
 

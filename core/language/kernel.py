@@ -15,7 +15,7 @@ import contextlib
 import tvm
 from tvm.tirx.script.builder import ir as _ir
 
-from core.language.errors import KernelDefinitionError
+from core.errors import KernelDefinitionError
 from core.target import METAL
 
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")

@@ -23,10 +23,10 @@ from math import prod
 from tvm_ffi import structural_equal
 from tvm.tirx import is_buffer_var
 
+from core.errors import KernelDefinitionError
 from core.ir import ops
+from core.ir.ops import FRAGMENT
 from core.ir.stmt import as_int
-from core.language.buffers import FRAGMENT
-from core.language.errors import KernelDefinitionError
 
 MAX_CHECKED = 1 << 16       # elements a layout's bijection is enumerated for
 

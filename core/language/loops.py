@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from tvm.tirx.script.builder import ir as _ir
 
+from core.errors import KernelDefinitionError
 from core.ir import ops
-from core.language.errors import KernelDefinitionError
 
 
 def _check_extent(e, construct):

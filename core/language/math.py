@@ -11,9 +11,9 @@ import builtins
 import tvm
 from tvm.script import tirx as _T
 
+from core.errors import KernelDefinitionError
 from core.language.buffers import var_value
 from core.language.dtypes import dtype_name
-from core.language.errors import KernelDefinitionError
 from core.target import DTYPES
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
-from core.language.errors import KernelDefinitionError
+from core.errors import KernelDefinitionError
 from core.language.math import _expr
 
 

@@ -29,11 +29,13 @@ import tvm
 from tvm.script.ir_builder import IRBuilder
 from tvm.tirx.script.builder import ir as _ir
 
+from core.errors import KernelDefinitionError
 from core.ir import ops
+from core.ir.annotations import REDUCER   # AllocBuffer annotation: the combining op
+from core.ir.ops import FRAGMENT
 from core.ir.stmt import as_int
-from core.language.buffers import FRAGMENT, _shape, alloc_fragment
+from core.language.buffers import _shape, alloc_fragment
 from core.language.dtypes import dtype_name
-from core.language.errors import KernelDefinitionError
 from core.language.tileops import _region, copy
 
 KINDS = ("sum", "max", "min", "abssum", "absmax")
@@ -163,7 +165,6 @@ def reduce_absmax(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False,
 
 # ---- reducers: T.alloc_reducer / T.finalize_reducer (TileLang's GEMV pattern) ----------
 
-REDUCER = "tl.reducer"          # AllocBuffer annotation: the combining op
 REDUCER_OPS = ("sum", "max", "min")
 
 

@@ -15,10 +15,10 @@ import tvm
 from tvm.tirx import is_buffer_var
 from tvm.tirx.script.builder import ir as _ir
 
+from core.errors import KernelDefinitionError
 from core.ir import ops
 from core.ir.stmt import as_int
 from core.language.buffers import var_value
-from core.language.errors import KernelDefinitionError
 
 
 def _region(x, construct):

@@ -10,7 +10,7 @@ table (docs/language.md).
 
 from __future__ import annotations
 
-from core.language.errors import KernelDefinitionError
+from core.errors import KernelDefinitionError
 from core.language.tilelang_names import GROUPS
 
 

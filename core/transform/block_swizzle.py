@@ -1,7 +1,7 @@
 """Pass `block_swizzle`: apply `T.use_swizzle` by remapping the block indices.
 
 Expects: a legalized PrimFunc whose kernels may contain `threadblock_swizzle_pattern`
-AttrStmts (core/language/swizzle.py: node = order, value = panel size).
+AttrStmts (core/ir/swizzle.py: node = order, value = panel size).
 Guarantees: each such AttrStmt is replaced by its body with blockIdx.x / blockIdx.y
 substituted by the remapped indices of `block_order` (expressions of the launch
 variables and the grid extents, so symbolic grids work); no swizzle AttrStmt remains.
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from tvm import tirx
 
+from core.errors import KernelDefinitionError
 from core.ir.kernel import func_name, map_kernels
 from core.ir.stmt import rewrite, substitute, walk
-from core.language.errors import KernelDefinitionError
-from core.language.swizzle import attr_params, block_order, dtype_of, is_swizzle_attr
+from core.ir.swizzle import attr_params, block_order, dtype_of, is_swizzle_attr
 
 
 def _count(stmt) -> int:

@@ -21,9 +21,9 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
+from core.errors import KernelDefinitionError
 from core.ir.kernel import func_name
 from core.ir.stmt import children, is_kernel_attr, map_nodes, rebuild, seq
-from core.language.errors import KernelDefinitionError
 
 
 def _is_host_scalar(buf) -> bool:

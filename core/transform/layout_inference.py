@@ -24,13 +24,13 @@ from __future__ import annotations
 
 from tvm import tirx
 
+from core.errors import LoweringError
 from core.ir import matrix, ops
 from core.ir.kernel import func_name, map_kernels
 from core.ir.annotations import LAYOUT_REPLICATE, LAYOUT_VEC
 from core.ir.layout import FragmentLayout, NoLayout, broadcast_dims, reduce_layout
+from core.ir.ops import FRAGMENT
 from core.ir.stmt import as_int, children, loads, rewrite, walk
-from core.language.buffers import FRAGMENT
-from core.language.errors import LoweringError
 
 
 def _annotate(nest, kernel="kernel"):

@@ -66,14 +66,13 @@ from math import prod
 import tvm
 from tvm import tirx
 
+from core.errors import LoweringError
 from core.ir import matrix, ops
 from core.ir.matrix import TILE, AccumulatorLayout
+from core.ir.ops import FRAGMENT
 from core.ir.stmt import (as_int, i32, loads, map_nodes, once_assigned_scalars, rewrite, seq,
                           substitute, walk)
-from core.language.buffers import FRAGMENT
-from core.language.dtypes import bits
-from core.language.errors import LoweringError
-from core.target import METAL
+from core.target import METAL, bits
 
 
 @dataclass

@@ -60,14 +60,13 @@ from math import prod
 
 from tvm import tirx
 
+from core.errors import LoweringError
 from core.ir import matrix, ops
 from core.ir.layout import FragmentLayout, NoLayout, reduce_layout
+from core.ir.ops import FRAGMENT
 from core.ir.stmt import i32, seq, walk
-from core.language.buffers import FRAGMENT
-from core.language.dtypes import bits
-from core.language.errors import LoweringError
 from core.transform.layout_inference import fragment_layout
-from core.target import DTYPES, METAL
+from core.target import DTYPES, METAL, bits
 
 SIMD_BITS = METAL.simd_width.bit_length() - 1   # thread-id bits below it select the lane
 # The hardware's reduction over a whole simdgroup, per kind (|x| is taken per element before)

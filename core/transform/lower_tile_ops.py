@@ -47,18 +47,18 @@ from math import prod
 import tvm
 from tvm import tirx
 
+from core.errors import LoweringError
 from core.ir import ops
+from core.ir.annotations import REDUCER
 from core.ir.annotations import VECTOR_LANES  # read by vectorize
 from core.ir.kernel import func_name, map_kernels
 from core.ir.layout import FragmentLayout, broadcast_dims, broadcast_ok, run_width
+from core.ir.ops import FRAGMENT
 from core.ir.stmt import (as_int, children, i32, loads, map_nodes, rebuild, rewrite, seq,
                           substitute, walk)
-from core.language.buffers import FRAGMENT
-from core.language.errors import LoweringError
 from core.transform.kernel_context import KernelContext
 from core.transform.layout_inference import fragment_layout
 from core.transform.lower_gemm import GemmLowering
-from core.language.reduce import REDUCER
 from core.transform.lower_reduce import ReduceLowering
 
 

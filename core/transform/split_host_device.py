@@ -23,13 +23,13 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.tirx import is_buffer_var
 
+from core.errors import LoweringError
 from core.ir import annotations as keys
 from core.ir import matrix, ops
 from core.ir import program as P
 from core.ir.kernel import func_name, top_level, unwrap, with_attr
 from core.ir.stmt import free_vars, is_kernel_attr, seq, walk
 from core.target import DTYPES
-from core.language.errors import LoweringError
 
 
 def _param_views(func):

@@ -54,9 +54,9 @@ from core.ir import ops
 from core.ir.annotations import STREAMED
 from core.ir.kernel import map_kernels
 from core.ir.layout import FragmentLayout, NoLayout, reduce_layout
+from core.ir.ops import FRAGMENT
 from core.ir.stmt import (as_int, children, free_vars, i32, loads, map_nodes, rebuild,
                           rewrite, seq, substitute, visit_nodes)
-from core.language.buffers import FRAGMENT
 from core.target import DTYPES, METAL
 from core.transform.lower_reduce import accumulator_dtype, combine, identity
 

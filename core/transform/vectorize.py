@@ -42,8 +42,7 @@ from core.ir.annotations import VECTOR_LANES
 from core.ir.kernel import map_kernels
 from core.ir.stmt import (as_int, bind_ranges, children, choice_parts, free_vars, loads,
                           map_nodes, rebuild, seq, substitute, visit_nodes)
-from core.language.dtypes import bits
-from core.target import METAL
+from core.target import METAL, bits
 
 VECTOR_DTYPES = ("float32", "float16", "bfloat16", "int32", "int8", "uint8")
 MAX_VECTOR_BITS = 128

@@ -32,15 +32,14 @@ import tvm
 from tvm import tirx
 from tvm.tirx import is_buffer_var
 
+from core.errors import KernelDefinitionError
 from core.ir import matrix, ops
+from core.ir.capacity import check_capacity_dims
 from core.ir.kernel import func_name, unwrap
 from core.ir.layout import broadcast_dims
+from core.ir.ops import FRAGMENT
 from core.ir.stmt import as_int, children, is_kernel_attr, loads, visit_nodes
-from core.language.buffers import FRAGMENT
-from core.language.dtypes import SCALAR_PARAM_DTYPES, SUPPORTED, bits
-from core.language.eager import check_capacity_dims
-from core.language.errors import KernelDefinitionError
-from core.target import METAL
+from core.target import METAL, SCALAR_PARAM_DTYPES, SUPPORTED, bits
 
 
 class _Verifier:

@@ -9,8 +9,7 @@ import torch
 
 import core
 import core.language as T
-from core.errors import LaunchError
-from core.language.errors import KernelDefinitionError
+from core.errors import KernelDefinitionError, LaunchError
 from core.target import DTYPES
 from harness.check.compare import assert_close
 from harness.gen.inputs import random_tensor

@@ -17,7 +17,7 @@ import torch
 
 import core
 import core.language as T
-from core.language.errors import KernelDefinitionError
+from core.errors import KernelDefinitionError
 from harness.check.barriers import check_barriers
 from harness.check.compare import assert_close
 from harness.gen.inputs import random_tensor

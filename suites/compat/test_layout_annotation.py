@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import core
+from core.errors import KernelDefinitionError, LoweringError
 import core.language as T
 from core import layout as tl_layout
-from core.language.errors import KernelDefinitionError, LoweringError
 from harness.check.compare import assert_close
 from harness.gen.inputs import random_tensor
 

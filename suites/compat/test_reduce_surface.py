@@ -10,7 +10,7 @@ import torch
 
 import core
 import core.language as T
-from core.language.errors import KernelDefinitionError, LoweringError
+from core.errors import KernelDefinitionError, LoweringError
 from harness.check.compare import assert_close
 from harness.gen.inputs import random_tensor
 from harness.gen.strategies import FLOATS

@@ -8,7 +8,7 @@ import torch
 
 import core
 import core.language as T
-from core.language.errors import KernelDefinitionError
+from core.errors import KernelDefinitionError
 from core.language.tilelang_names import GROUPS
 from core.language.unsupported import UnsupportedConstruct, tvmscript_names
 from harness import language_table

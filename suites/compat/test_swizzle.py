@@ -7,8 +7,8 @@ import torch
 
 import core
 import core.language as T
-from core.language.errors import KernelDefinitionError
-from core.language.swizzle import block_order
+from core.errors import KernelDefinitionError
+from core.ir.swizzle import block_order
 from harness.check.compare import assert_close
 from harness.check.case import Status, run_case
 from harness.gen.inputs import random_tensor

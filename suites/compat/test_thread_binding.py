@@ -6,7 +6,7 @@ import pytest
 
 import core
 import core.language as T
-from core.language.errors import KernelDefinitionError
+from core.errors import KernelDefinitionError
 from harness.check.compare import assert_close
 from harness.gen.inputs import random_tensor
 

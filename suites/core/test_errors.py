@@ -6,8 +6,7 @@ import torch
 
 import core
 import core.language as T
-from core.errors import LaunchError, MetaltileError
-from core.language.errors import KernelDefinitionError
+from core.errors import KernelDefinitionError, LaunchError, MetaltileError
 
 CASES = {}
 

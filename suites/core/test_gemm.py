@@ -12,10 +12,10 @@ import tvm
 from tvm import tirx
 
 import core
+from core.errors import KernelDefinitionError, LoweringError
 import core.language as T
 from core.ir import matrix, ops
 from core.ir.footprint import Footprint, LoopRange, may_race
-from core.language.errors import KernelDefinitionError, LoweringError
 from harness.check.barriers import check_barriers
 from harness.check.compare import assert_close
 from harness.gen import gemm as gemm_family

@@ -7,7 +7,7 @@ import torch
 
 import core
 import core.language as T
-from core.language.errors import KernelDefinitionError
+from core.errors import KernelDefinitionError
 from harness.check.compare import assert_close
 
 

@@ -13,11 +13,10 @@ import pytest
 import torch
 
 import core
+from core.errors import KernelDefinitionError, LoweringError, MetaltileError
 import core.language as T
 from core.codegen import msl
-from core.errors import MetaltileError
 from core.ir import ops
-from core.language.errors import KernelDefinitionError, LoweringError
 from harness.check.barriers import check_barriers
 from harness.check.compare import assert_close
 from harness.gen import reduce as reduce_family

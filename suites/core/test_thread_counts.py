@@ -16,8 +16,7 @@ import torch
 
 import core
 import core.language as T
-from core.errors import MetaltileError
-from core.language.errors import LoweringError
+from core.errors import LoweringError, MetaltileError
 from harness.check.barriers import check_barriers
 from harness.check.compare import assert_close
 from harness.check.case import Status, run_case

@@ -7,7 +7,7 @@ import torch
 
 import core
 import core.language as T
-from core.jit import EagerFunction
+from core.language.eager_function import EagerFunction
 from harness.check.compare import assert_close
 from harness.gen.inputs import random_tensor
 from oracles.norm import rmsnorm

@@ -12,7 +12,7 @@ from core.errors import KernelDefinitionError
 from core.ir.annotations import SWIZZLE_PATTERN
 from core.ir.kernel import kernels
 from core.ir.stmt import substitute
-from core.language.swizzle import block_order
+from core.ir.swizzle import block_order
 from core.transform import pipeline
 
 from .irq import nodes, stores

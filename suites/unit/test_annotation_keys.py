@@ -1,12 +1,12 @@
 """The passes' annotation keys are spelled once (core/ir/annotations.py), and the
-compile-time error classes live in core/errors.py with the DSL's module re-exporting the
-same classes."""
+compile-time error classes live in core/errors.py, which the DSL's namespace names too
+(`T.KernelDefinitionError`)."""
 
 import re
 from pathlib import Path
 
 import core.errors
-import core.language.errors
+import core.language as T
 from core.ir import annotations
 
 CORE = Path(core.errors.__file__).parent
@@ -40,5 +40,5 @@ def test_compile_errors_are_defined_beside_the_others():
     for name in ("KernelDefinitionError", "LoweringError"):
         cls = getattr(core.errors, name)
         assert issubclass(cls, core.errors.MetaltileError)
-        assert getattr(core.language.errors, name) is cls
+        assert getattr(T, name) is cls
         assert cls.__module__ == "core.errors"

@@ -10,11 +10,9 @@ import pytest
 import core
 import core.language as T
 from core.codegen import msl
-from core.errors import LaunchError
-from core.language.dtypes import SUPPORTED, bits
-from core.language.errors import KernelDefinitionError
+from core.errors import KernelDefinitionError, LaunchError
 from core.runtime import emu
-from core.target import DTYPES, METAL, c_header
+from core.target import DTYPES, METAL, SUPPORTED, bits, c_header
 
 HEADER = Path(__file__).resolve().parents[2] / "core/runtime/emu/include/mt_target.h"
 MSL_HEADER = "#include <metal_stdlib>\nusing namespace metal;\n"

@@ -6,11 +6,12 @@
                       checks=("races", "uninit", "bounds"))
     res.findings, res.stats
 
-Layers: translate.py (MSL -> C++ rewrite), signature.py (kernel signatures from clang's
-AST), launcher.py (C++ entry points), build.py (clang with a precompiled shim header and a
-content-hash cache), job.py (the shared job file), run.py (the child process, results,
-findings), and the C++ in include/ (MSL names, one header per concern) and src/
-(scheduler and checker).
+Layers: translate.py (MSL -> C++ rewrite), translation.py (what a translation is: the C++
+unit and its kernel signatures, the data the modules below pass each other), signature.py
+(kernel signatures from clang's AST), launcher.py (C++ entry points), build.py (clang with
+a precompiled shim header and a content-hash cache), job.py (the shared job file), run.py
+(the child process, results, findings), and the C++ in include/ (MSL names, one header
+per concern) and src/ (scheduler and checker).
 """
 
 from core.errors import (KernelCrashError, KernelTimeoutError, LaunchError, MSLCompileError,

@@ -38,7 +38,7 @@ from core.errors import MSLCompileError, ToolchainError
 
 from . import admission, cross, launcher
 from .toolchain import Toolchain, find_toolchain
-from .translate import SOURCE_NAME, Translation
+from .translation import SOURCE_NAME, Translation
 
 HERE = Path(__file__).resolve().parent
 INCLUDE_DIR = HERE / "include"

@@ -1,6 +1,6 @@
 """Generate the C++ launcher that calls each MSL kernel from the emulator runtime.
 
-For every kernel signature (translate.KernelSignature) it emits an entry function that
+For every kernel signature (translation.KernelSignature) it emits an entry function that
 binds `[[buffer(i)]]` parameters to the job's buffer i (a pointer parameter gets the
 buffer's address, a reference parameter the object stored there; parameter types are
 taken from the function's own type with `decltype`, never re-spelled) and thread-position
@@ -12,7 +12,7 @@ recognisable as ours rather than the user's.
 
 from __future__ import annotations
 
-from .translate import POSITION_ATTRIBUTES, KernelSignature
+from .translation import POSITION_ATTRIBUTES, KernelSignature
 
 LAUNCHER_NAME = "metaltile-launcher"
 

@@ -29,7 +29,8 @@ from core.target import METAL
 from . import cross, launch_server
 from . import job as jobfile
 from .build import default_builder
-from .translate import SOURCE_NAME, Translation, translate
+from .translate import translate
+from .translation import SOURCE_NAME, Translation
 
 ALL_CHECKS = ("races", "uninit", "bounds")
 
@@ -136,7 +137,7 @@ def _translate_cached(source: str, kernel: str | None = None,
 
 
 def kernel_signatures(source: str, function_constants: dict | None = None) -> dict:
-    """The kernels of an MSL source by name (translate.KernelSignature: parameters with
+    """The kernels of an MSL source by name (translation.KernelSignature: parameters with
     their buffer bindings, thread-position attributes and MSL lines)."""
     return _translate_cached(source, None, function_constants).kernels
 

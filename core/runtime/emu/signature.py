@@ -1,9 +1,9 @@
 """Kernel signatures read from clang's AST of the translated MSL.
 
 Contract: `read_kernels(translation, kernel_hint)` returns the `KernelSignature` of every
-kernel of the translated source (translate.py), by the name the host calls it by. It runs
-clang on the translated source (`-ast-dump=json`, the same flags and precompiled shim as a
-plain build),
+kernel of the translated source (translate.py; the types are in translation.py), by the
+name the host calls it by. It runs clang on the translated source (`-ast-dump=json`, the
+same flags and precompiled shim as a plain build),
 so qualifiers, attributes, macros, typedefs and line breaks are read the way the compiler
 reads them. MSL attributes reach the AST as `clang::annotate("metal", name, args...)`
 (translate.rewrite_attributes); the `kernel` keyword is one of them (metal_stdlib.h).
@@ -28,8 +28,8 @@ from pathlib import Path
 from core.errors import MSLCompileError
 
 from .build import cache_dir, compile_error, default_builder
-from .translate import (POSITION_ATTRIBUTES, PRELUDE_LINES, KernelParam, KernelSignature,
-                        Translation)
+from .translation import (POSITION_ATTRIBUTES, PRELUDE_LINES, KernelParam, KernelSignature,
+                          Translation)
 
 # The cache key covers this reader's own code: a changed reader never reads old results.
 _READER_VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]

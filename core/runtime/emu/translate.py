@@ -40,7 +40,6 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -49,75 +48,10 @@ from core.errors import LaunchError, MSLCompileError
 from core.target import DTYPES
 
 from .admission import refuse_host_access
-
-SOURCE_NAME = "input.metal"
-
-# Thread-position attributes and the runtime field that carries each (mt_runtime.h).
-POSITION_ATTRIBUTES = {
-    "thread_position_in_grid": "thread_position_in_grid",
-    "thread_position_in_threadgroup": "thread_position_in_threadgroup",
-    "threadgroup_position_in_grid": "threadgroup_position_in_grid",
-    "threads_per_threadgroup": "threads_per_threadgroup",
-    "threadgroups_per_grid": "threadgroups_per_grid",
-    "threads_per_grid": "threads_per_grid",
-    "thread_index_in_threadgroup": "thread_index_in_threadgroup",
-    "thread_index_in_simdgroup": "thread_index_in_simdgroup",
-    "simdgroup_index_in_threadgroup": "simdgroup_index_in_threadgroup",
-    "simdgroups_per_threadgroup": "simdgroups_per_threadgroup",
-    "threads_per_simdgroup": "threads_per_simdgroup",
-    "thread_execution_width": "threads_per_simdgroup",
-}
+from .signature import read_kernels
+from .translation import PRELUDE, KernelSignature, Translation
 
 VECTOR_ELEMENTS = tuple(d.msl for d in DTYPES.values())   # MSL scalar names, core/target.py
-
-
-@dataclass(frozen=True)
-class KernelParam:
-    name: str
-    type: str                 # clang's spelling of the parameter type, e.g. "const float *"
-    buffer_index: int | None  # [[buffer(i)]]
-    position: str | None      # thread-position attribute name
-    line: int
-    is_reference: bool = False
-    threadgroup_index: int | None = None  # [[threadgroup(i)]]: memory sized by the host
-    array_length: int | None = None       # `device T* xs[N] [[buffer(i)]]`: buffers i..i+N-1
-
-    @property
-    def buffer_indices(self) -> tuple[int, ...]:
-        """The buffer indices bound to this parameter (several for an array of buffers)."""
-        if self.buffer_index is None:
-            return ()
-        return tuple(range(self.buffer_index, self.buffer_index + (self.array_length or 1)))
-
-    def buffer_name(self, index: int) -> str:
-        return f"{self.name}[{index - self.buffer_index}]" if self.array_length else self.name
-
-
-@dataclass(frozen=True)
-class KernelSignature:
-    name: str                 # the name the host calls it by
-    params: tuple[KernelParam, ...]
-    max_total_threads: int | None
-    line: int
-    call: str = ""            # the C++ expression naming the function (qualified)
-
-    @property
-    def buffers(self) -> dict[int, KernelParam]:
-        """Buffer index -> the parameter bound to it (an array of buffers takes several)."""
-        return {i: p for p in self.params for i in p.buffer_indices}
-
-
-@dataclass
-class Translation:
-    cpp: str                                   # the rewritten source (before the launcher)
-    source: str                                # the MSL as given
-    kernels: dict[str, KernelSignature]
-    threadgroup_vars: dict[int, str] = field(default_factory=dict)  # slot -> variable name
-    # array name -> the one typed pointer declared over it (`threadgroup half* S =
-    # (threadgroup half*)S_words;`, metaltile's vector-staged arrays): findings name both
-    threadgroup_views: dict[str, str] = field(default_factory=dict)
-    # [[threadgroup(i)]] parameters: index -> (arena slot, bytes), the host's lengths
-    threadgroup_params: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 def _blank(text: str) -> str:
@@ -584,10 +518,6 @@ def _kernel_before(kernels: dict[str, KernelSignature], line: int) -> str | None
     return max(best, key=lambda k: k.line).name if best else None
 
 
-PRELUDE = f'#line 1 "{SOURCE_NAME}"\nusing namespace metal;\n#line 1 "{SOURCE_NAME}"\n'
-PRELUDE_LINES = PRELUDE.count("\n")
-
-
 def _refuse(source: str, line: int, reason: str, kernels: dict[str, KernelSignature],
             kernel: str | None = None) -> MSLCompileError:
     return MSLCompileError(reason, kernel=_kernel_before(kernels, line) or kernel, line=line,
@@ -602,8 +532,6 @@ def translate(source: str, kernel_hint: str | None = None,
     the kernel in a compile error when the source has no readable signatures;
     `function_constants` gives the values of `[[function_constant(i)]]` by index and
     `threadgroup_memory` the byte lengths of `[[threadgroup(i)]]` parameters by index."""
-    from .signature import read_kernels   # signature.py builds with build.py, which imports us
-
     code = strip_comments(source)
     refuse_host_access(code, source, kernel_hint)
     cast = _VECTOR_CAST.search(code)
