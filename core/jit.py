@@ -193,12 +193,15 @@ CACHE = _Cache()
 
 
 def _compiler_fingerprint() -> str:
-    """Hash of the compiler's own source, so a changed pass never reuses stale entries."""
+    """Hash of the compiler's own source, so a changed pass never reuses stale entries: the
+    DSL, the IR, the passes, the printer and core/'s own modules (the target's facts, the
+    options) that they read."""
     root = Path(__file__).parent
     digest = hashlib.sha256(CACHE_VERSION.encode())
-    for sub in ("language", "ir", "transform", "codegen"):
-        for path in sorted((root / sub).glob("*.py")):
-            digest.update(path.read_bytes())
+    for path in [*sorted(root.glob("*.py")),
+                 *(p for sub in ("language", "ir", "transform", "codegen")
+                   for p in sorted((root / sub).glob("*.py")))]:
+        digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 

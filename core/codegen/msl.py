@@ -50,7 +50,7 @@ from core.ir import annotations as keys
 from core.ir import ops
 from core.ir.kernel import func_name
 from core.ir.matrix import MATRIX_SCOPE
-from core.ir.stmt import (ByHandle, as_int, bind_ranges, choice_parts, collect, loads,
+from core.ir.stmt import (ByHandle, as_int, atomics_in, bind_ranges, choice_parts, collect, loads,
                            visit_nodes, walk)
 from core.target import DTYPES, METAL
 
@@ -261,7 +261,7 @@ class _KernelPrinter:
         # 32-bit word) and arrays read or written as vectors; declared as words of that
         # size and used through a pointer (`alloc`)
         self.word_aligned = {}
-        for a in ops.atomics_in(func.body):
+        for a in atomics_in(func.body):
             if DTYPES[str(a.buffer.ty.dtype)].bits < METAL.atomic_word_bits:
                 self.need_alignment(a.buffer, METAL.atomic_word_bits // 8)
         for buf, index in _vector_accesses(func.body):

@@ -167,17 +167,3 @@ def decode_atomic(expr) -> Atomic | None:
         return None
     kind, element, value = expr.args
     return Atomic(str(kind.value), element, value)
-
-
-def atomics_in(node) -> list:
-    """Every `tl.atomic` call inside `node` (a statement or expression), decoded."""
-    found = []
-
-    def visit(e):
-        a = decode_atomic(e)
-        if a is not None:
-            found.append(a)
-
-    from core.ir.stmt import visit_nodes  # core.ir.stmt imports this module
-    visit_nodes(node, (tvm.ir.Call, visit))
-    return found

@@ -304,3 +304,17 @@ def bind_ranges(analyzer, ranges: dict):
         except tvm.error.InternalError:
             continue
     return analyzer
+
+
+def atomics_in(node) -> list:
+    """Every `tl.atomic` call inside `node` (a statement or expression), decoded
+    (`ops.decode_atomic`)."""
+    found = []
+
+    def visit(e):
+        a = ops.decode_atomic(e)
+        if a is not None:
+            found.append(a)
+
+    visit_nodes(node, (tvm.ir.Call, visit))
+    return found

@@ -54,8 +54,8 @@ from core.ir.annotations import VECTOR_LANES  # read by vectorize
 from core.ir.kernel import func_name, map_kernels
 from core.ir.layout import FragmentLayout, broadcast_dims, broadcast_ok, run_width
 from core.ir.ops import FRAGMENT
-from core.ir.stmt import (as_int, children, i32, loads, map_nodes, rebuild, rewrite, seq,
-                          substitute, walk)
+from core.ir.stmt import (as_int, atomics_in, children, i32, loads, map_nodes, rebuild, rewrite,
+                          seq, substitute, walk)
 from core.transform.kernel_context import KernelContext
 from core.transform.layout_inference import fragment_layout
 from core.transform.lower_gemm import GemmLowering
@@ -246,7 +246,7 @@ class _KernelLowering:
         def store(st):
             if isinstance(st, tirx.Evaluate) and layout.replicated and any(
                     ops.buffer_scope(a.buffer) in ("global", "shared")
-                    for a in ops.atomics_in(st.value)):
+                    for a in atomics_in(st.value)):
                 return tirx.IfThenElse(layout.owner_expr(self.ctx.tid), st, None)
             if not isinstance(st, tirx.BufferStore):
                 return st

@@ -41,8 +41,10 @@ PASSES = (
     ("split_host_device", split_host_device),  # device kernels + launch plan
 )
 
-REQUIRED = ("legalize", "block_swizzle", "host_program", "lower_tile_ops", "flatten_simplify",
-            "split_host_device")
+# Passes whose output the next ones cannot do without (docs/architecture.md gives each reason;
+# layout_inference: lower_tile_ops deals fragments to threads by the layouts it infers).
+REQUIRED = ("legalize", "block_swizzle", "host_program", "layout_inference", "lower_tile_ops",
+            "flatten_simplify", "split_host_device")
 
 
 def pass_names() -> tuple:

@@ -25,10 +25,10 @@ from tvm.tirx import is_buffer_var
 
 from core.errors import LoweringError
 from core.ir import annotations as keys
-from core.ir import matrix, ops
+from core.ir import matrix
 from core.ir import program as P
 from core.ir.kernel import func_name, top_level, unwrap, with_attr
-from core.ir.stmt import free_vars, is_kernel_attr, seq, walk
+from core.ir.stmt import atomics_in, free_vars, is_kernel_attr, seq, walk
 from core.target import DTYPES
 
 
@@ -126,7 +126,7 @@ class _Split:
             if isinstance(s, tirx.BufferStore):
                 written.add(views.get(s.buffer, s.buffer).name)
             for node in (s.value,) if isinstance(s, (tirx.Evaluate, tirx.BufferStore)) else ():
-                for a in ops.atomics_in(node):
+                for a in atomics_in(node):
                     written.add(views.get(a.buffer, a.buffer).name)
             tile = matrix.tile_access(s.value) if isinstance(s, tirx.Evaluate) else None
             if tile is not None and tile.write:  # simdgroup_store

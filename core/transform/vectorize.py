@@ -40,7 +40,7 @@ from tvm.sym import Analyzer
 from core.ir import ops
 from core.ir.annotations import VECTOR_LANES
 from core.ir.kernel import map_kernels
-from core.ir.stmt import (as_int, bind_ranges, children, choice_parts, free_vars, loads,
+from core.ir.stmt import (as_int, atomics_in, bind_ranges, children, choice_parts, free_vars, loads,
                           map_nodes, rebuild, seq, substitute, visit_nodes)
 from core.target import METAL, bits
 
@@ -124,7 +124,7 @@ class _Check:
         return not bad
 
     def body_ok(self, body) -> bool:
-        if ops.atomics_in(body):  # MSL has no vector atomics
+        if atomics_in(body):  # MSL has no vector atomics
             return False
         if isinstance(body, tirx.IfThenElse):
             if body.else_case is not None or _depends(body.condition, self.lane):
@@ -318,7 +318,7 @@ def _through_registers(loop, body, ranges, bounds):
     lanes' values are gathered one by one into a run of registers, then stored to S as one
     vector. None when even that store is not a vector."""
     if not isinstance(body, tirx.BufferStore) or ops.buffer_scope(body.buffer) != "shared" \
-            or ops.atomics_in(body):
+            or atomics_in(body):
         return None
     lane = loop.loop_var
     run = tirx.decl_buffer((as_int(loop.extent),), str(body.buffer.ty.dtype),

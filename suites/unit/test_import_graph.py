@@ -7,7 +7,9 @@ an edge), not from what happens to be imported at run time.
   attribute, the capacity check) live in core/ir or core/target.py, below both;
 - core/language imports nothing from the compiler below it (core/jit.py, core/transform,
   core/codegen, core/runtime): core.jit drives the DSL, not the other way round;
-- the emulator's Python side (core/runtime/emu) has no import circle;
+- no import circle anywhere in core/ or harness/ (the emulator's Python side included);
+- the harness's packages depend one way: gen/ -> check/ -> fuzz/ and bench/, never each
+  other, -> cli.py (docs/architecture.md, "The harness");
 - compile-time errors are imported from core/errors.py; core.language.errors is gone.
 """
 
@@ -118,9 +120,24 @@ def _cycles(modules: list) -> list:
     return found
 
 
-def test_the_emulator_modules_import_no_circle():
-    assert _modules_under("core.runtime.emu")
-    assert not _cycles(_modules_under("core.runtime.emu"))
+@pytest.mark.parametrize("package", ["core", "core.runtime.emu", "harness"])
+def test_no_import_circle(package):
+    assert _modules_under(package)
+    assert not _cycles(_modules_under(package))
+
+
+# package -> the harness packages it may not import
+HARNESS_FORBIDDEN = {
+    "harness.gen": ("harness.check", "harness.fuzz", "harness.bench", "harness.cli"),
+    "harness.check": ("harness.fuzz", "harness.bench", "harness.cli"),
+    "harness.fuzz": ("harness.bench", "harness.cli"),
+    "harness.bench": ("harness.fuzz", "harness.cli"),
+}
+
+
+@pytest.mark.parametrize("package", sorted(HARNESS_FORBIDDEN))
+def test_each_harness_package_imports_only_the_layers_below_it(package):
+    assert not _offenders(package, HARNESS_FORBIDDEN[package])
 
 
 def test_the_cycle_finder_sees_a_lazy_import(tmp_path, monkeypatch):
