@@ -80,7 +80,17 @@ class MetalTarget:
     bf16_register_lanes: int = 2         # widest bf16 register vector in plans (bfloat2)
     bf16_carrier_lanes: tuple = (4, 8)   # packed carriers (uint2, uint4) for pure copies
     matrix_tile: int = 8                 # simdgroup_matrix is 8x8
-    math_mode: str = "fast"              # Metal's default; exp(-inf) is not relied upon
+    # The math mode the kernels are compiled with (MTLCompileOptions.mathMode): "safe", what
+    # torch.mps.compile_shader (the MPS backend) asks for on macOS 15+ (with precise FP32
+    # functions; fastMathEnabled=NO before), unless PYTORCH_MPS_FAST_MATH is set ("fast").
+    # "relaxed" is Metal's own default on Apple silicon. Generated code never relies on a
+    # mode: it must be right under "fast" too (no exp(-inf) == 0, docs/architecture.md).
+    math_mode: str = "safe"
+    # a*b + c contracted into one fused multiply-add, per math mode (the emulator's clang
+    # -ffp-contract): within an expression in "safe", as C and clang do by default (TileLang's
+    # float32 GEMM test, `C += A * B` against torch at atol 1e-8, passes on Metal only so),
+    # across expressions too where unsafe optimizations are allowed
+    fp_contract: tuple = (("safe", "on"), ("relaxed", "fast"), ("fast", "fast"))
     # Bytes of fragments (thread-private arrays) one thread may hold before a long row is
     # streamed instead (core/transform/stream_rows.py). An Apple7/8 core has a ~208 KB
     # register file and needs 24 resident simdgroups (768 threads) to hide ALU latency;
@@ -105,6 +115,25 @@ class MetalTarget:
     # compiled as compare-exchange on the bits (as other MSL producers do, e.g. Metal.jl)
     atomic_float_native_spaces: tuple = ("device",)
     atomic_word_bits: int = 32
+
+    @property
+    def math_modes(self) -> tuple:
+        return tuple(mode for mode, _ in self.fp_contract)
+
+    def contraction(self, math_mode: str) -> str:
+        """clang's -ffp-contract value for `math_mode`; ValueError for an unknown mode."""
+        table = dict(self.fp_contract)
+        if math_mode not in table:
+            raise ValueError(f"math mode {math_mode!r}: Metal's are {', '.join(table)}")
+        return table[math_mode]
+
+    def math_mode_in_effect(self) -> str:
+        """The math mode the MPS backend compiles with here: PYTORCH_MPS_FAST_MATH (not "0")
+        makes torch.mps.compile_shader use "fast"; else `math_mode`."""
+        import os
+
+        fast = os.environ.get("PYTORCH_MPS_FAST_MATH")
+        return "fast" if fast is not None and fast != "0" else self.math_mode
 
     @property
     def msl_version_text(self) -> str:

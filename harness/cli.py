@@ -34,6 +34,7 @@ from rich.table import Table
 from rich.text import Text
 
 from core.errors import MetaltileError
+from core.target import METAL
 from harness import bufspec
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -89,6 +90,10 @@ def _parser() -> argparse.ArgumentParser:
                      default=[], type=_threadgroup_length, metavar="I=BYTES",
                      help="length of the [[threadgroup(I)]] parameter in bytes, a multiple of "
                           "16 (repeat for several)")
+    emu.add_argument("--math-mode", choices=METAL.math_modes, default=METAL.math_mode,
+                     help="the Metal math mode the MSL is compiled in, which decides where "
+                          f"a*b+c is one fused multiply-add (default: {METAL.math_mode}, what "
+                          "torch.mps.compile_shader uses)")
     emu.add_argument("--schedule", choices=SCHEDULES, default="forward",
                      help="order of threads between barriers (default: forward)")
     emu.add_argument("--seed", type=int, default=0,
@@ -218,7 +223,8 @@ def _run_emu(args: argparse.Namespace) -> int:
         result = emu.run_msl(source, args.kernel, grid=args.grid, threadgroup=args.threadgroup,
                              buffers=buffers, schedule=args.schedule, seed=args.seed,
                              checks=checks, function_constants=constants,
-                             threadgroup_memory=dict(args.threadgroup_memory))
+                             threadgroup_memory=dict(args.threadgroup_memory),
+                             math_mode=args.math_mode)
     except MetaltileError as error:
         return _error(err, error, f"error ({type(error).__name__})")
     seconds = time.perf_counter() - start

@@ -13,6 +13,7 @@ import platform
 from dataclasses import dataclass, field
 
 from core.errors import LaunchError
+from core.target import METAL
 
 BACKENDS = ("emu", "mps")
 DEVICES = {"emu": "cpu", "mps": "mps"}
@@ -67,7 +68,8 @@ def launch(backend, msl, site, grid, buffers, *, checks, schedule, seed, record)
     if backend == "emu":
         from core.runtime import emu
         res = emu.run_msl(msl, site.kernel, grid=grid, threadgroup=site.threadgroup,
-                          buffers=buffers, schedule=schedule, seed=seed, checks=checks)
+                          buffers=buffers, schedule=schedule, seed=seed, checks=checks,
+                          math_mode=METAL.math_mode_in_effect())
         record.findings.extend(res.findings)
         record.stats.append(res.stats)
         return

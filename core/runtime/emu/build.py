@@ -35,6 +35,7 @@ from pathlib import Path
 
 from core.cache import cache_root
 from core.errors import MSLCompileError, ToolchainError
+from core.target import METAL
 
 from . import admission, cross, launcher
 from .toolchain import Toolchain, find_toolchain
@@ -49,8 +50,9 @@ RUNTIME_SOURCES = (*RUNTIME_UNITS, *sorted(RUNTIME_DIR.glob("*.h")),
 
 # MSL semantics the flags implement: no double (literals are rewritten to float), 32-bit
 # integer wraparound (-fwrapv), half and bfloat rounding after every operation (excess
-# precision off), no contraction of a*b+c into fma (results do not depend on the
-# optimizer), hardware half conversions on x86 (-mf16c), and thread variables that start
+# precision off), a*b+c contracted into a fused multiply-add as Metal's compiler contracts
+# it in the math mode (-ffp-contract, core/target.py), hardware half conversions on x86
+# (-mf16c), and thread variables that start
 # as a poison pattern (-ftrivial-auto-var-init=pattern: float and half NaN, integers 0xAA
 # bytes): in MSL an uninitialized variable only holds an unspecified value, while in C++
 # reading it is undefined behaviour the optimizer exploits (TVM's all-reduce reads one on
@@ -61,7 +63,7 @@ RUNTIME_SOURCES = (*RUNTIME_UNITS, *sorted(RUNTIME_DIR.glob("*.h")),
 # TileLang's half/bfloat `uint4` carriers rely on; and a signed `char`, as MSL's (arm64
 # Linux makes a plain char unsigned, x86-64 and Apple's arm64 ABI signed).
 COMMON_FLAGS = [
-    "-std=c++17", "-O1", "-fwrapv", "-fno-exceptions", "-fno-rtti", "-ffp-contract=off",
+    "-std=c++17", "-O1", "-fwrapv", "-fno-exceptions", "-fno-rtti",
     "-fexcess-precision=16", "-fno-pie", "-pthread", "-ftrivial-auto-var-init=pattern",
     "-fno-strict-aliasing", "-fsigned-char",
     "-Wno-unknown-attributes", "-Wno-duplicate-decl-specifier", "-Wno-ignored-attributes",
@@ -81,7 +83,20 @@ RUNTIME_FLAGS = ["-std=c++17", "-O2", "-fno-pie", "-Wall", "-Wno-unused-function
 def _arch_flags() -> list[str]:
     if cross.target():  # another CPU (cross.py): its own defaults, no x86 extensions
         return cross.compile_flags()
-    return ["-mf16c"] if platform.machine() in ("x86_64", "AMD64") else []
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return []   # arm64 has fused multiply-add in its base instruction set
+    # -mfma: without the instruction clang splits a contracted a*b+c into two roundings
+    return ["-mf16c", "-mfma"] if _x86_has_fma() else ["-mf16c"]
+
+
+@functools.lru_cache(maxsize=1)
+def _x86_has_fma() -> bool:
+    """Whether this x86-64 CPU has FMA3 (Linux: /proc/cpuinfo; elsewhere assumed, as every
+    x86 Mac since 2013 has it). Without it a*b+c rounds twice (docs/emulator.md)."""
+    try:
+        return " fma " in f" {Path('/proc/cpuinfo').read_text()} ".replace("\n", " ")
+    except OSError:
+        return True
 
 
 def _arm64() -> bool:
@@ -182,12 +197,13 @@ class Builder:
 
     # -- shared artifacts ---------------------------------------------------------------
 
-    def _flags(self, checked: bool) -> list[str]:
-        common = COMMON_FLAGS
+    def _flags(self, checked: bool, math_mode: str = METAL.math_mode) -> list[str]:
+        # a*b + c fused as Metal's compiler fuses it in that math mode (core/target.py)
+        common = [*COMMON_FLAGS, f"-ffp-contract={METAL.contraction(math_mode)}"]
         if _arm64():
             # clang's driver takes -fexcess-precision=16 only for x86; the cc1 options
             # behind it say the same (every half and bfloat operation rounded) on arm64.
-            common = [f for f in COMMON_FLAGS if f != "-fexcess-precision=16"] + [
+            common = [f for f in common if f != "-fexcess-precision=16"] + [
                 "-Xclang", "-ffloat16-excess-precision=none",
                 "-Xclang", "-fbfloat16-excess-precision=none"]
         return (common + _address_space_flags(self.toolchain) + _arch_flags()
@@ -220,8 +236,8 @@ class Builder:
                                         "-c", str(unit), "-o", str(tmp)]))
         return objects
 
-    def precompiled_header(self, checked: bool) -> Path:
-        flags = self._flags(checked)
+    def precompiled_header(self, checked: bool, math_mode: str = METAL.math_mode) -> Path:
+        flags = self._flags(checked, math_mode)
         key = _digest("pch", self._tool_tag, self._headers, *flags)
         # No timestamps: the cache key already covers the headers' content, and a header
         # touched without change (git checkout) must not invalidate the PCH.
@@ -248,21 +264,23 @@ class Builder:
     # -- kernels ------------------------------------------------------------------------
 
     def build(self, translation: Translation, checked: bool = True,
-              kernel_hint: str | None = None) -> Executable:
-        """The executable for a translated MSL library (every kernel in it)."""
-        flags = self._flags(checked)
+              kernel_hint: str | None = None,
+              math_mode: str = METAL.math_mode) -> Executable:
+        """The executable for a translated MSL library (every kernel in it), compiled as
+        Metal compiles it in `math_mode` (its contraction of a*b + c)."""
+        flags = self._flags(checked, math_mode)
         unit = translation.cpp + launcher.generate(translation.kernels,
                                                      translation.threadgroup_params)
         key = _digest("kernel", self._tool_tag, self._headers,
                       self._runtime, *flags, unit)
         target = cache_dir() / f"kernel-{key}.bin"
         if not target.exists():  # under the current cache root, as for shared artifacts
-            self._compile(unit, target, flags, checked, translation, kernel_hint)
+            self._compile(unit, target, flags, checked, translation, kernel_hint, math_mode)
         return Executable(target, translation, checked)
 
     def _compile(self, unit: str, target: Path, flags: list[str], checked: bool,
-                 translation: Translation, kernel_hint: str | None) -> None:
-        pch = self.precompiled_header(checked)
+                 translation: Translation, kernel_hint: str | None, math_mode: str) -> None:
+        pch = self.precompiled_header(checked, math_mode)
         runtime = self.runtime_objects()
         tmp = _atomic_target(target)
         src, obj = tmp.with_suffix(".cpp"), tmp.with_suffix(".o")

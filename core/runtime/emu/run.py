@@ -180,7 +180,8 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
             timeout: float = 120.0, stack_bytes: int = 256 * 1024,
             max_findings: int = 64, instrument: bool = True,
             function_constants: dict[int, bool | int | float] | None = None,
-            threadgroup_memory: dict[int, int] | None = None) -> EmuResult:
+            threadgroup_memory: dict[int, int] | None = None,
+            math_mode: str | None = None) -> EmuResult:
     """Run `kernel_name` from the MSL `source` over `grid` threadgroups of `threadgroup`
     threads, with `buffers[i]` bound to `[[buffer(i)]]` (updated in place).
 
@@ -191,7 +192,9 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
     values of `[[function_constant(i)]]` declarations by index (set when the MSL is
     compiled, as Metal sets them when it builds the pipeline); threadgroup_memory: the
     byte length of each `[[threadgroup(i)]]` parameter by index (Metal's
-    setThreadgroupMemoryLength:atIndex:, a multiple of 16)."""
+    setThreadgroupMemoryLength:atIndex:, a multiple of 16); math_mode: the Metal math
+    mode the MSL is compiled in ("safe", "relaxed", "fast"; default `METAL.math_mode`),
+    which decides where a*b + c is one fused multiply-add (core/target.py)."""
     grid3 = _dims(grid, "grid", kernel_name)
     tg3 = _dims(threadgroup, "threadgroup", kernel_name)
     if schedule not in jobfile.SCHEDULES:
@@ -206,6 +209,10 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
         raise LaunchError("checks need the instrumented build; pass checks=() with "
                           "instrument=False", kernel=kernel_name, construct="checks")
 
+    math_mode = METAL.math_mode if math_mode is None else math_mode
+    if math_mode not in METAL.math_modes:
+        raise LaunchError(f"math mode {math_mode!r}: Metal's are {', '.join(METAL.math_modes)}",
+                          kernel=kernel_name, construct="math_mode")
     lengths = dict(threadgroup_memory or {})
     for index, length in lengths.items():
         if length <= 0 or length % 16:
@@ -244,7 +251,8 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
                               construct=f"buffer {index}")
 
     views = [_as_bytes(b, i, kernel_name) for i, b in enumerate(buffers)]
-    exe = default_builder().build(translation, checked=instrument, kernel_hint=kernel_name)
+    exe = default_builder().build(translation, checked=instrument, kernel_hint=kernel_name,
+                                  math_mode=math_mode)
     check_bits = sum(jobfile.CHECKS[c] for c in checks)
     nworkers = workers or os.cpu_count() or 1
     job = jobfile.write_job(grid3, tg3, [v for v, _ in views], schedule=schedule,

@@ -3,8 +3,9 @@
 // Follows these sections of the Metal Shading Language Specification:
 //   Scalar Data Types: half is IEEE binary16 (_Float16), bfloat is bfloat16 (__bf16, MSL
 //     3.1); uint, ushort, uchar, ulong; long is 64-bit. Built with half/bfloat excess
-//     precision off and -ffp-contract=off (build.py), every half/bfloat operation rounds
-//     to the type, to nearest even, as on the GPU.
+//     precision off (build.py), every half/bfloat operation rounds to the type, to nearest
+//     even, as on the GPU; a*b + c is one fused operation (one rounding) where Metal's
+//     compiler contracts it in the math mode (-ffp-contract, core/target.py).
 //   Vector Data Types: <type>2/3/4 and vec<T, N>, with .xyzw / .rgba swizzles, element-wise
 //     arithmetic and comparisons (clang's ext_vector_type gives all of this). A 3-lane
 //     vector has the size and alignment of the 4-lane one, as in MSL.
