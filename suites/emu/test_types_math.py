@@ -200,9 +200,11 @@ MATH = {
     "fma": ("fma(x, y, z)", lambda a, b, c: a * b + c, (-4, 4), (-4, 4)),
     "clamp": ("clamp(x, y, y + abs(z))", lambda a, b, c: np.clip(a, b, b + np.abs(c)), (-4, 4),
               (-4, 4)),
-    # MSL defines mix as x + (y - x) * a: the oracle rounds each step in float, as the formula
-    # does, else cancellation makes the exact value differ by many ulps
-    "mix": ("mix(x, y, z)", lambda a, b, c: F32(a) + (F32(b) - F32(a)) * F32(c), (-4, 4), (-4, 4)),
+    # MSL defines mix as x + (y - x) * a, one expression, whose multiply-add Metal fuses
+    # (docs/emulator.md): the oracle rounds the difference in float, then the fused step once,
+    # else cancellation makes the exact value differ by many ulps
+    "mix": ("mix(x, y, z)",
+            lambda a, b, c: (F32(b) - F32(a)).astype(np.float64) * c + a, (-4, 4), (-4, 4)),
 }
 TERNARY = ("fma", "clamp", "mix")
 TOLERANCE_ULPS = {np.float32: 2, np.float16: 1}
