@@ -221,6 +221,8 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
                               construct="threadgroup_memory")
     translation = _translate_cached(source, kernel_name, function_constants, lengths)
     sig = translation.kernels.get(kernel_name)
+    if sig is not None:
+        _check_constants(sig, translation, source)
     if sig is None:
         found = ", ".join(sorted(translation.kernels)) or "none"
         raise MSLCompileError(f"no kernel function named '{kernel_name}' in the MSL source "
@@ -287,6 +289,23 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
         except FileNotFoundError:
             pass
     return _result(report, exe.path, sig, translation, kernel_name)
+
+
+def _check_constants(sig, translation: Translation, source: str) -> None:
+    """As Metal's pipeline creation: a kernel that reads a function constant (not behind
+    is_function_constant_defined) needs its value; the file's other constants do not."""
+    missing = [translation.function_constants[n] for n in sig.constants_read
+               if not translation.function_constants[n].defined]
+    if missing:
+        c = missing[0]
+        lines = source.splitlines()
+        raise MSLCompileError(
+            f"the kernel reads function constant '{c.name}' ([[function_constant({c.index})]]), "
+            f"which has no value; pass function_constants={{{c.index}: ...}} to run_msl "
+            f"(harness emu: --function-constant {c.index}=VALUE)"
+            + (f" (and {', '.join(m.name for m in missing[1:])})" if len(missing) > 1 else ""),
+            kernel=sig.name, line=c.line,
+            source_line=lines[c.line - 1] if 0 < c.line <= len(lines) else None)
 
 
 def _launch(exe: Path, job: str, kernel: str, result: str,

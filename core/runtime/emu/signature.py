@@ -60,7 +60,7 @@ def _load(path: Path) -> dict[str, KernelSignature] | None:
         return None
     return {k["name"]: KernelSignature(
         k["name"], tuple(KernelParam(**p) for p in k["params"]), k["max_total_threads"],
-        k["line"], k["call"]) for k in rows}
+        k["line"], k["call"], tuple(k["constants_read"])) for k in rows}
 
 
 def _store(path: Path, kernels: dict[str, KernelSignature]) -> None:
@@ -126,6 +126,49 @@ def _functions_by_id(node: dict, found: dict) -> dict:
     return found
 
 
+_CALLABLES = ("FunctionDecl", "CXXMethodDecl", "CXXConstructorDecl", "CXXConversionDecl",
+              "CXXDestructorDecl")
+_HOLDERS = (*_SCOPES, "TranslationUnitDecl", "FunctionTemplateDecl", "CXXRecordDecl",
+            "ClassTemplateDecl", "ClassTemplateSpecializationDecl",
+            "ClassTemplatePartialSpecializationDecl")
+
+
+def _callables_by_id(node: dict, found: dict) -> dict:
+    """Every function and member function with a body (template specializations too), by
+    AST id."""
+    if node.get("kind") in _CALLABLES and "id" in node and "inner" in node:
+        found[node["id"]] = node
+    for child in node.get("inner", []):
+        if child.get("kind") in _HOLDERS or child.get("kind") in _CALLABLES:
+            _callables_by_id(child, found)
+    return found
+
+
+def _constants_read(fn: dict, callables: dict, constants) -> tuple[str, ...]:
+    """The function constants `fn` reads, itself or through what it calls (by AST id), less
+    those whose definedness the code asks about (`is_function_constant_defined(c)` becomes
+    a read of `__mt_fc_defined_c`: such a read is guarded, as MSL's idiom
+    `is_function_constant_defined(c) ? c : fallback` is)."""
+    read, asked, seen, todo = set(), set(), {fn.get("id")}, [fn]
+    while todo:
+        stack = [todo.pop()]
+        while stack:
+            node = stack.pop()
+            ref = node.get("referencedDecl") if node.get("kind") == "DeclRefExpr" else None
+            target = ref.get("id") if ref else node.get("referencedMemberDecl")
+            if ref and ref.get("kind") == "VarDecl":
+                name = ref.get("name", "")
+                if name in constants:
+                    read.add(name)
+                elif name.startswith("__mt_fc_defined_"):
+                    asked.add(name[len("__mt_fc_defined_"):])
+            elif target in callables and target not in seen:
+                seen.add(target)
+                todo.append(callables[target])
+            stack.extend(node.get("inner", []))
+    return tuple(sorted(read - asked))
+
+
 def _referenced_function(node: dict) -> str | None:
     """The id of the function a variable's initializer (`&f<T>`) names."""
     ref = node.get("referencedDecl")
@@ -153,7 +196,7 @@ class _Lines:
 
 def _kernels(tree: dict, translation: Translation) -> dict[str, KernelSignature]:
     lines = _Lines(translation)
-    functions = None
+    functions = callables = None
     kernels: dict[str, KernelSignature] = {}
     for scope, decl in _declarations(tree):
         attrs = dict(_attributes(decl))
@@ -189,7 +232,12 @@ def _kernels(tree: dict, translation: Translation) -> dict[str, KernelSignature]
             raise MSLCompileError(f"two kernels are named '{name}'", kernel=name, line=line,
                                   source_line=lines.text(line))
         limit = attrs.get("max_total_threads_per_threadgroup")
-        kernels[name] = KernelSignature(name, params, limit[0] if limit else None, line, call)
+        if translation.function_constants and callables is None:
+            callables = _callables_by_id(tree, {})
+        read = (_constants_read(fn, callables, translation.function_constants)
+                if translation.function_constants else ())
+        kernels[name] = KernelSignature(name, params, limit[0] if limit else None, line, call,
+                                        read)
     return kernels
 
 

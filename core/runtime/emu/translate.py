@@ -14,7 +14,9 @@ findings point at the user's MSL line:
    and a multi-argument vector constructor does not exist;
 5. `threadgroup T name[N]...;` declarations become pointers (a scalar: a reference) into
    the threadgroup's shared storage (`__mt_tg_slot`), since every emulated thread runs on
-   its own stack; one with an initializer is refused (it would become one per thread);
+   its own stack; one with an initializer keeps it as stores every thread makes after the
+   declaration (C++'s block-scope rule: each thread that reaches it initializes the one
+   shared object, a race the checker reports);
 6. every attribute in `[[...]]` that is not C++'s own becomes
    `clang::annotate("metal", "name", args...)`, which clang keeps in its AST: kernel
    signatures are read from that AST (signature.py), not from the text; an array of
@@ -49,7 +51,7 @@ from core.target import DTYPES
 
 from .admission import refuse_host_access
 from .signature import read_kernels
-from .translation import PRELUDE, KernelSignature, Translation
+from .translation import PRELUDE, FunctionConstant, KernelSignature, Translation
 
 VECTOR_ELEMENTS = tuple(d.msl for d in DTYPES.values())   # MSL scalar names, core/target.py
 
@@ -101,6 +103,43 @@ CXX_ATTRIBUTES = frozenset({
 _THREADGROUP_INIT = re.compile(
     r"\bthreadgroup\s+((?:[A-Za-z_][\w:]*(?:\s*<[^;*&{}()]*?>)?\s+)+?)([A-Za-z_]\w*)\s*"
     r"((?:\[[^\]\n]+\]\s*)*)(=|\{)")
+
+
+def rewrite_threadgroup_initializers(code: str) -> str:
+    """`threadgroup float buf[32] = {0};` -> the declaration without its initializer, then
+    every thread storing the initial values (one statement on the same line). A kernel-scope
+    declaration is C++'s block-scope one: each thread that reaches it performs the
+    initialization, and all of a threadgroup's threads share the one object, so they all
+    store the same values into it: a race under Metal's memory model, which the checker
+    reports, never a build error (docs/emulator.md)."""
+    out, last = [], 0
+    for m in _THREADGROUP_INIT.finditer(code):
+        if m.start() < last:
+            continue
+        ctype, name, dims = " ".join(m.group(1).split()), m.group(2), "".join(m.group(3).split())
+        end, depth = m.end() - (1 if m.group(4) == "{" else 0), 0
+        while end < len(code):             # the declaration's `;`, outside braces and parens
+            c = code[end]
+            depth += c in "{(["
+            depth -= c in "})]"
+            if c == ";" and depth == 0:
+                break
+            end += 1
+        init = code[m.end() - 1:end] if m.group(4) == "{" else "= " + code[m.end():end].strip()
+        init = " ".join(init.split())      # on the declaration's line; its breaks come after
+        local = f"__mt_init_{name}"
+        if dims:
+            store = (f"for (unsigned __mt_i = 0; __mt_i < sizeof({local}) / sizeof({ctype}); "
+                     f"++__mt_i) ((threadgroup {ctype}*){name})[__mt_i] = "
+                     f"((const {ctype}*){local})[__mt_i];")
+        else:
+            store = f"{name} = {local};"
+        out.append(code[last:m.start()])
+        out.append(f"threadgroup {ctype} {name}{dims}; {{ {ctype} {local}{dims} {init}; "
+                   f"{store} }}" + "\n" * code.count("\n", m.start(), end + 1))
+        last = end + 1
+    out.append(code[last:])
+    return "".join(out)
 
 
 def _rewrite_literal(m: re.Match) -> str:
@@ -263,22 +302,20 @@ def _constant_literal(value, name: str, index: int, kernel: str | None) -> str:
 
 
 def rewrite_function_constants(code: str, source: str, values: dict,
-                               kernel: str | None = None) -> str:
+                               kernel: str | None = None,
+                               found: dict | None = None) -> str:
     """`constant T name [[function_constant(i)]];` -> a constexpr holding the value given
     for index i (Metal sets them when it builds the pipeline; here when the MSL is
     compiled), and `is_function_constant_defined(name)` knows whether one was given. A
-    constant without a value that the source never asks about is an MSLCompileError."""
+    constant without a value becomes `T()`, never read: as in Metal, only a kernel that
+    reads it needs a value (run.py refuses that kernel, from its signature's
+    `constants_read`), and `is_function_constant_defined` is false for it. Each
+    declaration is recorded in `found` (name -> FunctionConstant)."""
     def one(m: re.Match) -> str:
         ctype, name, index = m.group(1), m.group(2), int(m.group(3))
         defined = index in values
-        if not defined and not re.search(
-                r"\bis_function_constant_defined\s*\(\s*" + name + r"\s*\)", code):
-            line = line_of(code, m.start())
-            raise MSLCompileError(
-                f"function constant '{name}' ([[function_constant({index})]]) has no value; "
-                f"pass function_constants={{{index}: ...}} to run_msl (harness emu: "
-                f"--function-constant {index}=VALUE)", kernel=None, line=line,
-                source_line=source_line(source, line))
+        if found is not None:
+            found[name] = FunctionConstant(name, index, defined, line_of(code, m.start()))
         value = (f"{ctype}({_constant_literal(values[index], name, index, kernel)})"
                  if defined else f"{ctype}()")
         return (f"constexpr {ctype} {name} = {value}; constexpr bool __mt_fc_defined_{name} = "
@@ -536,13 +573,12 @@ def translate(source: str, kernel_hint: str | None = None,
     refuse_host_access(code, source, kernel_hint)
     cast = _VECTOR_CAST.search(code)
     cast_line = line_of(code, cast.start()) if cast else 0
-    initialized = _THREADGROUP_INIT.search(code)
-    initialized_line = line_of(code, initialized.start()) if initialized else 0
     code = _INCLUDE.sub(lambda m: "", code)
     refuse_unknown_builtins(code, source)
     code = join_continuations(code)
+    constants: dict = {}
     code = rewrite_function_constants(code, source, dict(function_constants or {}),
-                                      kernel_hint)
+                                      kernel_hint, constants)
     code = rewrite_member_address_spaces(code, source)
     code = rewrite_array_parameters(code)
     code = rewrite_value_casts(code)
@@ -557,6 +593,7 @@ def translate(source: str, kernel_hint: str | None = None,
     code = rewrite_buffer_arrays(code)
     code = rewrite_instantiations(code)
     code = rewrite_site_overloads(code)
+    code = rewrite_threadgroup_initializers(code)
 
     tg_vars: dict[int, str] = {}
 
@@ -585,11 +622,12 @@ def translate(source: str, kernel_hint: str | None = None,
     translation = Translation(
         cpp=cpp, source=source, kernels={}, threadgroup_vars=tg_vars,
         threadgroup_views={array: names[0] for array, names in views.items()
-                           if len(names) == 1 and array in tg_vars.values()})
+                           if len(names) == 1 and array in tg_vars.values()},
+        function_constants=constants)
     try:
         translation.kernels = read_kernels(translation, kernel_hint)
     except MSLCompileError as unreadable:
-        if not (initialized or cast):
+        if not cast:
             raise
         # clang's own complaint about a construct refused below is less precise than ours
         translation.kernels, failed_kernel = {}, unreadable.kernel
@@ -601,14 +639,6 @@ def translate(source: str, kernel_hint: str | None = None,
         names = sorted({p.name for k in translation.kernels.values() for p in k.params
                         if p.threadgroup_index == int(i)})
         tg_vars[slot] = "/".join(names) or f"[[threadgroup({i})]]"
-    if initialized:
-        raise _refuse(
-            source, initialized_line,
-            f"threadgroup variable '{initialized.group(2)}' has an initializer; MSL does not "
-            "allow initializing threadgroup memory in its declaration (one copy is shared by "
-            "the threadgroup): declare it without one and write it from the kernel, then "
-            "threadgroup_barrier(mem_flags::mem_threadgroup)", translation.kernels,
-            failed_kernel)
     if cast:
         raise _refuse(
             source, cast_line,

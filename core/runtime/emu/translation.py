@@ -65,12 +65,24 @@ class KernelParam:
 
 
 @dataclass(frozen=True)
+class FunctionConstant:
+    """One `constant T name [[function_constant(index)]];` of the source."""
+    name: str
+    index: int
+    defined: bool             # the host gave it a value
+    line: int                 # its MSL line
+
+
+@dataclass(frozen=True)
 class KernelSignature:
     name: str                 # the name the host calls it by
     params: tuple[KernelParam, ...]
     max_total_threads: int | None
     line: int
     call: str = ""            # the C++ expression naming the function (qualified)
+    # the [[function_constant]] declarations the kernel reads, through the functions it
+    # calls, other than behind `is_function_constant_defined` (their names)
+    constants_read: tuple[str, ...] = ()
 
     @property
     def buffers(self) -> dict[int, KernelParam]:
@@ -89,3 +101,5 @@ class Translation:
     threadgroup_views: dict[str, str] = field(default_factory=dict)
     # [[threadgroup(i)]] parameters: index -> (arena slot, bytes), the host's lengths
     threadgroup_params: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # [[function_constant(i)]] declarations: name -> FunctionConstant
+    function_constants: dict[str, FunctionConstant] = field(default_factory=dict)

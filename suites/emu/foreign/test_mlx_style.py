@@ -70,11 +70,49 @@ def test_signatures_number_unattributed_buffers_in_order():
     assert rms.line == msl_line(SOURCE, 'instantiate_kernel("rms_float16"')
 
 
-def test_a_function_constant_without_a_value_is_refused():
+def test_a_function_constant_without_a_value_is_refused_for_the_kernel_that_reads_it():
     with pytest.raises(emu.MSLCompileError) as err:
         emu.run_msl(SOURCE, "rms_float32", grid=1, threadgroup=32, buffers=[])
-    assert "function constant 'has_w' ([[function_constant(20)]]) has no value" in str(err.value)
+    assert "kernel 'rms_float32'" in str(err.value)
+    assert "reads function constant 'has_w' ([[function_constant(20)]]), which has no value" \
+        in str(err.value)
     assert err.value.line == msl_line(SOURCE, "[[function_constant(20)]]")
+
+
+def test_a_kernel_that_reads_no_function_constant_needs_no_value():
+    """As in Metal (MLX's gemv.metal declares constants only its wide kernels read): the
+    file's other kernels run without values for them."""
+    lo = np.arange(64, dtype=np.float16)
+    hi = (np.arange(64) % 7).astype(np.float16)
+    out = np.zeros(4, np.float32)
+    run_clean(SOURCE, "pair_sum_float16", 2, 32, [lo, hi, out, np.array([-3], np.int32)])
+    expect = np.stack([lo.reshape(2, 32).astype(np.float64).sum(1),
+                       hi.reshape(2, 32).astype(np.float64).sum(1)], 1).reshape(-1) / 8
+    close(out, expect, reduction_length=32, op_class="accumulation")
+
+
+def test_a_function_constant_read_through_a_called_function_needs_a_value():
+    src = """\
+#include <metal_stdlib>
+using namespace metal;
+constant int scale [[function_constant(4)]];
+constant bool unused [[function_constant(5)]];
+template <typename T> T scaled(T v) { return v * T(scale); }
+struct Scaler { int apply(int v) const { return scaled(v); } };
+kernel void direct(device int* y [[buffer(0)]]) { y[0] = scaled(y[0]); }
+kernel void through_a_member(device int* y [[buffer(0)]]) { y[0] = Scaler().apply(y[0]); }
+kernel void neither(device int* y [[buffer(0)]]) { y[0] = y[0] + 1; }
+"""
+    for kernel in ("direct", "through_a_member"):
+        with pytest.raises(emu.MSLCompileError, match=rf"kernel '{kernel}'.*'scale'") as err:
+            emu.run_msl(src, kernel, grid=1, threadgroup=1, buffers=[np.ones(1, np.int32)])
+        assert err.value.line == msl_line(src, "[[function_constant(4)]]")
+        y = np.full(1, 3, np.int32)
+        run_clean(src, kernel, 1, 1, [y], function_constants={4: 5})
+        assert y[0] == 15
+    y = np.full(1, 3, np.int32)
+    run_clean(src, "neither", 1, 1, [y])
+    assert y[0] == 4
 
 
 def test_is_function_constant_defined_sees_whether_a_value_was_given():
@@ -133,9 +171,9 @@ def test_harness_emu_with_a_function_constant(tmp_path, capsys, monkeypatch):
             "--buffer", "f32:2x1000", "--buffer", "f32:1:value=0.00001",
             "--buffer", "u32:1:value=1000"]
     assert main(base) == 2
-    assert "--function-constant 20=VALUE" in capsys.readouterr().err
-    assert main([*base, "--function-constant", "20=true"]) == 2
     assert "has 4 kernels" in capsys.readouterr().err
+    assert main([*base, "--kernel", "rms_float32"]) == 2   # it reads has_w
+    assert "--function-constant 20=VALUE" in capsys.readouterr().err
     assert main([*base, "--kernel", "rms_float32", "--function-constant", "20=true"]) == 0
     out = capsys.readouterr().out
     assert "no findings" in out and "buffer(2) out" in out

@@ -50,13 +50,6 @@ kernel void k(device uint4* y [[buffer(0)]], device const float4* x [[buffer(1)]
   y[0] = (uint4)x[0];
 }
 """, "(uint4)x[0]", r"C-style cast to uint4"),
-    "threadgroup initializer": (
-        HEAD + """\
-kernel void k(device float* y [[buffer(0)]], uint t [[thread_index_in_threadgroup]]) {
-  threadgroup float acc[32] = {0};
-  y[t] = acc[t];
-}
-""", "threadgroup float acc", r"threadgroup variable 'acc' has an initializer"),
 }
 
 
