@@ -130,7 +130,7 @@ class Kernel:
                                       "the kernel's vector accesses need", kernel=site.kernel,
                                       construct=f"buffer '{bs.name}'")
             if spec.args is not None:
-                values = {s.name: evaluate(s.value, env) for s in site.scalars}
+                values = [evaluate(s.value, env) for s in site.scalars]
                 buffers.append(args_struct.pack(spec.args, _by_field(spec, values),
                                                 kernel=site.kernel))
             plans.append((site, grid, buffers))
@@ -154,8 +154,9 @@ class Kernel:
 
 
 def _by_field(spec, values):
-    """Scalar values keyed by args-struct field name (same order as the site's scalars)."""
-    return {f.name: v for f, v in zip(spec.args.fields, values.values())}
+    """Scalar values keyed by args-struct field name (same order as the site's scalars;
+    by position, since two scalars may share a name the printer tells apart)."""
+    return {f.name: v for f, v in zip(spec.args.fields, values)}
 
 
 # ---- compile + cache -----------------------------------------------------------------------

@@ -48,6 +48,12 @@ def _freeze(value, where):
     return (type(value).__qualname__, value)
 
 
+def _singleton_tail(a, dims) -> bool:
+    """A tensor that leaves out trailing dims declared as 1 (`(T, 1)` given `(T,)`), which
+    the binding accepts (core/runtime/binding.py)."""
+    return a.dim() < len(dims) and all(d == ("int", 1) for d in dims[a.dim():])
+
+
 def _resolved_signature(fn) -> inspect.Signature:
     """`fn`'s signature with string annotations (`from __future__ import annotations`)
     evaluated where the function was defined, as TileLang's get_type_hints does, so
@@ -221,7 +227,7 @@ class EagerFunction:
             if not isinstance(a, torch.Tensor):
                 self._fail(f"parameter '{name}'", f"expected a torch tensor ({t.decls[name]}), "
                            f"got {type(a).__name__}")
-            if a.dim() != len(t.dims[name]):
+            if a.dim() != len(t.dims[name]) and not _singleton_tail(a, t.dims[name]):
                 self._fail(f"parameter '{name}'", f"rank {a.dim()} (shape {tuple(a.shape)}) "
                            f"does not match the declaration {t.decls[name]}")
         consts = {}
@@ -240,7 +246,8 @@ class EagerFunction:
                            f"keyword ({self.__name__}.compile({c}=...))", KernelDefinitionError)
         consts.update({c: v for c, v in extra.items() if c not in consts})
         for name in given:
-            shape = values[name].shape
+            shape = tuple(values[name].shape)
+            shape += (1,) * (len(t.dims[name]) - len(shape))  # a left-out trailing 1
             for d, dim in enumerate(t.dims[name]):
                 if dim is None:
                     continue
