@@ -11,7 +11,13 @@ core/language/eager_function.py, traced by core/language/eager.py), to a callabl
 
     @core.jit                           eager style: traced + compiled per specialization
     def f(A, block_M: int): ...         (T.const dims, T.empty outputs and workspaces)
-    f(a, block_M=64); f.compile(M=..., block_M=64); f.get_tir(...); core.par_compile(f, cfgs)
+    f(a, block_M=64); f.compile(M=..., block_M=64) or f.compile(a, 64); f.get_tir(...);
+    core.par_compile(f, cfgs)
+    @core.jit(out_idx=[-1])             a factory returning a prim_func (JITFactory):
+    def g(M, N): ...                    g(M, N) / g.compile(...) the kernel, g.get_tir(...)
+
+Every `@core.jit` option is checked at decoration and honoured (pass_configs, verbose,
+debug_root_path, execution_backend) or refused with an error naming the function.
 
 A call runs the program's host steps (core.ir.program.launch_sequence): each launch with
 its own grid and scalars, all checked before the first runs; workspaces are allocated
@@ -42,6 +48,7 @@ from core import options as compile_options
 from core.cache import cache_root
 from core.codegen.msl import print_program
 from core.errors import LaunchError, MetaltileError
+from core.ir.capacity import input_capacity_dims
 from core.ir.kernel import func_name
 from core.ir.program import evaluate, launch_sequence
 from core.language import eager
@@ -73,6 +80,7 @@ class CompiledProgram:
     workspaces: tuple = ()    # tensor params the runtime allocates and does not return
     capacity: tuple = ()      # (tensor name, capacity per dim) for data-dependent sizes
     lengths: tuple = ()       # (tensor name, tensor reporting its length per capacity dim)
+    input_capacity: tuple = ()  # (input tensor name, capacity dim indices): not checked
 
 
 class Kernel:
@@ -223,6 +231,7 @@ def lower(func, *, disable=(), replace=None, timings: dict | None = None) -> Com
     """Run the pipeline and the printer (no cache). `timings`, a dict, receives the wall
     seconds of each pass by name (core/transform/pipeline.py) and of the printer
     ("print_msl")."""
+    input_capacity = input_capacity_dims(func, func_name(func))
     program = pipeline.run(func, disable=disable, replace=replace, timings=timings)
     start = time.perf_counter()
     msl, specs = print_program(program)
@@ -232,7 +241,7 @@ def lower(func, *, disable=(), replace=None, timings: dict | None = None) -> Com
         specs[site.kernel] = replace_fields(specs[site.kernel], grid=site.grid)
     return CompiledProgram(program.name, msl, specs, program.params, program.symbols,
                            program.launches, program.host, program.workspaces,
-                           program.capacity, program.lengths)
+                           program.capacity, program.lengths, input_capacity)
 
 
 def _check_target(target, where):

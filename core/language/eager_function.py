@@ -216,7 +216,8 @@ class EagerFunction:
         self._templates[key] = t
         return t
 
-    def _consts_from_args(self, t: _Template, values, extra, *, partial=False):
+    def _consts_from_args(self, t: _Template, values, extra, *, partial=False,
+                          deferred=None):
         """The T.const values: from `extra` (keywords), else from the shape of the tensor
         that binds each; every tensor given is checked against them. `partial` (compile,
         get_tir): tensors may be absent, the keywords then give their T.consts."""
@@ -261,8 +262,20 @@ class EagerFunction:
                                   f"{want} {whence} (declared {t.decls[name]})")
                     else:
                         reason = f"dim {d} is {int(shape[d])}, declared {t.decls[name]}"
-                    self._fail(f"parameter '{name}'", reason)
+                    if deferred is None:
+                        self._fail(f"parameter '{name}'", reason)
+                    # an input's capacity dim (T.annotate_capacity_dims) may differ: known
+                    # once the specialization is traced (`_check_deferred`)
+                    deferred.append((name, d, reason))
         return consts
+
+    def _check_deferred(self, deferred, capacity):
+        """The shape mismatches `_consts_from_args` put off: allowed on an input's
+        capacity dims (`capacity`: name -> dim indices), else the error they are."""
+        capacity = dict(capacity)
+        for name, d, reason in deferred:
+            if d not in capacity.get(name, ()):
+                self._fail(f"parameter '{name}'", reason)
 
     def _specialize(self, key, py, consts, dtypes=(), traced=None):
         full = (key, tuple(sorted(consts.items())), dtypes)
@@ -289,9 +302,12 @@ class EagerFunction:
         extra = {k: kwargs.pop(k) for k in list(kwargs) if k not in self.signature.parameters}
         values, py, key = self._bind(args, kwargs)
         t = self._template(key, py)
-        consts = self._consts_from_args(t, values, extra)
+        deferred = []
+        consts = self._consts_from_args(t, values, extra, deferred=deferred)
         dtypes = tuple(str(values[n].dtype).replace("torch.", "") for n in self.tensor_params)
         kernel = self._specialize(key, py, consts, dtypes)
+        if deferred:
+            self._check_deferred(deferred, kernel.compiled.input_capacity)
         return kernel, [values[n] for n in kernel.inputs]
 
     def __call__(self, *args, backend=None, **kwargs):
@@ -300,7 +316,7 @@ class EagerFunction:
         self.last_run = kernel.last_run
         return tuple(out) if isinstance(out, list) else out
 
-    def _compile_args(self, kwargs, args=()):
+    def _compile_args(self, kwargs, args=(), deferred=None):
         """-> (python key, python params, T.const values, dtypes) of the specialization
         `compile` and `get_tir` name: a call's arguments (positional or keyword; each
         tensor given binds its T.consts and is checked as a call checks it), the T.const
@@ -317,7 +333,7 @@ class EagerFunction:
         values = {n: v for n, v in values.items() if n not in self.tensor_params or
                   self.signature.parameters[n].default is not v}  # a default is no tensor
         t = self._template(key, py)
-        consts = self._consts_from_args(t, values, extra, partial=True)
+        consts = self._consts_from_args(t, values, extra, partial=True, deferred=deferred)
         dtypes = tuple(str(values[n].dtype).replace("torch.", "")
                        if isinstance(values.get(n), torch.Tensor) else t.dtypes[n]
                        for n in self.tensor_params)
@@ -327,13 +343,21 @@ class EagerFunction:
         """The kernel of one specialization, without running it; call it with the tensors.
         `f.compile(M=1024, N=1024, block_M=64)` (T.const values and compile-time
         parameters), or a call's arguments as TileLang allows: `f.compile(a, b, 64)`."""
-        key, py, consts, dtypes = self._compile_args(kwargs, args)
-        return self._specialize(key, py, consts, dtypes)
+        deferred = []
+        key, py, consts, dtypes = self._compile_args(kwargs, args, deferred)
+        kernel = self._specialize(key, py, consts, dtypes)
+        self._check_deferred(deferred, kernel.compiled.input_capacity)
+        return kernel
 
     def get_tir(self, *args, **kwargs):
         """The traced PrimFunc of a specialization: the arguments `compile` takes."""
-        key, py, consts, _ = self._compile_args(kwargs, args)
-        return self._trace(py, consts).func
+        deferred = []
+        key, py, consts, _ = self._compile_args(kwargs, args, deferred)
+        func = self._trace(py, consts).func
+        cap = (func.attrs or {}).get("tilelang_capacity_dims") or {}
+        self._check_deferred(deferred, {str(n): tuple(int(d) for d in ds)
+                                        for n, ds in cap.items()})
+        return func
 
     def par_compile(self, configs, num_workers=None):
         return self._par_compile(self, configs, num_workers=num_workers)

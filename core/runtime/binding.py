@@ -10,8 +10,11 @@ whole capacity is returned, or the view a kernel reports in the tensor named for
 (`reported_view`, after the launches). Everything is checked before anything runs: argument count,
 tensor type, dtype, rank, shape (constant dims and symbolic dims consistent across
 tensors), contiguity, device, scalar types. A tensor may leave out trailing dims declared
-as 1 (a `(T, 1)` parameter takes a `(T,)` tensor). Errors are `LaunchError`s naming the kernel
-and the parameter.
+as 1 (a `(T, 1)` parameter takes a `(T,)` tensor). An input's capacity dims
+(TileLang's `tilelang_capacity_dims`, `T.annotate_capacity_dims({"a": (0,)})` in an
+eager function) are not checked: the kernel masks its accesses along them, so the tensor
+may be smaller (or larger); a symbolic dim there is still bound from it. Errors are
+`LaunchError`s naming the kernel and the parameter.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ def bind(program, args, out_idx, device) -> Binding:
                           kernel=name, construct="arguments")
     tensors, env = {}, {}
     bound_by = {}  # symbolic dim -> where its value came from, for messages
+    capacity_in = dict(getattr(program, "input_capacity", ()))
     symbol_dtypes = dict(program.symbols)
     for p, a in zip(inputs, args):
         construct = f"parameter '{p.name}'"
@@ -94,7 +98,10 @@ def bind(program, args, out_idx, device) -> Binding:
         if a.device.type != device:
             raise LaunchError(f"tensor is on {a.device}, the backend needs {device}",
                               kernel=name, construct=construct)
+        free = capacity_in.get(p.name, ())
         for d, (dim, actual) in enumerate(zip(p.shape, a.shape)):
+            if d in free and not (dim[0] == "var" and dim[1] in symbol_dtypes):
+                continue  # a capacity dim (tilelang_capacity_dims): any size
             _match_dim(dim, int(actual), env, symbol_dtypes, name, construct, d, bound_by)
         tensors[p.name] = a if p.strides is None else _strided(a, p, env, name, construct)
     outputs = []

@@ -88,3 +88,83 @@ def test_trailing_one_errors(make, shape, parts):
         make()(random_tensor(shape, "float32", 9), backend="emu")
     for part in parts:
         assert part in str(info.value), f"{part!r} not in {str(info.value)!r}"
+
+
+# ---- capacity dims of inputs (TileLang PR #2969) -------------------------------------------
+
+@core.jit
+def masked(a, cap, m, block: int = 32):
+    a: T.Tensor[[cap], T.float32]
+    OUT = T.empty([cap], dtype=T.float32)
+    T.annotate_capacity_dims({"a": (0,)})   # dim 0 of input a: the tensor may be smaller
+    with T.Kernel(T.ceildiv(cap, block), threads=block) as bx:
+        for i in T.Parallel(block):
+            if bx * block + i < m:           # the kernel masks its accesses
+                OUT[bx * block + i] = a[bx * block + i] * 2.0
+    return OUT
+
+
+def test_eager_input_capacity_dim_takes_a_smaller_tensor(run):
+    a = random_tensor((15,), "float32", 10)
+    out = run(masked, a, 64, 15)
+    assert out.shape == (64,)
+    assert_close(out[:15], a * 2.0, "float32")
+    a64 = random_tensor((64,), "float32", 11)
+    assert_close(run(masked, a64, 64, 64), a64 * 2.0, "float32")
+
+
+def _masked_prim_func(capacity):
+    @T.prim_func
+    def rows(W: T.Tensor((64, 4), "float32"), m: T.int32, OUT: T.Tensor((64, 4), "float32")):
+        with T.Kernel(64, threads=4) as bx:
+            for j in T.Parallel(4):
+                if bx < m:
+                    OUT[bx, j] = W[bx, j] + 1.0
+    return rows.with_attr("tilelang_capacity_dims", capacity)
+
+
+def test_prim_func_attribute_capacity_dim(run):
+    kernel = core.compile(_masked_prim_func({"W": (0,)}), out_idx=[2])
+    w = random_tensor((15, 4), "float32", 12)
+    assert_close(run(kernel, w, 15)[:15], w + 1.0, "float32")
+    with pytest.raises(LaunchError, match="parameter 'W': dim 1 is 3, declared 4"):
+        kernel(random_tensor((15, 3), "float32", 13), 15, backend="emu")  # dim 1 exact
+
+
+def test_unmarked_dims_stay_exact():
+    kernel = core.compile(_masked_prim_func({}), out_idx=[2])
+    with pytest.raises(LaunchError, match="parameter 'W': dim 0 is 15, declared 64"):
+        kernel(random_tensor((15, 4), "float32", 14), 15, backend="emu")
+
+
+@pytest.mark.parametrize("capacity,parts", [
+    ({"V": (0,)}, ["kernel 'rows'", "function attribute 'tilelang_capacity_dims'",
+                   "unknown tensor parameter name(s) ['V']", "['OUT', 'W']"]),
+    ({"W": (2,)}, ["'W': dim 2 is not a dim of a tensor of rank 2"]),
+])
+def test_capacity_attribute_errors(capacity, parts):
+    from core.errors import KernelDefinitionError
+    with pytest.raises(KernelDefinitionError) as info:
+        core.compile(_masked_prim_func(capacity), out_idx=[2])
+    for part in parts:
+        assert part in str(info.value), f"{part!r} not in {str(info.value)!r}"
+
+
+def test_eager_input_capacity_entry_must_be_dim_indices():
+    from core.errors import KernelDefinitionError
+
+    @core.jit
+    def bad(a):
+        N = T.const("N")
+        a: T.Tensor((N,), T.float32)
+        OUT = T.empty((N,), T.float32)
+        T.annotate_capacity_dims({"a": (None,)})
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(32):
+                if i < N:
+                    OUT[i] = a[i]
+        return OUT
+
+    with pytest.raises(KernelDefinitionError, match="kernel 'bad', T.annotate_capacity_dims"
+                       r"\('a'\): 'a' is an input tensor: its entry lists dim indices"):
+        bad(random_tensor((8,), "float32", 15))
