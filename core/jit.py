@@ -11,7 +11,13 @@ core/language/eager_function.py, traced by core/language/eager.py), to a callabl
 
     @core.jit                           eager style: traced + compiled per specialization
     def f(A, block_M: int): ...         (T.const dims, T.empty outputs and workspaces)
-    f(a, block_M=64); f.compile(M=..., block_M=64); f.get_tir(...); core.par_compile(f, cfgs)
+    f(a, block_M=64); f.compile(M=..., block_M=64) or f.compile(a, 64); f.get_tir(...);
+    core.par_compile(f, cfgs)
+    @core.jit(out_idx=[-1])             a factory returning a prim_func (JITFactory):
+    def g(M, N): ...                    g(M, N) / g.compile(...) the kernel, g.get_tir(...)
+
+Every `@core.jit` option is checked at decoration and honoured (pass_configs, verbose,
+debug_root_path, execution_backend) or refused with an error naming the function.
 
 A call runs the program's host steps (core.ir.program.launch_sequence): each launch with
 its own grid and scalars, all checked before the first runs; workspaces are allocated
@@ -42,6 +48,7 @@ from core import options as compile_options
 from core.cache import cache_root
 from core.codegen.msl import print_program
 from core.errors import LaunchError, MetaltileError
+from core.ir.capacity import input_capacity_dims
 from core.ir.kernel import func_name
 from core.ir.program import evaluate, launch_sequence
 from core.language import eager
@@ -73,10 +80,15 @@ class CompiledProgram:
     workspaces: tuple = ()    # tensor params the runtime allocates and does not return
     capacity: tuple = ()      # (tensor name, capacity per dim) for data-dependent sizes
     lengths: tuple = ()       # (tensor name, tensor reporting its length per capacity dim)
+    input_capacity: tuple = ()  # (input tensor name, capacity dim indices): not checked
 
 
 class Kernel:
     """A compiled program; call it with torch tensors and Python scalars."""
+
+    # TileLang's name for what runs it (core.compile's `execution_backend`, core/options.py):
+    # "torch" or "tvm_ffi", both metaltile's backend here (emulator, or MPS on macOS)
+    execution_backend = "torch"
 
     def __init__(self, compiled: CompiledProgram, out_idx=None, *, checks=ALL_CHECKS,
                  raise_on_findings=False):
@@ -126,7 +138,7 @@ class Kernel:
                                       "the kernel's vector accesses need", kernel=site.kernel,
                                       construct=f"buffer '{bs.name}'")
             if spec.args is not None:
-                values = {s.name: evaluate(s.value, env) for s in site.scalars}
+                values = [evaluate(s.value, env) for s in site.scalars]
                 buffers.append(args_struct.pack(spec.args, _by_field(spec, values),
                                                 kernel=site.kernel))
             plans.append((site, grid, buffers))
@@ -150,8 +162,9 @@ class Kernel:
 
 
 def _by_field(spec, values):
-    """Scalar values keyed by args-struct field name (same order as the site's scalars)."""
-    return {f.name: v for f, v in zip(spec.args.fields, values.values())}
+    """Scalar values keyed by args-struct field name (same order as the site's scalars;
+    by position, since two scalars may share a name the printer tells apart)."""
+    return {f.name: v for f, v in zip(spec.args.fields, values)}
 
 
 # ---- compile + cache -----------------------------------------------------------------------
@@ -218,6 +231,7 @@ def lower(func, *, disable=(), replace=None, timings: dict | None = None) -> Com
     """Run the pipeline and the printer (no cache). `timings`, a dict, receives the wall
     seconds of each pass by name (core/transform/pipeline.py) and of the printer
     ("print_msl")."""
+    input_capacity = input_capacity_dims(func, func_name(func))
     program = pipeline.run(func, disable=disable, replace=replace, timings=timings)
     start = time.perf_counter()
     msl, specs = print_program(program)
@@ -227,62 +241,188 @@ def lower(func, *, disable=(), replace=None, timings: dict | None = None) -> Com
         specs[site.kernel] = replace_fields(specs[site.kernel], grid=site.grid)
     return CompiledProgram(program.name, msl, specs, program.params, program.symbols,
                            program.launches, program.host, program.workspaces,
-                           program.capacity, program.lengths)
+                           program.capacity, program.lengths, input_capacity)
+
+
+def _check_target(target, where):
+    if str(target).split()[0] not in ("metal", "auto"):
+        raise MetaltileError(f"target {target!r} is not supported; use 'metal'",
+                             construct=where if where != "core.compile" else "target")
 
 
 def compile(func, target="metal", out_idx=None, *, disable=(), replace=None, cache=True,
             checks=ALL_CHECKS, raise_on_findings=False, pass_configs=None, timings=None,
-            **tilelang_options):  # noqa: A001
+            verbose=False, **tilelang_options):  # noqa: A001
     """Compile a T.prim_func into a `Kernel`. `pass_configs` and TileLang's other
-    keywords are checked by core/options.py: unknown or unsupported ones are errors.
-    `timings`, a dict, receives the seconds of each pass and of the printer when the
-    program is lowered (`lower`; a cache hit records nothing)."""
-    if str(target).split()[0] not in ("metal", "auto"):
-        raise MetaltileError(f"target {target!r} is not supported; use 'metal'",
-                             construct="target")
+    keywords are checked by core/options.py: unknown or unsupported ones are errors;
+    `execution_backend` ("auto", "torch", "tvm_ffi") is recorded as the kernel's
+    `execution_backend` and runs on metaltile's backend either way. `verbose` prints one
+    line per compile (lowered or from the cache). `timings`, a dict, receives the seconds of
+    each pass and of the printer when the program is lowered (`lower`; a cache hit records
+    nothing)."""
+    _check_target(target, "core.compile")
     compile_options.check_keywords(tilelang_options)
+    backend_name = compile_options.execution_backend(tilelang_options.get("execution_backend"))
     disable, checks = compile_options.resolve(pass_configs, disable, checks)
     use_cache = cache and not replace
     key = cache_key(func, (tuple(disable),)) if use_cache else None
     compiled = CACHE.get(key) if use_cache else None
+    start = time.perf_counter()
+    hit = compiled is not None
     if compiled is None:
         compiled = lower(func, disable=disable, replace=replace, timings=timings)
         if use_cache:
             CACHE.put(key, compiled)
-    return Kernel(compiled, out_idx, checks=checks, raise_on_findings=raise_on_findings)
+    if verbose:
+        how = "from the compile cache" if hit else \
+            f"lowered in {1e3 * (time.perf_counter() - start):.1f} ms"
+        print(f"[core.compile] {compiled.name}: {len(compiled.specs)} device kernel(s), "
+              f"{how}" + (f"; passes disabled: {', '.join(disable)}" if disable else ""))
+    kernel = Kernel(compiled, out_idx, checks=checks, raise_on_findings=raise_on_findings)
+    kernel.execution_backend = backend_name
+    return kernel
 
 
-def jit(func=None, *, out_idx=None, target="metal", pass_configs=None, verbose=False,
-        **options):
-    """Decorator, TileLang's `@tilelang.jit`:
+# core.compile's own keywords (the rest of @core.jit's **options go to check_keywords)
+_OWN_KEYWORDS = ("disable", "replace", "cache", "checks", "raise_on_findings", "timings")
+
+
+def _jit_options(name, target, pass_configs, verbose, tilelang, options) -> dict:
+    """The keywords `@core.jit` hands core.compile, every one checked now (at decoration),
+    so a bad option is an error naming the function before anything is traced."""
+    where = "@core.jit"
+    try:
+        _check_target(target, f"{where}(target=...)")
+        compile_options.check_keywords(
+            {**{k: v for k, v in options.items() if k not in _OWN_KEYWORDS}, **tilelang},
+            where)
+        compile_options.resolve(pass_configs, options.get("disable", ()),
+                                options.get("checks", ALL_CHECKS))
+    except MetaltileError as exc:
+        construct = f"{where}(pass_configs=...)" if exc.construct == "pass_configs" else \
+            exc.construct
+        raise MetaltileError(exc.reason, kernel=name, construct=construct) from None
+    kw = dict(options, pass_configs=pass_configs, verbose=verbose)
+    kw.update({k: v for k, v in tilelang.items() if v is not None})
+    return kw
+
+
+def _debug_dump(root, name, kernel, func):
+    """TileLang's `debug_root_path`: the kernel source and the program's TVMScript."""
+    d = Path(root).resolve()
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"tilelang_jit_kernel_{name}.metal").write_text(kernel.msl)
+    (d / f"tilelang_jit_program_{name}.py").write_text(func.script())
+
+
+def _compiler(debug_root_path, name):
+    """core.compile, and with `debug_root_path` the dump of each compiled kernel."""
+    if debug_root_path is None:
+        return compile
+
+    def compile_and_dump(func, *args, **kwargs):
+        kernel = compile(func, *args, **kwargs)
+        _debug_dump(debug_root_path, name, kernel, func)
+        return kernel
+
+    return compile_and_dump
+
+
+class JITFactory:
+    """`@core.jit` on a function that returns a prim_func (TileLang's lazy mode): each
+    argument signature is compiled once.
+
+        kernel = f(1024, 1024, 64)          # the compiled kernel (cached per arguments)
+        kernel = f.compile(1024, 1024, 64)  # the same
+        func = f.get_tir(1024, 1024, 64)    # the prim_func the factory returns
+        src = f.get_kernel_source(...)      # kernel.msl
+        kernels = f.par_compile([(1024, 1024, 64), dict(M=..., ...)])
+    """
+
+    def __init__(self, fn, *, target, out_idx, options, debug_root_path):
+        self.fn = fn
+        self.__wrapped__ = fn
+        self.__name__ = getattr(fn, "__name__", "kernel")
+        self.__doc__ = getattr(fn, "__doc__", None)
+        self.target, self.out_idx, self.options = target, out_idx, options
+        self._compile = _compiler(debug_root_path, self.__name__)
+        self._kernels = {}
+
+    def __repr__(self):
+        return f"<@core.jit prim_func factory {self.__name__}>"
+
+    def get_tir(self, *args, **kwargs):
+        """The prim_func the factory returns for these arguments."""
+        from tvm.tirx import PrimFunc
+        func = self.fn(*args, **kwargs)
+        if not isinstance(func, PrimFunc):
+            raise MetaltileError(f"returned {type(func).__name__}, not a prim_func: a "
+                                 "@core.jit function either returns a T.prim_func or is "
+                                 "written in TileLang's eager style (tensors declared in the "
+                                 "body)", kernel=self.__name__, construct="@core.jit")
+        return func
+
+    def compile(self, *args, **kwargs):
+        """The compiled kernel for these arguments (compiled once per signature)."""
+        try:
+            key = (args, tuple(sorted(kwargs.items())))
+            hash(key)
+        except TypeError:
+            key = None  # unhashable arguments: compiled every time (the disk cache still hits)
+        k = self._kernels.get(key) if key is not None else None
+        if k is None:
+            k = self._compile(self.get_tir(*args, **kwargs), self.target, self.out_idx,
+                              **self.options)
+            if key is not None:
+                self._kernels[key] = k
+        return k
+
+    __call__ = compile
+
+    def get_kernel_source(self, *args, **kwargs) -> str:
+        return self.compile(*args, **kwargs).msl
+
+    def par_compile(self, configs, num_workers=None):
+        return par_compile(self, configs, num_workers=num_workers)
+
+
+def jit(func=None, *, out_idx=None, target="metal", target_host=None,
+        execution_backend=None, verbose=False, pass_configs=None, debug_root_path=None,
+        compile_flags=None, **options):
+    """Decorator, TileLang's `@tilelang.jit`, with its keywords:
     - on a function in TileLang's eager style (tensors declared in the body, `T.const`,
       `T.empty`; core/language/eager.py): an `EagerFunction`, compiled per specialization
-      when called (outputs are the returned T.empty tensors; `out_idx` is not needed);
-    - on a factory returning a prim_func: compiled once per argument signature;
+      when called; its outputs are the returned T.empty tensors, so `out_idx` is an error
+      (as in TileLang);
+    - on a factory returning a prim_func: a `JITFactory`, compiled once per argument
+      signature;
     - on a prim_func itself: compiled now.
-    `pass_configs` (TileLang's CUDA pass options) are accepted and have no effect here."""
+    Every option is checked here and honoured: `pass_configs` as core.compile takes them,
+    `verbose` prints each compile, `debug_root_path` writes each compiled kernel's MSL and
+    TVMScript there, `execution_backend` as core.compile (core/options.py); `target_host`
+    and `compile_flags` only as None; core.compile's own keywords (`disable`, `checks`,
+    ...) pass through, anything else is an error."""
+    tilelang = dict(target_host=target_host, execution_backend=execution_backend,
+                    compile_flags=compile_flags)
 
     def decorate(f):
         from tvm.tirx import PrimFunc
 
+        name = func_name(f) if isinstance(f, PrimFunc) else getattr(f, "__name__", None)
+        kw = _jit_options(name, target, pass_configs, verbose, tilelang, options)
         if isinstance(f, PrimFunc):
-            return compile(f, target, out_idx, **options)
+            return _compiler(debug_root_path, name)(f, target, out_idx, **kw)
         if eager.is_eager_function(f):
-            return EagerFunction(f, compile=compile, par_compile=par_compile, target=target,
-                                 options=options, verbose=verbose)
-        kernels = {}
-
-        def wrapper(*args, **kwargs):
-            key = (args, tuple(sorted(kwargs.items())))
-            k = kernels.get(key)
-            if k is None:
-                k = compile(f(*args, **kwargs), target, out_idx, **options)
-                kernels[key] = k
-            return k
-
-        wrapper.__wrapped__ = f
-        wrapper.__name__ = getattr(f, "__name__", "kernel")
-        return wrapper
+            if out_idx is not None:
+                raise MetaltileError("out_idx is only for a function that returns a "
+                                     "prim_func; in TileLang's eager style the outputs are "
+                                     "the T.empty tensors the function returns (remove "
+                                     "out_idx)", kernel=name, construct="@core.jit(out_idx=...)")
+            return EagerFunction(f, compile=_compiler(debug_root_path, name),
+                                 par_compile=par_compile, target=target, options=kw,
+                                 verbose=verbose)
+        return JITFactory(f, target=target, out_idx=out_idx, options=kw,
+                          debug_root_path=debug_root_path)
 
     return decorate(func) if func is not None else decorate
 
@@ -303,8 +443,11 @@ def par_compile(fn, configs, num_workers=None) -> list:
     import concurrent.futures
     import multiprocessing
 
+    if isinstance(fn, JITFactory):  # a prim_func factory: compiled here, one by one
+        return [fn.compile(*c) if isinstance(c, tuple) else fn.compile(**c) for c in configs]
     if not isinstance(fn, EagerFunction):
-        raise MetaltileError("par_compile takes a @core.jit eager kernel function",
+        raise MetaltileError("par_compile takes a @core.jit function (eager style, or a "
+                             f"factory returning a prim_func), got {type(fn).__name__}",
                              construct="par_compile")
     configs = [dict(c) for c in configs]
     kernels, todo = [None] * len(configs), []
@@ -318,7 +461,9 @@ def par_compile(fn, configs, num_workers=None) -> list:
     workers = min(num_workers or os.cpu_count() or 1, len(todo))
     if workers > 1 and importable(fn):
         traces, jobs = {}, []
-        disable = (tuple(fn.options.get("disable", ())),)
+        # the key core.compile computes for these options (pass_configs included)
+        disable = (compile_options.resolve(fn.options.get("pass_configs"),
+                                           fn.options.get("disable", ()), ALL_CHECKS)[0],)
         for i in todo:
             key, py, consts, dtypes = fn._compile_args(configs[i])
             traces[i] = fn._trace(py, consts)

@@ -115,9 +115,17 @@ _DISABLES_PASS = {K.TL_DISABLE_THREAD_STORAGE_SYNC: "thread_sync",
 _DISABLES_CHECK = {K.TL_DISABLE_DATA_RACE_CHECK: "races",
                    K.TL_DISABLE_BUFFER_INIT_CHECK: "uninit"}
 
-# core.compile's TileLang keywords, and the only values they may take on Metal.
+# TileLang's `execution_backend` values (tilelang/jit: "auto", "tvm_ffi", "cython", "nvrtc",
+# "torch", "cutedsl"). TileLang's Metal backend declares "torch" (torch.mps.compile_shader,
+# what "auto" resolves to) and "tvm_ffi" (TVM's Metal runtime): both mean "compile the
+# kernel and run it", which here is metaltile's MSL on metaltile's backend (the emulator, or
+# MPS on macOS where torch has it; `kernel(..., backend=...)` chooses per call). The CUDA
+# ones (cython, nvrtc, cutedsl) have nothing to run on Metal and are errors.
+EXECUTION_BACKENDS = ("auto", "torch", "tvm_ffi")
+
+# core.compile's other TileLang keywords, and the only values they may take on Metal.
 TILELANG_KEYWORDS = {
-    "execution_backend": (None, "auto", "torch"),
+    "execution_backend": (None, *EXECUTION_BACKENDS),
     "target_host": (None,),
     "compile_flags": (None, (), []),
 }
@@ -158,20 +166,41 @@ def resolve(pass_configs, disable, checks) -> tuple:
     return disable, checks
 
 
-def check_keywords(options: dict) -> None:
+def execution_backend(value, where="core.compile") -> str:
+    """TileLang's `execution_backend` name resolved for Metal: None and "auto" are "torch"
+    (as TileLang's Metal backend resolves them), "torch" and "tvm_ffi" stay; every one of
+    them compiles with metaltile and runs on metaltile's backend. Anything else is an
+    error listing the accepted names."""
+    name = value.lower() if isinstance(value, str) else value
+    if name is None or name == "auto":
+        return "torch"
+    if name in EXECUTION_BACKENDS:
+        return name
+    accepted = ", ".join(repr(b) for b in (None, *EXECUTION_BACKENDS))
+    raise MetaltileError(f"execution_backend={value!r} is not supported on Metal (TileLang's "
+                         "Metal backends are 'torch' and 'tvm_ffi'; 'cython', 'nvrtc' and "
+                         f"'cutedsl' are CUDA's); accepted: {accepted}, each of which compiles "
+                         "the MSL with metaltile and runs it on metaltile's backend (the "
+                         "emulator, or MPS on macOS)", construct=where)
+
+
+def check_keywords(options: dict, where="core.compile") -> None:
     """TileLang's compile keywords with a value metaltile honours; else a clear error."""
     for name, value in options.items():
         if name == "verbose":
-            continue  # printing only
+            continue  # honoured by the caller (a line per compile)
         if name not in TILELANG_KEYWORDS:
             allowed = ", ".join(["target", "out_idx", "pass_configs", "verbose", "disable",
                                  "replace", "cache", "checks", "raise_on_findings",
+                                 *(["debug_root_path"] if where != "core.compile" else []),
                                  *TILELANG_KEYWORDS])
             raise MetaltileError(f"unknown keyword {name!r}; allowed: {allowed}",
-                                 construct="core.compile")
-        if value not in TILELANG_KEYWORDS[name]:
+                                 construct=where)
+        if name == "execution_backend":
+            execution_backend(value, where)
+        elif value not in TILELANG_KEYWORDS[name]:
             raise MetaltileError(f"{name}={value!r} is not supported on Metal; allowed: "
-                                 f"{TILELANG_KEYWORDS[name]}", construct="core.compile")
+                                 f"{TILELANG_KEYWORDS[name]}", construct=where)
 
 
 def cdiv(a: int, b: int) -> int:

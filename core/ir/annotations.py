@@ -42,3 +42,7 @@ THREADS = "tl.threads"                              # the threadgroup size (x, y
 WORKSPACES = "tl.workspaces"                        # names of T.empty tensors not returned
 CAPACITY_DIMS = "tl.capacity_dims"                  # tensor name -> allocation dims (-1: none)
 CAPACITY_LENGTHS = "tl.capacity_lengths"            # tensor name -> the tensor reporting its length
+# TileLang's (PR #2969): input tensor name -> its capacity dims (indices), which a tensor
+# may be smaller or larger along; written by T.annotate_capacity_dims for an input or by
+# the user (func.with_attr); read by core.jit (core/ir/capacity.py checks it)
+TILELANG_CAPACITY_DIMS = "tilelang_capacity_dims"

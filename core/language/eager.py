@@ -66,6 +66,7 @@ class Trace:
     empties: list = field(default_factory=list)      # T.empty buffers, in creation order
     capacity: dict = field(default_factory=dict)     # tensor name -> [cap or -1 per dim]
     lengths: dict = field(default_factory=dict)      # tensor name -> reporting tensor name
+    input_capacity: dict = field(default_factory=dict)  # input tensor -> capacity dim indices
     expected: set = field(default_factory=set)       # tensor parameter names
     next_name: str | None = None
 
@@ -129,18 +130,36 @@ def empty(shape, dtype="float32"):
 
 
 def annotate_capacity_dims(capacities: dict, lengths: dict | None = None):
-    """`T.annotate_capacity_dims({"out": (cap_m, None)})`: allocate output (or workspace)
-    `out` with `cap_m` rows when its logical size depends on data; None keeps a dim as
-    declared. The runtime binds a symbolic dim standing alone to its capacity. It returns
-    the whole allocation, or, with `lengths={"out": n}` where `n` is an int32/int64 tensor
-    of the function with one element per capacity dim that a kernel writes, the view
-    `out[:n[0], ...]` the kernel reports."""
+    """Two meanings, told apart by the tensor's role:
+    - an input tensor (a parameter declared in the body), TileLang's (PR #2969):
+      `T.annotate_capacity_dims({"a": (0,)})` says dim 0 of `a` is a capacity dimension:
+      the kernel masks its accesses along it, so the tensor given may be smaller (or
+      larger) than declared there; the entries are dim indices (function attribute
+      `tilelang_capacity_dims`). Before or after the declaration.
+    - an output or workspace (T.empty), metaltile's: `{"out": (cap_m, None)}` allocates
+      `out` with `cap_m` rows when its logical size depends on data; None keeps a dim as
+      declared. The runtime binds a symbolic dim standing alone to its capacity. It returns
+      the whole allocation, or, with `lengths={"out": n}` where `n` is an int32/int64
+      tensor of the function with one element per capacity dim that a kernel writes, the
+      view `out[:n[0], ...]` the kernel reports."""
     construct = "T.annotate_capacity_dims"
     name = _STACK[-1].name if _STACK else None
     if not isinstance(capacities, dict):
         raise KernelDefinitionError(f"takes a dict tensor name -> capacity per dim, got "
                                     f"{type(capacities).__name__}", kernel=name,
                                     construct=construct)
+    if _STACK:
+        inputs = {t: d for t, d in capacities.items() if t in _STACK[-1].expected}
+        capacities = {t: d for t, d in capacities.items() if t not in inputs}
+        for tensor, dims in inputs.items():
+            where = f"{construct}('{tensor}')"
+            if not isinstance(dims, (tuple, list)) or not all(
+                    isinstance(d, Integral) and not isinstance(d, bool) and d >= 0
+                    for d in dims):
+                raise KernelDefinitionError(
+                    f"'{tensor}' is an input tensor: its entry lists dim indices (TileLang's "
+                    f"capacity dims, e.g. (0,)), got {dims!r}", kernel=name, construct=where)
+            _STACK[-1].input_capacity[tensor] = tuple(int(d) for d in dims)
     attr = {}
     for tensor, dims in capacities.items():
         where = f"{construct}('{tensor}')"
@@ -783,6 +802,8 @@ def trace(rewritten, name: str, signature: inspect.Signature, tensor_params, sca
                     _ir.func_attr({keys.WORKSPACES: [b.name for b in workspaces]})
                 if tr.capacity:
                     _ir.func_attr({keys.CAPACITY_DIMS: tr.capacity})
+                if tr.input_capacity:  # checked by core.jit (core/ir/capacity.py)
+                    _ir.func_attr({keys.TILELANG_CAPACITY_DIMS: tr.input_capacity})
                 if tr.lengths:
                     _ir.func_attr({keys.CAPACITY_LENGTHS: tr.lengths})
         func = ib.get()

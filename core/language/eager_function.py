@@ -48,6 +48,35 @@ def _freeze(value, where):
     return (type(value).__qualname__, value)
 
 
+def _singleton_tail(a, dims) -> bool:
+    """A tensor that leaves out trailing dims declared as 1 (`(T, 1)` given `(T,)`), which
+    the binding accepts (core/runtime/binding.py)."""
+    return a.dim() < len(dims) and all(d == ("int", 1) for d in dims[a.dim():])
+
+
+def _resolved_signature(fn) -> inspect.Signature:
+    """`fn`'s signature with string annotations (`from __future__ import annotations`)
+    evaluated where the function was defined, as TileLang's get_type_hints does, so
+    `n: T.int32` is a runtime scalar and `block: int` is type-checked in such a module
+    too. An annotation that does not evaluate stays a string (a compile-time parameter)."""
+    sig = inspect.signature(fn)
+    if not any(isinstance(p.annotation, str) for p in sig.parameters.values()):
+        return sig
+    scope = dict(getattr(fn, "__globals__", {}))
+    closure = inspect.getclosurevars(fn) if hasattr(fn, "__code__") else None
+    if closure is not None:
+        scope.update(closure.nonlocals)
+    params = []
+    for p in sig.parameters.values():
+        if isinstance(p.annotation, str):
+            try:
+                p = p.replace(annotation=eval(p.annotation, scope))  # noqa: S307
+            except Exception:  # noqa: BLE001 - left as written
+                pass
+        params.append(p)
+    return sig.replace(parameters=params)
+
+
 @dataclass(frozen=True)
 class _Template:
     """What the template trace of one set of Python params learned."""
@@ -84,7 +113,7 @@ class EagerFunction:
         self.target = target
         self.options = dict(options or {})
         self.verbose = verbose
-        self.signature = inspect.signature(fn)
+        self.signature = _resolved_signature(fn)
         self.tensor_params = tuple(eager.declared_tensors(fn))
         self.scalar_params = {}
         for n, p in self.signature.parameters.items():
@@ -187,30 +216,39 @@ class EagerFunction:
         self._templates[key] = t
         return t
 
-    def _consts_from_args(self, t: _Template, values, extra):
+    def _consts_from_args(self, t: _Template, values, extra, *, partial=False,
+                          deferred=None):
+        """The T.const values: from `extra` (keywords), else from the shape of the tensor
+        that binds each; every tensor given is checked against them. `partial` (compile,
+        get_tir): tensors may be absent, the keywords then give their T.consts."""
         import torch
-        for name in self.tensor_params:
+        given = [n for n in self.tensor_params if n in values or not partial]
+        for name in given:
             a = values[name]
             if not isinstance(a, torch.Tensor):
                 self._fail(f"parameter '{name}'", f"expected a torch tensor ({t.decls[name]}), "
                            f"got {type(a).__name__}")
-            if a.dim() != len(t.dims[name]):
+            if a.dim() != len(t.dims[name]) and not _singleton_tail(a, t.dims[name]):
                 self._fail(f"parameter '{name}'", f"rank {a.dim()} (shape {tuple(a.shape)}) "
                            f"does not match the declaration {t.decls[name]}")
         consts = {}
         for c in t.consts:
             if c in extra:
                 consts[c] = extra[c]
-            elif c in t.matcher:
+            elif c in t.matcher and t.matcher[c][0] in given:
                 p, d = t.matcher[c]
                 consts[c] = int(values[p].shape[d])
+            elif c in t.matcher:
+                self._fail(f"T.const '{c}'", f"has no value: pass {c}=... or a tensor for "
+                           f"parameter '{t.matcher[c][0]}'", KernelDefinitionError)
             else:
                 self._fail(f"T.const '{c}'", "is not bound by any argument: use it directly "
                            "as a dim of a tensor parameter's declaration, or give it as a "
                            f"keyword ({self.__name__}.compile({c}=...))", KernelDefinitionError)
         consts.update({c: v for c, v in extra.items() if c not in consts})
-        for name in self.tensor_params:
-            shape = values[name].shape
+        for name in given:
+            shape = tuple(values[name].shape)
+            shape += (1,) * (len(t.dims[name]) - len(shape))  # a left-out trailing 1
             for d, dim in enumerate(t.dims[name]):
                 if dim is None:
                     continue
@@ -224,8 +262,20 @@ class EagerFunction:
                                   f"{want} {whence} (declared {t.decls[name]})")
                     else:
                         reason = f"dim {d} is {int(shape[d])}, declared {t.decls[name]}"
-                    self._fail(f"parameter '{name}'", reason)
+                    if deferred is None:
+                        self._fail(f"parameter '{name}'", reason)
+                    # an input's capacity dim (T.annotate_capacity_dims) may differ: known
+                    # once the specialization is traced (`_check_deferred`)
+                    deferred.append((name, d, reason))
         return consts
+
+    def _check_deferred(self, deferred, capacity):
+        """The shape mismatches `_consts_from_args` put off: allowed on an input's
+        capacity dims (`capacity`: name -> dim indices), else the error they are."""
+        capacity = dict(capacity)
+        for name, d, reason in deferred:
+            if d not in capacity.get(name, ()):
+                self._fail(f"parameter '{name}'", reason)
 
     def _specialize(self, key, py, consts, dtypes=(), traced=None):
         full = (key, tuple(sorted(consts.items())), dtypes)
@@ -252,9 +302,12 @@ class EagerFunction:
         extra = {k: kwargs.pop(k) for k in list(kwargs) if k not in self.signature.parameters}
         values, py, key = self._bind(args, kwargs)
         t = self._template(key, py)
-        consts = self._consts_from_args(t, values, extra)
+        deferred = []
+        consts = self._consts_from_args(t, values, extra, deferred=deferred)
         dtypes = tuple(str(values[n].dtype).replace("torch.", "") for n in self.tensor_params)
         kernel = self._specialize(key, py, consts, dtypes)
+        if deferred:
+            self._check_deferred(deferred, kernel.compiled.input_capacity)
         return kernel, [values[n] for n in kernel.inputs]
 
     def __call__(self, *args, backend=None, **kwargs):
@@ -263,43 +316,48 @@ class EagerFunction:
         self.last_run = kernel.last_run
         return tuple(out) if isinstance(out, list) else out
 
-    def _compile_args(self, kwargs):
+    def _compile_args(self, kwargs, args=(), deferred=None):
+        """-> (python key, python params, T.const values, dtypes) of the specialization
+        `compile` and `get_tir` name: a call's arguments (positional or keyword; each
+        tensor given binds its T.consts and is checked as a call checks it), the T.const
+        values as keywords for tensors not given, and the compile-time parameters. A
+        runtime scalar's value is not part of a specialization and is not needed."""
+        import torch
         kwargs = dict(kwargs)
         extra = {k: kwargs.pop(k) for k in list(kwargs) if k not in self.signature.parameters}
-        runtime = [k for k in kwargs if k not in self.python_params]
-        if runtime:
-            self._fail(f"parameter '{runtime[0]}'", "is a tensor or runtime scalar; compile() "
-                       "takes the T.const values and the compile-time parameters",
-                       KernelDefinitionError)
-        _, py, key = self._bind((), kwargs, partial=True)
-        t = self._template(key, py)
-        missing = [c for c in t.consts if c not in extra]
-        if missing:
-            self._fail(f"T.const '{missing[0]}'", f"has no value: pass {missing[0]}=... "
-                       "to compile()", KernelDefinitionError)
         for c, v in extra.items():
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 self._fail(f"T.const '{c}'", f"must be a positive int, got {v!r}",
                            KernelDefinitionError)
-        return key, py, extra, tuple(t.dtypes[n] for n in self.tensor_params)
+        values, py, key = self._bind(args, kwargs, partial=True)
+        values = {n: v for n, v in values.items() if n not in self.tensor_params or
+                  self.signature.parameters[n].default is not v}  # a default is no tensor
+        t = self._template(key, py)
+        consts = self._consts_from_args(t, values, extra, partial=True, deferred=deferred)
+        dtypes = tuple(str(values[n].dtype).replace("torch.", "")
+                       if isinstance(values.get(n), torch.Tensor) else t.dtypes[n]
+                       for n in self.tensor_params)
+        return key, py, consts, dtypes
 
-    def compile(self, **kwargs):
-        """`f.compile(M=1024, N=1024, block_M=64)`: the kernel for these T.const values
-        and compile-time parameters, without running it; call it with the tensors."""
-        key, py, consts, dtypes = self._compile_args(kwargs)
-        return self._specialize(key, py, consts, dtypes)
+    def compile(self, *args, **kwargs):
+        """The kernel of one specialization, without running it; call it with the tensors.
+        `f.compile(M=1024, N=1024, block_M=64)` (T.const values and compile-time
+        parameters), or a call's arguments as TileLang allows: `f.compile(a, b, 64)`."""
+        deferred = []
+        key, py, consts, dtypes = self._compile_args(kwargs, args, deferred)
+        kernel = self._specialize(key, py, consts, dtypes)
+        self._check_deferred(deferred, kernel.compiled.input_capacity)
+        return kernel
 
     def get_tir(self, *args, **kwargs):
-        """The traced PrimFunc of a specialization: from a call's arguments, or from the
-        keywords `compile` takes."""
-        if args or any(k in self.tensor_params for k in kwargs):
-            extra = {k: kwargs.pop(k) for k in list(kwargs)
-                     if k not in self.signature.parameters}
-            values, py, key = self._bind(args, kwargs)
-            consts = self._consts_from_args(self._template(key, py), values, extra)
-        else:
-            key, py, consts, _ = self._compile_args(kwargs)
-        return self._trace(py, consts).func
+        """The traced PrimFunc of a specialization: the arguments `compile` takes."""
+        deferred = []
+        key, py, consts, _ = self._compile_args(kwargs, args, deferred)
+        func = self._trace(py, consts).func
+        cap = (func.attrs or {}).get("tilelang_capacity_dims") or {}
+        self._check_deferred(deferred, {str(n): tuple(int(d) for d in ds)
+                                        for n, ds in cap.items()})
+        return func
 
     def par_compile(self, configs, num_workers=None):
         return self._par_compile(self, configs, num_workers=num_workers)

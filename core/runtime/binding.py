@@ -9,8 +9,12 @@ allocated at the capacity, a symbolic dim standing alone there is bound to it, a
 whole capacity is returned, or the view a kernel reports in the tensor named for it
 (`reported_view`, after the launches). Everything is checked before anything runs: argument count,
 tensor type, dtype, rank, shape (constant dims and symbolic dims consistent across
-tensors), contiguity, device, scalar types. Errors are `LaunchError`s naming the kernel
-and the parameter.
+tensors), contiguity, device, scalar types. A tensor may leave out trailing dims declared
+as 1 (a `(T, 1)` parameter takes a `(T,)` tensor). An input's capacity dims
+(TileLang's `tilelang_capacity_dims`, `T.annotate_capacity_dims({"a": (0,)})` in an
+eager function) are not checked: the kernel masks its accesses along them, so the tensor
+may be smaller (or larger); a symbolic dim there is still bound from it. Errors are
+`LaunchError`s naming the kernel and the parameter.
 """
 
 from __future__ import annotations
@@ -65,6 +69,8 @@ def bind(program, args, out_idx, device) -> Binding:
         raise LaunchError(f"expected {len(inputs)} arguments ({expected}), got {len(args)}",
                           kernel=name, construct="arguments")
     tensors, env = {}, {}
+    bound_by = {}  # symbolic dim -> where its value came from, for messages
+    capacity_in = dict(getattr(program, "input_capacity", ()))
     symbol_dtypes = dict(program.symbols)
     for p, a in zip(inputs, args):
         construct = f"parameter '{p.name}'"
@@ -77,6 +83,12 @@ def bind(program, args, out_idx, device) -> Binding:
         if str(a.dtype).replace("torch.", "") != TORCH_DTYPES[p.dtype]:
             raise LaunchError(f"dtype {a.dtype} does not match the declared {p.dtype}",
                               kernel=name, construct=construct)
+        if a.dim() < len(p.shape) and p.strides is None and \
+                all(d == ("const", 1) for d in p.shape[a.dim():]):
+            # declared (T, 1), given (T,): trailing dims of 1 may be left out (the same
+            # memory; TileLang's Metal binding accepts it); the rest is checked as usual
+            for _ in range(len(p.shape) - a.dim()):
+                a = a.unsqueeze(-1)
         if a.dim() != len(p.shape):
             raise LaunchError(f"rank {a.dim()} (shape {tuple(a.shape)}) does not match the "
                               f"declared rank {len(p.shape)}", kernel=name, construct=construct)
@@ -86,8 +98,11 @@ def bind(program, args, out_idx, device) -> Binding:
         if a.device.type != device:
             raise LaunchError(f"tensor is on {a.device}, the backend needs {device}",
                               kernel=name, construct=construct)
+        free = capacity_in.get(p.name, ())
         for d, (dim, actual) in enumerate(zip(p.shape, a.shape)):
-            _match_dim(dim, int(actual), env, symbol_dtypes, name, construct, d)
+            if d in free and not (dim[0] == "var" and dim[1] in symbol_dtypes):
+                continue  # a capacity dim (tilelang_capacity_dims): any size
+            _match_dim(dim, int(actual), env, symbol_dtypes, name, construct, d, bound_by)
         tensors[p.name] = a if p.strides is None else _strided(a, p, env, name, construct)
     outputs = []
     capacity = dict(program.capacity)
@@ -150,14 +165,15 @@ def _allocated_dim(dim, k, p, role, capacity, env, kernel):
     return cap
 
 
-def _match_dim(dim, actual, env, symbol_dtypes, kernel, construct, d):
+def _match_dim(dim, actual, env, symbol_dtypes, kernel, construct, d, bound_by):
     if dim[0] == "var" and dim[1] in symbol_dtypes:
         sym = dim[1]
         if sym in env and env[sym] != actual:
             raise LaunchError(f"dim {d} is {actual} but symbolic dim '{sym}' is already "
-                              f"{env[sym]} from another argument", kernel=kernel,
-                              construct=construct)
+                              f"{env[sym]} from {bound_by.get(sym, 'another argument')}",
+                              kernel=kernel, construct=construct)
         env[sym] = actual
+        bound_by.setdefault(sym, f"{construct} dim {d}")
         return
     if not free_host_vars(dim) - set(env):
         want = evaluate(dim, env)

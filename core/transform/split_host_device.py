@@ -12,7 +12,9 @@ symbolic dims, host loop variables and host scalars), in order of first use. Eac
 function carries `tl.readonly` (names of buffers it never writes) and `tl.threads`. The
 launch plan holds one LaunchSite per kernel nest, in program order, and the host steps
 (core/ir/program.py) that launch them: a nest inside a host loop is one device kernel
-launched once per iteration, its scalars evaluated per launch. Workspaces
+launched once per iteration, its scalars evaluated per launch. Host variables are
+named uniquely in the plan: distinct variables that share a name (two `T.dynamic("N")`)
+stay distinct dims (`N`, `N_1`), as TileLang binds symbols by identity. Workspaces
 (`tl.workspaces`), capacity dims (`tl.capacity_dims`, -1 = none) and the tensors that
 report an output's length (`tl.capacity_lengths`) are copied from the function's
 attributes.
@@ -66,8 +68,13 @@ class _Split:
                 for v in free_vars(d):
                     self.symbols.setdefault(v, None)
         self.views, self.decls = _param_views(func)
-        # host variable -> its name in the launch plan's environment (unique)
-        self.names = {v: v.name for v in [*scalars, *self.symbols]}
+        # host variable -> its name in the launch plan's environment (unique): two distinct
+        # variables that share a name (two T.dynamic("N")) are two dims, the second
+        # named N_1, as TileLang binds symbols by identity
+        self.names = {}
+        for v in [*scalars, *self.symbols]:
+            if v not in self.names:
+                self.host_var(v)
         self.nests = []
         self.device, self.launches = {}, []
 
@@ -167,8 +174,8 @@ class _Split:
         host = tuple(resolve(s) for s in steps)
         params = tuple(
             P.ParamSpec(p.name, "buffer", str(p.ty.dtype),
-                        tuple(P.host_expr(d) for d in p.ty.shape),
-                        tuple(P.host_expr(d) for d in p.ty.strides) or None)
+                        tuple(P.host_expr(d, self.names) for d in p.ty.shape),
+                        tuple(P.host_expr(d, self.names) for d in p.ty.strides) or None)
             if is_buffer_var(p)
             else P.ParamSpec(p.name, "scalar", str(p.ty))
             for p in func.params)
@@ -180,7 +187,7 @@ class _Split:
         lengths = tuple((str(n), str(c))
                         for n, c in attrs.get(keys.CAPACITY_LENGTHS, {}).items())
         return P.LoweredProgram(self.name, params,
-                                tuple((v.name, str(v.ty)) for v in self.symbols),
+                                tuple((self.names[v], str(v.ty)) for v in self.symbols),
                                 self.device, tuple(sites), host, workspaces, capacity,
                                 lengths)
 

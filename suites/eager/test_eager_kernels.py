@@ -237,7 +237,7 @@ def test_par_compile_two_specializations(run):
     assert_close(run(k32, a, b), _oracle_scaled_add(a, b))
 
 
-@core.jit(out_idx=[-1], pass_configs={"tl.disable_tma_lower": True}, verbose=True)
+@core.jit(pass_configs={"tl.disable_tma_lower": True}, verbose=True)
 def scale_dynamic(A, factor: float):
     N = T.dynamic("N")
     A: T.Tensor((N,), T.float32)
