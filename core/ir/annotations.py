@@ -25,6 +25,10 @@ from here (or through the writer's helper named below), never spells the string 
         written by the eager frontend and T.annotate_capacity_dims
         (core/language/eager.py); the capacity keys checked by core/ir/capacity.py (for
         the frontend and verify); read by split_host_device (into the launch plan)
+    tilelang_capacity_dims                  on a PrimFunc (TileLang's function attribute)
+        written by T.annotate_capacity_dims for an input (core/language/eager.py) or by
+        the user; checked by core/ir/capacity.py; read by core.jit
+        (core/language/eager_function.py) for the launch's shape checks
 
 The `tl.*` pass-config keys a user passes to `core.compile(pass_configs=...)` are options,
 not annotations: core/options.py lists them.

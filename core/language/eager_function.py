@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import tvm_ffi
 
 from core.errors import KernelDefinitionError, LaunchError
+from core.ir import annotations as keys
 from core.language import eager
 from core.language.dtypes import dtype_name
 
@@ -354,7 +355,7 @@ class EagerFunction:
         deferred = []
         key, py, consts, _ = self._compile_args(kwargs, args, deferred)
         func = self._trace(py, consts).func
-        cap = (func.attrs or {}).get("tilelang_capacity_dims") or {}
+        cap = (func.attrs or {}).get(keys.TILELANG_CAPACITY_DIMS) or {}
         self._check_deferred(deferred, {str(n): tuple(int(d) for d in ds)
                                         for n, ds in cap.items()})
         return func
