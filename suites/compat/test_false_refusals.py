@@ -149,3 +149,26 @@ def test_tilelang_amd_codegen_pipelined_sum(run):
     a = random_tensor((M, K), "float32", 7)
     assert_close(run(kernel, a), a.double().sum(1), "float32")
     assert barriers.check_barriers(kernel, [a]).redundant == []
+
+
+# ---- Python truthiness of trace-time values assigned to a name -----------------------------
+
+@pytest.mark.parametrize("swizzle_panel", [0, 4])
+def test_a_python_value_assigned_to_a_name_decides_by_truthiness(run, swizzle_panel):
+    M, swizzle_order = 32, "mlx"
+
+    @T.prim_func
+    def k(A: T.Tensor((M,), "float32"), B: T.Tensor((M,), "float32")):
+        with T.Kernel(1, threads=32):
+            use_mlx_swizzle = swizzle_panel and swizzle_order == "mlx"   # 0 or True
+            scale = 3.0 if use_mlx_swizzle else 1.0
+            if use_mlx_swizzle:
+                for i in T.Parallel(M):
+                    B[i] = A[i] * scale
+            else:
+                for i in T.Parallel(M):
+                    B[i] = A[i] + scale
+
+    a = random_tensor((M,), "float32", 8)
+    expected = a.double() * 3 if swizzle_panel else a.double() + 1
+    assert_close(run(core.compile(k, out_idx=[1]), a), expected, "float32")
