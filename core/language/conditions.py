@@ -7,6 +7,9 @@ inside an FFI call. `install()` wraps both rules:
     c a Python value (not a TIR expression)   decided by Python truthiness, as in Python
     c a TIR boolean                           `if` -> TIR If (unchanged); ternary -> a select
                                               (T.if_then_else) of two scalar values
+    c a TIR integer or float                  Python truthiness too: `c != 0` (a Python value
+                                              assigned to a name in a kernel, `use = panel and
+                                              order == "mlx"` with panel = 0, is a TIR scalar)
 and anything else is a KernelDefinitionError saying what the condition or branch was.
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 import tvm
 from tvm.script.parser.core import dispatch
 from tvm.script.parser.core.evaluator import ExprEvaluator
+from tvm.tirx.script import builder as T
 
 from core.errors import KernelDefinitionError
 from core.language.buffers import var_value
@@ -46,6 +50,19 @@ def python_truth(value, construct: str) -> bool:
                                     construct=construct) from None
 
 
+def tir_truth(value, construct: str):
+    """A TIR condition from TIR `value`: a boolean unchanged, a number `value != 0`."""
+    value = var_value(value)
+    if tvm.ir.is_prim_expr(value):
+        dtype = str(value.ty.dtype)
+        if dtype == "bool":
+            return value
+        if dtype.startswith(("int", "uint", "float", "bfloat")):
+            return value != tvm.tirx.const(0, dtype)
+    raise KernelDefinitionError(f"the condition {value} is not a boolean or a number",
+                                construct=construct)
+
+
 def _scalar_branch(value, which: str):
     if _is_tir(value) or isinstance(value, (int, float)):
         return var_value(value)
@@ -65,11 +82,7 @@ def _install_if_exp():
             return self._eval_expr(self._visit(chosen))
         if isinstance(test, bool):
             return original(self, node)
-        test = var_value(test)
-        if not tvm.ir.is_prim_expr(test) or str(test.ty.dtype) != "bool":
-            raise KernelDefinitionError(
-                f"the condition {test} is not a boolean; compare it (`c != 0`)",
-                construct="x if cond else y")
+        test = tir_truth(test, "x if cond else y")
         body = _scalar_branch(self._eval_expr(self._visit(node.body)), "first")
         orelse = _scalar_branch(self._eval_expr(self._visit(node.orelse)), "second")
         return tvm.tirx.op.if_then_else(test, body, orelse)
@@ -82,8 +95,18 @@ def _install_if_stmt():
 
     def visit_if(self, node):
         predicate = self.eval_expr(node.test)
-        if isinstance(predicate, bool) or _is_tir(predicate):
+        if isinstance(predicate, bool):
             return original(self, node)
+        if _is_tir(predicate):
+            with T.If(tir_truth(predicate, "if statement")):
+                with T.Then():
+                    with self.var_table.with_frame():
+                        self.visit_body(node.body)
+                if node.orelse:
+                    with T.Else():
+                        with self.var_table.with_frame():
+                            self.visit_body(node.orelse)
+            return None
         if python_truth(predicate, "if statement"):
             self.visit_body(node.body)
         elif node.orelse:

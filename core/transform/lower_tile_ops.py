@@ -26,6 +26,14 @@ lower-rank fragment read with a subset of the loop variables (`mx[i]` in T.Paral
 N)) reads the element's slot in its own layout, after `broadcast_ok` has proven that
 every thread running the iteration holds it (else a LoweringError naming the fragment).
 
+A store outside T.Parallel runs on every thread (TileLang's rule); one to device or
+threadgroup memory whose element and value every thread computes alike (`OUT[bx] = s`
+after a per-thread loop; core/ir/invariance.py decides, conservatively) is made by thread
+0 only, under `if (tid == 0)` (consecutive ones share the `if`): the same bytes as every
+thread storing them, without the write-write race. A store under a thread-dependent `if`,
+of a per-thread value or element, or to a device buffer other threads read is left as
+written.
+
 Copies convert the dtype (a Cast when the dtypes differ) and mask edge tiles of global
 buffers: an out-of-bounds load reads 0, an out-of-bounds store is skipped. A bound is
 checked only where the analyzer cannot prove it. Copies and fills involving a `local`
@@ -51,6 +59,7 @@ from core.errors import LoweringError
 from core.ir import ops
 from core.ir.annotations import REDUCER
 from core.ir.annotations import VECTOR_LANES  # read by vectorize
+from core.ir.invariance import single_writer_stores
 from core.ir.kernel import func_name, map_kernels
 from core.ir.layout import FragmentLayout, broadcast_dims, broadcast_ok, run_width
 from core.ir.ops import FRAGMENT
@@ -92,6 +101,9 @@ class _KernelLowering:
             self.ctx.ranges[attr.node.var] = (i32(0), attr.value)
         self.gemm = GemmLowering(self.ctx, nest.body)   # T.gemm and its accumulators
         self.reduce = ReduceLowering(self.ctx, nest.body)  # the T.reduce family
+        # stores every thread makes alike (core/ir/invariance.py): thread 0 makes them
+        self.single_writer = single_writer_stores(nest)
+        self.writer = tirx.EQ(self.ctx.tid, i32(0))
 
     # ---- statements -----------------------------------------------------------------
     def stmt(self, s):
@@ -125,6 +137,8 @@ class _KernelLowering:
             return self.reduce.online(s.value)
         if isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.thread_allreduce"):
             return self.reduce.allreduce(s.value)
+        if isinstance(s, tirx.BufferStore) and s.__chandle__() in self.single_writer:
+            return tirx.IfThenElse(self.writer, s, None)
         if isinstance(s, tirx.IfThenElse):
             branches = []
             for cond, case in ((s.condition, s.then_case),
@@ -138,7 +152,25 @@ class _KernelLowering:
             return s
         if isinstance(s, tirx.For):
             self.ctx.ranges[s.loop_var] = (s.min, s.extent)
-        return rebuild(s, [self.stmt(k) for k in kids])
+        lowered = [self.stmt(k) for k in kids]
+        if isinstance(s, tirx.SeqStmt):
+            lowered = self.merge_writers(lowered)
+        return rebuild(s, lowered)
+
+    def merge_writers(self, stmts):
+        """Consecutive single-writer stores under one `if (tid == 0)`."""
+        out = []
+        for st in stmts:
+            if out and self.is_writer(st) and self.is_writer(out[-1]):
+                out[-1] = tirx.IfThenElse(self.writer, seq([out[-1].then_case, st.then_case]),
+                                          None)
+            else:
+                out.append(st)
+        return out
+
+    def is_writer(self, st):
+        return isinstance(st, tirx.IfThenElse) and st.else_case is None \
+            and st.condition.same_as(self.writer)
 
     # ---- the distribution rule --------------------------------------------------------
     def distribute(self, extents, vec, make_body, layout=None):

@@ -99,3 +99,27 @@ def test_a_replicated_result_is_stored_by_one_replica():
     x_guards = [g for g in nodes(after, tirx.IfThenElse)
                 if any(s.same_as(x_store) for s in stores(g.then_case, "B"))]
     assert not x_guards               # x is not replicated: every thread stores its own
+
+
+@T.prim_func
+def invariant_stores(A: T.Tensor((4, 32), "float32"), OUT: T.Tensor((4,), "float32"),
+                     P: T.Tensor((4, THREADS), "float32")):
+    with T.Kernel(4, threads=THREADS) as bx:
+        tx = T.get_thread_binding()
+        s = T.alloc_local((1,), "float32")
+        s[0] = 0.0
+        for j in T.serial(32):
+            s[0] = s[0] + A[bx, j]
+        OUT[bx] = s[0]              # every thread alike
+        P[bx, tx] = s[0]            # a different element per thread
+
+
+def test_a_thread_invariant_store_outside_parallel_has_one_writer():
+    before = pipeline.run(invariant_stores, stop_after="layout_inference")
+    assert not nodes(before, tirx.IfThenElse)
+    after = pipeline.run(invariant_stores, stop_after="lower_tile_ops")
+    (guard,) = nodes(after, tirx.IfThenElse)     # thread 0 stores OUT[bx]; P stays per thread
+    assert isinstance(guard.condition, tirx.EQ) and guard.condition.b.value == 0
+    assert guard.condition.a.name == "tx"
+    assert [s.buffer.name for s in stores(guard.then_case)] == ["OUT"]
+    assert len(stores(after, "P")) == 1 and len(stores(after, "s")) == 2

@@ -1,0 +1,174 @@
+"""Kernels TileLang accepts that metaltile used to refuse or report (issue "TileLang on
+Metal, round 3"): each written as a TileLang user writes it, run on the emulator with every
+check and compared with torch."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import core
+import core.language as T
+from harness.check import barriers
+from harness.check.compare import assert_close
+from harness.gen.inputs import random_tensor
+
+pytestmark = pytest.mark.backend("emu")   # some tests read the emulator's findings
+
+GUARD = re.compile(r"if \(\((v\w*) == 0\)\) \{")   # the thread index is v (v_2 unnamed)
+
+
+def _guards(msl) -> int:
+    return sum(bool(GUARD.fullmatch(line.strip())) for line in msl.splitlines())
+
+
+# ---- a thread-invariant store outside T.Parallel: one writer -----------------------------
+
+def _row_sum(R, N, threads=128):
+    # TileLang's default 128 threads; every thread computes the same sum
+    @T.prim_func
+    def k(A: T.Tensor((R, N), "float32"), OUT: T.Tensor((R,), "float32")):
+        with T.Kernel(R, threads=threads) as bx:
+            s = T.alloc_local((1,), "float32")
+            s[0] = 0.0
+            for j in T.serial(N):
+                s[0] = s[0] + A[bx, j]
+            OUT[bx] = s[0]
+    return k
+
+
+def test_thread_invariant_store_has_one_writer(run):
+    kernel = core.compile(_row_sum(5, 48), out_idx=[1])
+    lines = [line.strip() for line in kernel.msl.splitlines()]
+    at = next(i for i, line in enumerate(lines) if GUARD.fullmatch(line))
+    # thread 0 stores, the others do not
+    assert lines[at + 1] == "OUT[bx] = s;" and lines[at + 2] == "}"
+    a = random_tensor((5, 48), "float32", 1)
+    assert_close(run(kernel, a), a.double().sum(1), "float32")
+
+
+def test_consecutive_invariant_stores_share_the_guard_and_the_writer_reads_back(run):
+    R = 6
+
+    @T.prim_func
+    def k(A: T.Tensor((R, 8), "float32"), B: T.Tensor((R,), "float32"),
+          C: T.Tensor((R,), "float32")):
+        with T.Kernel(R, threads=64) as bx:
+            x = A[bx, 3] * 2.0
+            B[bx] = x
+            C[bx] = B[bx] + 1.0          # only the writer reads B: no device barrier needed
+
+    kernel = core.compile(k, out_idx=[1, 2])
+    assert _guards(kernel.msl) == 1
+    a = random_tensor((R, 8), "float32", 2)
+    b, c = run(kernel, a)
+    assert_close(b, a.double()[:, 3] * 2, "float32")
+    assert_close(c, a.double()[:, 3] * 2 + 1, "float32")
+
+
+def test_invariant_threadgroup_store_then_every_thread_reads_it(run):
+    N = 64
+
+    @T.prim_func
+    def k(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=N):
+            S = T.alloc_shared((1,), "float32")
+            S[0] = A[0] + A[1]           # every thread alike: thread 0 stores
+            for i in T.Parallel(N):
+                B[i] = A[i] * S[0]
+
+    kernel = core.compile(k, out_idx=[1])
+    assert _guards(kernel.msl) == 1
+    a = random_tensor((N,), "float32", 3)
+    assert_close(run(kernel, a), a.double() * (a.double()[0] + a.double()[1]), "float32")
+    report = barriers.check_barriers(kernel, [a])
+    assert report.ok and len(report.barriers) == 1 and not report.redundant
+
+
+def test_thread_dependent_stores_are_left_as_written():
+    R = 4
+
+    @T.prim_func
+    def k(A: T.Tensor((R, 32), "float32"), B: T.Tensor((R,), "float32"),
+          C: T.Tensor((R, 32), "float32")):
+        with T.Kernel(R, threads=32) as bx:
+            tx = T.get_thread_binding()
+            C[bx, tx] = A[bx, tx]        # a different element per thread
+            if tx == 3:                  # the kernel chose its writer
+                B[bx] = A[bx, 0]
+
+    kernel = core.compile(k, out_idx=[1, 2])
+    assert _guards(kernel.msl) == 0
+    a = random_tensor((R, 32), "float32", 4)
+    b, c = kernel(a)
+    assert kernel.last_run.findings == []
+    assert_close(b, a[:, 0].double(), "float32")
+    assert_close(c, a.double(), "float32")
+
+
+def test_a_store_of_a_per_thread_value_is_still_a_race():
+    @T.prim_func
+    def k(A: T.Tensor((32,), "float32"), B: T.Tensor((1,), "float32")):
+        with T.Kernel(1, threads=32):
+            tx = T.get_thread_binding()
+            B[0] = A[tx]                 # a real race: the threads store different values
+
+    kernel = core.compile(k, out_idx=[1])
+    assert _guards(kernel.msl) == 0
+    kernel(random_tensor((32,), "float32", 5))
+    assert any(f.kind == "race" for f in kernel.last_run.findings)
+
+
+def test_single_thread_kernel_gets_no_guard(run):
+    kernel = core.compile(_row_sum(3, 16, threads=1), out_idx=[1])
+    assert "if (" not in kernel.msl
+    a = random_tensor((3, 16), "float32", 6)
+    assert_close(run(kernel, a), a.double().sum(1), "float32")
+
+
+def test_tilelang_amd_codegen_pipelined_sum(run):
+    # the store of testing/python/amd/test_tilelang_hip_codegen.py's pipelined sum, with a
+    # local accumulator (a fragment there)
+    M, K, blk = 4, 256, 64
+
+    @T.prim_func
+    def k(x: T.Tensor((M, K), "float32"), out: T.Tensor((M,), "float32")):
+        with T.Kernel(M, threads=64) as pid:
+            acc = T.alloc_local((1,), "float32")
+            xs = T.alloc_shared((blk,), "float32")
+            T.clear(acc)
+            for kk in T.Pipelined(K // blk, num_stages=1):
+                T.copy(x[pid, kk * blk], xs)
+                for j in T.serial(blk):
+                    acc[0] = acc[0] + xs[j]
+            out[pid] = acc[0]
+
+    kernel = core.compile(k, out_idx=[1])
+    assert _guards(kernel.msl) == 1
+    a = random_tensor((M, K), "float32", 7)
+    assert_close(run(kernel, a), a.double().sum(1), "float32")
+    assert barriers.check_barriers(kernel, [a]).redundant == []
+
+
+# ---- Python truthiness of trace-time values assigned to a name -----------------------------
+
+@pytest.mark.parametrize("swizzle_panel", [0, 4])
+def test_a_python_value_assigned_to_a_name_decides_by_truthiness(run, swizzle_panel):
+    M, swizzle_order = 32, "mlx"
+
+    @T.prim_func
+    def k(A: T.Tensor((M,), "float32"), B: T.Tensor((M,), "float32")):
+        with T.Kernel(1, threads=32):
+            use_mlx_swizzle = swizzle_panel and swizzle_order == "mlx"   # 0 or True
+            scale = 3.0 if use_mlx_swizzle else 1.0
+            if use_mlx_swizzle:
+                for i in T.Parallel(M):
+                    B[i] = A[i] * scale
+            else:
+                for i in T.Parallel(M):
+                    B[i] = A[i] + scale
+
+    a = random_tensor((M,), "float32", 8)
+    expected = a.double() * 3 if swizzle_panel else a.double() + 1
+    assert_close(run(core.compile(k, out_idx=[1]), a), expected, "float32")
