@@ -93,8 +93,7 @@ INTRINSICS = {  # TIR op -> MSL function
     "tl.simd_and": "simd_and", "tl.simd_or": "simd_or", "tl.simd_xor": "simd_xor",
     "tl.simd_shuffle": "simd_shuffle", "tl.simd_shuffle_up": "simd_shuffle_up",
     "tl.simd_shuffle_down": "simd_shuffle_down", "tl.simd_any": "simd_any",
-    "tl.simd_all": "simd_all", "tl.simd_prefix_inclusive_sum": "simd_prefix_inclusive_sum",
-    "tl.simd_prefix_exclusive_sum": "simd_prefix_exclusive_sum",
+    "tl.simd_all": "simd_all",
 }
 BARRIER = "threadgroup_barrier(mem_flags::mem_threadgroup);"
 # simdgroup 8x8 matrices (core/ir/matrix.py; buffers of scope MATRIX_SCOPE): types, intrinsics
@@ -710,6 +709,17 @@ class _KernelPrinter:
         index = self.expr(a.element.indices[0])
         name = self.ident(buf)
         value = self.expr(a.value)
+        if a.kind in ("load", "store"):
+            # 32-bit types only (METAL.atomic_load_store_dtypes); a float32 outside
+            # atomic_float's spaces moves as the bits of an atomic_uint
+            as_bits = DTYPES[dtype].is_float and space not in METAL.atomic_float_native_spaces
+            atype = "atomic_uint" if as_bits else ATOMIC_TYPES[dtype]
+            elem = f"({space} {atype}*)&{name}[{index}]"
+            if a.kind == "load":
+                loaded = f"atomic_load_explicit({elem}, memory_order_relaxed)"
+                return f"as_type<{msl_type(dtype)}>({loaded})" if as_bits else loaded
+            stored = f"as_type<uint>({value})" if as_bits else value
+            return f"atomic_store_explicit({elem}, {stored}, memory_order_relaxed)"
         native = (dtype, a.kind) in METAL.atomic_native and (
             not DTYPES[dtype].is_float or space in METAL.atomic_float_native_spaces)
         if native:

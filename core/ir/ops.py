@@ -31,8 +31,11 @@ Each tile op is a TIR `Op` registered from Python (`tvm.ir.register_op_attr`), u
                                                     in bits [lo, lo + nbits) (TileLang's
                                                     T.tvm_thread_allreduce)
     tl.atomic(kind, dst_element, value)             one atomic update of the BufferLoad
-                                                    `dst_element`; its value is the element
-                                                    before the update (dtype: dst's)
+                                                    `dst_element` (kind add/max/min/or, or
+                                                    store: := value); its value is the
+                                                    element before the update (dtype:
+                                                    dst's); kind load: the element's value
+                                                    (`value` unused)
     tl.threadgroup_barrier()                        (lowered) threadgroup_barrier(mem_threadgroup)
     tl.simd_shuffle_xor(value, mask)                (lowered) value of lane (lane ^ mask)
     tl.simd_sum/max/min(value)                      (lowered) over the simdgroup's lanes
@@ -43,7 +46,6 @@ Each tile op is a TIR `Op` registered from Python (`tvm.ir.register_op_attr`), u
     tl.simd_ballot(pred)                            uint64: bit i set if active lane i's pred
     tl.simd_any/all(pred)                           bool over the active lanes
     tl.simd_active_threads_mask()                   uint64: bit i set if lane i is active
-    tl.simd_prefix_inclusive/exclusive_sum(value)   running sum over the lower active lanes
                                                     (the warp-level constructs,
                                                     core/language/warp.py)
 
@@ -68,8 +70,7 @@ INTRINSICS = ("tl.threadgroup_barrier",
               # warp-level constructs (core/language/warp.py)
               "tl.simd_and", "tl.simd_or", "tl.simd_xor", "tl.simd_shuffle",
               "tl.simd_shuffle_up", "tl.simd_shuffle_down", "tl.simd_ballot", "tl.simd_any",
-              "tl.simd_all", "tl.simd_active_threads_mask", "tl.simd_prefix_inclusive_sum",
-              "tl.simd_prefix_exclusive_sum",
+              "tl.simd_all", "tl.simd_active_threads_mask",
               "tl.atomic")            # T.atomic_add/max/min (core/language/atomic.py)
 _OPAQUE = 3  # CallEffectKind.Opaque: never removed or reordered by TVM's passes
 
@@ -163,7 +164,7 @@ def is_tile_call_any(node, name: str) -> bool:
 class Atomic:
     """A decoded `tl.atomic(kind, dst_element, value)` call."""
 
-    kind: str               # "add" | "max" | "min"
+    kind: str               # "add" | "max" | "min" | "or" | "load" | "store"
     element: object         # BufferLoad of the updated element
     value: object
 
