@@ -88,6 +88,9 @@ LIMITS = {
     "unroll": "positive constant steps; `explicit`/`unroll_factor` are hints",
     "get_thread_binding": "dims the kernel does not launch read as 0",
     "dtype": "the dtype object works everywhere; kernels accept " + ", ".join(SUPPORTED),
+    "vectorized": "a per-thread loop of a constant extent, handed to the vectorize pass: "
+                  "vector loads and stores where it proves them safe (one store, aligned), "
+                  "else serial (the same results); TVM annotations are rejected",
     "sync_threads": "threadgroup_barrier(mem_flags::mem_threadgroup), taken by the barrier "
                     "planner as its own; barrier_id/arrive_count (CUDA named barriers) are "
                     "rejected, and so is a barrier under a thread-dependent `if`",
@@ -135,7 +138,7 @@ for _alias, _of in (("reduce_max", "reduce_sum"), ("reduce_min", "reduce_sum"),
                     ("any_sync", "ballot"), ("all_sync", "ballot"),
                     ("get_warp_idx_sync", "get_warp_idx"),
                     ("reduce_bitor", "reduce_bitand"), ("reduce_bitxor", "reduce_bitand"),
-                    ("atomic_store", "atomic_load")):
+                    ("atomic_store", "atomic_load"), ("Vectorized", "vectorized")):
     LIMITS.setdefault(_alias, LIMITS[_of])
 
 GROUP_TITLES = {

@@ -21,7 +21,8 @@ from core.language.kernel import (Kernel, get_block_binding, get_block_bindings,
                                   get_block_extent, get_block_extents, get_thread_binding,
                                   get_thread_bindings, get_thread_extent, get_thread_extents)
 from core.language.layout import Fragment, Layout, annotate_layout, make_swizzled_layout
-from core.language.loops import Parallel, Pipelined, Serial, Unroll, serial, unroll
+from core.language.loops import (Parallel, Pipelined, Serial, Unroll, Vectorized, serial,
+                                 unroll, vectorized)
 from core.language.math import (abs, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, cast,
                                 cdiv, ceil, ceildiv, clamp, cos, exp, exp2, floor, floordiv,
                                 floormod, fmod, if_then_else, infinity, isinf, isnan, likely,

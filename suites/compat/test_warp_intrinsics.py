@@ -15,6 +15,7 @@ import core.language as T
 from core.errors import KernelDefinitionError
 from harness.check.compare import assert_close
 from harness.gen.inputs import random_tensor
+from harness.gen.strategies import FLOATS
 
 SHFL = {"xor": T.shfl_xor, "down": T.shfl_down, "up": T.shfl_up, "sync": T.shfl_sync}
 
@@ -76,7 +77,7 @@ def test_shuffles_with_per_lane_amounts(run, kind):
                  what=f"shfl_{kind} per-lane delta")
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int64", "uint8"])
+@pytest.mark.parametrize("dtype", FLOATS + ("int64", "uint8"))
 def test_shuffles_move_every_dtype_exactly(run, dtype):
     kernel = core.compile(shuffle_kernel("xor", 32, dtype, lambda tx: 7), out_idx=[1])
     a = random_tensor((32,), dtype, 3, low=-2 ** 40 if dtype == "int64" else -50)
@@ -159,7 +160,7 @@ def warp_reduced(op, x):
 
 
 @pytest.mark.parametrize("op,dtype", [(op, d) for op in ("sum", "max", "min")
-                                      for d in ("float32", "float16", "bfloat16", "int32")]
+                                      for d in FLOATS + ("int32",)]
                          + [(op, d) for op in ("bitand", "bitor") for d in ("int32", "uint32")])
 @pytest.mark.parametrize("threads", [32, 96])
 def test_warp_reduce(run, op, dtype, threads):
