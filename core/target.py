@@ -109,8 +109,11 @@ class MetalTarget:
     # elements updated so are declared as 32-bit words, for the alignment).
     atomic_native: tuple = (("int32", "add"), ("int32", "max"), ("int32", "min"),
                             ("uint32", "add"), ("uint32", "max"), ("uint32", "min"),
-                            ("float32", "add"))
+                            ("float32", "add"), ("int32", "or"), ("uint32", "or"))
     atomic_cas_dtypes: tuple = ("float32", "float16", "bfloat16")
+    # atomic_load_explicit / atomic_store_explicit: the 32-bit types (a float32 on
+    # threadgroup memory through atomic_uint and as_type, as its compare-exchange)
+    atomic_load_store_dtypes: tuple = ("int32", "uint32", "float32")
     # atomic_float is used on device memory only: on threadgroup memory float atomics are
     # compiled as compare-exchange on the bits (as other MSL producers do, e.g. Metal.jl)
     atomic_float_native_spaces: tuple = ("device",)

@@ -88,6 +88,40 @@ LIMITS = {
     "unroll": "positive constant steps; `explicit`/`unroll_factor` are hints",
     "get_thread_binding": "dims the kernel does not launch read as 0",
     "dtype": "the dtype object works everywhere; kernels accept " + ", ".join(SUPPORTED),
+    "vectorized": "a per-thread loop of a constant extent, handed to the vectorize pass: "
+                  "vector loads and stores where it proves them safe (one store, aligned), "
+                  "else serial (the same results); TVM annotations are rejected",
+    "sync_threads": "threadgroup_barrier(mem_flags::mem_threadgroup), taken by the barrier "
+                    "planner as its own; barrier_id/arrive_count (CUDA named barriers) are "
+                    "rejected, and so is a barrier under a thread-dependent `if`",
+    "reduce_bitand": "as reduce_sum, on int32/int64/uint32 buffers only: & | ^ per thread, "
+                     "simd_and/simd_or/simd_xor over a whole simdgroup, else a "
+                     "simd_shuffle_xor butterfly, a threadgroup stage across simdgroups",
+    "atomic_load": "atomic_load_explicit (atomic_store: atomic_store_explicit) of one "
+                   "int32/uint32/float32 element of device or threadgroup memory; "
+                   "memory_order: omitted or 'relaxed' (TileLang's default 'seq_cst' does "
+                   "not exist in MSL: the omitted order is relaxed, an explicit other "
+                   "order is rejected)",
+    "atomic_or": "atomic_fetch_or_explicit on one int32/uint32 element (scalar only, as in "
+                 "TileLang); memory_order 'relaxed' only",
+    # warp-level constructs (core/language/warp.py)
+    "shfl_xor": "simd_shuffle_xor / simd_shuffle_down / simd_shuffle_up / simd_shuffle "
+                "(shfl_sync); `width` a compile-time power of two up to 32 (below 32, or a "
+                "per-lane delta, simd_shuffle from CUDA's source lane); `mask` only "
+                "0xFFFFFFFF or T.activemask() (Metal's simd functions take the active "
+                "lanes); bfloat16 moves as float32, 64-bit integers as a uint2",
+    "warp_reduce_sum": "simd_sum / simd_max / simd_min / simd_and / simd_or over the active "
+                       "lanes of the simdgroup; 32-bit-or-narrower dtypes, bfloat16 through "
+                       "float32; bit reductions integers only; 64-bit rejected (T.reduce_* "
+                       "takes them)",
+    "ballot": "ulong(simd_ballot(p)) (any_sync/all_sync: int(simd_any/simd_all(p))) over "
+              "the active lanes; integer or bool predicates; `mask` only 0xFFFFFFFF or "
+              "T.activemask()",
+    "activemask": "ulong(simd_active_threads_mask()): the lanes executing the call",
+    "get_lane_idx": "linear thread id % warp_size (default 32: Metal's "
+                    "thread_index_in_simdgroup, as arithmetic on the thread index)",
+    "get_warp_idx": "linear thread id // warp_size (default 32: Metal's "
+                    "simdgroup_index_in_threadgroup)",
 }
 for _alias, _of in (("reduce_max", "reduce_sum"), ("reduce_min", "reduce_sum"),
                     ("reduce_abssum", "reduce_sum"), ("reduce_absmax", "reduce_sum"),
@@ -95,7 +129,16 @@ for _alias, _of in (("reduce_max", "reduce_sum"), ("reduce_min", "reduce_sum"),
                     ("Buffer", "Tensor"), ("alloc_local", "alloc_fragment"),
                     ("reduce", "reduce_sum"), ("atomic_min", "atomic_max"),
                     ("atomic_addx4", "atomic_addx2"), ("finalize_reducer", "alloc_reducer"),
-                    ("make_swizzled_layout", "annotate_layout")):
+                    ("make_swizzled_layout", "annotate_layout"),
+                    ("shfl_down", "shfl_xor"), ("shfl_up", "shfl_xor"),
+                    ("shfl_sync", "shfl_xor"), ("warp_reduce_max", "warp_reduce_sum"),
+                    ("warp_reduce_min", "warp_reduce_sum"),
+                    ("warp_reduce_bitand", "warp_reduce_sum"),
+                    ("warp_reduce_bitor", "warp_reduce_sum"), ("ballot_sync", "ballot"),
+                    ("any_sync", "ballot"), ("all_sync", "ballot"),
+                    ("get_warp_idx_sync", "get_warp_idx"),
+                    ("reduce_bitor", "reduce_bitand"), ("reduce_bitxor", "reduce_bitand"),
+                    ("atomic_store", "atomic_load"), ("Vectorized", "vectorized")):
     LIMITS.setdefault(_alias, LIMITS[_of])
 
 GROUP_TITLES = {

@@ -89,6 +89,11 @@ INTRINSICS = {  # TIR op -> MSL function
     "tirx.log10": "log10", "prim.log2": "log2", "prim.ceil": "ceil",  # TVM 0.27's names
     "tl.simd_shuffle_xor": "simd_shuffle_xor", "tl.simd_sum": "simd_sum",
     "tl.simd_max": "simd_max", "tl.simd_min": "simd_min",
+    # warp-level constructs (core/language/warp.py)
+    "tl.simd_and": "simd_and", "tl.simd_or": "simd_or", "tl.simd_xor": "simd_xor",
+    "tl.simd_shuffle": "simd_shuffle", "tl.simd_shuffle_up": "simd_shuffle_up",
+    "tl.simd_shuffle_down": "simd_shuffle_down", "tl.simd_any": "simd_any",
+    "tl.simd_all": "simd_all",
 }
 BARRIER = "threadgroup_barrier(mem_flags::mem_threadgroup);"
 # simdgroup 8x8 matrices (core/ir/matrix.py; buffers of scope MATRIX_SCOPE): types, intrinsics
@@ -704,6 +709,17 @@ class _KernelPrinter:
         index = self.expr(a.element.indices[0])
         name = self.ident(buf)
         value = self.expr(a.value)
+        if a.kind in ("load", "store"):
+            # 32-bit types only (METAL.atomic_load_store_dtypes); a float32 outside
+            # atomic_float's spaces moves as the bits of an atomic_uint
+            as_bits = DTYPES[dtype].is_float and space not in METAL.atomic_float_native_spaces
+            atype = "atomic_uint" if as_bits else ATOMIC_TYPES[dtype]
+            elem = f"({space} {atype}*)&{name}[{index}]"
+            if a.kind == "load":
+                loaded = f"atomic_load_explicit({elem}, memory_order_relaxed)"
+                return f"as_type<{msl_type(dtype)}>({loaded})" if as_bits else loaded
+            stored = f"as_type<uint>({value})" if as_bits else value
+            return f"atomic_store_explicit({elem}, {stored}, memory_order_relaxed)"
         native = (dtype, a.kind) in METAL.atomic_native and (
             not DTYPES[dtype].is_float or space in METAL.atomic_float_native_spaces)
         if native:
@@ -760,6 +776,9 @@ CALLS = {
     "tirx.address_of": lambda p, e, a: f"&{p.expr(a[0])}",
     "prim.likely": lambda p, e, a: p.expr(a[0]),    # a branch hint: the condition itself
     "tl.atomic": lambda p, e, a: p.atomic(ops.decode_atomic(e)),
+    # a simd_vote as its 64-bit lane mask (vote_t is ulong)
+    "tl.simd_ballot": lambda p, e, a: f"ulong(simd_ballot({p.expr(a[0])}))",
+    "tl.simd_active_threads_mask": lambda p, e, a: "ulong(simd_active_threads_mask())",
 }
 
 

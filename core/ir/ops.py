@@ -31,11 +31,23 @@ Each tile op is a TIR `Op` registered from Python (`tvm.ir.register_op_attr`), u
                                                     in bits [lo, lo + nbits) (TileLang's
                                                     T.tvm_thread_allreduce)
     tl.atomic(kind, dst_element, value)             one atomic update of the BufferLoad
-                                                    `dst_element`; its value is the element
-                                                    before the update (dtype: dst's)
+                                                    `dst_element` (kind add/max/min/or, or
+                                                    store: := value); its value is the
+                                                    element before the update (dtype:
+                                                    dst's); kind load: the element's value
+                                                    (`value` unused)
     tl.threadgroup_barrier()                        (lowered) threadgroup_barrier(mem_threadgroup)
     tl.simd_shuffle_xor(value, mask)                (lowered) value of lane (lane ^ mask)
     tl.simd_sum/max/min(value)                      (lowered) over the simdgroup's lanes
+    tl.simd_and/or/xor(value)                       (lowered) bitwise, over the active lanes
+    tl.simd_shuffle(value, lane)                    value of lane `lane`
+    tl.simd_shuffle_up/down(value, delta)           value of lane -/+ delta (the lowest/highest
+                                                    delta lanes keep their own)
+    tl.simd_ballot(pred)                            uint64: bit i set if active lane i's pred
+    tl.simd_any/all(pred)                           bool over the active lanes
+    tl.simd_active_threads_mask()                   uint64: bit i set if lane i is active
+                                                    (the warp-level constructs,
+                                                    core/language/warp.py)
 
 `Region` is the decoded, plain-Python view of a `tl.region` call.
 """
@@ -55,6 +67,10 @@ INTRINSICS = ("tl.threadgroup_barrier",
               "tl.simdgroup_fill", "tl.simdgroup_load", "tl.simdgroup_store", "tl.simdgroup_mma",
               # reductions (core/transform/lower_reduce.py)
               "tl.simd_shuffle_xor", "tl.simd_sum", "tl.simd_max", "tl.simd_min",
+              # warp-level constructs (core/language/warp.py)
+              "tl.simd_and", "tl.simd_or", "tl.simd_xor", "tl.simd_shuffle",
+              "tl.simd_shuffle_up", "tl.simd_shuffle_down", "tl.simd_ballot", "tl.simd_any",
+              "tl.simd_all", "tl.simd_active_threads_mask",
               "tl.atomic")            # T.atomic_add/max/min (core/language/atomic.py)
 _OPAQUE = 3  # CallEffectKind.Opaque: never removed or reordered by TVM's passes
 
@@ -148,7 +164,7 @@ def is_tile_call_any(node, name: str) -> bool:
 class Atomic:
     """A decoded `tl.atomic(kind, dst_element, value)` call."""
 
-    kind: str               # "add" | "max" | "min"
+    kind: str               # "add" | "max" | "min" | "or" | "load" | "store"
     element: object         # BufferLoad of the updated element
     value: object
 

@@ -7,8 +7,8 @@ Parsing goes through TVMScript (frontend.py); tile ops are TIR ops (core/ir/ops.
 from tvm.script import tirx as _tvm_script
 
 from core.language.allreduce import attr, comm_reducer, evaluate, tvm_thread_allreduce
-from core.language.atomic import (atomic_add, atomic_addx2, atomic_addx4, atomic_max,
-                                  atomic_min)
+from core.language.atomic import (atomic_add, atomic_addx2, atomic_addx4, atomic_load,
+                                  atomic_max, atomic_min, atomic_or, atomic_store)
 from core.language.buffers import (Buffer, Tensor, alloc_fragment, alloc_local, alloc_shared,
                                    alloc_var, dynamic, symbolic)
 from core.language.eager import StridedTensorType as _StridedTensorType
@@ -21,7 +21,8 @@ from core.language.kernel import (Kernel, get_block_binding, get_block_bindings,
                                   get_block_extent, get_block_extents, get_thread_binding,
                                   get_thread_bindings, get_thread_extent, get_thread_extents)
 from core.language.layout import Fragment, Layout, annotate_layout, make_swizzled_layout
-from core.language.loops import Parallel, Pipelined, Serial, Unroll, serial, unroll
+from core.language.loops import (Parallel, Pipelined, Serial, Unroll, Vectorized, serial,
+                                 unroll, vectorized)
 from core.language.math import (abs, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, cast,
                                 cdiv, ceil, ceildiv, clamp, cos, exp, exp2, floor, floordiv,
                                 floormod, fmod, if_then_else, infinity, isinf, isnan, likely,
@@ -30,9 +31,16 @@ from core.language.math import (abs, bitwise_and, bitwise_not, bitwise_or, bitwi
                                 sin, sqrt, tanh, trunc)
 from core.language.quant import decode_e2m1, decode_e4m3
 from core.language.reduce import (alloc_reducer, finalize_reducer, reduce, reduce_absmax,
-                                  reduce_abssum, reduce_max, reduce_min, reduce_sum)
+                                  reduce_abssum, reduce_bitand, reduce_bitor, reduce_bitxor,
+                                  reduce_max, reduce_min, reduce_sum)
 from core.language.swizzle import use_swizzle
+from core.language.sync import sync_threads
 from core.language.tileops import clear, copy, fill, transpose
+from core.language.warp import (activemask, all_sync, any_sync, ballot, ballot_sync,
+                                get_lane_idx, get_warp_idx, get_warp_idx_sync, shfl_down,
+                                shfl_sync, shfl_up, shfl_xor, warp_reduce_bitand,
+                                warp_reduce_bitor, warp_reduce_max, warp_reduce_min,
+                                warp_reduce_sum)
 
 # dtypes: TileLang's dtype objects (core/language/dtypes.py): annotations for scalar
 # parameters (`n: T.int32`), literal constructors (`T.float32(0)`), strings everywhere else

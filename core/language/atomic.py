@@ -18,6 +18,13 @@ are compare-exchange loops on the aligned 32-bit word that holds the element (MS
 atomic_half or atomic_bfloat; a threadgroup buffer of 16-bit elements updated by atomics is
 declared as 32-bit words, core/codegen/msl.py). Only memory_order "relaxed" exists for MSL
 atomics. Anything else is a KernelDefinitionError.
+
+`T.atomic_load(src)` / `T.atomic_store(dst, value)` read / write one element with
+atomic_load_explicit / atomic_store_explicit (int32, uint32, float32; device or threadgroup
+memory), and `T.atomic_or(dst, value)` is atomic_fetch_or_explicit (int32, uint32), all
+scalar, as in TileLang. TileLang's load and store default to memory_order "seq_cst",
+which MSL does not have: the omitted order is relaxed here (order other accesses with
+T.sync_threads), and an explicit order other than "relaxed" is an error.
 """
 
 from __future__ import annotations
@@ -137,6 +144,62 @@ def atomic_max(dst, value, memory_order=None, return_prev=False, annotations=Non
 def atomic_min(dst, value, memory_order=None, return_prev=False, annotations=None):
     """dst := min(dst, value) atomically (element or tile)."""
     return _atomic("min", dst, value, memory_order, return_prev, "T.atomic_min")
+
+
+def _check_load_store(buf, construct):
+    scope = ops.buffer_scope(buf)
+    dtype = ops.buffer_dtype(buf)
+    if scope not in SCOPES:
+        raise KernelDefinitionError(
+            f"'{buf.name}' is in {scope} memory; atomics access "
+            f"{' or '.join(SCOPES.values())} memory", construct=construct)
+    if dtype not in METAL.atomic_load_store_dtypes:
+        raise KernelDefinitionError(
+            f"'{buf.name}' has dtype {dtype}: MSL's atomic_load/atomic_store take 32-bit "
+            f"atomic types; allowed: {', '.join(METAL.atomic_load_store_dtypes)}",
+            construct=construct)
+
+
+def atomic_load(src, memory_order=None):
+    """The element `src` read atomically (its value)."""
+    construct = "T.atomic_load"
+    _check_order(memory_order, construct)
+    element = _element(src, construct)
+    _check_load_store(element.source, construct)
+    dtype = ops.buffer_dtype(element.source)
+    return ops.atomic_call("load", element, tirx.const(0, dtype))
+
+
+def atomic_store(dst, src, memory_order=None):
+    """dst := src atomically (one element)."""
+    construct = "T.atomic_store"
+    _check_order(memory_order, construct)
+    element = _element(dst, construct)
+    _check_load_store(element.source, construct)
+    if _is_tile(src):
+        raise KernelDefinitionError("stores one value into one element; the value is a "
+                                    "buffer", construct=construct)
+    _ir.evaluate(ops.atomic_call("store", element, _value(src, ops.buffer_dtype(
+        element.source))))
+
+
+def atomic_or(dst, value, memory_order=None):
+    """dst |= value atomically (one integer element)."""
+    construct = "T.atomic_or"
+    _check_order(memory_order, construct)
+    if _is_tile(value) or _is_tile(dst) and not all(
+            as_int(d) == 1 for d in dst.ty.shape):
+        raise KernelDefinitionError("updates one element (TileLang's atomic_or is scalar "
+                                    "only)", construct=construct)
+    element = _element(dst, construct)
+    dtype = ops.buffer_dtype(element.source)
+    if (dtype, "or") not in METAL.atomic_native:
+        allowed = sorted(d for d, k in METAL.atomic_native if k == "or")
+        raise KernelDefinitionError(
+            f"destination '{element.source.name}' has dtype {dtype}; MSL's atomic_fetch_or "
+            f"takes {', '.join(allowed)}", construct=construct)
+    _check_dst(element.source, "or", construct)
+    _ir.evaluate(ops.atomic_call("or", element, _value(value, dtype)))
 
 
 def _atomic_lanes(lanes, dst, value, return_prev, construct):

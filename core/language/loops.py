@@ -5,6 +5,11 @@ threadgroup (the lowering decides how, core/transform/lower_tile_ops.py); it is 
 a `tl.parallel_scope` marker followed by a serial grid, which the legalize pass turns into
 `ForKind.PARALLEL` loops. `T.Serial`/`range` are per-thread serial loops, `T.Pipelined` a
 serial loop annotated with `num_stages` (Metal has no async copies: the stages are a hint).
+`T.vectorized(n)` / `T.Vectorized` is a per-thread loop of a constant extent handed to the
+vectorize pass as a candidate (`tl.vector_lanes`, as a T.Parallel run): it becomes vector
+loads and stores where that pass proves them safe (one store, aligned, supported dtypes),
+else a serial loop; either way the iterations run in order, so results are those of
+TileLang's vectorized loop whenever that loop is valid (no dependence between lanes).
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from tvm.tirx.script.builder import ir as _ir
 
 from core.errors import KernelDefinitionError
 from core.ir import ops
+from core.ir.annotations import VECTOR_LANES
+from core.ir.stmt import as_int
 
 
 def _check_extent(e, construct):
@@ -62,5 +69,25 @@ def Unroll(start, stop=None, step=None, *, explicit=False, unroll_factor=None,  
     return _ir.serial(start, stop, step=step, annotations=annotations, unroll=True)
 
 
+def vectorized(start, stop=None, *, annotations=None):
+    """A per-thread loop the compiler vectorizes where it proves it safe (see above)."""
+    construct = "T.vectorized"
+    if annotations:
+        raise KernelDefinitionError(
+            f"annotations={annotations!r}: TVM loop annotations have no meaning on Metal; "
+            "allowed: none", construct=construct)
+    lo, hi = (0, start) if stop is None else (start, stop)
+    extent = as_int(hi - lo) if not (isinstance(lo, int) and isinstance(hi, int)) \
+        else hi - lo
+    if extent is None or extent <= 0:
+        raise KernelDefinitionError(
+            f"the extent ({hi} - {lo}) must be a positive compile-time constant (a vector "
+            "has a fixed number of lanes)", construct=construct)
+    lanes = extent if as_int(lo) == 0 and extent >= 2 and extent & (extent - 1) == 0 \
+        else None
+    return _ir.serial(lo, hi, annotations={VECTOR_LANES: lanes} if lanes else None)
+
+
+Vectorized = vectorized
 serial = Serial
 unroll = Unroll

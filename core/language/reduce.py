@@ -17,6 +17,7 @@ whole buffers, after checking what the DSL can know:
     batch TileLang's number of outputs per all-reduce call (a barrier-count hint): the
           lowering already combines every output of a reduction with one pair of barriers,
           so any positive int gives the same code
+`T.reduce_bitand / reduce_bitor / reduce_bitxor` take integer buffers (& | ^).
 `T.reduce(src, dst, reduce_type, dim, clear)` is the generic form (reduce_type one of KINDS).
 The lowering (layouts, butterflies, threadgroup staging) is core/transform/lower_reduce.py.
 """
@@ -38,7 +39,8 @@ from core.language.buffers import _shape, alloc_fragment
 from core.language.dtypes import dtype_name
 from core.language.tileops import _region, copy
 
-KINDS = ("sum", "max", "min", "abssum", "absmax")
+KINDS = ("sum", "max", "min", "abssum", "absmax", "bitand", "bitor", "bitxor")
+BITWISE_KINDS = ("bitand", "bitor", "bitxor")     # integer sources and destinations only
 DTYPES = ("float32", "float16", "bfloat16", "int32", "int64", "uint32")
 SCOPES = {FRAGMENT: "T.alloc_fragment", "local": "T.alloc_local", "shared": "T.alloc_shared"}
 
@@ -89,6 +91,12 @@ def _reduce(kind, src, dst, dim, clear, batch=1, construct=None, nan_propagate=F
                                     construct=construct)
     s = _whole_buffer(src, "source", construct)
     d = _whole_buffer(dst, "destination", construct)
+    if kind in BITWISE_KINDS:
+        for role, r in (("source", s), ("destination", d)):
+            if not ops.buffer_dtype(r.buffer).startswith(("int", "uint")):
+                raise KernelDefinitionError(
+                    f"{role} '{r.name}' has dtype {ops.buffer_dtype(r.buffer)}; a bitwise "
+                    "reduction takes integers: int32, int64, uint32", construct=construct)
     s_shape = tuple(as_int(e) for e in ops.buffer_shape(s.buffer))
     d_shape = tuple(as_int(e) for e in ops.buffer_shape(d.buffer))
     rank = len(s_shape)
@@ -161,6 +169,21 @@ def reduce_absmax(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False,
                   annotations=None):
     """out := max over `dim` of |buffer| (clear=False: max(out, max |x|))."""
     _reduce("absmax", buffer, out, dim, clear, batch, nan_propagate=nan_propagate)
+
+
+def reduce_bitand(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
+    """out := bitwise and over `dim` of buffer (integers; clear=False: out & and)."""
+    _reduce("bitand", buffer, out, dim, clear, batch)
+
+
+def reduce_bitor(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
+    """out := bitwise or over `dim` of buffer (integers; clear=False: out | or)."""
+    _reduce("bitor", buffer, out, dim, clear, batch)
+
+
+def reduce_bitxor(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
+    """out := bitwise xor over `dim` of buffer (integers; clear=False: out ^ xor)."""
+    _reduce("bitxor", buffer, out, dim, clear, batch)
 
 
 # ---- reducers: T.alloc_reducer / T.finalize_reducer (TileLang's GEMV pattern) ----------

@@ -20,18 +20,18 @@ class UnsupportedConstruct(KernelDefinitionError, AttributeError):
 
 # (prefix or name, reason), first match wins; the group defaults follow.
 _BY_NAME = (
-    (("atomic_",), "of the atomics only T.atomic_add (x2, x4), T.atomic_max and "
-                   "T.atomic_min are implemented"),
     (("mbarrier_", "barrier_arrive", "barrier_wait", "alloc_barrier"),
      "Metal has no asynchronous (mbarrier-style) barriers; tile ops get their "
      "threadgroup barriers from the compiler"),
     (("WS", "ws_op", "annotate_ws_schedule"), "Metal has no warp specialization"),
-    (("shfl_", "ballot", "activemask", "any_sync", "all_sync", "sync_warp", "match_",
-      "get_lane_idx", "get_warp_idx", "warp_reduce_"),
-     "warp-level intrinsics are not exposed; reductions use simdgroup shuffles inside "
-     "T.reduce_*"),
-    (("sync_threads", "syncthreads_", "sync_global", "sync_grid"),
-     "barriers are placed by the compiler (thread_sync pass), not written by hand"),
+    (("sync_warp",), "a warp barrier: simdgroup lanes run in lockstep on Metal and the "
+                     "barrier planner orders threadgroup memory; not exposed"),
+    (("match_",), "Metal's simdgroup functions have no match (lanes with equal values); "
+                  "build it from T.ballot"),
+    (("syncthreads_",), "a barrier that also counts or votes has no MSL form; use "
+                        "T.sync_threads() and T.atomic_add into threadgroup memory"),
+    (("sync_global", "sync_grid"), "Metal has no barrier across threadgroups; split the "
+                                   "kernel into two T.Kernel launches"),
     (("tma_", "cp_async", "async_copy", "ptx_", "ldg", "stg", "lds", "sts"),
      "a CUDA memory-copy construct with no Metal equivalent; use T.copy"),
     (("alloc_tmem", "deallocate_tmem", "alloc_descriptor", "alloc_cluster_barrier",
@@ -42,8 +42,6 @@ _BY_NAME = (
     (("im2col", "c2d_im2col"), "im2col tile ops are not implemented"),
     (("gemm_sp",), "sparse GEMM is not implemented"),
     (("cumsum", "cummax"), "scan tile ops are not implemented"),
-    (("Vectorized", "vectorized"), "explicit vector loops are not supported; the compiler "
-                                   "vectorizes proven-safe accesses itself"),
     (("inline",), "T.inline is not supported; use T.macro"),
     (("Ref", "JITFunc", "PrimFunc", "annotate_compile_flags", "annotate_pass_configs"),
      "this part of TileLang's JIT internals is not supported; use @core.jit on an eager "

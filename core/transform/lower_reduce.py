@@ -15,7 +15,8 @@ replicated thread-id bits [lo, hi) are the threads that combine one output eleme
 Guarantees: no tl.reduce is left. Accumulation is in float32 for float sources, in the
 source's own type for integers (wrapping; int64 butterflies shuffle the two 32-bit halves,
 as MSL's simd functions take 32-bit types), rounded once on the store to dst;
-abssum/absmax take |x| per element (x itself for unsigned types).
+abssum/absmax take |x| per element (x itself for unsigned types); bitand/bitor/bitxor
+(integers) combine with & | ^ and simd_and/simd_or/simd_xor.
 For a fragment source, every thread runs the same statements (no barrier or simd function
 under thread-dependent control flow):
 
@@ -71,7 +72,11 @@ from core.target import DTYPES, METAL, bits
 SIMD_BITS = METAL.simd_width.bit_length() - 1   # thread-id bits below it select the lane
 # The hardware's reduction over a whole simdgroup, per kind (|x| is taken per element before)
 SIMD_REDUCE = {"sum": "tl.simd_sum", "abssum": "tl.simd_sum", "max": "tl.simd_max",
-               "absmax": "tl.simd_max", "min": "tl.simd_min"}
+               "absmax": "tl.simd_max", "min": "tl.simd_min", "bitand": "tl.simd_and",
+               "bitor": "tl.simd_or", "bitxor": "tl.simd_xor"}
+# the bitwise kinds (integers only, core/language/reduce.py): TIR node, identity
+BITWISE = {"bitand": (tirx.bitwise_and, -1), "bitor": (tirx.bitwise_or, 0),
+           "bitxor": (tirx.bitwise_xor, 0)}
 STAGE = "red_buf"
 OWNER = "T.reduce"  # the name under which this lowering publishes threadgroup bytes
 
@@ -80,6 +85,10 @@ def identity(kind: str, dtype: str):
     """The element `op(identity, x) == x` of a reduction kind in its accumulator dtype."""
     if kind in ("sum", "abssum"):
         return tirx.const(0, dtype)
+    if kind in BITWISE:     # all ones for and (-1: every bit of a signed or unsigned word)
+        ones = BITWISE[kind][1]
+        return tirx.const(ones if ones == 0 or DTYPES[dtype].kind != "uint"
+                          else (1 << DTYPES[dtype].bits) - 1, dtype)
     low = kind in ("max", "absmax")
     if DTYPES[dtype].is_integer:
         return tirx.min_value(dtype) if low else tirx.max_value(dtype)
@@ -89,6 +98,8 @@ def identity(kind: str, dtype: str):
 def combine(kind: str, a, b):
     if kind in ("sum", "abssum"):
         return a + b
+    if kind in BITWISE:
+        return BITWISE[kind][0](a, b)
     return tirx.Max(a, b) if kind in ("max", "absmax") else tirx.Min(a, b)
 
 

@@ -7,6 +7,7 @@ fixture) against a float64 torch oracle with the tolerance policy. A table entry
 a case here fails `test_every_call_has_a_case`.
 """
 
+import functools
 import math
 
 import pytest
@@ -16,8 +17,10 @@ import tvm
 import core
 import core.language as T
 from core.codegen import msl
+from core.language import warp
 from harness.check.case import Status, run_case
 from harness.check.compare import assert_close
+from harness.gen.inputs import random_tensor
 
 N = 256
 
@@ -113,9 +116,70 @@ FAMILY_CALLS = {
 }
 
 
+
+
+def _per_simdgroup(f):
+    """An oracle applying f to each simdgroup's 32 values of a 64-thread vector."""
+    return lambda x: torch.cat([f(g) for g in x.view(2, 32)])
+
+
+def _all_lanes(f):
+    return _per_simdgroup(lambda g: torch.full((32,), int(f(g)), dtype=torch.int64))
+
+
+def _bits(g):
+    return sum(1 << i for i in range(32) if g[i] > 0)
+
+
+# the warp-level constructs (core/language/warp.py): op -> (the DSL expression of a
+# thread's int32 value v and its index tx, the oracle over all 64 values, printed form)
+WARP_CALLS = {
+    "tl.simd_shuffle": (lambda v, tx: T.shfl_sync(v, 5), _per_simdgroup(
+        lambda g: g[5].expand(32)), "simd_shuffle("),
+    "tl.simd_shuffle_up": (lambda v, tx: T.shfl_up(v, 3), _per_simdgroup(
+        lambda g: torch.cat([g[:3], g[:-3]])), "simd_shuffle_up("),
+    "tl.simd_shuffle_down": (lambda v, tx: T.shfl_down(v, 3), _per_simdgroup(
+        lambda g: torch.cat([g[3:], g[-3:]])), "simd_shuffle_down("),
+    "tl.simd_and": (lambda v, tx: T.warp_reduce_bitand(v), _all_lanes(
+        lambda g: functools.reduce(lambda a, b: a & b, g.tolist())), "simd_and("),
+    "tl.simd_or": (lambda v, tx: T.warp_reduce_bitor(v), _all_lanes(
+        lambda g: functools.reduce(lambda a, b: a | b, g.tolist())), "simd_or("),
+    # (T.reduce_bitxor's whole-simdgroup form; TileLang has no warp_reduce_bitxor)
+    "tl.simd_xor": (lambda v, tx: warp.warp_reduce("bitxor", v, "T.reduce_bitxor"),
+                    _all_lanes(lambda g: functools.reduce(lambda a, b: a ^ b, g.tolist())),
+                    "simd_xor("),
+    "tl.simd_any": (lambda v, tx: T.any_sync(v > 45), _all_lanes(
+        lambda g: bool((g > 45).any())), "simd_any("),
+    "tl.simd_all": (lambda v, tx: T.all_sync(v > -45), _all_lanes(
+        lambda g: bool((g > -45).all())), "simd_all("),
+    "tl.simd_ballot": (lambda v, tx: T.cast(T.ballot(v > 0), "int32"), _all_lanes(
+        lambda g: _bits(g) - (1 << 32 if _bits(g) >> 31 else 0)), "ulong(simd_ballot("),
+    "tl.simd_active_threads_mask": (lambda v, tx: T.cast(T.activemask() >> T.uint64(16),
+                                                         "int32"),
+                                    _all_lanes(lambda g: 0xFFFF),
+                                    "ulong(simd_active_threads_mask())"),
+}
+
+
 def test_every_call_has_a_case():
     printable = set(msl.INTRINSICS) | set(msl.CALLS) | set(msl.MATRIX_CALLS)
-    assert printable == set(ELEMENTWISE) | set(FAMILY_CALLS)
+    assert printable == set(ELEMENTWISE) | set(FAMILY_CALLS) | set(WARP_CALLS)
+
+
+@pytest.mark.parametrize("op", sorted(WARP_CALLS))
+def test_warp_call_runs(op, run):
+    fn, oracle, form = WARP_CALLS[op]
+
+    @T.prim_func
+    def warp(A: T.Tensor((64,), "int32"), B: T.Tensor((64,), "int32")):
+        with T.Kernel(1, threads=64):
+            tx = T.get_thread_binding()
+            B[tx] = fn(A[tx], tx)
+
+    kernel = core.compile(warp, out_idx=[-1])
+    assert form in kernel.msl, kernel.msl
+    a = random_tensor((64,), "int32", sum(map(ord, op)))
+    assert_close(run(kernel, a), oracle(a.long()).to(torch.int32), what=op)
 
 
 def _elementwise_kernel(fn, out_dtype):

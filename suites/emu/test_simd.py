@@ -122,6 +122,49 @@ kernel void votes(device const int* x [[buffer(0)]], device uint* out [[buffer(1
     np.testing.assert_array_equal(out[:, 3], (np.arange(32) == 0).astype(np.uint32))
 
 
+def test_simd_calls_after_an_operator_that_could_end_a_type(rng):
+    # `a & f(`, `a * f(` and `a > f(` are expressions, not declarations of an overload
+    # returning a reference, pointer or template type (translate.rewrite_site_overloads)
+    src = r"""
+kernel void ops(device const int* x [[buffer(0)]], device int* out [[buffer(1)]],
+                uint tid [[thread_index_in_threadgroup]]) {
+  int a = x[tid];
+  out[tid * 3 + 0] = (a & simd_shuffle_xor(a, 1));
+  out[tid * 3 + 1] = a * simd_sum(a);
+  out[tid * 3 + 2] = (a > simd_max(a - 1)) ? 1 : 0;
+}
+"""
+    x = rng.integers(-50, 50, 32).astype(np.int32)
+    out = np.zeros((32, 3), np.int32)
+    clean(src, "ops", 1, 32, x, out)
+    np.testing.assert_array_equal(out[:, 0], x & x[np.arange(32) ^ 1])
+    np.testing.assert_array_equal(out[:, 1], x * x.sum())
+    np.testing.assert_array_equal(out[:, 2], (x > x.max() - 1).astype(np.int32))
+
+
+def test_active_threads_mask_names_the_lanes_that_call_it():
+    # under `if (x[tid] > 0)` only those lanes are active; every lane of a partial last
+    # simdgroup (threads 32..47) is active, the missing ones are not
+    src = r"""
+kernel void active(device const int* x [[buffer(0)]], device uint* out [[buffer(1)]],
+                   uint tid [[thread_index_in_threadgroup]]) {
+  out[tid * 2 + 0] = uint(ulong(simd_active_threads_mask()));
+  out[tid * 2 + 1] = 0u;
+  if (x[tid] > 0) out[tid * 2 + 1] = uint(ulong(simd_active_threads_mask()));
+}
+"""
+    chosen = np.arange(48) % 3 == 0
+    x = np.where(chosen, 1, -1).astype(np.int32)
+    out = np.zeros((48, 2), np.uint32)
+    clean(src, "active", 1, 48, x, out)
+    full = [0xFFFFFFFF] * 32 + [0xFFFF] * 16
+    np.testing.assert_array_equal(out[:, 0], np.array(full, np.uint32))
+    taken = [sum(1 << (i % 32) for i in range(g * 32, min(48, g * 32 + 32)) if chosen[i])
+             for g in range(2)]
+    expect = [taken[i // 32] if chosen[i] else 0 for i in range(48)]
+    np.testing.assert_array_equal(out[:, 1], np.array(expect, np.uint32))
+
+
 REDUCE_256 = r"""
 kernel void block_sum(device const float* x [[buffer(0)]], device float* out [[buffer(1)]],
                       uint tid [[thread_index_in_threadgroup]],

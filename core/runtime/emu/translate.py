@@ -331,6 +331,21 @@ _NOT_A_TYPE = frozenset({"return", "case", "else", "do", "throw", "sizeof", "co_
                          "co_yield", "decltype", "alignof", "new", "delete", "typeid"})
 
 
+def _in_expression(before: str) -> bool:
+    """Whether text ending in `>`, `*` or `&` is inside an expression (an operator before a
+    call) rather than a declaration's return type (`T& name(`, `vec<T, 2> name(`): the
+    statement so far, template argument lists taken out, holds an `=`, a `(`, a `?` or a
+    `return`."""
+    start = max(before.rfind(c) for c in ";{}") + 1
+    stmt = before[start:]
+    while True:
+        inner = re.sub(r"<[^<>;(){}]*>", "", stmt)
+        if inner == stmt:
+            break
+        stmt = inner
+    return bool(re.search(r"[=(?]|\breturn\b", stmt))
+
+
 def rewrite_site_overloads(code: str) -> str:
     """A user's own overload of a simd function (MLX defines `simd_shuffle_down` for its
     complex type) is declared as `(simd_shuffle_down)(__mt_site, params...)`: the
@@ -343,6 +358,8 @@ def rewrite_site_overloads(code: str) -> str:
         token = re.search(r"([A-Za-z_]\w*|[>*&])$", before)
         if not token or token.group(1) in _NOT_A_TYPE or before.endswith("::"):
             continue
+        if token.group(1) in (">", "*", "&") and _in_expression(before):
+            continue                            # `a & simd_sum(v)`, `x * simd_sum(v)`
         if re.search(r"^[ \t]*#[ \t]*define[ \t]+\w+$", before[before.rfind("\n") + 1:]):
             continue                            # `#define R simd_sum(v)`: a call in a macro
         out.append(code[last:m.start()])

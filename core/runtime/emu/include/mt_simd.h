@@ -194,6 +194,12 @@ __MT_UNCHECKED bool simd_any(__mt_site at, bool pred) {
     if (((t.active >> i) & 1u) && __mt::simd_lane_value<bool>(t, i)) return true;
   return false;
 }
+// simd_active_threads_mask(): the active lanes as a simd_vote (bit i: lane i is active).
+__MT_UNCHECKED simd_vote simd_active_threads_mask(__mt_site at) {
+  char unused = 0;
+  __mt_simd_table t = __mt::simd_meet(at, unused, __MT_SIMD_VOTE);
+  return simd_vote{ulong(t.active)};
+}
 __MT_UNCHECKED bool simd_is_first(__mt_site at) {
   char unused = 0;
   __mt_simd_table t = __mt::simd_meet(at, unused, __MT_SIMD_VOTE);
