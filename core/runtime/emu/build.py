@@ -26,6 +26,7 @@ import hashlib
 import os
 import platform
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -194,6 +195,7 @@ class Builder:
         # more than the rest of a launch's Python side.
         self._runtime = _files_digest((*RUNTIME_SOURCES, Path(admission.__file__)))
         self._runtime_symbols: frozenset[str] | None = None   # what the runtime defines
+        self._linkers: dict[tuple, list[str] | None] = {}      # see _link_command
 
     # -- shared artifacts ---------------------------------------------------------------
 
@@ -278,6 +280,24 @@ class Builder:
             self._compile(unit, target, flags, checked, translation, kernel_hint, math_mode)
         return Executable(target, translation, checked)
 
+    def _link_command(self, flags: list[str], checked: bool, runtime: list[Path], obj: Path,
+                      exe: Path) -> list[str]:
+        """The command linking kernel object `obj` with the runtime into `exe`: the linker
+        the clang driver would run (asked once per flags and runtime with `-###`), called
+        directly, since a driver process per kernel costs a third of the link; the driver
+        itself where its plan cannot be read. Called once `obj` exists (the driver checks
+        its inputs)."""
+        driver = [self.toolchain.cxx, *flags, str(obj), *map(str, runtime), *_link_flags(),
+                  *_arch_flags(), *(["-fno-sanitize-link-runtime"] if checked else []),
+                  "-o", str(exe)]
+        key = (tuple(flags), checked, tuple(map(str, runtime)))
+        if key not in self._linkers:
+            self._linkers[key] = _linker_plan(driver, str(obj), str(exe))
+        plan = self._linkers[key]
+        if plan is None:
+            return driver
+        return [str(obj) if a == _OBJ else str(exe) if a == _EXE else a for a in plan]
+
     def _compile(self, unit: str, target: Path, flags: list[str], checked: bool,
                  translation: Translation, kernel_hint: str | None, math_mode: str) -> None:
         pch = self.precompiled_header(checked, math_mode)
@@ -289,9 +309,6 @@ class Builder:
         # reads (admission.py), before anything of it is linked.
         compile_cmd = [self.toolchain.cxx, *flags, "-I", str(INCLUDE_DIR), "-include-pch",
                        str(pch), "-x", "c++", str(src), "-c", "-o", str(obj)]
-        link_cmd = [self.toolchain.cxx, *flags, str(obj), *map(str, runtime), *_link_flags(),
-                    *_arch_flags(), *(["-fno-sanitize-link-runtime"] if checked else []),
-                    "-o", str(tmp)]
         try:
             res = _run_compiler(compile_cmd, "MSL compile", kernel_hint)
             if res.returncode != 0:
@@ -300,7 +317,8 @@ class Builder:
                 self._runtime_symbols = admission.runtime_symbols(runtime)
             admission.check_symbols(obj, self._runtime_symbols, translation.source,
                                     kernel_hint)
-            res = _run_compiler(link_cmd, "MSL link", kernel_hint)
+            res = _run_compiler(self._link_command(flags, checked, runtime, obj, tmp),
+                                "MSL link", kernel_hint)
             if res.returncode != 0:
                 raise compile_error(res.stderr, unit, translation, kernel_hint)
             os.replace(tmp, target)
@@ -308,6 +326,26 @@ class Builder:
             src.unlink(missing_ok=True)
             obj.unlink(missing_ok=True)
             tmp.unlink(missing_ok=True)
+
+
+_OBJ, _EXE = "\0kernel-object", "\0kernel-executable"   # placeholders in a linker plan
+
+
+def _linker_plan(driver: list[str], obj: str, exe: str) -> list[str] | None:
+    """The linker command the clang driver `driver` would run, with `obj` and `exe` as
+    placeholders; None when the driver's `-###` plan is not one linker call naming each
+    exactly once."""
+    try:
+        res = subprocess.run([*driver, "-###"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    jobs = [ln for ln in res.stderr.splitlines() if ln.startswith(' "')]
+    if res.returncode != 0 or len(jobs) != 1:
+        return None
+    argv = shlex.split(jobs[0])
+    if argv.count(obj) != 1 or argv.count(exe) != 1:
+        return None
+    return [_OBJ if a == obj else _EXE if a == exe else a for a in argv]
 
 
 # clang messages that come from MSL outside the emulator's subset, and what they mean there:
