@@ -85,7 +85,9 @@ LIMITS = {
     "prim_func": "TVMScript's parser; a string annotation is rejected with the T type to "
                  "write",
     "serial": "positive constant steps",
-    "unroll": "positive constant steps; `explicit`/`unroll_factor` are hints",
+    "unroll": "positive constant steps; printed as `#pragma clang loop unroll(full)` "
+              "(`unroll_factor=k`: `unroll_count(k)`); `explicit` leaves the unrolling to "
+              "Apple's compiler",
     "get_thread_binding": "dims the kernel does not launch read as 0",
     "dtype": "the dtype object works everywhere; kernels accept " + ", ".join(SUPPORTED),
     "vectorized": "a per-thread loop of a constant extent, handed to the vectorize pass: "

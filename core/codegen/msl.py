@@ -187,6 +187,23 @@ def carrier_of(dtype) -> str | None:
     return CARRIERS.get(int(lanes)) if base == "bfloat16" and lanes else None
 
 
+def _unroll_pragma(loop) -> str | None:
+    """The clang loop pragma Apple's compiler takes for a loop's unroll request (TVMScript's
+    `serial(unroll=...)` annotations, which T.unroll and T.serial(unroll=) set): full unroll
+    for `True` (MLX's STEEL_PRAGMA_UNROLL spelling), a count for an int, disable for False."""
+    ann = loop.annotations or {}
+    if "disable_unroll" in ann:
+        return "#pragma clang loop unroll(disable)"
+    if "pragma_unroll" not in ann:
+        return None
+    value = ann["pragma_unroll"]
+    if isinstance(value, bool) or str(getattr(value, "dtype", "")) == "bool":
+        return "#pragma clang loop unroll(full)" if bool(as_int(value)) else None
+    count = as_int(value)
+    return f"#pragma clang loop unroll_count({count})" if count and count > 1 else \
+        "#pragma clang loop unroll(full)"
+
+
 # ---- kernel spec ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -431,6 +448,9 @@ class _KernelPrinter:
             end = f"{v}_end"
         if keys.STREAMED in (s.annotations or {}):
             self.emit(f"// {s.annotations[keys.STREAMED].value}")
+        pragma = _unroll_pragma(s)
+        if pragma:
+            self.emit(pragma)
         self.emit(f"for (int {v} = {lo}; {v} < {end}; {inc}) {{")
         self.block(s.body)
         self.emit("}")

@@ -63,10 +63,17 @@ def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None,
 
 def Unroll(start, stop=None, step=None, *, explicit=False, unroll_factor=None,  # noqa: N802
            annotations=None):
-    """A serial loop the MSL compiler is asked to unroll (`#pragma unroll`)."""
+    """A serial loop the MSL compiler is asked to unroll: `#pragma clang loop unroll(full)`,
+    or `unroll_count(k)` for `unroll_factor=k`. `explicit=True` (TileLang unrolls in the IR
+    first) leaves the unrolling to Apple's compiler all the same."""
     _check_extent(start if stop is None else None, "T.unroll")
     _check_step(step, "T.unroll")
-    return _ir.serial(start, stop, step=step, annotations=annotations, unroll=True)
+    if unroll_factor is not None and (isinstance(unroll_factor, bool) or
+                                      not isinstance(unroll_factor, int) or unroll_factor < 1):
+        raise KernelDefinitionError(f"unroll_factor={unroll_factor!r} must be a positive int",
+                                    construct="T.unroll")
+    return _ir.serial(start, stop, step=step, annotations=annotations,
+                      unroll=unroll_factor if unroll_factor and unroll_factor > 1 else True)
 
 
 def vectorized(start, stop=None, *, annotations=None):
