@@ -50,8 +50,9 @@ serial loops.
 Errors (LoweringError, before any code runs): a destination layout that does not match
 the source's (set elsewhere), a source that is itself replicated or held as simdgroup
 matrices, a thread count the combining groups do not fit evenly (a group over a thread
-count that is not a power of two needs whole simdgroups), stages beyond the 32 KiB of
-threadgroup memory.
+count that is not a power of two needs whole simdgroups). Stages beyond the 32 KiB of
+threadgroup memory are pass merge_threadgroup's to judge: it lets the stage reuse the bytes
+of buffers dead by then and refuses a kernel whose live bytes exceed the limit.
 """
 
 from __future__ import annotations
@@ -262,13 +263,6 @@ class ReduceLowering:
                 offset += p.stage_elems
             size = max(p.stage_elems for p in ps) if overlap else offset
             self.stages[dtype] = tirx.decl_buffer((size,), dtype, STAGE, scope="shared")
-        total = shared_bytes + self._stage_bytes()
-        if total > METAL.threadgroup_memory_bytes:
-            self.fail(self.plans[0].construct if self.plans else "T.reduce",
-                      f"combining across simdgroups needs {total - shared_bytes} bytes of "
-                      f"threadgroup memory beside the kernel's {shared_bytes}; Apple GPUs "
-                      f"allow {METAL.threadgroup_memory_bytes} in all; use fewer rows per "
-                      "threadgroup or fewer threads per row")
 
     def _plan_one(self, call, src, dst, kind, dim, clear, layouts) -> _Plan:
         plan = _Plan(call, kind, dim, clear, src, dst, None, None,
@@ -413,17 +407,12 @@ class ReduceLowering:
 
     def allocate(self) -> list:
         """The stage buffers, to place at the start of the kernel; called once, after
-        lowering, so the check includes the threadgroup buffers the other lowerings
-        published meanwhile. Publishes the stage's bytes."""
+        lowering. Publishes the stage's bytes. Their total with the kernel's other
+        threadgroup buffers is not checked here: pass merge_threadgroup lets buffers whose
+        lives do not overlap share bytes and refuses a kernel whose live bytes exceed the
+        limit."""
         ours = self._stage_bytes() + sum(int(b.ty.shape[0]) * DTYPES[str(b.ty.dtype)].bytes
                                          for b in self.extra)
-        others = self.ctx.threadgroup_bytes(besides=OWNER)
-        if ours and self.shared_bytes + others + ours > METAL.threadgroup_memory_bytes:
-            self.fail("T.reduce", f"the reductions' stage ({ours} bytes), T.gemm's staging "
-                                  f"buffers ({others}) and the kernel's threadgroup buffers "
-                                  f"({self.shared_bytes}) exceed the "
-                                  f"{METAL.threadgroup_memory_bytes} bytes of threadgroup "
-                                  "memory; use smaller tiles")
         self.ctx.publish_threadgroup_bytes(OWNER, ours)
         return [tirx.AllocBuffer(b) for b in [*self.stages.values(), *self.extra]]
 
