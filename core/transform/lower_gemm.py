@@ -53,7 +53,9 @@ are not placed here: stages are ordinary threadgroup buffers, and the planner
 
 Errors (LoweringError, before any code runs): M, N or K not a multiple of 8; a thread
 count that is not whole simdgroups or whose simdgroups cannot split the C tile evenly;
-staging buffers that do not fit into 32 KiB of threadgroup memory; a tile op other than
+a stage chunked by rows that finds too few bytes left beside the rest (stages held whole
+past 32 KiB are pass merge_threadgroup's to judge: they may reuse the operands' bytes, dead
+by then, and it refuses live bytes past the limit); a tile op other than
 T.copy / T.fill / T.gemm on an accumulator; an A or B tile of device memory not provably
 inside its tensor.
 """
@@ -223,7 +225,11 @@ class GemmLowering:
         device_c = self._device_c_stages(uses.gemms)
         fixed = uses.shared_bytes + operand_bytes + sum(full[a] for a in need_full) + \
             sum(device_c.values())
-        if fixed > METAL.threadgroup_memory_bytes:
+        chunked = [a for a in accs if a not in need_full]
+        # Past the limit with every stage whole, pass merge_threadgroup judges: the stages
+        # may reuse the operands' bytes, dead by then. A chunked stage is sized from what
+        # is left beside the rest, so none may be left over.
+        if fixed > METAL.threadgroup_memory_bytes and chunked:
             staged = ", ".join([f"'{a.name}' ({full[a]} bytes)" for a in need_full] +
                                [f"device C '{n}' ({b} bytes)" for n, b in device_c.items()])
             self.fail("T.gemm", f"the float32 staging buffers of accumulators {staged}, "
@@ -232,7 +238,6 @@ class GemmLowering:
                                 f"({uses.shared_bytes} bytes) exceed the "
                                 f"{METAL.threadgroup_memory_bytes} bytes of threadgroup memory; "
                                 "use smaller tiles")
-        chunked = [a for a in accs if a not in need_full]
         share = (METAL.threadgroup_memory_bytes - fixed) // max(len(chunked), 1)
         for a in accs:
             layout = AccumulatorLayout.for_tile(a.ty.shape, self.ctx.threads,

@@ -473,12 +473,13 @@ def test_operand_forms_and_scopes_are_checked():
         core.compile(origin_only)
 
 
-def test_staging_beyond_threadgroup_memory_is_a_clear_error():
-    # a Parallel over a 64 x 128 accumulator and another fragment needs the accumulator's
-    # whole 32 KiB float32 stage (one over the accumulator alone runs in chunks of rows)
+def _big_stage(keep_a):
+    """A Parallel over a 64 x 128 accumulator and another fragment needs the accumulator's
+    whole 32 KiB float32 stage (one over the accumulator alone runs in chunks of rows);
+    `keep_a`: A_s is read again after the epilogue, so it lives beside the stage."""
     @T.prim_func
     def big(A: T.Tensor((64, 16), "float16"), B: T.Tensor((16, 128), "float16"),
-            C: T.Tensor((64, 128), "float32")):
+            C: T.Tensor((64, 128), "float32"), A2: T.Tensor((64, 16), "float16")):
         with T.Kernel(1, threads=128):
             A_s = T.alloc_shared((64, 16), "float16")
             B_s = T.alloc_shared((16, 128), "float16")
@@ -491,9 +492,19 @@ def test_staging_beyond_threadgroup_memory_is_a_clear_error():
             for i, j in T.Parallel(64, 128):
                 C_l[i, j] = C_l[i, j] * D_l[i, j]
             T.copy(C_l, C)
-    with pytest.raises(LoweringError, match=r"staging buffers of accumulators 'C_l' "
-                                            r"\(32768 bytes\).*exceed the 32768 bytes"):
-        core.compile(big)
+            if keep_a:
+                T.copy(A_s, A2)
+    return big
+
+
+def test_staging_beyond_threadgroup_memory_is_a_clear_error():
+    # 32 KiB of stage beside 6 KiB of operands: A_s and B_s are dead by the epilogue, so
+    # the stage takes their bytes (one 32 KiB arena); A_s read after it is live beside it
+    assert "threadgroup uint4 tg_arena[2048];" in core.compile(_big_stage(False)).msl
+    with pytest.raises(LoweringError, match=r"buffers live at once, 'C_l_stage' \(32768 "
+                                            r"bytes\), 'A_s' \(2048 bytes\), total 34816 "
+                                            r"bytes and exceed the 32768 bytes"):
+        core.compile(_big_stage(True))
 
 
 def _gemm_stage_and_reduction(K):
