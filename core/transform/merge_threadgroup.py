@@ -36,62 +36,18 @@ thread-sync, which works on the merged storage; ours works per buffer and runs b
 
 from __future__ import annotations
 
-from math import prod
-
-import tvm
 from tvm import tirx
 
 from core.errors import LoweringError
 from core.ir import ops
 from core.ir.annotations import ARENA_OFFSET, THREADGROUP_ARENA
 from core.ir.kernel import func_name, map_kernels
-from core.ir.stmt import as_int, children, i32, items, rebuild, seq, visit_nodes, walk
-from core.target import DTYPES, METAL
+from core.ir.liveness import lives, nbytes, peak, threadgroup_allocs, top_level
+from core.ir.stmt import children, i32, rebuild, seq
+from core.target import METAL
 
 ALIGN = 16           # bytes: the widest vector access (uint4, float4)
 ARENA = "tg_arena"
-
-
-def _bytes(buf) -> int:
-    return prod(as_int(d) for d in buf.ty.shape) * DTYPES[str(buf.ty.dtype)].bytes
-
-
-def _top_level(body) -> list:
-    """The kernel body as its list of top-level statements (nested sequences flattened)."""
-    out = []
-    for s in (items(body.seq) if isinstance(body, tirx.SeqStmt) else [body]):
-        out.extend(_top_level(s) if isinstance(s, tirx.SeqStmt) else [s])
-    return out
-
-
-def _named(stmt, keys) -> set:
-    """Handles of the threadgroup buffers in `keys` that `stmt` names (its AllocBuffers
-    aside: a declaration is no access)."""
-    found = set()
-
-    def var(v):
-        key = v.__chandle__()
-        if key in keys:
-            found.add(key)
-
-    def visit(s):
-        if isinstance(s, tirx.AllocBuffer):
-            return
-        kids = children(s)
-        if not kids:
-            visit_nodes(s, (tvm.ir.Var, var))
-            return
-        for field in _HEADERS.get(type(s), ()):
-            visit_nodes(getattr(s, field), (tvm.ir.Var, var))
-        for k in kids:
-            visit(k)
-
-    visit(stmt)
-    return found
-
-
-_HEADERS = {tirx.For: ("min", "extent"), tirx.IfThenElse: ("condition",),
-            tirx.AttrStmt: ("value",)}
 
 
 def _pack(bufs, life, size) -> dict | None:
@@ -113,31 +69,19 @@ def _pack(bufs, life, size) -> dict | None:
 
 
 def merge_kernel(nest, kernel):
-    allocs = []
-    walk(nest.body, lambda s: allocs.append(s) if isinstance(s, tirx.AllocBuffer) and
-         ops.buffer_scope(s.buffer) == "shared" else None)
-    size = {a.buffer.__chandle__(): _bytes(a.buffer) for a in allocs}
-    if sum(size.values()) <= METAL.threadgroup_memory_bytes:
+    allocs = threadgroup_allocs(nest.body)
+    size = {a.buffer.__chandle__(): nbytes(a.buffer) for a in allocs}
+    limit = METAL.threadgroup_memory_bytes
+    if sum(size.values()) <= limit:
         return nest.wrap(nest.body)
     names = {a.buffer.__chandle__(): a.buffer.name for a in allocs}
-    stmts = _top_level(nest.body)
-    life = {}
-    for i, s in enumerate(stmts):
-        for key in _named(s, size):
-            lo, _ = life.get(key, (i, i))
-            life[key] = (lo, i)
-    for key in size:            # never accessed: live nowhere, bytes anywhere
-        life.setdefault(key, (len(stmts), len(stmts) - 1))
-    peak, at = 0, 0
-    for i in range(len(stmts)):
-        live = sum(size[k] for k in size if life[k][0] <= i <= life[k][1])
-        if live > peak:
-            peak, at = live, i
-    limit = METAL.threadgroup_memory_bytes
-    if peak > limit:
-        live = ", ".join(f"'{names[k]}' ({size[k]} bytes)" for k in
-                         sorted(size, key=lambda k: -size[k]) if life[k][0] <= at <= life[k][1])
-        raise LoweringError(f"the threadgroup buffers live at once, {live}, total {peak} "
+    stmts = top_level(nest.body)
+    life = lives(stmts, size)
+    most, at = peak(stmts, life, size)
+    if most > limit:
+        live = ", ".join(f"'{names[k]}' ({size[k]} bytes)"
+                         for k in sorted(at, key=lambda k: -size[k]))
+        raise LoweringError(f"the threadgroup buffers live at once, {live}, total {most} "
                             f"bytes and exceed the {limit} bytes of threadgroup memory "
                             "(buffers whose lives do not overlap already share bytes); use "
                             "smaller tiles or fewer threads per row",
@@ -145,7 +89,7 @@ def merge_kernel(nest, kernel):
     offsets = _pack(list(size), life, size)
     if offsets is None:
         raise LoweringError(f"the threadgroup buffers ({', '.join(names.values())}) fit "
-                            f"{limit} bytes at every point ({peak} at most) but could not "
+                            f"{limit} bytes at every point ({most} at most) but could not "
                             "be packed into them; use smaller tiles",
                             kernel=kernel, construct="threadgroup memory")
     arena_bytes = max(offsets[k] + size[k] for k in size)
