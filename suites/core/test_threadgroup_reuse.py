@@ -12,7 +12,8 @@ from harness.check.barriers import check_barriers
 from harness.check.compare import assert_close
 from harness.gen.inputs import random_tensor
 from suites.core.test_gemm import _gemm_stage_and_reduction
-from suites.transform.test_merge_threadgroup import gemv_reducer, stage_beside_live_tile
+from suites.transform.test_merge_threadgroup import (gemv_reducer, stage_beside_live_tile,
+                                                      two_tiles_in_turn)
 
 M, N = 256, 256
 
@@ -68,3 +69,15 @@ def test_every_barrier_of_a_gemm_whose_stages_reuse_its_operands_is_necessary():
     report = check_barriers(kernel, args)
     assert report.ok, report.summary()
     assert report.barriers and all(v.necessary for v in report.barriers)
+
+
+def test_two_user_tiles_in_turn_share_one_arena(run):
+    kernel = core.compile(two_tiles_in_turn, out_idx=[2, 3])
+    assert "threadgroup uint4 tg_arena[1536];" in kernel.msl          # 24 KiB, not 48
+    a, b = (random_tensor((64, 96), "float32", seed) for seed in (3, 4))
+    c, d = run(kernel, a, b)
+    assert_close(c, a.double().flip(0), dtype="float32", op_class="elementwise")
+    assert_close(d, b.double().flip(0) * 2, dtype="float32", op_class="elementwise")
+    report = check_barriers(kernel, [a, b])
+    assert report.ok, report.summary()
+    assert len(report.barriers) == 3 and all(v.necessary for v in report.barriers)

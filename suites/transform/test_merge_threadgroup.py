@@ -57,6 +57,22 @@ def stage_beside_live_tile(A: T.Tensor((128, 128), "float16"), X: T.Tensor((8, 2
         T.copy(A_s, B)
 
 
+@T.prim_func
+def two_tiles_in_turn(A: T.Tensor((64, 96), "float32"), B: T.Tensor((64, 96), "float32"),
+                      C: T.Tensor((64, 96), "float32"), D: T.Tensor((64, 96), "float32")):
+    # two 24 KiB tiles (48 KiB in all), each read by other threads than wrote it, the
+    # second only after the last read of the first
+    with T.Kernel(1, threads=256):
+        S1 = T.alloc_shared((64, 96), "float32")
+        S2 = T.alloc_shared((64, 96), "float32")
+        T.copy(A, S1)
+        for i, j in T.Parallel(64, 96):
+            C[i, j] = S1[63 - i, j]
+        T.copy(B, S2)
+        for i, j in T.Parallel(64, 96):
+            D[i, j] = S2[63 - i, j] * 2.0
+
+
 def top_level(func) -> list:
     """The statements of the (only) kernel's body, below its launch attributes."""
     [nest] = kernels(func)
@@ -104,3 +120,15 @@ def test_live_bytes_past_the_limit_are_refused_naming_the_buffers():
     assert "kernel 'stage_beside_live_tile'" in message
     assert "'A_s' (32768 bytes)" in message and "'red_buf' (" in message
     assert "exceed the 32768 bytes of threadgroup memory" in message
+
+
+def test_user_tiles_never_live_together_share_bytes():
+    # verify counts the bytes live at once (24 KiB), not the 48 KiB declared
+    after = pipeline.run(two_tiles_in_turn, stop_after="merge_threadgroup")
+    found = allocs(after)
+    assert int(found["tg_arena"].annotations[keys.THREADGROUP_ARENA]) == 24576
+    assert [int(found[n].annotations[keys.ARENA_OFFSET]) for n in ("S1", "S2")] == [0, 0]
+    stmts = top_level(after)
+    last = max(i for i, s in enumerate(stmts) if names_buffer(s, "S1"))
+    first = min(i for i, s in enumerate(stmts) if names_buffer(s, "S2"))
+    assert first == last + 2 and ops.is_barrier(stmts[last + 1])
