@@ -3,8 +3,7 @@
 Part of pass `lower_tile_ops`, which hands this module each statement first
 (`GemmLowering.lower`; None means "not mine") and a KernelContext
 (core/transform/kernel_context.py) through which it sees the kernel; the threadgroup
-buffers it allocates (`allocations`, placed at the kernel's start) are published to that
-context's budget.
+buffers it allocates (`allocations`) are placed at the kernel's start.
 
 Expects: the C operand of every T.gemm is a float32 fragment whose AllocBuffer carries
 `tl.simdgroup_accumulator` (layout_inference); the verifier has checked the operands
@@ -90,7 +89,6 @@ class _Accumulator:
         return self.fragment.name
 
 
-OWNER = "T.gemm"  # the name under which this lowering publishes threadgroup bytes
 
 
 def _nbytes(shape, dtype) -> int:
@@ -171,8 +169,7 @@ def _regions(call) -> list:
 class GemmLowering:
     """Lowers the gemm-related statements of one kernel, seen through `ctx` (a
     KernelContext: thread count and index, fresh names, loop ranges and guards, and
-    lower_tile_ops' element-wise T.copy and T.Parallel, reused for the staged part). The
-    threadgroup buffers it allocates are published to `ctx` under OWNER."""
+    lower_tile_ops' element-wise T.copy and T.Parallel, reused for the staged part)."""
 
     def __init__(self, ctx, body):
         self.ctx = ctx
@@ -188,11 +185,8 @@ class GemmLowering:
         raise LoweringError(reason, kernel=self.ctx.name, construct=construct)
 
     def _allocate(self, buf):
-        """Place `buf` at the start of the kernel; threadgroup bytes go to the budget."""
+        """Place `buf` at the start of the kernel (merge_threadgroup counts its bytes)."""
         self.allocations.append(tirx.AllocBuffer(buf))
-        if ops.buffer_scope(buf) == "shared":
-            self.ctx.publish_threadgroup_bytes(OWNER, _nbytes(buf.ty.shape,
-                                                              ops.buffer_dtype(buf)))
 
     # ---- planning: layouts and the threadgroup memory budget ----------------------------
     def _plan(self, body):

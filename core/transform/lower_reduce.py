@@ -5,8 +5,7 @@ Part of pass `lower_tile_ops`, which hands this module every `tl.reduce` call
 softmax's running (max, sum) pairs, combined through the same stages with one barrier for
 both statistics; core/transform/stream_rows.py emits it).
 It sees the kernel through a KernelContext (core/transform/kernel_context.py); its stage
-is checked against the threadgroup bytes the other lowerings published to that context
-(`ReduceLowering.allocate`, after lowering).
+buffers are placed at the kernel's start (`ReduceLowering.allocate`, after lowering).
 
 Expects: `tl.reduce(src, dst, kind, dim, clear)` over whole fragment or local buffers
 (checked by core/language/reduce.py); fragments carry their layouts (layout_inference): a
@@ -79,7 +78,6 @@ SIMD_REDUCE = {"sum": "tl.simd_sum", "abssum": "tl.simd_sum", "max": "tl.simd_ma
 BITWISE = {"bitand": (tirx.bitwise_and, -1), "bitor": (tirx.bitwise_or, 0),
            "bitxor": (tirx.bitwise_xor, 0)}
 STAGE = "red_buf"
-OWNER = "T.reduce"  # the name under which this lowering publishes threadgroup bytes
 
 
 def identity(kind: str, dtype: str):
@@ -200,9 +198,7 @@ class _Plan:
 
 class ReduceLowering:
     """Lowers the tl.reduce calls of one kernel, seen through `ctx` (a KernelContext:
-    thread count and index, fragment table, fresh names). Its stage's bytes are checked
-    against the threadgroup bytes the other lowerings published to `ctx`, and published
-    under OWNER."""
+    thread count and index, fragment table, fresh names)."""
 
     def __init__(self, ctx, body):
         self.ctx = ctx
@@ -305,10 +301,6 @@ class ReduceLowering:
             plan.stage_elems += expected.size
         return plan
 
-    def _stage_bytes(self) -> int:
-        return sum(int(b.ty.shape[0]) * DTYPES[str(b.ty.dtype)].bytes
-                   for b in self.stages.values())
-
     def finalize(self, buf, kind):
         """T.finalize_reducer: every element of the reducer `buf` (a local array on every
         thread) := the combination of all threads' copies, on every thread. A butterfly over
@@ -407,13 +399,9 @@ class ReduceLowering:
 
     def allocate(self) -> list:
         """The stage buffers, to place at the start of the kernel; called once, after
-        lowering. Publishes the stage's bytes. Their total with the kernel's other
-        threadgroup buffers is not checked here: pass merge_threadgroup lets buffers whose
-        lives do not overlap share bytes and refuses a kernel whose live bytes exceed the
-        limit."""
-        ours = self._stage_bytes() + sum(int(b.ty.shape[0]) * DTYPES[str(b.ty.dtype)].bytes
-                                         for b in self.extra)
-        self.ctx.publish_threadgroup_bytes(OWNER, ours)
+        lowering. Their total with the kernel's other threadgroup buffers is not checked
+        here: pass merge_threadgroup lets buffers whose lives do not overlap share bytes
+        and refuses a kernel whose live bytes exceed the limit."""
         return [tirx.AllocBuffer(b) for b in [*self.stages.values(), *self.extra]]
 
     # ---- lowering -----------------------------------------------------------------------
