@@ -80,7 +80,8 @@ LIMITS = {
                    "indices); order='mlx' is rejected",
     "Tensor": "dtypes: " + ", ".join(SUPPORTED),
     "dynamic": "int32 or int64",
-    "alloc_shared": "compile-time shapes; all threadgroup memory within 32 KiB",
+    "alloc_shared": "compile-time shapes; the threadgroup memory live at once within 32 KiB "
+                    "(buffers never live together share bytes)",
     "alloc_fragment": "compile-time shapes; indexed by T.Parallel loop variables",
     "prim_func": "TVMScript's parser; a string annotation is rejected with the T type to "
                  "write",

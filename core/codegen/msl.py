@@ -411,10 +411,21 @@ class _KernelPrinter:
         self.emit(f"const int {self.ident(var)} = int({BUILTINS[prefix][1]}.{axis});")
         self.analyzer.bind(var, tvm.ir.Range.from_min_extent(0, attr.value))
 
-    def alloc(self, buf):
+    def alloc(self, buf, annotations=None):
         scope = ops.buffer_scope(buf)
         self.scope[buf] = scope
         size = as_int(buf.ty.shape[0])
+        annotations = annotations or {}
+        if keys.THREADGROUP_ARENA in annotations:   # merge_threadgroup's arena: 16-byte words
+            self.arena = self.ident(buf)
+            words = -(-int(annotations[keys.THREADGROUP_ARENA]) // 16)
+            self.emit(f"threadgroup {ALIGNED_WORDS[16]} {self.arena}[{words}];")
+            return
+        if keys.ARENA_OFFSET in annotations:      # a view of the arena at a byte offset
+            t, name = msl_type(buf.ty.dtype), self.ident(buf)
+            self.emit(f"threadgroup {t}* {name} = (threadgroup {t}*)((threadgroup uchar*)"
+                      f"{self.arena} + {int(annotations[keys.ARENA_OFFSET])});")
+            return
         if scope == MATRIX_SCOPE and size is not None:
             self.emit(f"{MATRIX_TYPES[str(buf.ty.dtype)]} {self.ident(buf)}[{size}];")
             return
@@ -807,7 +818,7 @@ STATEMENTS = {
     "SeqStmt": _KernelPrinter.seq,
     "DeclBuffer": _KernelPrinter.decl_buffer,
     "AttrStmt": _KernelPrinter.attr,
-    "AllocBuffer": lambda p, s: p.alloc(s.buffer),
+    "AllocBuffer": lambda p, s: p.alloc(s.buffer, s.annotations),
     "For": _KernelPrinter.loop,
     "IfThenElse": _KernelPrinter.if_then_else,
     "While": _KernelPrinter.while_loop,

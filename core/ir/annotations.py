@@ -15,6 +15,10 @@ from here (or through the writer's helper named below), never spells the string 
         written by stream_rows; read by the MSL printer (core/codegen/msl.py)
     tl.reducer                              on a reducer's AllocBuffer (its combining op)
         written by T.alloc_reducer (core/language/reduce.py); read by lower_tile_ops
+    tl.threadgroup_arena, tl.arena_offset   on a threadgroup AllocBuffer: the kernel's
+                                            shared arena (its bytes), a buffer's byte
+                                            offset into it
+        written by merge_threadgroup; read by the MSL printer (core/codegen/msl.py)
     threadblock_swizzle_pattern             an AttrStmt key
         written by T.use_swizzle (core/language/swizzle.py); read by block_swizzle
         (through core/ir/swizzle.py, which defines the attribute)
@@ -38,6 +42,8 @@ LAYOUT_VEC = "tl.layout_vec"                        # int: elements per thread r
 LAYOUT_REPLICATE = "tl.layout_replicate"            # [holders, lo, bits] of a replicated layout
 SIMDGROUP_ACCUMULATOR = "tl.simdgroup_accumulator"  # 1: a gemm accumulator in 8x8 matrices
 VECTOR_LANES = "tl.vector_lanes"                    # int: lanes the loop may vectorize to
+THREADGROUP_ARENA = "tl.threadgroup_arena"          # int: bytes of the kernel's shared arena
+ARENA_OFFSET = "tl.arena_offset"                    # int: a buffer's byte offset in the arena
 STREAMED = "tl.streamed"                            # str: what a streamed row's chunk loop does
 REDUCER = "tl.reducer"                              # str: a reducer's op ("sum", "max", "min")
 SWIZZLE_PATTERN = "threadblock_swizzle_pattern"     # node: the order, value: the panel size

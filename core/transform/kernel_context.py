@@ -3,10 +3,9 @@
 `lower_tile_ops` builds one `KernelContext` per kernel and hands it to the gemm lowering
 (core/transform/lower_gemm.py) and the reduce lowering (core/transform/lower_reduce.py).
 They read the kernel from it and call back into the element-wise lowering only through
-its `copy` and `parallel` functions; neither sees the other. What they must know of each
-other is threadgroup memory: each lowering publishes the bytes of threadgroup buffers it
-allocates (`publish_threadgroup_bytes`), and a lowering checking the 32 KiB budget reads
-the others' published total (`threadgroup_bytes`).
+its `copy` and `parallel` functions; neither sees the other. Threadgroup memory they need
+not share a budget for: pass merge_threadgroup lays out every threadgroup buffer of the
+lowered kernel by liveness and checks the bytes live at once against the 32 KiB.
 
 The tables (`fragments`, `ranges`, `guards`) are filled by lower_tile_ops as it walks the
 kernel: at any moment `ranges` holds the loops and launch dimensions around the statement
@@ -38,7 +37,6 @@ class KernelContext:
     ranges: dict = field(default_factory=dict)     # var -> (min, extent) around the statement
     guards: list = field(default_factory=list)     # conditions of the enclosing ifs
     _names: int = 0
-    _threadgroup: dict = field(default_factory=dict)  # owner -> bytes it allocated
     _analyzer: tuple = (None, None)  # (the ranges it was built from, by handle; analyzer)
 
     def fresh(self, name: str) -> tirx.Var:
@@ -55,14 +53,6 @@ class KernelContext:
         if self._analyzer[0] != key:
             self._analyzer = (key, bind_ranges(Analyzer(), self.ranges))
         return self._analyzer[1]
-
-    def publish_threadgroup_bytes(self, owner: str, nbytes: int) -> None:
-        """Record that lowering `owner` allocated `nbytes` more of threadgroup memory."""
-        self._threadgroup[owner] = self._threadgroup.get(owner, 0) + nbytes
-
-    def threadgroup_bytes(self, besides: str | None = None) -> int:
-        """Threadgroup bytes the lowerings have published (all but `besides`'s)."""
-        return sum(n for owner, n in self._threadgroup.items() if owner != besides)
 
 
 def _identity(x):

@@ -3,8 +3,7 @@
 Part of pass `lower_tile_ops`, which hands this module each statement first
 (`GemmLowering.lower`; None means "not mine") and a KernelContext
 (core/transform/kernel_context.py) through which it sees the kernel; the threadgroup
-buffers it allocates (`allocations`, placed at the kernel's start) are published to that
-context's budget.
+buffers it allocates (`allocations`) are placed at the kernel's start.
 
 Expects: the C operand of every T.gemm is a float32 fragment whose AllocBuffer carries
 `tl.simdgroup_accumulator` (layout_inference); the verifier has checked the operands
@@ -53,7 +52,9 @@ are not placed here: stages are ordinary threadgroup buffers, and the planner
 
 Errors (LoweringError, before any code runs): M, N or K not a multiple of 8; a thread
 count that is not whole simdgroups or whose simdgroups cannot split the C tile evenly;
-staging buffers that do not fit into 32 KiB of threadgroup memory; a tile op other than
+a stage chunked by rows that finds too few bytes left beside the rest (stages held whole
+past 32 KiB are pass merge_threadgroup's to judge: they may reuse the operands' bytes, dead
+by then, and it refuses live bytes past the limit); a tile op other than
 T.copy / T.fill / T.gemm on an accumulator; an A or B tile of device memory not provably
 inside its tensor.
 """
@@ -88,7 +89,6 @@ class _Accumulator:
         return self.fragment.name
 
 
-OWNER = "T.gemm"  # the name under which this lowering publishes threadgroup bytes
 
 
 def _nbytes(shape, dtype) -> int:
@@ -169,8 +169,7 @@ def _regions(call) -> list:
 class GemmLowering:
     """Lowers the gemm-related statements of one kernel, seen through `ctx` (a
     KernelContext: thread count and index, fresh names, loop ranges and guards, and
-    lower_tile_ops' element-wise T.copy and T.Parallel, reused for the staged part). The
-    threadgroup buffers it allocates are published to `ctx` under OWNER."""
+    lower_tile_ops' element-wise T.copy and T.Parallel, reused for the staged part)."""
 
     def __init__(self, ctx, body):
         self.ctx = ctx
@@ -186,11 +185,8 @@ class GemmLowering:
         raise LoweringError(reason, kernel=self.ctx.name, construct=construct)
 
     def _allocate(self, buf):
-        """Place `buf` at the start of the kernel; threadgroup bytes go to the budget."""
+        """Place `buf` at the start of the kernel (merge_threadgroup counts its bytes)."""
         self.allocations.append(tirx.AllocBuffer(buf))
-        if ops.buffer_scope(buf) == "shared":
-            self.ctx.publish_threadgroup_bytes(OWNER, _nbytes(buf.ty.shape,
-                                                              ops.buffer_dtype(buf)))
 
     # ---- planning: layouts and the threadgroup memory budget ----------------------------
     def _plan(self, body):
@@ -223,7 +219,11 @@ class GemmLowering:
         device_c = self._device_c_stages(uses.gemms)
         fixed = uses.shared_bytes + operand_bytes + sum(full[a] for a in need_full) + \
             sum(device_c.values())
-        if fixed > METAL.threadgroup_memory_bytes:
+        chunked = [a for a in accs if a not in need_full]
+        # Past the limit with every stage whole, pass merge_threadgroup judges: the stages
+        # may reuse the operands' bytes, dead by then. A chunked stage is sized from what
+        # is left beside the rest, so none may be left over.
+        if fixed > METAL.threadgroup_memory_bytes and chunked:
             staged = ", ".join([f"'{a.name}' ({full[a]} bytes)" for a in need_full] +
                                [f"device C '{n}' ({b} bytes)" for n, b in device_c.items()])
             self.fail("T.gemm", f"the float32 staging buffers of accumulators {staged}, "
@@ -232,7 +232,6 @@ class GemmLowering:
                                 f"({uses.shared_bytes} bytes) exceed the "
                                 f"{METAL.threadgroup_memory_bytes} bytes of threadgroup memory; "
                                 "use smaller tiles")
-        chunked = [a for a in accs if a not in need_full]
         share = (METAL.threadgroup_memory_bytes - fixed) // max(len(chunked), 1)
         for a in accs:
             layout = AccumulatorLayout.for_tile(a.ty.shape, self.ctx.threads,

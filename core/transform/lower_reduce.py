@@ -5,8 +5,7 @@ Part of pass `lower_tile_ops`, which hands this module every `tl.reduce` call
 softmax's running (max, sum) pairs, combined through the same stages with one barrier for
 both statistics; core/transform/stream_rows.py emits it).
 It sees the kernel through a KernelContext (core/transform/kernel_context.py); its stage
-is checked against the threadgroup bytes the other lowerings published to that context
-(`ReduceLowering.allocate`, after lowering).
+buffers are placed at the kernel's start (`ReduceLowering.allocate`, after lowering).
 
 Expects: `tl.reduce(src, dst, kind, dim, clear)` over whole fragment or local buffers
 (checked by core/language/reduce.py); fragments carry their layouts (layout_inference): a
@@ -50,8 +49,9 @@ serial loops.
 Errors (LoweringError, before any code runs): a destination layout that does not match
 the source's (set elsewhere), a source that is itself replicated or held as simdgroup
 matrices, a thread count the combining groups do not fit evenly (a group over a thread
-count that is not a power of two needs whole simdgroups), stages beyond the 32 KiB of
-threadgroup memory.
+count that is not a power of two needs whole simdgroups). Stages beyond the 32 KiB of
+threadgroup memory are pass merge_threadgroup's to judge: it lets the stage reuse the bytes
+of buffers dead by then and refuses a kernel whose live bytes exceed the limit.
 """
 
 from __future__ import annotations
@@ -78,7 +78,6 @@ SIMD_REDUCE = {"sum": "tl.simd_sum", "abssum": "tl.simd_sum", "max": "tl.simd_ma
 BITWISE = {"bitand": (tirx.bitwise_and, -1), "bitor": (tirx.bitwise_or, 0),
            "bitxor": (tirx.bitwise_xor, 0)}
 STAGE = "red_buf"
-OWNER = "T.reduce"  # the name under which this lowering publishes threadgroup bytes
 
 
 def identity(kind: str, dtype: str):
@@ -199,9 +198,7 @@ class _Plan:
 
 class ReduceLowering:
     """Lowers the tl.reduce calls of one kernel, seen through `ctx` (a KernelContext:
-    thread count and index, fragment table, fresh names). Its stage's bytes are checked
-    against the threadgroup bytes the other lowerings published to `ctx`, and published
-    under OWNER."""
+    thread count and index, fragment table, fresh names)."""
 
     def __init__(self, ctx, body):
         self.ctx = ctx
@@ -262,13 +259,6 @@ class ReduceLowering:
                 offset += p.stage_elems
             size = max(p.stage_elems for p in ps) if overlap else offset
             self.stages[dtype] = tirx.decl_buffer((size,), dtype, STAGE, scope="shared")
-        total = shared_bytes + self._stage_bytes()
-        if total > METAL.threadgroup_memory_bytes:
-            self.fail(self.plans[0].construct if self.plans else "T.reduce",
-                      f"combining across simdgroups needs {total - shared_bytes} bytes of "
-                      f"threadgroup memory beside the kernel's {shared_bytes}; Apple GPUs "
-                      f"allow {METAL.threadgroup_memory_bytes} in all; use fewer rows per "
-                      "threadgroup or fewer threads per row")
 
     def _plan_one(self, call, src, dst, kind, dim, clear, layouts) -> _Plan:
         plan = _Plan(call, kind, dim, clear, src, dst, None, None,
@@ -310,10 +300,6 @@ class ReduceLowering:
             plan.broadcast_offset = plan.stage_elems
             plan.stage_elems += expected.size
         return plan
-
-    def _stage_bytes(self) -> int:
-        return sum(int(b.ty.shape[0]) * DTYPES[str(b.ty.dtype)].bytes
-                   for b in self.stages.values())
 
     def finalize(self, buf, kind):
         """T.finalize_reducer: every element of the reducer `buf` (a local array on every
@@ -413,18 +399,9 @@ class ReduceLowering:
 
     def allocate(self) -> list:
         """The stage buffers, to place at the start of the kernel; called once, after
-        lowering, so the check includes the threadgroup buffers the other lowerings
-        published meanwhile. Publishes the stage's bytes."""
-        ours = self._stage_bytes() + sum(int(b.ty.shape[0]) * DTYPES[str(b.ty.dtype)].bytes
-                                         for b in self.extra)
-        others = self.ctx.threadgroup_bytes(besides=OWNER)
-        if ours and self.shared_bytes + others + ours > METAL.threadgroup_memory_bytes:
-            self.fail("T.reduce", f"the reductions' stage ({ours} bytes), T.gemm's staging "
-                                  f"buffers ({others}) and the kernel's threadgroup buffers "
-                                  f"({self.shared_bytes}) exceed the "
-                                  f"{METAL.threadgroup_memory_bytes} bytes of threadgroup "
-                                  "memory; use smaller tiles")
-        self.ctx.publish_threadgroup_bytes(OWNER, ours)
+        lowering. Their total with the kernel's other threadgroup buffers is not checked
+        here: pass merge_threadgroup lets buffers whose lives do not overlap share bytes
+        and refuses a kernel whose live bytes exceed the limit."""
         return [tirx.AllocBuffer(b) for b in [*self.stages.values(), *self.extra]]
 
     # ---- lowering -----------------------------------------------------------------------

@@ -20,6 +20,7 @@ from core.transform.host_program import host_program
 from core.transform.layout_inference import layout_inference
 from core.transform.legalize import legalize
 from core.transform.lower_tile_ops import lower_tile_ops
+from core.transform.merge_threadgroup import merge_threadgroup
 from core.transform.stream_rows import stream_rows
 from core.transform.split_host_device import split_host_device
 from core.transform.thread_sync import thread_sync
@@ -38,13 +39,15 @@ PASSES = (
     ("vectorize", vectorize),                  # proven-safe runs -> vector loads/stores
     ("flatten_simplify", flatten_simplify),    # flat buffers, simplified indices
     ("thread_sync", thread_sync),              # threadgroup barriers where races are possible
+    ("merge_threadgroup", merge_threadgroup),  # dead threadgroup bytes reused, past 32 KiB only
     ("split_host_device", split_host_device),  # device kernels + launch plan
 )
 
 # Passes whose output the next ones cannot do without (docs/architecture.md gives each reason;
-# layout_inference: lower_tile_ops deals fragments to threads by the layouts it infers).
+# layout_inference: lower_tile_ops deals fragments to threads by the layouts it infers;
+# merge_threadgroup: it checks a kernel's live threadgroup bytes against the limit).
 REQUIRED = ("legalize", "block_swizzle", "host_program", "layout_inference", "lower_tile_ops",
-            "flatten_simplify", "split_host_device")
+            "flatten_simplify", "merge_threadgroup", "split_host_device")
 
 
 def pass_names() -> tuple:

@@ -21,7 +21,9 @@ and what is allowed):
     T.gemm's A and B are shared, fragment or device tiles of one float dtype, C a whole float32
     fragment, a float32 shared tile or a float32/float16/bfloat16 device tile, and the
     shapes agree;
-  - threadgroup memory fits in 32 KiB.
+  - the threadgroup buffers live at once (core/ir/liveness.py: from the first to the last
+    top-level statement of the kernel naming each) fit in 32 KiB; buffers that are never
+    live together may total more (merge_threadgroup gives them shared bytes).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from core.ir import matrix, ops
 from core.ir.capacity import check_capacity_dims
 from core.ir.kernel import func_name, unwrap
 from core.ir.layout import broadcast_dims
+from core.ir.liveness import lives, nbytes, peak, threadgroup_allocs, top_level
 from core.ir.ops import FRAGMENT
 from core.ir.stmt import as_int, children, is_kernel_attr, loads, visit_nodes
 from core.target import METAL, SCALAR_PARAM_DTYPES, SUPPORTED, bits
@@ -108,9 +111,18 @@ class _Verifier:
         self.shared_bytes = 0
         self.stmt(nest.body, parallel=None)
         if self.shared_bytes > METAL.threadgroup_memory_bytes:
-            self.fail("T.alloc_shared",
-                      f"threadgroup memory of one kernel totals {self.shared_bytes} bytes; "
-                      f"Apple GPUs allow at most {METAL.threadgroup_memory_bytes}")
+            # buffers whose lives do not overlap share bytes (pass merge_threadgroup)
+            stmts = top_level(nest.body)
+            allocs = threadgroup_allocs(nest.body)
+            size = {a.buffer.__chandle__(): nbytes(a.buffer) for a in allocs}
+            most, at = peak(stmts, lives(stmts, size), size)
+            if most > METAL.threadgroup_memory_bytes:
+                live = ", ".join(f"'{a.buffer.name}' ({size[a.buffer.__chandle__()]} bytes)"
+                                 for a in allocs if a.buffer.__chandle__() in at)
+                self.fail("T.alloc_shared",
+                          f"threadgroup memory live at once in one kernel ({live}) totals "
+                          f"{most} bytes; Apple GPUs allow at most "
+                          f"{METAL.threadgroup_memory_bytes}")
 
     def stmt(self, s, parallel):
         if is_kernel_attr(s):

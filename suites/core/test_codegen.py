@@ -208,7 +208,7 @@ def test_pipeline_is_named_and_replaceable(run):
                                      "stream_rows", "layout_inference",
                                      "lower_tile_ops", "fold_temporaries", "vectorize",
                                      "flatten_simplify",
-                                     "thread_sync", "split_host_device")
+                                     "thread_sync", "merge_threadgroup", "split_host_device")
 
     @T.prim_func
     def k(A: T.Tensor((32, 32), "float32"), B: T.Tensor((32, 32), "float32")):

@@ -686,8 +686,10 @@ ERRORS = {
                                   r"fragment 's' would need two layouts"),
     "replicated source": (replicated_source, LoweringError,
                           r"T.reduce_sum.*'r'.*itself replicated"),
+    # `big` is read after the reduction: live beside its stage (pass merge_threadgroup)
     "stage beyond 32 KiB": (stage_too_large, LoweringError,
-                            r"T.reduce_sum.*threadgroup memory.*32768"),
+                            r"threadgroup memory: the threadgroup buffers live at once, 'big' "
+                            r"\(32400 bytes\), 'red_buf' \(512 bytes\).*32768"),
 }
 
 
