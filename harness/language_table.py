@@ -76,6 +76,14 @@ LIMITS = {
     "Fragment": "exists; annotating a fragment's layout is rejected (metaltile lays "
                 "fragments out itself)",
     "transpose": "2-D threadgroup (T.alloc_shared) tiles only; a fragment is rejected",
+    "cumsum": "inclusive scan (cummax: running maximum, values only) of a 1-D or 2-D "
+              "threadgroup tile along `dim`, `reverse` from the end, into `dst` (default in "
+              "place); a fragment source is staged through threadgroup memory; per "
+              "simdgroup and segment of 32 simd_prefix_inclusive_sum (cummax: a "
+              "simd_shuffle_up Hillis-Steele scan) plus the previous segment's carry "
+              "(simd_shuffle); simdgroups sharing a line add each other's totals through "
+              "threadgroup memory; float32/float16/bfloat16 (accumulated in float32)/int32/"
+              "uint32; device tensors, local arrays, 3-D tiles and 64-bit values rejected",
     "use_swizzle": "orders 'row' and 'column' on 2-D grids (the real remapping of block "
                    "indices); order='mlx' is rejected",
     "Tensor": "dtypes: " + ", ".join(SUPPORTED),
@@ -138,7 +146,8 @@ for _alias, _of in (("reduce_max", "reduce_sum"), ("reduce_min", "reduce_sum"),
                     ("any_sync", "ballot"), ("all_sync", "ballot"),
                     ("get_warp_idx_sync", "get_warp_idx"),
                     ("reduce_bitor", "reduce_bitand"), ("reduce_bitxor", "reduce_bitand"),
-                    ("atomic_store", "atomic_load"), ("Vectorized", "vectorized")):
+                    ("atomic_store", "atomic_load"), ("cummax", "cumsum"),
+                    ("Vectorized", "vectorized")):
     LIMITS.setdefault(_alias, LIMITS[_of])
 
 GROUP_TITLES = {

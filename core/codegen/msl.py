@@ -94,6 +94,7 @@ INTRINSICS = {  # TIR op -> MSL function
     "tl.simd_shuffle": "simd_shuffle", "tl.simd_shuffle_up": "simd_shuffle_up",
     "tl.simd_shuffle_down": "simd_shuffle_down", "tl.simd_any": "simd_any",
     "tl.simd_all": "simd_all",
+    "tl.simd_prefix_inclusive_sum": "simd_prefix_inclusive_sum",   # T.cumsum
 }
 BARRIER = "threadgroup_barrier(mem_flags::mem_threadgroup);"
 # simdgroup 8x8 matrices (core/ir/matrix.py; buffers of scope MATRIX_SCOPE): types, intrinsics

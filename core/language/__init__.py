@@ -33,6 +33,7 @@ from core.language.quant import decode_e2m1, decode_e4m3
 from core.language.reduce import (alloc_reducer, finalize_reducer, reduce, reduce_absmax,
                                   reduce_abssum, reduce_bitand, reduce_bitor, reduce_bitxor,
                                   reduce_max, reduce_min, reduce_sum)
+from core.language.scan import cummax, cumsum
 from core.language.swizzle import use_swizzle
 from core.language.sync import sync_threads
 from core.language.tileops import clear, copy, fill, transpose

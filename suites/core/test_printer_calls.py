@@ -17,6 +17,7 @@ import tvm
 import core
 import core.language as T
 from core.codegen import msl
+from core.ir import ops
 from core.language import warp
 from harness.check.case import Status, run_case
 from harness.check.compare import assert_close
@@ -158,6 +159,10 @@ WARP_CALLS = {
                                                          "int32"),
                                     _all_lanes(lambda g: 0xFFFF),
                                     "ulong(simd_active_threads_mask())"),
+    # (T.cumsum's per-segment scan, core/language/scan.py; no T.* name of its own)
+    "tl.simd_prefix_inclusive_sum": (
+        lambda v, tx: ops.call("tl.simd_prefix_inclusive_sum", v, dtype="int32"),
+        _per_simdgroup(lambda g: g.cumsum(0)), "simd_prefix_inclusive_sum("),
 }
 
 
