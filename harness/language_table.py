@@ -84,6 +84,10 @@ LIMITS = {
               "(simd_shuffle); simdgroups sharing a line add each other's totals through "
               "threadgroup memory; float32/float16/bfloat16 (accumulated in float32)/int32/"
               "uint32; device tensors, local arrays, 3-D tiles and 64-bit values rejected",
+    "view": "a buffer over the same data (reshape: same dtype), exactly the source's "
+            "elements; dtype only of the same width (as_type); threadgroup, per-thread and "
+            "device buffers (pass resolve_views turns on-chip and retyped accesses into the "
+            "source's); fragment views rejected (metaltile lays fragments out itself)",
     "use_swizzle": "orders 'row' and 'column' on 2-D grids (the real remapping of block "
                    "indices); order='mlx' is rejected",
     "Tensor": "dtypes: " + ", ".join(SUPPORTED),
@@ -146,7 +150,7 @@ for _alias, _of in (("reduce_max", "reduce_sum"), ("reduce_min", "reduce_sum"),
                     ("any_sync", "ballot"), ("all_sync", "ballot"),
                     ("get_warp_idx_sync", "get_warp_idx"),
                     ("reduce_bitor", "reduce_bitand"), ("reduce_bitxor", "reduce_bitand"),
-                    ("atomic_store", "atomic_load"), ("cummax", "cumsum"),
+                    ("atomic_store", "atomic_load"), ("cummax", "cumsum"), ("reshape", "view"),
                     ("Vectorized", "vectorized")):
     LIMITS.setdefault(_alias, LIMITS[_of])
 

@@ -37,6 +37,7 @@ from core.language.scan import cummax, cumsum
 from core.language.swizzle import use_swizzle
 from core.language.sync import sync_threads
 from core.language.tileops import clear, copy, fill, transpose
+from core.language.view import reshape, view
 from core.language.warp import (activemask, all_sync, any_sync, ballot, ballot_sync,
                                 get_lane_idx, get_warp_idx, get_warp_idx_sync, shfl_down,
                                 shfl_sync, shfl_up, shfl_xor, warp_reduce_bitand,

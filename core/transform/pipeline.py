@@ -20,6 +20,7 @@ from core.transform.host_program import host_program
 from core.transform.layout_inference import layout_inference
 from core.transform.legalize import legalize
 from core.transform.lower_tile_ops import lower_tile_ops
+from core.transform.resolve_views import resolve_views
 from core.transform.stream_rows import stream_rows
 from core.transform.split_host_device import split_host_device
 from core.transform.thread_sync import thread_sync
@@ -34,6 +35,7 @@ PASSES = (
     ("stream_rows", stream_rows),              # rows over the register budget -> chunk loops
     ("layout_inference", layout_inference),    # fragments -> (thread, slot)
     ("lower_tile_ops", lower_tile_ops),        # tile ops, T.Parallel -> per-thread loops
+    ("resolve_views", resolve_views),          # T.view accesses -> the viewed buffer's
     ("fold_temporaries", fold_temporaries),    # one-reader local arrays -> computed at the read
     ("vectorize", vectorize),                  # proven-safe runs -> vector loads/stores
     ("flatten_simplify", flatten_simplify),    # flat buffers, simplified indices
@@ -44,7 +46,7 @@ PASSES = (
 # Passes whose output the next ones cannot do without (docs/architecture.md gives each reason;
 # layout_inference: lower_tile_ops deals fragments to threads by the layouts it infers).
 REQUIRED = ("legalize", "block_swizzle", "host_program", "layout_inference", "lower_tile_ops",
-            "flatten_simplify", "split_host_device")
+            "resolve_views", "flatten_simplify", "split_host_device")
 
 
 def pass_names() -> tuple:
