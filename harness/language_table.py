@@ -88,6 +88,9 @@ LIMITS = {
             "elements; dtype only of the same width (as_type); threadgroup, per-thread and "
             "device buffers (pass resolve_views turns on-chip and retyped accesses into the "
             "source's); fragment views rejected (metaltile lays fragments out itself)",
+    "loop_break": "MSL `break;` out of the innermost serial or while loop; refused outside "
+                  "a loop, directly in T.Parallel, and (LoweringError) in a loop that needs "
+                  "a threadgroup barrier inside it",
     "use_swizzle": "orders 'row' and 'column' on 2-D grids (the real remapping of block "
                    "indices); order='mlx' is rejected",
     "Tensor": "dtypes: " + ", ".join(SUPPORTED),

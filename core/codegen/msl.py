@@ -50,8 +50,8 @@ from core.ir import annotations as keys
 from core.ir import ops
 from core.ir.kernel import func_name
 from core.ir.matrix import MATRIX_SCOPE
-from core.ir.stmt import (ByHandle, as_int, atomics_in, bind_ranges, choice_parts, collect, loads,
-                           visit_nodes, walk)
+from core.ir.stmt import (ByHandle, as_int, atomics_in, bind_ranges, children, choice_parts,
+                           collect, loads, visit_nodes, walk)
 from core.target import DTYPES, METAL
 
 # ---- Metal vocabulary ---------------------------------------------------------------------
@@ -368,6 +368,7 @@ class _KernelPrinter:
         self.emit("}")
 
     def while_loop(self, s):
+        _check_break(s)
         self.emit(f"while ({self.expr(s.condition)}) {{")
         self.block(s.body)
         self.emit("}")
@@ -432,6 +433,7 @@ class _KernelPrinter:
             end = f"{v}_end"
         if keys.STREAMED in (s.annotations or {}):
             self.emit(f"// {s.annotations[keys.STREAMED].value}")
+        _check_break(s)
         self.emit(f"for (int {v} = {lo}; {v} < {end}; {inc}) {{")
         self.block(s.body)
         self.emit("}")
@@ -766,6 +768,27 @@ def _thread_scalars(body) -> ByHandle:
     return scalars
 
 
+def _breaks(body) -> bool:
+    """Whether `body` holds a T.loop_break of its own loop (not of a loop inside it)."""
+    if isinstance(body, (tirx.For, tirx.While)):
+        return False
+    if isinstance(body, tirx.Evaluate):
+        return ops.is_tile_call_any(body.value, "tl.loop_break")
+    return any(_breaks(k) for k in children(body))
+
+
+def _check_break(loop):
+    evals = collect(loop.body, tirx.Evaluate)[0]
+    if not any(ops.is_tile_call_any(e.value, "tl.loop_break") for e in evals):
+        return
+    if _breaks(loop.body) and any(ops.is_barrier(e) for e in evals):
+        raise LoweringError(
+            "a loop left with T.loop_break() needs a threadgroup barrier inside it; threads "
+            "may leave it at different iterations and a barrier not every thread reaches "
+            "is undefined in Metal: exchange threadgroup data before or after the loop",
+            construct="T.loop_break")
+
+
 # TIR call op -> its form, for the calls that are not a plain MSL function (INTRINSICS) or
 # a simdgroup matrix call (MATRIX_CALLS). Every entry of the three tables is run on the
 # emulator by suites/core/test_printer_calls.py.
@@ -780,6 +803,7 @@ CALLS = {
     # a simd_vote as its 64-bit lane mask (vote_t is ulong)
     "tl.simd_ballot": lambda p, e, a: f"ulong(simd_ballot({p.expr(a[0])}))",
     "tl.simd_active_threads_mask": lambda p, e, a: "ulong(simd_active_threads_mask())",
+    "tl.loop_break": lambda p, e, a: "break",     # T.loop_break, a statement: `break;`
 }
 
 

@@ -11,6 +11,7 @@ from core.language.atomic import (atomic_add, atomic_addx2, atomic_addx4, atomic
                                   atomic_max, atomic_min, atomic_or, atomic_store)
 from core.language.buffers import (Buffer, Tensor, alloc_fragment, alloc_local, alloc_shared,
                                    alloc_var, dynamic, symbolic)
+from core.language.control import loop_break
 from core.language.eager import StridedTensorType as _StridedTensorType
 from core.language.eager import annotate_capacity_dims, const, empty, macro
 # the compile-time errors (core/errors.py), named by the DSL too: T.KernelDefinitionError

@@ -166,9 +166,41 @@ WARP_CALLS = {
 }
 
 
+def _loop_break_kernel():
+    @T.prim_func
+    def loop_break(A: T.Tensor((64,), "int32"), B: T.Tensor((64,), "int32")):
+        with T.Kernel(1, threads=64):
+            tx = T.get_thread_binding()
+            count = T.alloc_var("int32", 0)
+            for k in T.serial(64):
+                if (A[tx] + k) % 7 == 0:
+                    T.loop_break()
+                count = count + 1
+            B[tx] = count
+    return loop_break
+
+
+# calls printed as statements: op -> (the kernel: int32 A -> int32 B over 64 threads, the
+# oracle, printed form)
+STATEMENT_CALLS = {
+    "tl.loop_break": (_loop_break_kernel, lambda x: torch.tensor(
+        [next(k for k in range(64) if (int(v) + k) % 7 == 0) for v in x]), "break;"),
+}
+
+
 def test_every_call_has_a_case():
     printable = set(msl.INTRINSICS) | set(msl.CALLS) | set(msl.MATRIX_CALLS)
-    assert printable == set(ELEMENTWISE) | set(FAMILY_CALLS) | set(WARP_CALLS)
+    assert printable == set(ELEMENTWISE) | set(FAMILY_CALLS) | set(WARP_CALLS) | \
+        set(STATEMENT_CALLS)
+
+
+@pytest.mark.parametrize("op", sorted(STATEMENT_CALLS))
+def test_statement_call_runs(op, run):
+    build, oracle, form = STATEMENT_CALLS[op]
+    kernel = core.compile(build(), out_idx=[-1])
+    assert form in kernel.msl, kernel.msl
+    a = random_tensor((64,), "int32", sum(map(ord, op))).abs() % 1000
+    assert_close(run(kernel, a), oracle(a).to(torch.int32), what=op)
 
 
 @pytest.mark.parametrize("op", sorted(WARP_CALLS))
