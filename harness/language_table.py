@@ -92,7 +92,9 @@ LIMITS = {
                   "a loop, directly in T.Parallel, and (LoweringError) in a loop that needs "
                   "a threadgroup barrier inside it",
     "use_swizzle": "orders 'row' and 'column' on 2-D grids (the real remapping of block "
-                   "indices); order='mlx' is rejected",
+                   "indices); order='mlx' (a power-of-two panel): MLX's rasterization of a "
+                   "grid launched in MLX's shape, bx // panel, by * panel + bx % panel, "
+                   "applied once where the kernel writes those forms itself",
     "Tensor": "dtypes: " + ", ".join(SUPPORTED),
     "dynamic": "int32 or int64",
     "alloc_shared": "compile-time shapes; all threadgroup memory within 32 KiB",
