@@ -91,6 +91,9 @@ LIMITS = {
     "loop_break": "MSL `break;` out of the innermost serial or while loop; refused outside "
                   "a loop, directly in T.Parallel, and (LoweringError) in a loop that needs "
                   "a threadgroup barrier inside it",
+    "alloc_global": "a device workspace (static shape) the runtime allocates per call, "
+                    "uninitialized, and does not return; shared by every threadgroup and "
+                    "every kernel of the program; scope 'global' only",
     "use_swizzle": "orders 'row' and 'column' on 2-D grids (the real remapping of block "
                    "indices); order='mlx' (a power-of-two panel): MLX's rasterization of a "
                    "grid launched in MLX's shape, bx // panel, by * panel + bx % panel, "

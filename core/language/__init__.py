@@ -9,8 +9,8 @@ from tvm.script import tirx as _tvm_script
 from core.language.allreduce import attr, comm_reducer, evaluate, tvm_thread_allreduce
 from core.language.atomic import (atomic_add, atomic_addx2, atomic_addx4, atomic_load,
                                   atomic_max, atomic_min, atomic_or, atomic_store)
-from core.language.buffers import (Buffer, Tensor, alloc_fragment, alloc_local, alloc_shared,
-                                   alloc_var, dynamic, symbolic)
+from core.language.buffers import (Buffer, Tensor, alloc_fragment, alloc_global, alloc_local,
+                                   alloc_shared, alloc_var, dynamic, symbolic)
 from core.language.control import loop_break
 from core.language.eager import StridedTensorType as _StridedTensorType
 from core.language.eager import annotate_capacity_dims, const, empty, macro

@@ -16,6 +16,7 @@ import time
 from core.transform.block_swizzle import block_swizzle
 from core.transform.flatten_simplify import flatten_simplify
 from core.transform.fold_temporaries import fold_temporaries
+from core.transform.global_workspaces import global_workspaces
 from core.transform.host_program import host_program
 from core.transform.layout_inference import layout_inference
 from core.transform.legalize import legalize
@@ -31,6 +32,7 @@ PASSES = (
     ("legalize", legalize),                    # parse markers -> PARALLEL loops
     ("block_swizzle", block_swizzle),          # T.use_swizzle -> remapped block indices
     ("host_program", host_program),            # host scalars -> Binds around the kernels
+    ("global_workspaces", global_workspaces),  # T.alloc_global -> workspace parameters
     ("verify", verify),                        # clear errors for ill-formed kernels
     ("stream_rows", stream_rows),              # rows over the register budget -> chunk loops
     ("layout_inference", layout_inference),    # fragments -> (thread, slot)
@@ -45,8 +47,9 @@ PASSES = (
 
 # Passes whose output the next ones cannot do without (docs/architecture.md gives each reason;
 # layout_inference: lower_tile_ops deals fragments to threads by the layouts it infers).
-REQUIRED = ("legalize", "block_swizzle", "host_program", "layout_inference", "lower_tile_ops",
-            "resolve_views", "flatten_simplify", "split_host_device")
+REQUIRED = ("legalize", "block_swizzle", "host_program", "global_workspaces",
+            "layout_inference", "lower_tile_ops", "resolve_views", "flatten_simplify",
+            "split_host_device")
 
 
 def pass_names() -> tuple:
