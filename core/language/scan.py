@@ -165,6 +165,12 @@ def _emit(kind, s_buf, s_min, d_buf, d_min, ext, dim, reverse, kernel):
     warp = tirx.floordiv(tid, WARP) if threads > WARP else tirx.const(0, "int32")
     grp, part = tirx.floordiv(warp, per_line), tirx.floormod(warp, per_line)
     chunk = per_line * seg
+    # the carry is read from the segment's last lane; a partial last simdgroup (threads
+    # not a multiple of 32) takes no part but reads its own last lane, which exists
+    last_lane = tirx.IntImm("int32", seg - 1)
+    if threads > WARP and threads % WARP:
+        last_lane = tirx.Select(warp < warps, last_lane,
+                                tirx.IntImm("int32", threads % WARP - 1))
     ident = _identity(kind, cdtype)
 
     def index(mins, line, pos):
@@ -203,8 +209,8 @@ def _emit(kind, s_buf, s_min, d_buf, d_min, ext, dim, reverse, kernel):
                 with _ir.If(ok):
                     with _ir.Then():
                         _ir.buffer_store(d_buf, to(dtype, out), index(d_min, line, pos))
-                _ir.buffer_store(carry, ops.call("tl.simd_shuffle", out, tirx.IntImm(
-                    "int32", seg - 1), dtype=cdtype), [0])
+                _ir.buffer_store(carry, ops.call("tl.simd_shuffle", out, last_lane,
+                                                 dtype=cdtype), [0])
             else:
                 _scan_across(kind, val, partial, sums, carry, lane, warp, grp, part, seg,
                              groups, per_line, ok, d_buf, dtype, index(d_min, line, pos))

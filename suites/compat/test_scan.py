@@ -55,6 +55,7 @@ def _shared_1d(n, threads, kind, reverse, dtype="float32"):
     (100, 64, True),     # a ragged last chunk, reversed
     (70, 16, False),     # fewer threads than a simdgroup
     (33, 32, True),      # one simdgroup, two segments
+    (100, 48, False),    # a partial last simdgroup, which takes no part
 ])
 def test_1d_shared(run, kind, n, threads, reverse):
     kernel = _shared_1d(n, threads, kind, reverse)
