@@ -94,6 +94,12 @@ LIMITS = {
     "alloc_global": "a device workspace (static shape) the runtime allocates per call, "
                     "uninitialized, and does not return; shared by every threadgroup and "
                     "every kernel of the program; scope 'global' only",
+    "import_source": "the MSL source goes into the library once, before the kernels (the "
+                     "emulator compiles it with them); for functions called by "
+                     "T.call_extern",
+    "call_extern": "the call name(args...) of a library function (T.import_source or "
+                   "metal_stdlib); opaque to the barrier planner: pass values, not "
+                   "pointers to threadgroup memory",
     "use_swizzle": "orders 'row' and 'column' on 2-D grids (the real remapping of block "
                    "indices); order='mlx' (a power-of-two panel): MLX's rasterization of a "
                    "grid launched in MLX's shape, bx // panel, by * panel + bx % panel, "

@@ -380,8 +380,15 @@ class _KernelPrinter:
     def evaluate(self, s):
         if ops.is_barrier(s):
             self.emit(BARRIER)
+        elif ops.is_tile_call_any(s.value, "tl.import_source"):
+            self.expr(s.value)
         elif as_int(s.value) is None:
             self.emit(self.expr(s.value) + ";")
+
+    def import_source(self, source):
+        # sorted after metaltile's helpers (keys of their own), one per distinct source
+        self.helpers["~import " + source] = "// T.import_source\n" + source.strip("\n") + "\n"
+        return ""
 
     def block(self, s):
         self.indent += 1
@@ -804,6 +811,10 @@ CALLS = {
     "tl.simd_ballot": lambda p, e, a: f"ulong(simd_ballot({p.expr(a[0])}))",
     "tl.simd_active_threads_mask": lambda p, e, a: "ulong(simd_active_threads_mask())",
     "tl.loop_break": lambda p, e, a: "break",     # T.loop_break, a statement: `break;`
+    # T.call_extern: the named function of the library; T.import_source: user MSL placed
+    # once before the kernels (an empty statement where it stood)
+    "tirx.call_extern": lambda p, e, a: f"{a[0].value}({', '.join(p.expr(x) for x in a[1:])})",
+    "tl.import_source": lambda p, e, a: p.import_source(a[0].value),
 }
 
 

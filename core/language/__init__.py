@@ -16,6 +16,7 @@ from core.language.eager import StridedTensorType as _StridedTensorType
 from core.language.eager import annotate_capacity_dims, const, empty, macro
 # the compile-time errors (core/errors.py), named by the DSL too: T.KernelDefinitionError
 from core.errors import KernelDefinitionError, LoweringError
+from core.language.extern import call_extern, import_source
 from core.language.frontend import prim_func
 from core.language.gemm import GemmWarpPolicy, gemm
 from core.language.kernel import (Kernel, get_block_binding, get_block_bindings,

@@ -180,9 +180,26 @@ def _loop_break_kernel():
     return loop_break
 
 
-# calls printed as statements: op -> (the kernel: int32 A -> int32 B over 64 threads, the
-# oracle, printed form)
+def _extern_kernel():
+    @T.prim_func
+    def user_msl(A: T.Tensor((64,), "int32"), B: T.Tensor((64,), "int32")):
+        with T.Kernel(1, threads=64):
+            T.import_source("inline int twice_plus(int x, int y) { return 2 * x + y; }")
+            tx = T.get_thread_binding()
+            B[tx] = T.call_extern("int32", "twice_plus", A[tx], tx)
+    return user_msl
+
+
+def _twice_plus(x):
+    return 2 * x + torch.arange(64)
+
+
+# calls printed as statements or taken from user MSL: op -> (the kernel: int32 A -> int32
+# B over 64 threads, the oracle, printed form)
 STATEMENT_CALLS = {
+    "tirx.call_extern": (_extern_kernel, _twice_plus, "twice_plus(A[tx], tx)"),
+    "tl.import_source": (_extern_kernel, _twice_plus,
+                         "inline int twice_plus(int x, int y)"),
     "tl.loop_break": (_loop_break_kernel, lambda x: torch.tensor(
         [next(k for k in range(64) if (int(v) + k) % 7 == 0) for v in x]), "break;"),
 }
