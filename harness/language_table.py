@@ -76,8 +76,34 @@ LIMITS = {
     "Fragment": "exists; annotating a fragment's layout is rejected (metaltile lays "
                 "fragments out itself)",
     "transpose": "2-D threadgroup (T.alloc_shared) tiles only; a fragment is rejected",
+    "cumsum": "inclusive scan (cummax: running maximum, values only) of a 1-D or 2-D "
+              "threadgroup tile along `dim`, `reverse` from the end, into `dst` (default in "
+              "place); a fragment source is staged through threadgroup memory; per "
+              "simdgroup and segment of 32 simd_prefix_inclusive_sum (cummax: a "
+              "simd_shuffle_up Hillis-Steele scan) plus the previous segment's carry "
+              "(simd_shuffle); simdgroups sharing a line add each other's totals through "
+              "threadgroup memory; float32/float16/bfloat16 (accumulated in float32)/int32/"
+              "uint32; device tensors, local arrays, 3-D tiles and 64-bit values rejected",
+    "view": "a buffer over the same data (reshape: same dtype), exactly the source's "
+            "elements; dtype only of the same width (as_type); threadgroup, per-thread and "
+            "device buffers (pass resolve_views turns on-chip and retyped accesses into the "
+            "source's); fragment views rejected (metaltile lays fragments out itself)",
+    "loop_break": "MSL `break;` out of the innermost serial or while loop; refused outside "
+                  "a loop, directly in T.Parallel, and (LoweringError) in a loop that needs "
+                  "a threadgroup barrier inside it",
+    "alloc_global": "a device workspace (static shape) the runtime allocates per call, "
+                    "uninitialized, and does not return; shared by every threadgroup and "
+                    "every kernel of the program; scope 'global' only",
+    "import_source": "the MSL source goes into the library once, before the kernels (the "
+                     "emulator compiles it with them); for functions called by "
+                     "T.call_extern",
+    "call_extern": "the call name(args...) of a library function (T.import_source or "
+                   "metal_stdlib); opaque to the barrier planner: pass values, not "
+                   "pointers to threadgroup memory",
     "use_swizzle": "orders 'row' and 'column' on 2-D grids (the real remapping of block "
-                   "indices); order='mlx' is rejected",
+                   "indices); order='mlx' (a power-of-two panel): MLX's rasterization of a "
+                   "grid launched in MLX's shape, bx // panel, by * panel + bx % panel, "
+                   "applied once where the kernel writes those forms itself",
     "Tensor": "dtypes: " + ", ".join(SUPPORTED),
     "dynamic": "int32 or int64",
     "alloc_shared": "compile-time shapes; the threadgroup memory live at once within 32 KiB "
@@ -141,7 +167,8 @@ for _alias, _of in (("reduce_max", "reduce_sum"), ("reduce_min", "reduce_sum"),
                     ("any_sync", "ballot"), ("all_sync", "ballot"),
                     ("get_warp_idx_sync", "get_warp_idx"),
                     ("reduce_bitor", "reduce_bitand"), ("reduce_bitxor", "reduce_bitand"),
-                    ("atomic_store", "atomic_load"), ("Vectorized", "vectorized")):
+                    ("atomic_store", "atomic_load"), ("cummax", "cumsum"), ("reshape", "view"),
+                    ("Vectorized", "vectorized")):
     LIMITS.setdefault(_alias, LIMITS[_of])
 
 GROUP_TITLES = {

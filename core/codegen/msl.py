@@ -50,8 +50,8 @@ from core.ir import annotations as keys
 from core.ir import ops
 from core.ir.kernel import func_name
 from core.ir.matrix import MATRIX_SCOPE
-from core.ir.stmt import (ByHandle, as_int, atomics_in, bind_ranges, choice_parts, collect, loads,
-                           visit_nodes, walk)
+from core.ir.stmt import (ByHandle, as_int, atomics_in, bind_ranges, children, choice_parts,
+                           collect, loads, visit_nodes, walk)
 from core.target import DTYPES, METAL
 
 # ---- Metal vocabulary ---------------------------------------------------------------------
@@ -94,6 +94,7 @@ INTRINSICS = {  # TIR op -> MSL function
     "tl.simd_shuffle": "simd_shuffle", "tl.simd_shuffle_up": "simd_shuffle_up",
     "tl.simd_shuffle_down": "simd_shuffle_down", "tl.simd_any": "simd_any",
     "tl.simd_all": "simd_all",
+    "tl.simd_prefix_inclusive_sum": "simd_prefix_inclusive_sum",   # T.cumsum
 }
 BARRIER = "threadgroup_barrier(mem_flags::mem_threadgroup);"
 # simdgroup 8x8 matrices (core/ir/matrix.py; buffers of scope MATRIX_SCOPE): types, intrinsics
@@ -384,6 +385,7 @@ class _KernelPrinter:
         self.emit("}")
 
     def while_loop(self, s):
+        _check_break(s)
         self.emit(f"while ({self.expr(s.condition)}) {{")
         self.block(s.body)
         self.emit("}")
@@ -395,8 +397,15 @@ class _KernelPrinter:
     def evaluate(self, s):
         if ops.is_barrier(s):
             self.emit(BARRIER)
+        elif ops.is_tile_call_any(s.value, "tl.import_source"):
+            self.expr(s.value)
         elif as_int(s.value) is None:
             self.emit(self.expr(s.value) + ";")
+
+    def import_source(self, source):
+        # sorted after metaltile's helpers (keys of their own), one per distinct source
+        self.helpers["~import " + source] = "// T.import_source\n" + source.strip("\n") + "\n"
+        return ""
 
     def block(self, s):
         self.indent += 1
@@ -459,6 +468,7 @@ class _KernelPrinter:
             end = f"{v}_end"
         if keys.STREAMED in (s.annotations or {}):
             self.emit(f"// {s.annotations[keys.STREAMED].value}")
+        _check_break(s)
         pragma = _unroll_pragma(s)
         if pragma:
             self.emit(pragma)
@@ -796,6 +806,27 @@ def _thread_scalars(body) -> ByHandle:
     return scalars
 
 
+def _breaks(body) -> bool:
+    """Whether `body` holds a T.loop_break of its own loop (not of a loop inside it)."""
+    if isinstance(body, (tirx.For, tirx.While)):
+        return False
+    if isinstance(body, tirx.Evaluate):
+        return ops.is_tile_call_any(body.value, "tl.loop_break")
+    return any(_breaks(k) for k in children(body))
+
+
+def _check_break(loop):
+    evals = collect(loop.body, tirx.Evaluate)[0]
+    if not any(ops.is_tile_call_any(e.value, "tl.loop_break") for e in evals):
+        return
+    if _breaks(loop.body) and any(ops.is_barrier(e) for e in evals):
+        raise LoweringError(
+            "a loop left with T.loop_break() needs a threadgroup barrier inside it; threads "
+            "may leave it at different iterations and a barrier not every thread reaches "
+            "is undefined in Metal: exchange threadgroup data before or after the loop",
+            construct="T.loop_break")
+
+
 # TIR call op -> its form, for the calls that are not a plain MSL function (INTRINSICS) or
 # a simdgroup matrix call (MATRIX_CALLS). Every entry of the three tables is run on the
 # emulator by suites/core/test_printer_calls.py.
@@ -810,6 +841,11 @@ CALLS = {
     # a simd_vote as its 64-bit lane mask (vote_t is ulong)
     "tl.simd_ballot": lambda p, e, a: f"ulong(simd_ballot({p.expr(a[0])}))",
     "tl.simd_active_threads_mask": lambda p, e, a: "ulong(simd_active_threads_mask())",
+    "tl.loop_break": lambda p, e, a: "break",     # T.loop_break, a statement: `break;`
+    # T.call_extern: the named function of the library; T.import_source: user MSL placed
+    # once before the kernels (an empty statement where it stood)
+    "tirx.call_extern": lambda p, e, a: f"{a[0].value}({', '.join(p.expr(x) for x in a[1:])})",
+    "tl.import_source": lambda p, e, a: p.import_source(a[0].value),
 }
 
 

@@ -46,6 +46,13 @@ Each tile op is a TIR `Op` registered from Python (`tvm.ir.register_op_attr`), u
     tl.simd_ballot(pred)                            uint64: bit i set if active lane i's pred
     tl.simd_any/all(pred)                           bool over the active lanes
     tl.simd_active_threads_mask()                   uint64: bit i set if lane i is active
+    tl.import_source(source)                        (a statement) the MSL `source` goes into
+                                                    the library once (T.import_source)
+    tl.loop_break()                                 (a statement) leave the innermost loop:
+                                                    MSL `break;` (T.loop_break)
+    tl.simd_prefix_inclusive_sum(value)             sum of `value` over the active lanes up
+                                                    to and including this one (T.cumsum,
+                                                    core/language/scan.py)
                                                     (the warp-level constructs,
                                                     core/language/warp.py)
 
@@ -71,6 +78,9 @@ INTRINSICS = ("tl.threadgroup_barrier",
               "tl.simd_and", "tl.simd_or", "tl.simd_xor", "tl.simd_shuffle",
               "tl.simd_shuffle_up", "tl.simd_shuffle_down", "tl.simd_ballot", "tl.simd_any",
               "tl.simd_all", "tl.simd_active_threads_mask",
+              "tl.simd_prefix_inclusive_sum",  # T.cumsum (core/language/scan.py)
+              "tl.loop_break",        # T.loop_break (core/language/control.py)
+              "tl.import_source",     # T.import_source (core/language/extern.py)
               "tl.atomic")            # T.atomic_add/max/min (core/language/atomic.py)
 _OPAQUE = 3  # CallEffectKind.Opaque: never removed or reordered by TVM's passes
 

@@ -11,6 +11,13 @@ The mapping, `block_order`: threadgroups launched one after another (consecutive
 ids) cover a panel of `panel` tile rows ("row") or columns ("column") before moving on;
 panels alternate direction. It is a permutation of the grid, on Python ints or on TIR
 expressions.
+
+Order "mlx" (`MLX`, TileLang's Metal GEMM option) is MLX's steel-GEMM rasterization for a
+grid launched in MLX's shape (x: the tile columns times the panel, y: the tile rows over
+the panel, rounded up): the threadgroup at (bx, by) computes tile
+(bx >> log2(panel), (by << log2(panel)) + (bx & (panel - 1))) (`mlx_order`); the panel is
+a power of two. It is not a permutation of the grid (a ragged last panel gives rows past
+the tiles, which the kernel guards, as MLX and TileLang's example do).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from tvm import tirx
 from core.ir.annotations import SWIZZLE_PATTERN
 
 ORDERS = ("row", "column")
+MLX = "mlx"
 
 
 def _int_ops():
@@ -58,6 +66,13 @@ def block_order(order: str, panel: int, gx, gy, bx, by):
     along = select(mod(index, 2) == 1, along_extent - 1 - forward, forward)
     across = mod(offset, width) + index * panel
     return (along, across) if order == "row" else (across, along)
+
+
+def mlx_order(panel: int, bx, by):
+    """(bx', by') of MLX's rasterization (see the module doc): ints or TIR expressions."""
+    if isinstance(bx, int) and isinstance(by, int):
+        return bx // panel, by * panel + bx % panel
+    return tirx.floordiv(bx, panel), by * panel + tirx.floormod(bx, panel)
 
 
 def is_swizzle_attr(stmt) -> bool:

@@ -9,12 +9,14 @@ from tvm.script import tirx as _tvm_script
 from core.language.allreduce import attr, comm_reducer, evaluate, tvm_thread_allreduce
 from core.language.atomic import (atomic_add, atomic_addx2, atomic_addx4, atomic_load,
                                   atomic_max, atomic_min, atomic_or, atomic_store)
-from core.language.buffers import (Buffer, Tensor, alloc_fragment, alloc_local, alloc_shared,
-                                   alloc_var, dynamic, symbolic)
+from core.language.buffers import (Buffer, Tensor, alloc_fragment, alloc_global, alloc_local,
+                                   alloc_shared, alloc_var, dynamic, symbolic)
+from core.language.control import loop_break
 from core.language.eager import StridedTensorType as _StridedTensorType
 from core.language.eager import annotate_capacity_dims, const, empty, macro
 # the compile-time errors (core/errors.py), named by the DSL too: T.KernelDefinitionError
 from core.errors import KernelDefinitionError, LoweringError
+from core.language.extern import call_extern, import_source
 from core.language.frontend import prim_func
 from core.language.gemm import GemmWarpPolicy, gemm
 from core.language.kernel import (Kernel, get_block_binding, get_block_bindings,
@@ -33,9 +35,11 @@ from core.language.quant import decode_e2m1, decode_e4m3
 from core.language.reduce import (alloc_reducer, finalize_reducer, reduce, reduce_absmax,
                                   reduce_abssum, reduce_bitand, reduce_bitor, reduce_bitxor,
                                   reduce_max, reduce_min, reduce_sum)
+from core.language.scan import cummax, cumsum
 from core.language.swizzle import use_swizzle
 from core.language.sync import sync_threads
 from core.language.tileops import clear, copy, fill, transpose
+from core.language.view import reshape, view
 from core.language.warp import (activemask, all_sync, any_sync, ballot, ballot_sync,
                                 get_lane_idx, get_warp_idx, get_warp_idx_sync, shfl_down,
                                 shfl_sync, shfl_up, shfl_xor, warp_reduce_bitand,

@@ -6,6 +6,8 @@ Storage scopes (what the rest of the compiler sees in `buffer.ty.storage_scope`)
     "local.fragment"  T.alloc_fragment: a tile spread over the threads (core/ir/layout.py);
                       named FRAGMENT in core/ir/ops.py, where the passes read it
     "local"           T.alloc_local / T.alloc_var: private to each thread
+    "global"          also T.alloc_global: a device workspace, made a parameter by pass
+                      global_workspaces
 """
 
 from __future__ import annotations
@@ -81,6 +83,17 @@ def alloc_shared(shape, dtype="float32", scope="shared"):
 def alloc_fragment(shape, dtype="float32", scope=FRAGMENT):
     """Register tile spread over the threads of the threadgroup (layout: core/ir/layout.py)."""
     return _alloc(shape, dtype, FRAGMENT, "T.alloc_fragment")
+
+
+def alloc_global(shape, dtype="float32", scope="global"):
+    """A device-memory workspace (TileLang's T.alloc_global): the runtime allocates it for
+    each call (uninitialized) and does not return it; every threadgroup and every kernel
+    of the program sees the same buffer (pass global_workspaces makes it a parameter)."""
+    construct = "T.alloc_global"
+    if scope != "global":
+        raise KernelDefinitionError(f"scope={scope!r}: a global workspace is in device "
+                                    "memory; allowed: 'global'", construct=construct)
+    return _alloc(shape, dtype, "global", construct)
 
 
 def alloc_local(shape, dtype="float32", scope="local"):

@@ -9,6 +9,14 @@ together. Emitted as an AttrStmt `threadblock_swizzle_pattern` (node: the order,
 the panel size) around the rest of the kernel body; the attribute and the mapping
 (`block_order`) are defined in core/ir/swizzle.py, and core/transform/block_swizzle.py
 substitutes the block indices.
+
+order="mlx" (TileLang's Metal GEMM option): the grid is launched in MLX's shape and the
+block indices after the call are MLX's rasterization, bx' = bx // panel and
+by' = by * panel + bx % panel (core/ir/swizzle.py, `mlx_order`), as TileLang's Metal code
+generator redefines blockIdx. Where the kernel already writes that arithmetic itself
+(`bx // panel`, `bx % panel`, `by * panel`: TileLang's example computes its logical tile
+so), it keeps its meaning, as TileLang's generator recognizes those forms, so the
+rasterization is applied once; the panel must be a power of two.
 """
 
 from __future__ import annotations
@@ -19,19 +27,14 @@ from tvm.tirx.script.builder import ir as _ir
 
 from core.errors import KernelDefinitionError
 from core.ir.annotations import SWIZZLE_PATTERN
-from core.ir.swizzle import ORDERS
+from core.ir.swizzle import MLX, ORDERS
 
 
 def use_swizzle(panel_size: int, order: str = "row", enable: bool = True):
     """Remap the block indices of the rest of the kernel body (see the module doc)."""
-    if order == "mlx":
-        raise KernelDefinitionError(
-            "order='mlx' remaps a grid launched in MLX's own shape (x scaled up by the "
-            "panel, y down), which a T.Kernel grid is not; allowed orders: 'row', 'column'",
-            construct="T.use_swizzle")
-    if order not in ORDERS:
+    if order not in ORDERS + (MLX,):
         raise KernelDefinitionError(f"order={order!r} is not allowed; allowed: "
-                                    f"{', '.join(map(repr, ORDERS))}",
+                                    f"{', '.join(map(repr, ORDERS + (MLX,)))}",
                                     construct="T.use_swizzle")
     if isinstance(panel_size, tirx.IntImm):
         panel_size = int(panel_size.value)
@@ -39,6 +42,10 @@ def use_swizzle(panel_size: int, order: str = "row", enable: bool = True):
         raise KernelDefinitionError(f"panel_size={panel_size!r} must be a positive int "
                                     "known when the kernel is defined",
                                     construct="T.use_swizzle")
+    if order == MLX and panel_size & (panel_size - 1):
+        raise KernelDefinitionError(
+            f"panel_size={panel_size} with order='mlx' must be a power of two (MLX's "
+            "rasterization shifts by log2 of the panel)", construct="T.use_swizzle")
     if not isinstance(enable, (bool, int)):
         raise KernelDefinitionError(f"enable={enable!r} must be a Python bool",
                                     construct="T.use_swizzle")

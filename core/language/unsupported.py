@@ -41,7 +41,6 @@ _BY_NAME = (
      "persistent-kernel scheduling is not implemented"),
     (("im2col", "c2d_im2col"), "im2col tile ops are not implemented"),
     (("gemm_sp",), "sparse GEMM is not implemented"),
-    (("cumsum", "cummax"), "scan tile ops are not implemented"),
     (("inline",), "T.inline is not supported; use T.macro"),
     (("Ref", "JITFunc", "PrimFunc", "annotate_compile_flags", "annotate_pass_configs"),
      "this part of TileLang's JIT internals is not supported; use @core.jit on an eager "

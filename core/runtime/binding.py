@@ -43,7 +43,8 @@ def _torch():
 
 
 def output_indices(program, out_idx) -> list:
-    n = len(program.params)
+    # workspaces (last) are not the user's parameters: out_idx=-1 is the last of those
+    n = sum(1 for p in program.params if p.name not in program.workspaces)
     if out_idx is None:
         return []
     idx = [out_idx] if isinstance(out_idx, int) else list(out_idx)

@@ -16,11 +16,13 @@ import time
 from core.transform.block_swizzle import block_swizzle
 from core.transform.flatten_simplify import flatten_simplify
 from core.transform.fold_temporaries import fold_temporaries
+from core.transform.global_workspaces import global_workspaces
 from core.transform.host_program import host_program
 from core.transform.layout_inference import layout_inference
 from core.transform.legalize import legalize
 from core.transform.lower_tile_ops import lower_tile_ops
 from core.transform.merge_threadgroup import merge_threadgroup
+from core.transform.resolve_views import resolve_views
 from core.transform.stream_rows import stream_rows
 from core.transform.split_host_device import split_host_device
 from core.transform.thread_sync import thread_sync
@@ -31,10 +33,12 @@ PASSES = (
     ("legalize", legalize),                    # parse markers -> PARALLEL loops
     ("block_swizzle", block_swizzle),          # T.use_swizzle -> remapped block indices
     ("host_program", host_program),            # host scalars -> Binds around the kernels
+    ("global_workspaces", global_workspaces),  # T.alloc_global -> workspace parameters
     ("verify", verify),                        # clear errors for ill-formed kernels
     ("stream_rows", stream_rows),              # rows over the register budget -> chunk loops
     ("layout_inference", layout_inference),    # fragments -> (thread, slot)
     ("lower_tile_ops", lower_tile_ops),        # tile ops, T.Parallel -> per-thread loops
+    ("resolve_views", resolve_views),          # T.view accesses -> the viewed buffer's
     ("fold_temporaries", fold_temporaries),    # one-reader local arrays -> computed at the read
     ("vectorize", vectorize),                  # proven-safe runs -> vector loads/stores
     ("flatten_simplify", flatten_simplify),    # flat buffers, simplified indices
@@ -46,8 +50,9 @@ PASSES = (
 # Passes whose output the next ones cannot do without (docs/architecture.md gives each reason;
 # layout_inference: lower_tile_ops deals fragments to threads by the layouts it infers;
 # merge_threadgroup: it checks a kernel's live threadgroup bytes against the limit).
-REQUIRED = ("legalize", "block_swizzle", "host_program", "layout_inference", "lower_tile_ops",
-            "flatten_simplify", "merge_threadgroup", "split_host_device")
+REQUIRED = ("legalize", "block_swizzle", "host_program", "global_workspaces",
+            "layout_inference", "lower_tile_ops", "resolve_views", "flatten_simplify",
+            "merge_threadgroup", "split_host_device")
 
 
 def pass_names() -> tuple:

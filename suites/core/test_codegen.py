@@ -204,10 +204,11 @@ def test_half_stores_are_explicit_conversions(run):
 
 
 def test_pipeline_is_named_and_replaceable(run):
-    assert pipeline.pass_names() == ("legalize", "block_swizzle", "host_program", "verify",
+    assert pipeline.pass_names() == ("legalize", "block_swizzle", "host_program",
+                                     "global_workspaces", "verify",
                                      "stream_rows", "layout_inference",
-                                     "lower_tile_ops", "fold_temporaries", "vectorize",
-                                     "flatten_simplify",
+                                     "lower_tile_ops", "resolve_views", "fold_temporaries",
+                                     "vectorize", "flatten_simplify",
                                      "thread_sync", "merge_threadgroup", "split_host_device")
 
     @T.prim_func
@@ -240,7 +241,8 @@ def test_compile_records_the_time_of_each_pass_it_runs():
     assert all(isinstance(s, float) and s >= 0 for s in timings.values())
     stopped = {}
     pipeline.run(k, stop_after="verify", timings=stopped)
-    assert list(stopped) == ["legalize", "block_swizzle", "host_program", "verify"]
+    assert list(stopped) == ["legalize", "block_swizzle", "host_program", "global_workspaces",
+                             "verify"]
 
 
 def test_compile_cache_is_structural_not_by_name(tmp_path, monkeypatch):

@@ -17,6 +17,7 @@ import tvm
 import core
 import core.language as T
 from core.codegen import msl
+from core.ir import ops
 from core.language import warp
 from harness.check.case import Status, run_case
 from harness.check.compare import assert_close
@@ -158,12 +159,65 @@ WARP_CALLS = {
                                                          "int32"),
                                     _all_lanes(lambda g: 0xFFFF),
                                     "ulong(simd_active_threads_mask())"),
+    # (T.cumsum's per-segment scan, core/language/scan.py; no T.* name of its own)
+    "tl.simd_prefix_inclusive_sum": (
+        lambda v, tx: ops.call("tl.simd_prefix_inclusive_sum", v, dtype="int32"),
+        _per_simdgroup(lambda g: g.cumsum(0)), "simd_prefix_inclusive_sum("),
+}
+
+
+def _loop_break_kernel():
+    @T.prim_func
+    def loop_break(A: T.Tensor((64,), "int32"), B: T.Tensor((64,), "int32")):
+        with T.Kernel(1, threads=64):
+            tx = T.get_thread_binding()
+            count = T.alloc_var("int32", 0)
+            for k in T.serial(64):
+                if (A[tx] + k) % 7 == 0:
+                    T.loop_break()
+                count = count + 1
+            B[tx] = count
+    return loop_break
+
+
+def _extern_kernel():
+    @T.prim_func
+    def user_msl(A: T.Tensor((64,), "int32"), B: T.Tensor((64,), "int32")):
+        with T.Kernel(1, threads=64):
+            T.import_source("inline int twice_plus(int x, int y) { return 2 * x + y; }")
+            tx = T.get_thread_binding()
+            B[tx] = T.call_extern("int32", "twice_plus", A[tx], tx)
+    return user_msl
+
+
+def _twice_plus(x):
+    return 2 * x + torch.arange(64)
+
+
+# calls printed as statements or taken from user MSL: op -> (the kernel: int32 A -> int32
+# B over 64 threads, the oracle, printed form)
+STATEMENT_CALLS = {
+    "tirx.call_extern": (_extern_kernel, _twice_plus, "twice_plus(A[tx], tx)"),
+    "tl.import_source": (_extern_kernel, _twice_plus,
+                         "inline int twice_plus(int x, int y)"),
+    "tl.loop_break": (_loop_break_kernel, lambda x: torch.tensor(
+        [next(k for k in range(64) if (int(v) + k) % 7 == 0) for v in x]), "break;"),
 }
 
 
 def test_every_call_has_a_case():
     printable = set(msl.INTRINSICS) | set(msl.CALLS) | set(msl.MATRIX_CALLS)
-    assert printable == set(ELEMENTWISE) | set(FAMILY_CALLS) | set(WARP_CALLS)
+    assert printable == set(ELEMENTWISE) | set(FAMILY_CALLS) | set(WARP_CALLS) | \
+        set(STATEMENT_CALLS)
+
+
+@pytest.mark.parametrize("op", sorted(STATEMENT_CALLS))
+def test_statement_call_runs(op, run):
+    build, oracle, form = STATEMENT_CALLS[op]
+    kernel = core.compile(build(), out_idx=[-1])
+    assert form in kernel.msl, kernel.msl
+    a = random_tensor((64,), "int32", sum(map(ord, op))).abs() % 1000
+    assert_close(run(kernel, a), oracle(a).to(torch.int32), what=op)
 
 
 @pytest.mark.parametrize("op", sorted(WARP_CALLS))

@@ -91,3 +91,20 @@ def test_two_swizzles_in_one_kernel_are_rejected():
     with pytest.raises(KernelDefinitionError, match="kernel 'twice', T.use_swizzle: is called "
                                                     "twice in one kernel"):
         pipeline.run(twice, stop_after="block_swizzle")
+
+
+def test_mlx_order_remaps_bare_indices_once():
+    """order="mlx": bare bx/by become MLX's rasterization; the kernel's own bx // panel,
+    bx % panel and by * panel keep their meaning (the rasterization applies once)."""
+    @T.prim_func
+    def mlx(O: T.Tensor((8, 8), "int32"), P: T.Tensor((8, 8), "int32")):
+        with T.Kernel(8, 2, threads=32) as (bx, by):
+            T.use_swizzle(4, order="mlx")
+            O[by * 4 + bx % 4, bx // 4] = 1
+            P[by, bx] = 2
+
+    out = pipeline.run(mlx, stop_after="block_swizzle")
+    assert not _swizzles(out)
+    (o,), (p,) = stores(out, "O"), stores(out, "P")
+    assert [str(i) for i in o.indices] == ["by * 4 + bx % 4", "bx // 4"]
+    assert [str(i) for i in p.indices] == ["by * 4 + bx % 4", "bx // 4"]
