@@ -70,6 +70,22 @@ def bits(name: str) -> int:
     return DTYPES[name].bits
 
 
+# Names MSL source cannot use for a kernel, a parameter or a variable: C++'s keywords (MSL
+# is C++-based) and MSL's own (address spaces, function qualifiers, the `metal` namespace).
+MSL_KEYWORDS = frozenset("""
+alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
+char32_t class compl concept const consteval constexpr constinit const_cast continue co_await
+co_return co_yield decltype default delete do double dynamic_cast else enum explicit export
+extern false float for friend goto if inline int long mutable namespace new noexcept not
+not_eq nullptr operator or or_eq private protected public register reinterpret_cast requires
+return short signed sizeof static static_assert static_cast struct switch template this
+thread_local throw true try typedef typeid typename union unsigned using virtual void volatile
+wchar_t while xor xor_eq
+kernel vertex fragment device constant thread threadgroup threadgroup_imageblock ray_data
+object_data visible stage_in metal main
+""".split())
+
+
 @dataclass(frozen=True)
 class MetalTarget:
     """Limits and rules of the Apple GPUs metaltile compiles for."""

@@ -52,15 +52,14 @@ from core.ir.kernel import func_name
 from core.ir.matrix import MATRIX_SCOPE
 from core.ir.stmt import (ByHandle, as_int, atomics_in, bind_ranges, children, choice_parts,
                            collect, loads, visit_nodes, walk)
-from core.target import DTYPES, METAL
+from core.target import DTYPES, METAL, MSL_KEYWORDS
 
 # ---- Metal vocabulary ---------------------------------------------------------------------
 
 TYPES = {name: d.msl for name, d in DTYPES.items()}          # core/target.py
 TYPE_BYTES = {name: d.bytes for name, d in DTYPES.items()}
 # Names a kernel variable cannot take: the printer's own and MSL words, the type names.
-RESERVED_NAMES = {"args", "tgid", "tpos", "kernel", "device", "thread", "threadgroup",
-                  "constant"} | set(TYPES.values())
+RESERVED_NAMES = {"args", "tgid", "tpos"} | MSL_KEYWORDS | set(TYPES.values())
 ADDRESS_SPACES = {"global": "device", "shared": "threadgroup", "local": "thread"}
 BUILTINS = {  # launch tag prefix -> (parameter declaration, variable)
     "blockIdx": ("uint3 tgid [[threadgroup_position_in_grid]]", "tgid"),

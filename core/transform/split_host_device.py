@@ -31,7 +31,7 @@ from core.ir import matrix
 from core.ir import program as P
 from core.ir.kernel import func_name, top_level, unwrap, with_attr
 from core.ir.stmt import atomics_in, free_vars, is_kernel_attr, seq, walk
-from core.target import DTYPES
+from core.target import DTYPES, MSL_KEYWORDS
 
 
 def _param_views(func):
@@ -48,12 +48,7 @@ def _param_views(func):
 
 
 # Names a device function cannot have in MSL (C++ reserves `main`; the rest are MSL words).
-RESERVED = {"main", "kernel", "vertex", "fragment", "device", "constant", "thread",
-            "threadgroup", "void", "metal", "double", "unsigned", "signed", "auto", "return",
-            "struct", "class", "union", "enum", "template", "static", "const", "inline", "new",
-            "delete", "this", "operator", "sizeof", "true", "false", "if", "else", "for",
-            "while", "do", "switch", "case", "default", "break", "continue", "goto", "using",
-            "namespace", "typedef"} | {d.msl for d in DTYPES.values()}
+RESERVED = MSL_KEYWORDS | {d.msl for d in DTYPES.values()}
 
 
 class _Split:
