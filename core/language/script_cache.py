@@ -374,6 +374,11 @@ _RHS = "__tvm_rhs_var__"   # the name TVMScript's assignment binds the value to
 _UNPACKED = (tuple, list, tvm_ffi.Array)
 
 
+def _is_var(value) -> bool:
+    from tvm.ir import Var
+    return isinstance(value, Var)
+
+
 def _eval_assign(target, source):
     """`evaluator._eval_assign`: TVMScript's compile-and-exec of `target = <source>` (the
     names a statement's left-hand side binds), with the compiled code of a known target
@@ -392,6 +397,10 @@ def _eval_assign(target, source):
             for name, value in zip(target.elts, values):
                 bound[name.id] = value
             return bound
+    if (kind is doc.Tuple or kind is doc.List) and len(target.elts) == 1 \
+            and type(target.elts[0]) is doc.Name and _is_var(source):
+        # `with T.Kernel(n) as (bx,)`: TileLang's one block index, unpacked
+        return {target.elts[0].id: source}
     key = _key(target) if isinstance(target, doc.AST) else None
     if key is None:
         return _tvm_eval_assign(target, source)

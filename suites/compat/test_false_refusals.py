@@ -7,9 +7,11 @@ from __future__ import annotations
 import re
 
 import pytest
+import torch
 
 import core
 import core.language as T
+from core.errors import KernelDefinitionError
 from harness.check import barriers
 from harness.check.compare import assert_close
 from harness.gen.inputs import random_tensor
@@ -172,3 +174,113 @@ def test_a_python_value_assigned_to_a_name_decides_by_truthiness(run, swizzle_pa
     a = random_tensor((M,), "float32", 8)
     expected = a.double() * 3 if swizzle_panel else a.double() + 1
     assert_close(run(core.compile(k, out_idx=[1]), a), expected, "float32")
+
+
+# ---- parsing: slice stores, `as (bx,)`, `and` / T.if_then_else on TIR conditions ----------
+
+def test_slice_store_is_an_element_wise_copy(run):
+    R, N = 3, 48
+
+    @T.prim_func
+    def k(A: T.Tensor((R, N), "float32"), B: T.Tensor((R, N), "float32"),
+          C: T.Tensor((R, 16), "float32")):
+        with T.Kernel(R, threads=32) as bx:
+            S = T.alloc_shared((N,), "float32")
+            S[0:N] = A[bx, 0:N]
+            B[bx, 0:N] = S[0:N]
+            C[bx, 0:16] = 2.0            # a scalar: a fill
+
+    a = random_tensor((R, N), "float32", 9)
+    b, c = run(core.compile(k, out_idx=[1, 2]), a)
+    assert_close(b, a.double(), "float32")
+    assert_close(c, a.double()[:, :16] * 0 + 2, "float32")
+
+
+def test_slice_store_of_a_tuple_is_a_clear_error():
+    with pytest.raises(KernelDefinitionError, match=r"kernel 'k', B\[a:b\] = .*tuple"):
+        @T.prim_func
+        def k(A: T.Tensor((16,), "float32"), B: T.Tensor((16,), "float32")):
+            with T.Kernel(1, threads=16):
+                B[0:16] = A                  # a buffer: a copy; fine
+                B[0:2] = (1.0, 2.0)          # neither a slice nor a scalar
+
+
+def test_kernel_as_one_element_tuple_unpacks_the_block_index(run):
+    N = 32
+
+    @T.prim_func
+    def k(A: T.Tensor((4, N), "float32"), B: T.Tensor((4, N), "float32")):
+        with T.Kernel(4, threads=N) as (bx,):
+            for i in T.Parallel(N):
+                B[bx, i] = A[bx, i] + bx
+
+    a = random_tensor((4, N), "float32", 10)
+    expected = a.double() + torch.arange(4).double()[:, None]
+    assert_close(run(core.compile(k, out_idx=[1]), a), expected, "float32")
+
+
+@core.jit
+def _eager_conditions(A):
+    N = T.const("N")
+    A: T.Tensor((N,), "float32")
+    B = T.empty((N,), "float32")
+    C = T.empty((N,), "float32")
+    with T.Kernel(1, threads=32) as (bx,):
+        for i in T.Parallel(N):
+            B[i] = T.if_then_else((i == 0) and (A[i] > 0), 1.0, A[i])
+            C[i] = T.if_then_else(i != 0, A[i] * 2.0, -1.0)
+    return B, C
+
+
+@core.jit
+def _eager_slice_copy(A):
+    N = T.const("N")
+    A: T.Tensor((N,), "float32")
+    B = T.empty((N,), "float32")
+    with T.Kernel(1, threads=32):
+        B[0:N] = A[0:N]
+    return B
+
+
+@core.jit
+def _eager_two_names_for_one_block_index(A):
+    N = T.const("N")
+    A: T.Tensor((N,), "float32")
+    B = T.empty((N,), "float32")
+    with T.Kernel(1, threads=32) as (bx, by):
+        for i in T.Parallel(N):
+            B[i] = A[i] + bx + by
+    return B
+
+
+def test_eager_with_names_more_block_indices_than_the_grid_has():
+    with pytest.raises(KernelDefinitionError, match=r"names 2 values but the context gives 1"):
+        _eager_two_names_for_one_block_index(random_tensor((32,), "float32", 13))
+
+
+def test_eager_tir_conditions_build_the_tir_expression():
+    from suites.eager.conftest import run_eager
+    a = random_tensor((64,), "float32", 11)
+    a[0] = abs(a[0]) + 0.5
+    b, c = run_eager(_eager_conditions, a)
+    idx = torch.arange(64)
+    assert_close(b, torch.where((idx == 0) & (a > 0), 1.0, a).double(), "float32")
+    assert_close(c, torch.where(idx != 0, a * 2, -1.0).double(), "float32")
+    assert_close(run_eager(_eager_slice_copy, a), a.double(), "float32")
+
+
+def test_prim_func_tir_conditions_with_and():
+    N = 32
+
+    @T.prim_func
+    def k(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=N):
+            for i in T.Parallel(N):
+                B[i] = T.if_then_else((i == 0) and (A[i] > 0), 1.0, A[i])
+
+    a = random_tensor((N,), "float32", 12)
+    a[0] = abs(a[0]) + 0.5
+    kernel = core.compile(k, out_idx=[1])
+    b = kernel(a)
+    assert kernel.last_run.findings == []
+    assert_close(b, torch.where(torch.arange(N) == 0, 1.0, a).double(), "float32")
