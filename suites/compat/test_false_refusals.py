@@ -284,3 +284,49 @@ def test_prim_func_tir_conditions_with_and():
     b = kernel(a)
     assert kernel.last_run.findings == []
     assert_close(b, torch.where(torch.arange(N) == 0, 1.0, a).double(), "float32")
+
+
+# ---- a section one thread runs (`for z in T.Parallel(1)`) ----------------------------------
+
+def _top_k(N, K):
+    # a selection sort of the K largest into a shared index array: iteration kk reads the
+    # indices thread 0 chose in iterations 0 .. kk - 1
+    @T.prim_func
+    def k(A: T.Tensor((N,), "float32"), I: T.Tensor((K,), "int32")):
+        with T.Kernel(1, threads=64):
+            S = T.alloc_shared((N,), "float32")
+            idx = T.alloc_shared((K,), "int32")
+            for i in T.Parallel(N):
+                S[i] = A[i]
+            for _z in T.Parallel(1):
+                for kk in T.serial(K):
+                    best = T.alloc_var("int32")
+                    best_v = T.alloc_var("float32")
+                    best = 0
+                    best_v = -T.infinity("float32")
+                    for j in T.serial(N):
+                        taken = T.alloc_var("int32")
+                        taken = 0
+                        for p in T.serial(kk):
+                            if idx[p] == j:
+                                taken = 1
+                        if taken == 0 and S[j] > best_v:
+                            best = j
+                            best_v = S[j]
+                    idx[kk] = best
+            for i in T.Parallel(K):
+                I[i] = idx[i]
+    return k
+
+
+@pytest.mark.parametrize("K", [4, 8])   # I is written by one thread (K=4) or two
+def test_one_thread_section_reads_its_own_earlier_writes(run, K):
+    N = 64
+    kernel = core.compile(_top_k(N, K), out_idx=[1])
+    a = random_tensor((N,), "float32", 14)
+    got = run(kernel, a)
+    assert torch.equal(got.long(), torch.topk(a, K).indices)
+    assert_close(a[got.long()], torch.topk(a, K).values.double(), "float32")
+    report = barriers.check_barriers(kernel, [a])
+    assert report.ok and not report.redundant and report.barriers
+    assert all(b.necessary for b in report.barriers)
