@@ -11,7 +11,9 @@ and what is allowed):
   - scalar parameters have a supported dtype, buffers a supported dtype and scope;
   - T.Parallel extents are constants, T.Parallel loops are not nested and contain no
     tile ops or T.Kernel;
-  - a fragment is read or written only whole by tile ops, or inside a T.Parallel whose
+  - a fragment is read or written whole by tile ops, element-wise outside T.Parallel
+    (every thread runs such a statement and holds the whole fragment, TileLang's
+    replicated value: layout_inference and lower_tile_ops), or inside a T.Parallel whose
     extents equal its shape, indexed exactly by the loop variables (unit extents ignored
     on both sides: `acc[j]` in T.Parallel(1, D)); a fragment of another shape may also be
     read with a subset of the loop variables, in order, and 0 on its unit dims (`mx[i]` in
@@ -35,6 +37,7 @@ from tvm.tirx import is_buffer_var
 from core.errors import KernelDefinitionError
 from core.ir import matrix, ops
 from core.ir.capacity import check_capacity_dims
+from core.ir.invariance import per_thread_replicated_stores
 from core.ir.kernel import func_name, unwrap
 from core.ir.layout import broadcast_dims
 from core.ir.ops import FRAGMENT
@@ -107,6 +110,14 @@ class _Verifier:
                                   "another to launch several kernels")
         self.shared_bytes = 0
         self.stmt(nest.body, parallel=None)
+        for st in per_thread_replicated_stores(nest):
+            self.fail(f"fragment '{st.buffer.name}'",
+                      f"is written as {st.buffer.name}[{', '.join(map(str, st.indices))}] = "
+                      f"{st.value} outside T.Parallel, where every thread holds the whole "
+                      "fragment and computes the same value into its own copy; this element "
+                      "or value (or the `if` around the store) depends on the thread, so the "
+                      "copies would differ. Write it inside T.Parallel, or keep per-thread "
+                      "values in T.alloc_local")
         if self.shared_bytes > METAL.threadgroup_memory_bytes:
             self.fail("T.alloc_shared",
                       f"threadgroup memory of one kernel totals {self.shared_bytes} bytes; "
@@ -190,10 +201,7 @@ class _Verifier:
             return
         verb = "written" if write else "read"
         if parallel is None:
-            self.fail(f"fragment '{buf.name}'",
-                      f"is {verb} element-wise outside T.Parallel; a fragment is spread over "
-                      "the threads, so access it inside `for i, j in T.Parallel(...)` or "
-                      "whole with T.copy/T.fill (use T.alloc_local for per-thread arrays)")
+            return  # every thread holds it (layout_inference); lower_tile_ops checks values
         shape = tuple(as_int(d) for d in buf.ty.shape)
         extents = tuple(as_int(lp.extent) for lp in parallel)
         loop_vars = [lp.loop_var for lp in parallel]

@@ -330,3 +330,73 @@ def test_one_thread_section_reads_its_own_earlier_writes(run, K):
     report = barriers.check_barriers(kernel, [a])
     assert report.ok and not report.redundant and report.barriers
     assert all(b.necessary for b in report.barriers)
+
+
+# ---- a fragment element written outside T.Parallel: every thread holds it ------------------
+
+def test_replicated_fragment_element_accumulated_outside_parallel(run):
+    # examples/deepseek_mhc/example_mhc_pre.py's norm: `rms = T.alloc_fragment(1, ...)`
+    # accumulated by every thread in a serial loop, then read in T.Parallel
+    S, NT, H = 4, 6, 24
+
+    @T.prim_func
+    def k(sq: T.Tensor((S, NT), "float32"), mul: T.Tensor((S, NT, H), "float32"),
+          out: T.Tensor((NT, H), "float32")):
+        with T.Kernel(NT, threads=96) as i:
+            rms = T.alloc_fragment(1, "float32")
+            mixes = T.alloc_fragment(H, "float32")
+            T.clear(mixes)
+            rms[0] = 0
+            for i_split in T.serial(S):
+                rms[0] += sq[i_split, i]
+            rms[0] = T.rsqrt(rms[0] / H + 1e-6)
+            for j in T.Parallel(H):
+                mixes[j] = 0
+                for i_split in T.serial(S):
+                    mixes[j] += mul[i_split, i, j]
+                mixes[j] *= rms[0]
+            T.copy(mixes, out[i, 0])
+
+    sq = random_tensor((S, NT), "float32", 15).abs()
+    mul = random_tensor((S, NT, H), "float32", 16)
+    expected = mul.double().sum(0) * torch.rsqrt(sq.double().sum(0) / H + 1e-6)[:, None]
+    assert_close(run(core.compile(k, out_idx=[2]), sq, mul), expected, "float32")
+
+
+def test_replicated_fragment_lse_from_reductions_stored_by_one_writer(run):
+    # lse[0] = log(sum) + max from two reductions that every thread holds, then stored
+    R, N = 5, 512
+
+    @T.prim_func
+    def k(A: T.Tensor((R, N), "float32"), OUT: T.Tensor((R,), "float32")):
+        with T.Kernel(R, threads=128) as bx:
+            x = T.alloc_fragment((N,), "float32")
+            m = T.alloc_fragment((1,), "float32")
+            s = T.alloc_fragment((1,), "float32")
+            lse = T.alloc_fragment((1,), "float32")
+            T.copy(A[bx, 0], x)
+            T.reduce_max(x, m, dim=0)
+            for j in T.Parallel(N):
+                x[j] = T.exp(x[j] - m[0])
+            T.reduce_sum(x, s, dim=0)
+            lse[0] = T.log(s[0]) + m[0]
+            OUT[bx] = lse[0]
+
+    kernel = core.compile(k, out_idx=[1])
+    assert _guards(kernel.msl) == 1          # thread 0 stores OUT[bx]
+    a = random_tensor((R, N), "float32", 17)
+    assert_close(run(kernel, a), torch.logsumexp(a.double(), 1), "float32")
+
+
+def test_a_per_thread_value_into_a_replicated_fragment_is_a_clear_error():
+    @T.prim_func
+    def k(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64):
+            r = T.alloc_fragment((1,), "float32")
+            r[0] = A[T.get_thread_binding()]
+            for i in T.Parallel(64):
+                B[i] = r[0]
+
+    with pytest.raises(KernelDefinitionError,
+                       match=r"kernel 'k', fragment 'r'.*depends on the thread"):
+        core.compile(k, out_idx=[1])
