@@ -400,3 +400,29 @@ def test_a_per_thread_value_into_a_replicated_fragment_is_a_clear_error():
     with pytest.raises(KernelDefinitionError,
                        match=r"kernel 'k', fragment 'r'.*depends on the thread"):
         core.compile(k, out_idx=[1])
+
+
+def test_replicated_fragment_elements_as_loop_bounds_and_conditions(run):
+    # examples/gemm_streamk's start_iter[0] / end_iter[0]: (1,) fragments every thread
+    # computes, then a serial loop between them and a condition on an accumulator
+    N = 64
+
+    @T.prim_func
+    def k(A: T.Tensor((N,), "float32"), R: T.Tensor((2,), "int32"),
+          B: T.Tensor((1,), "float32")):
+        with T.Kernel(1, threads=32):
+            start = T.alloc_fragment((1,), "int32")
+            end = T.alloc_fragment((1,), "int32")
+            acc = T.alloc_fragment((1,), "float32")
+            start[0] = R[0]
+            end[0] = T.min(R[1], N)
+            acc[0] = 0.0
+            for j in T.serial(start[0], end[0]):
+                if acc[0] < 1000.0:
+                    acc[0] += A[j]
+            B[0] = acc[0]
+
+    a = random_tensor((N,), "float32", 18)
+    r = torch.tensor([3, 40], dtype=torch.int32)
+    assert_close(run(core.compile(k, out_idx=[2]), a, r), a.double()[3:40].sum()[None],
+                 "float32")
