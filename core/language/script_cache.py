@@ -61,6 +61,8 @@ from tvm.script.parser.core.parser import Parser, ScriptMacro
 from tvm.script.parser.tirx.entry import TIRMacro
 from tvm.tirx.script.parser import parser as _tirx_parser
 
+from core.errors import KernelDefinitionError
+
 
 _ATOMIC = frozenset({int, float, str, bool, bytes, complex, type(None), type(Ellipsis)})
 
@@ -397,9 +399,13 @@ def _eval_assign(target, source):
             for name, value in zip(target.elts, values):
                 bound[name.id] = value
             return bound
-    if (kind is doc.Tuple or kind is doc.List) and len(target.elts) == 1 \
-            and type(target.elts[0]) is doc.Name and _is_var(source):
+    if (kind is doc.Tuple or kind is doc.List) and _is_var(source) \
+            and all(type(e) is doc.Name for e in target.elts):
         # `with T.Kernel(n) as (bx,)`: TileLang's one block index, unpacked
+        if len(target.elts) != 1:
+            raise KernelDefinitionError(
+                f"names {len(target.elts)} values but gets one TIR variable (T.Kernel gives "
+                "one block index per grid dimension)", construct="`... as (...)`")
         return {target.elts[0].id: source}
     key = _key(target) if isinstance(target, doc.AST) else None
     if key is None:

@@ -426,3 +426,13 @@ def test_replicated_fragment_elements_as_loop_bounds_and_conditions(run):
     r = torch.tensor([3, 40], dtype=torch.int32)
     assert_close(run(core.compile(k, out_idx=[2]), a, r), a.double()[3:40].sum()[None],
                  "float32")
+
+
+def test_kernel_as_two_names_for_one_block_index_is_a_clear_error():
+    with pytest.raises(KernelDefinitionError,
+                       match=r"kernel 'k', `... as \(...\)`.*names 2 values"):
+        @T.prim_func
+        def k(A: T.Tensor((32,), "float32")):
+            with T.Kernel(1, threads=32) as (bx, by):
+                for i in T.Parallel(32):
+                    A[i] = A[i] + bx + by
