@@ -201,6 +201,12 @@ def single_writer_stores(nest) -> set:
     return {_h(st) for st in _Invariance(nest).solve()}
 
 
+def replicated_fragments(nest) -> set:
+    """Handles of the fragments of `nest` accessed element-wise outside T.Parallel: every
+    thread holds them whole (layout_inference)."""
+    return set(_Invariance(nest).replicated)
+
+
 def per_thread_replicated_stores(nest) -> list:
     """The BufferStores of `nest` outside T.Parallel, to a fragment every thread holds
     whole, whose element, value or enclosing condition may differ between threads: each

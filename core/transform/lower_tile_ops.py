@@ -297,7 +297,8 @@ class _KernelLowering:
 
         for ld in loads(body):  # checked first: errors cannot leave structural_map
             entry = frags.get(ld.source)
-            if entry is not None and not own(entry[1]):
+            if entry is not None and not own(entry[1]) and entry[1].threads != 1:
+                # (one holder: every thread holds every element, any read is local)
                 self.check_broadcast(ld, entry[1], loop_vars, layout)
         written = []
         walk(body, lambda s: written.append(s.buffer) if isinstance(s, tirx.BufferStore)

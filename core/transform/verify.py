@@ -13,7 +13,8 @@ and what is allowed):
     tile ops or T.Kernel;
   - a fragment is read or written whole by tile ops, element-wise outside T.Parallel
     (every thread runs such a statement and holds the whole fragment, TileLang's
-    replicated value: layout_inference and lower_tile_ops), or inside a T.Parallel whose
+    replicated value: layout_inference and lower_tile_ops; inside T.Parallel such a
+    fragment may then be read at any index), or inside a T.Parallel whose
     extents equal its shape, indexed exactly by the loop variables (unit extents ignored
     on both sides: `acc[j]` in T.Parallel(1, D)); a fragment of another shape may also be
     read with a subset of the loop variables, in order, and 0 on its unit dims (`mx[i]` in
@@ -37,7 +38,7 @@ from tvm.tirx import is_buffer_var
 from core.errors import KernelDefinitionError
 from core.ir import matrix, ops
 from core.ir.capacity import check_capacity_dims
-from core.ir.invariance import per_thread_replicated_stores
+from core.ir.invariance import per_thread_replicated_stores, replicated_fragments
 from core.ir.kernel import func_name, unwrap
 from core.ir.layout import broadcast_dims
 from core.ir.ops import FRAGMENT
@@ -109,6 +110,7 @@ class _Verifier:
             self.fail("T.Kernel", "T.Kernel blocks cannot be nested; write them one after "
                                   "another to launch several kernels")
         self.shared_bytes = 0
+        self.replicated = replicated_fragments(nest)
         self.stmt(nest.body, parallel=None)
         for st in per_thread_replicated_stores(nest):
             self.fail(f"fragment '{st.buffer.name}'",
@@ -207,6 +209,8 @@ class _Verifier:
         loop_vars = [lp.loop_var for lp in parallel]
         if _indexed_by_loop(indices, shape, loop_vars, extents):
             return
+        if not write and buf.__chandle__() in self.replicated:
+            return  # every thread holds it whole: any element is local
         if not write and shape != extents and \
                 broadcast_dims(indices, loop_vars, shape) is not None:
             return  # a broadcast read (`mx[i]` in T.Parallel(bM, N), `mx[0]` of a (1,)

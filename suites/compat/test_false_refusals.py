@@ -436,3 +436,24 @@ def test_kernel_as_two_names_for_one_block_index_is_a_clear_error():
             with T.Kernel(1, threads=32) as (bx, by):
                 for i in T.Parallel(32):
                     A[i] = A[i] + bx + by
+
+
+def test_replicated_fragment_read_at_any_element_in_parallel(run):
+    R, N = 4, 32
+
+    @T.prim_func
+    def k(A: T.Tensor((R, N), "float32"), B: T.Tensor((R, N), "float32")):
+        with T.Kernel(R, threads=64) as bx:
+            stats = T.alloc_fragment((2,), "float32")     # [sum, max], every thread's own
+            stats[0] = 0.0
+            stats[1] = -T.infinity("float32")
+            for j in T.serial(N):
+                stats[0] += A[bx, j]
+                stats[1] = T.max(stats[1], A[bx, j])
+            for i in T.Parallel(N):
+                B[bx, i] = (A[bx, i] - stats[1]) * stats[0]
+
+    a = random_tensor((R, N), "float32", 19)
+    ad = a.double()
+    expected = (ad - ad.max(1, keepdim=True).values) * ad.sum(1, keepdim=True)
+    assert_close(run(core.compile(k, out_idx=[1]), a), expected, "float32")

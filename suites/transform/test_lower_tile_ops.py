@@ -136,7 +136,7 @@ def replicated_element(A: T.Tensor((4, 32), "float32"), B: T.Tensor((4, 32), "fl
         r[1] = r[0] * 2.0
         t[0] = r[1] - r[0]
         for i in T.Parallel(32):
-            B[bx, i] = A[bx, i] - t[0]
+            B[bx, i] = A[bx, i] - t[0] + r[1]     # any element of r: every thread holds it
 
 
 def test_a_fragment_element_outside_parallel_is_held_whole_by_every_thread():
