@@ -25,8 +25,8 @@ read by another thread would need a device-memory barrier after the one writer's
 Stores under a thread-dependent `if` are left alone: the kernel already chose its writers.
 A fragment accessed element-wise outside T.Parallel is held whole by every thread
 (layout_inference gives it that layout) and is treated as a local buffer: invariant when
-all its writes are; `per_thread_replicated_stores` lists the statement-level stores to
-one that are not (verify refuses them).
+all its writes are; `replicated_fragments` lists them and the statement-level stores to
+one that are not (verify refuses those).
 """
 
 from __future__ import annotations
@@ -201,20 +201,15 @@ def single_writer_stores(nest) -> set:
     return {_h(st) for st in _Invariance(nest).solve()}
 
 
-def replicated_fragments(nest) -> set:
-    """Handles of the fragments of `nest` accessed element-wise outside T.Parallel: every
-    thread holds them whole (layout_inference)."""
-    return set(_Invariance(nest).replicated)
-
-
-def per_thread_replicated_stores(nest) -> list:
-    """The BufferStores of `nest` outside T.Parallel, to a fragment every thread holds
-    whole, whose element, value or enclosing condition may differ between threads: each
-    thread would hold a different value of one replicated element."""
-    if nest.num_threads == 1:
-        return []
+def replicated_fragments(nest) -> tuple[set, list]:
+    """(handles, stores): the fragments of `nest` accessed element-wise outside T.Parallel
+    (every thread holds them whole, layout_inference), and the BufferStores outside
+    T.Parallel to one of them whose element, value or enclosing condition may differ
+    between threads: each thread would hold a different value of one replicated element."""
     inv = _Invariance(nest)
+    if not inv.replicated or nest.num_threads == 1:
+        return set(inv.replicated), []
     inv.solve()
-    return [st for st, conds, par in inv.stores
-            if _h(st.buffer) in inv.replicated and not par
-            and not inv._store_ok(st, conds, par)]
+    return set(inv.replicated), [st for st, conds, par in inv.stores
+                                 if _h(st.buffer) in inv.replicated and not par
+                                 and not inv._store_ok(st, conds, par)]

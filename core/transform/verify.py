@@ -38,7 +38,7 @@ from tvm.tirx import is_buffer_var
 from core.errors import KernelDefinitionError
 from core.ir import matrix, ops
 from core.ir.capacity import check_capacity_dims
-from core.ir.invariance import per_thread_replicated_stores, replicated_fragments
+from core.ir.invariance import replicated_fragments
 from core.ir.kernel import func_name, unwrap
 from core.ir.layout import broadcast_dims
 from core.ir.ops import FRAGMENT
@@ -110,9 +110,9 @@ class _Verifier:
             self.fail("T.Kernel", "T.Kernel blocks cannot be nested; write them one after "
                                   "another to launch several kernels")
         self.shared_bytes = 0
-        self.replicated = replicated_fragments(nest)
+        self.replicated, per_thread = replicated_fragments(nest)
         self.stmt(nest.body, parallel=None)
-        for st in per_thread_replicated_stores(nest):
+        for st in per_thread:
             self.fail(f"fragment '{st.buffer.name}'",
                       f"is written as {st.buffer.name}[{', '.join(map(str, st.indices))}] = "
                       f"{st.value} outside T.Parallel, where every thread holds the whole "
