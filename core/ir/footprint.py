@@ -6,11 +6,15 @@ enumerates the index over every combination of the thread indices and of the loo
 index (or a guard) reads, with numpy (vector accesses contribute their
 `lanes` consecutive elements) and records which thread touches which element. When the
 index depends on anything else (block indices, parameters, loaded values, loops with
-symbolic bounds) the footprint is `unknown`, which callers treat as "may touch anything".
+symbolic bounds) the footprint is `unknown`, which callers treat as "may touch anything";
+its threads may still be known: `single_thread` is the one thread making the access when
+the guards (enumerated over the thread indices and constant-range loops) leave one (a
+section `for z in T.Parallel(1)` runs under `if (v < 1)`).
 A simdgroup matrix load/store (`Footprint.of_tile`) touches its whole 8x8 tile at each
 point, as one unit per simdgroup.
 
 `may_race(a, b)`: could two *different* threads touch one element, one of them writing?
+Two accesses that one and the same thread makes never race, whatever their elements.
 Two atomic updates (`atomic=True`, T.atomic_*) never race with each other; an atomic and a
 plain access do.
 """
@@ -69,6 +73,9 @@ class Footprint:
     match: frozenset | None = None
     atomic: bool = False                   # an atomic update (a write that orders itself)
     points: _Points | None = field(default=None, repr=False)
+    # the linear id of the one thread that makes every point of the access, or None (more
+    # than one, or not known); computed on first use, from the guards alone
+    single: _Points | None = field(default=None, repr=False)
     loop_vars: tuple = ()                  # the loop variables the points are enumerated on
     # Handles of `buffer` and of `loop_vars`: what comparisons use. A TVM Var's `==`
     # builds an EQ expression, so sets and dicts of Vars cost an FFI call per hit.
@@ -103,13 +110,21 @@ class Footprint:
         dropped; a guard that cannot be enumerated is ignored, which only adds points).
         The points are enumerated when a comparison first needs them."""
         fp = cls(buffer, write, size=_flat_size(buffer), atomic=atomic)
+        thread_axes, guards = tuple(thread_axes), tuple(guards)
+        loops = _used_loops(index, loops, guards)
         if fp.size:
-            thread_axes, guards = tuple(thread_axes), tuple(guards)
-            loops = _used_loops(index, loops, guards)
             fp.set_loops(loops)
             fp.points = _Points(lambda: _inside(
                 _points(index, thread_axes, loops, guards), fp.size))
+        if guards:
+            fp.single = _Points(lambda: _single_thread(thread_axes, loops, guards))
         return fp
+
+    def single_thread(self) -> int | None:
+        """The one thread making this access (known from its guards), or None."""
+        if self.single is None:
+            return None
+        return self.single.get()
 
     def set_loops(self, loops):
         """Enumerate the points over `loops` (LoopRange)."""
@@ -184,7 +199,8 @@ def may_race(a: Footprint, b: Footprint) -> bool:
     if a.buffer_key != b.buffer_key or not (a.write or b.write) or (a.atomic and b.atomic):
         return False
     if a.unknown or b.unknown:
-        return True
+        t = a.single_thread()
+        return t is None or t != b.single_thread()
     common = [k for k in a.loop_keys if k in b.loop_keys and (a.match is None or k in a.match)
               and (b.match is None or k in b.match)]
     if common:
@@ -250,10 +266,11 @@ def _used_loops(index, loops, guards) -> tuple:
     return tuple(lp for lp in loops if lp.var.__chandle__() in used)
 
 
-def _points(index, thread_axes, loops, guards, sample=1, per_point=1):
+def _points(index, thread_axes, loops, guards, sample=1, per_point=1, strict=False):
     """(element, linear thread id, (value of each loop's variable)) of every enumerated
     point where all guards hold, or None when `index` cannot be enumerated. `loops`: the
-    loops to enumerate (`_used_loops`). The first thread axis steps by `sample`."""
+    loops to enumerate (`_used_loops`). The first thread axis steps by `sample`. A guard
+    that cannot be enumerated is ignored, or with `strict` makes the answer None."""
     axes = [(v, e, sample if k == 0 else 1, 0) for k, (v, e, _) in enumerate(thread_axes)]
     axes += [(lp.var, lp.extent, 1, lp.start) for lp in loops]
     if prod(-(-e // step) for _, e, step, _ in axes) * per_point > MAX_POINTS:
@@ -275,6 +292,8 @@ def _points(index, thread_axes, loops, guards, sample=1, per_point=1):
         mask = _eval(g, env, ndim)
         if mask is not None:
             keep = keep & np.asarray(mask, dtype=bool)
+        elif strict:
+            return None
     arrays = np.broadcast_arrays(elements, tid, keep, *(env[lp.var.__chandle__()]
                                                         for lp in loops))
     elements, tid, keep = arrays[:3]
@@ -284,6 +303,21 @@ def _points(index, thread_axes, loops, guards, sample=1, per_point=1):
         def pick(a):
             return a[keep]
     return pick(elements), pick(tid), tuple(pick(a) for a in arrays[3:])
+
+
+def _single_thread(thread_axes, loops, guards):
+    """The linear thread id of the one thread for which the guards hold at some point of
+    the thread indices and `loops` (the guards' own constant-range loops), or None (none,
+    several, or a guard that cannot be enumerated: then every thread may pass it)."""
+    used = set()
+    for g in guards:
+        used.update(v.__chandle__() for v in free_vars(g))
+    loops = [lp for lp in loops if lp.var.__chandle__() in used]
+    points = _points(tirx.IntImm("int32", 0), thread_axes, loops, guards, strict=True)
+    if points is None:
+        return None
+    threads = np.unique(points[1])
+    return int(threads[0]) if threads.size == 1 else None
 
 
 _BINARY = {

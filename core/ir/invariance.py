@@ -23,6 +23,10 @@ device or threadgroup buffer, whose indices and value are invariant; a device bu
 stores qualify only when the kernel reads it nowhere but inside such stores' values (a
 read by another thread would need a device-memory barrier after the one writer's store).
 Stores under a thread-dependent `if` are left alone: the kernel already chose its writers.
+A fragment accessed element-wise outside T.Parallel is held whole by every thread
+(layout_inference gives it that layout) and is treated as a local buffer: invariant when
+all its writes are; `replicated_fragments` lists them and the statement-level stores to
+one that are not (verify refuses those).
 """
 
 from __future__ import annotations
@@ -50,7 +54,10 @@ class _Invariance:
         self.read_by = {}            # global buffer handle -> [stores whose own exprs read it]
         self.read_elsewhere = set()  # global buffers read by conditions, bounds, tile ops
         self.written = set()         # global buffers written in any way
+        self.num_threads = nest.num_threads
+        self.replicated = set()      # fragments accessed element-wise outside T.Parallel
         self._scan(nest.body, conds=[], parallel=False)
+        self.locals |= self.replicated   # every thread holds all of it: as a local
 
     # ---- one walk collecting what the fixed point needs -------------------------------
     def _scan(self, s, conds, parallel):
@@ -62,15 +69,19 @@ class _Invariance:
                 self.parallel_vars.add(_h(s.loop_var))
                 parallel = True
             conds = conds + [s.min, s.extent]
-            self._read_elsewhere(s.min, s.extent)
+            self._read_elsewhere(s.min, s.extent, parallel=parallel)
         if isinstance(s, tirx.IfThenElse):
-            self._read_elsewhere(s.condition)
+            self._read_elsewhere(s.condition, parallel=parallel)
             for case in (s.then_case, s.else_case):
                 if case is not None:
                     self._scan(case, conds + [s.condition], parallel)
             return
         if isinstance(s, tirx.BufferStore):
             self.stores.append((s, conds, parallel))
+            if not parallel:
+                self._replicated(s.value, *s.indices)
+                if ops.buffer_scope(s.buffer) == FRAGMENT:
+                    self.replicated.add(_h(s.buffer))
             if ops.buffer_scope(s.buffer) == "global":
                 self.written.add(_h(s.buffer))
             for e in (s.value, *s.indices):
@@ -89,12 +100,20 @@ class _Invariance:
             for a in atomics_in(call):
                 if ops.buffer_scope(a.buffer) == "global":
                     self.written.add(_h(a.buffer))
-            self._read_elsewhere(call)
+            self._read_elsewhere(call, parallel=parallel or ops.is_tile_call(call))
             return
         for k in children(s):
             self._scan(k, conds, parallel)
 
-    def _read_elsewhere(self, *exprs):
+    def _replicated(self, *exprs):
+        for e in exprs:
+            for ld in loads(e):
+                if ops.buffer_scope(ld.source) == FRAGMENT:
+                    self.replicated.add(_h(ld.source))
+
+    def _read_elsewhere(self, *exprs, parallel=True):
+        if not parallel:
+            self._replicated(*exprs)
         for e in exprs:
             for ld in loads(e):
                 if ops.buffer_scope(ld.source) == "global":
@@ -145,6 +164,8 @@ class _Invariance:
             return False
         if ops.is_tile_call(call, "tl.fill"):
             return self.invariant(call.args[1]) and all(map(self.invariant, regions[0].mins))
+        if ops.is_tile_call(call, "tl.reduce") and h in self.replicated:
+            return True   # the whole source combined: alike on every thread holding it
         if ops.is_tile_call(call, "tl.copy"):
             src, dst = regions
             return src.scope != FRAGMENT and self._readable(src.buffer) and all(
@@ -153,7 +174,7 @@ class _Invariance:
 
     def _readable(self, buf):
         scope, h = ops.buffer_scope(buf), _h(buf)
-        if scope == "local":
+        if scope == "local" or h in self.replicated:
             return h in self.locals
         if scope == "global":
             return h not in self.written or h in self.single
@@ -178,3 +199,17 @@ def single_writer_stores(nest) -> set:
     if nest.num_threads == 1:
         return set()
     return {_h(st) for st in _Invariance(nest).solve()}
+
+
+def replicated_fragments(nest) -> tuple[set, list]:
+    """(handles, stores): the fragments of `nest` accessed element-wise outside T.Parallel
+    (every thread holds them whole, layout_inference), and the BufferStores outside
+    T.Parallel to one of them whose element, value or enclosing condition may differ
+    between threads: each thread would hold a different value of one replicated element."""
+    inv = _Invariance(nest)
+    if not inv.replicated or nest.num_threads == 1:
+        return set(inv.replicated), []
+    inv.solve()
+    return set(inv.replicated), [st for st, conds, par in inv.stores
+                                 if _h(st.buffer) in inv.replicated and not par
+                                 and not inv._store_ok(st, conds, par)]

@@ -16,6 +16,7 @@ from numbers import Integral
 
 import tvm
 from tvm.script import tirx as _T
+from tvm.ir._overload_prim_expr import EqualOp, NotEqualOp
 from tvm.tirx.script.builder import ir as _ir
 
 from core.errors import KernelDefinitionError
@@ -101,9 +102,15 @@ def alloc_local(shape, dtype="float32", scope="local"):
     return _alloc(shape, dtype, "local", "T.alloc_local")
 
 
+_EQ_OPS = (EqualOp, NotEqualOp)
+
+
 def var_value(x):
     """The element load a `T.alloc_var` stands for (TVMScript wraps it so that `x = ...`
-    assigns); any other value unchanged."""
+    assigns), the TIR comparison `a == b` / `a != b` stands for (TVM returns a Python
+    wrapper, `EqualOp`, that Python's `bool` can read); any other value unchanged."""
+    if isinstance(x, _EQ_OPS):
+        return x.asobject()
     scalar = getattr(x, "scalar", None)
     return scalar if isinstance(scalar, tvm.ir.TensorLoad) else x
 

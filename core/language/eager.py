@@ -43,13 +43,14 @@ from dataclasses import dataclass, field
 from numbers import Integral
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
 from tvm.tirx.script.builder import ir as _ir
 
 from core.errors import KernelDefinitionError, MetaltileError
 from core.ir import annotations as keys
-from core.language import script_cache
+from core.language import script_cache, slice_store
 from core.language.buffers import var_value
 from core.language.dtypes import dtype_name
 
@@ -376,6 +377,18 @@ class Helpers:
                 IRBuilder.name(n, v)
 
     @staticmethod
+    def unpack_with(value, count):
+        """The values `with ... as (a, b)` unpacks: a single TIR var (T.Kernel's one block
+        index) is one value, as TileLang's `as (bx,)` reads it."""
+        if isinstance(value, tvm.ir.Var):
+            value = (value,)
+        if isinstance(value, (tuple, list, tvm_ffi.Array)) and len(value) != count:
+            current("with ... as").fail(
+                "`with ... as (...)`", f"names {count} values but the context gives "
+                f"{len(value)} (T.Kernel gives one block index per grid dimension)")
+        return value
+
+    @staticmethod
     def range(*args):
         """`range(...)` in a kernel function is a serial TIR loop, as in TVMScript."""
         step = args[2] if len(args) == 3 else 1
@@ -422,12 +435,8 @@ class Helpers:
             current("store").fail(f"tensor '{buf.name}'", "is stored to before its "
                                   f"`{buf.name}: T.Tensor(...)` declaration")
         idx = list(index) if isinstance(index, tuple) else [index]
-        if any(isinstance(i, slice) for i in idx):
-            from core.language.tileops import copy, fill
-            region = buf[tuple(idx)]
-            if _is_tir(value) or isinstance(value, (int, float)):
-                return fill(region, _expr(value))
-            return copy(value, region)
+        if slice_store.has_slice(idx):
+            return slice_store.store(buf, idx, value)
         _ir.buffer_store(buf, _expr(value), [_expr(i) for i in idx])
 
     @staticmethod
@@ -541,11 +550,18 @@ class _Rewriter(ast.NodeTransformer):
     def visit_With(self, node):
         self.generic_visit(node)
         named = []
-        for item in node.items:
+        for n, item in enumerate(node.items):
+            targets = item.optional_vars
+            if isinstance(targets, (ast.Tuple, ast.List)):
+                # `as (bx,)`: the values are unpacked by `unpack_with` (one block index)
+                tmp = f"__mt_with_{n}__"
+                item.optional_vars = ast.Name(tmp, ast.Store())
+                named.append(ast.Assign(targets=[targets], value=_call(
+                    "unpack_with", ast.Name(tmp, ast.Load()), ast.Constant(len(targets.elts)))))
             if item.optional_vars is not None:
                 names = ast.Tuple([ast.Constant(n) for n in _target_names(item.optional_vars)],
                                   ast.Load())
-                value = ast.parse(ast.unparse(item.optional_vars), mode="eval").body
+                value = ast.parse(ast.unparse(targets), mode="eval").body
                 named.append(ast.Expr(_call("name_vars", names, value)))
         node.body = named + node.body
         return node

@@ -21,13 +21,14 @@ from tvm.tirx.script.builder import ir as _ir
 from core.errors import KernelDefinitionError, MetaltileError
 from core.ir.capacity import check_capacity_dims
 from core.ir.kernel import with_attr
-from core.language import compare, conditions, script_cache, script_eval
+from core.language import compare, conditions, script_cache, script_eval, slice_store
 from core.language.buffers import Buffer
 from core.language.dtypes import dtype
 from core.language.kernel import Kernel
 
 compare.install()     # int32 < int64 promotes inside kernels too (core/language/compare.py)
 conditions.install()  # Python values decide `if` and ternaries at trace time (conditions.py)
+slice_store.install()  # `B[a:b] = A[a:b]` is a T.copy, `B[a:b] = x` a T.fill (slice_store.py)
 script_cache.install()  # the evaluator's compiled expressions are reused (script_cache.py)
 script_eval.install()   # common expression shapes are evaluated directly (script_eval.py)
 # the DSL's own values (T.Tensor/T.Buffer, T.Kernel(...), dtypes), and TVMScript's wrapper of

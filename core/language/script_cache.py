@@ -61,6 +61,8 @@ from tvm.script.parser.core.parser import Parser, ScriptMacro
 from tvm.script.parser.tirx.entry import TIRMacro
 from tvm.tirx.script.parser import parser as _tirx_parser
 
+from core.errors import KernelDefinitionError
+
 
 _ATOMIC = frozenset({int, float, str, bool, bytes, complex, type(None), type(Ellipsis)})
 
@@ -374,6 +376,11 @@ _RHS = "__tvm_rhs_var__"   # the name TVMScript's assignment binds the value to
 _UNPACKED = (tuple, list, tvm_ffi.Array)
 
 
+def _is_var(value) -> bool:
+    from tvm.ir import Var
+    return isinstance(value, Var)
+
+
 def _eval_assign(target, source):
     """`evaluator._eval_assign`: TVMScript's compile-and-exec of `target = <source>` (the
     names a statement's left-hand side binds), with the compiled code of a known target
@@ -392,6 +399,14 @@ def _eval_assign(target, source):
             for name, value in zip(target.elts, values):
                 bound[name.id] = value
             return bound
+    if (kind is doc.Tuple or kind is doc.List) and _is_var(source) \
+            and all(type(e) is doc.Name for e in target.elts):
+        # `with T.Kernel(n) as (bx,)`: TileLang's one block index, unpacked
+        if len(target.elts) != 1:
+            raise KernelDefinitionError(
+                f"names {len(target.elts)} values but gets one TIR variable (T.Kernel gives "
+                "one block index per grid dimension)", construct="`... as (...)`")
+        return {target.elts[0].id: source}
     key = _key(target) if isinstance(target, doc.AST) else None
     if key is None:
         return _tvm_eval_assign(target, source)

@@ -17,6 +17,10 @@ a `tl.reduce_online`) gets `reduce_layout(source layout, dim)`, recorded as
 `tl.layout_replicate` = [holders, rep_lo, rep_bits]; a fragment otherwise unconstrained
 that is read as a broadcast (`b[j]` in T.Parallel(bM, N)) gets the reduced layout of that
 loop's layout, so the read is local.
+A fragment accessed element-wise outside T.Parallel (TileLang's `lse[0] = ...`, every
+thread computing the replicated value) gets `everywhere`: one holder, every thread a
+replica, so each thread keeps the whole fragment (a reduction result that is not already
+so, because its source does not span every thread, is then two requirements).
 Two different requirements on one class are a LoweringError naming the fragment.
 """
 
@@ -28,7 +32,8 @@ from core.errors import LoweringError
 from core.ir import matrix, ops
 from core.ir.kernel import func_name, map_kernels
 from core.ir.annotations import LAYOUT_REPLICATE, LAYOUT_VEC
-from core.ir.layout import FragmentLayout, NoLayout, broadcast_dims, reduce_layout
+from core.ir.layout import (FragmentLayout, NoLayout, broadcast_dims, reduce_layout,
+                             run_width)
 from core.ir.ops import FRAGMENT
 from core.ir.stmt import as_int, children, loads, rewrite, walk
 
@@ -79,6 +84,35 @@ def _parallel_nest(loop):
         loops.append(loop)
         loop = loop.body
     return loops, loop
+
+
+def everywhere(shape, threads) -> FragmentLayout:
+    """The layout in which every thread holds every element (one holder, every thread a
+    replica of it): that of a fragment accessed element-wise outside T.Parallel, which
+    every thread runs (TileLang's rule: each thread computes the replicated value)."""
+    shape = tuple(int(d) for d in shape)
+    if threads == 1:
+        return FragmentLayout.for_tile(shape, 1)
+    return FragmentLayout.replicate(shape, 1, run_width(shape), 0,
+                                    (threads - 1).bit_length(), threads)
+
+
+def _element_uses(s):
+    """Fragments a statement outside T.Parallel stores to or loads an element of, in its
+    own expressions (a store's value and indices, a loop's bounds, a condition; a tile op
+    names whole regions, not elements)."""
+    if isinstance(s, tirx.BufferStore):
+        exprs, out = [s.value, *s.indices], [s.buffer]
+    elif isinstance(s, tirx.For):
+        exprs, out = [s.min, s.extent], []
+    elif isinstance(s, tirx.IfThenElse):
+        exprs, out = [s.condition], []
+    elif isinstance(s, tirx.Evaluate) and not ops.is_tile_call(s.value):
+        exprs, out = [s.value], []
+    else:
+        return []
+    out += [ld.source for e in exprs for ld in loads(e)]
+    return [b for b in out if ops.buffer_scope(b) == FRAGMENT]
 
 
 def _fragment_uses(body):
@@ -140,6 +174,10 @@ def _infer_layouts(body, threads, accumulators, kernel) -> dict:
             loops, inner = _parallel_nest(s)
             parallels.append((loops, _fragment_uses(inner)))
             return
+        for b in _element_uses(s):   # outside T.Parallel: every thread holds the element
+            if not accumulator(b):
+                classes.require(b, everywhere(b.ty.shape, threads),
+                                "an element accessed outside T.Parallel", f"fragment '{b.name}'")
         if isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.copy"):
             a, b = (ops.decode_region(r).buffer for r in s.value.args)
             if ops.buffer_scope(a) == ops.buffer_scope(b) == FRAGMENT and \

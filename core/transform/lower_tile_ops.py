@@ -32,7 +32,10 @@ after a per-thread loop; core/ir/invariance.py decides, conservatively) is made 
 0 only, under `if (tid == 0)` (consecutive ones share the `if`): the same bytes as every
 thread storing them, without the write-write race. A store under a thread-dependent `if`,
 of a per-thread value or element, or to a device buffer other threads read is left as
-written.
+written. A fragment element accessed outside T.Parallel (`lse[0] = T.log(s[0]) + m[0]`,
+a loop bound, a condition) is the thread's own slot: such a fragment's layout has every
+thread hold all of it (layout_inference), element f at slot f, and verify has refused a
+thread-dependent store into one.
 
 Copies convert the dtype (a Cast when the dtypes differ) and mask edge tiles of global
 buffers: an out-of-bounds load reads 0, an out-of-bounds store is skipped. A bound is
@@ -104,6 +107,7 @@ class _KernelLowering:
         # stores every thread makes alike (core/ir/invariance.py): thread 0 makes them
         self.single_writer = single_writer_stores(nest)
         self.writer = tirx.EQ(self.ctx.tid, i32(0))
+        self.in_parallel = 0         # > 0 while lowering a T.Parallel body
 
     # ---- statements -----------------------------------------------------------------
     def stmt(self, s):
@@ -138,7 +142,7 @@ class _KernelLowering:
         if isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value, "tl.thread_allreduce"):
             return self.reduce.allreduce(s.value)
         if isinstance(s, tirx.BufferStore) and s.__chandle__() in self.single_writer:
-            return tirx.IfThenElse(self.writer, s, None)
+            return tirx.IfThenElse(self.writer, self.elements(s), None)
         if isinstance(s, tirx.IfThenElse):
             branches = []
             for cond, case in ((s.condition, s.then_case),
@@ -146,16 +150,54 @@ class _KernelLowering:
                 self.ctx.guards.append(cond)
                 branches.append(None if case is None else self.stmt(case))
                 self.ctx.guards.pop()
-            return tirx.IfThenElse(s.condition, *branches)
+            return tirx.IfThenElse(self.elements(s.condition), *branches)
         kids = children(s)
         if not kids:
-            return s
+            return self.elements(s)
         if isinstance(s, tirx.For):
             self.ctx.ranges[s.loop_var] = (s.min, s.extent)
+            if self.in_parallel == 0 and self.reads_fragment(s.min, s.extent):
+                s = tirx.For(s.loop_var, self.elements(s.min), self.elements(s.extent),
+                             s.kind, s.body, s.thread_binding, s.annotations)
         lowered = [self.stmt(k) for k in kids]
         if isinstance(s, tirx.SeqStmt):
             lowered = self.merge_writers(lowered)
         return rebuild(s, lowered)
+
+    # ---- fragment elements outside T.Parallel ---------------------------------------------
+    def reads_fragment(self, *exprs) -> bool:
+        return any(ld.source in self.ctx.fragments for e in exprs for ld in loads(e))
+
+    def elements(self, node):
+        """`node` (a leaf statement or an expression outside T.Parallel) with its fragment
+        elements as the thread's own slots: such a fragment is held whole by every thread
+        (layout_inference), element f at slot f. Inside T.Parallel, fragments_to_slots."""
+        frags = self.ctx.fragments
+        if self.in_parallel or not frags:
+            return node
+
+        def slot(buf, indices):
+            local, layout = frags[buf]
+            flat = i32(0)
+            for index, extent in zip(indices, layout.shape):
+                flat = flat * extent + index if as_int(flat) != 0 else index
+            return local, layout.slot_expr(flat)
+
+        def load(ld):
+            if ld.source not in frags:
+                return ld
+            local, at = slot(ld.source, ld.indices)
+            return tirx.BufferLoad(local, [at])
+
+        if isinstance(node, tirx.Stmt) and not (
+                isinstance(node, tirx.BufferStore) and node.buffer in frags) and \
+                not any(ld.source in frags for ld in loads(node)):
+            return node
+        node = map_nodes(node, (tvm.ir.TensorLoad, load))
+        if isinstance(node, tirx.BufferStore) and node.buffer in frags:
+            local, at = slot(node.buffer, node.indices)
+            return tirx.BufferStore(local, node.value, [at])
+        return node
 
     def merge_writers(self, stmts):
         """Consecutive single-writer stores under one `if (tid == 0)`."""
@@ -215,7 +257,11 @@ class _KernelLowering:
             loops.append(s)
             s = s.body
         extents = [as_int(lp.extent) for lp in loops]
-        inner = self.stmt(s)
+        self.in_parallel += 1
+        try:
+            inner = self.stmt(s)
+        finally:
+            self.in_parallel -= 1
         loop_vars = [lp.loop_var for lp in loops]
         layout = self.loop_layout(extents, inner)
 
@@ -251,7 +297,8 @@ class _KernelLowering:
 
         for ld in loads(body):  # checked first: errors cannot leave structural_map
             entry = frags.get(ld.source)
-            if entry is not None and not own(entry[1]):
+            if entry is not None and not own(entry[1]) and entry[1].threads != 1:
+                # (one holder: every thread holds every element, any read is local)
                 self.check_broadcast(ld, entry[1], loop_vars, layout)
         written = []
         walk(body, lambda s: written.append(s.buffer) if isinstance(s, tirx.BufferStore)

@@ -20,8 +20,12 @@ a one-element local scalar assigned once at the kernel's top level from uniform 
 memory never is. No barrier
 is placed unless some pair of accesses may race, decided from exact footprints
 (core/ir/footprint.py): an element written and later read by the *same* thread needs no
-barrier. A simdgroup_load/store is one access of its whole 8x8 tile by its simdgroup as a
-unit (Footprint.of_tile): two tile accesses of one simdgroup are ordered, a tile access and
+barrier, and two accesses that the enclosing guards give to one and the same thread never
+race even where their elements are unknown (a section `for z in T.Parallel(1)`, run under
+`if (v < 1)`, reading what it wrote in an earlier iteration at an index of a
+symbolic-extent loop): such a section is neither refused nor given a barrier inside.
+A simdgroup_load/store is one access of its whole 8x8 tile by its simdgroup as a unit
+(Footprint.of_tile): two tile accesses of one simdgroup are ordered, a tile access and
 a plain access of another thread are not.
 An atomic update (T.atomic_*) is a write that needs no barrier against other atomics.
 A statement that names no threadgroup buffer and holds no barrier adds no access and

@@ -11,7 +11,10 @@ and what is allowed):
   - scalar parameters have a supported dtype, buffers a supported dtype and scope;
   - T.Parallel extents are constants, T.Parallel loops are not nested and contain no
     tile ops or T.Kernel;
-  - a fragment is read or written only whole by tile ops, or inside a T.Parallel whose
+  - a fragment is read or written whole by tile ops, element-wise outside T.Parallel
+    (every thread runs such a statement and holds the whole fragment, TileLang's
+    replicated value: layout_inference and lower_tile_ops; inside T.Parallel such a
+    fragment may then be read at any index), or inside a T.Parallel whose
     extents equal its shape, indexed exactly by the loop variables (unit extents ignored
     on both sides: `acc[j]` in T.Parallel(1, D)); a fragment of another shape may also be
     read with a subset of the loop variables, in order, and 0 on its unit dims (`mx[i]` in
@@ -37,6 +40,7 @@ from tvm.tirx import is_buffer_var
 from core.errors import KernelDefinitionError
 from core.ir import matrix, ops
 from core.ir.capacity import check_capacity_dims
+from core.ir.invariance import replicated_fragments
 from core.ir.kernel import func_name, unwrap
 from core.ir.layout import broadcast_dims
 from core.ir.liveness import lives, nbytes, peak, threadgroup_allocs, top_level
@@ -109,7 +113,16 @@ class _Verifier:
             self.fail("T.Kernel", "T.Kernel blocks cannot be nested; write them one after "
                                   "another to launch several kernels")
         self.shared_bytes = 0
+        self.replicated, per_thread = replicated_fragments(nest)
         self.stmt(nest.body, parallel=None)
+        for st in per_thread:
+            self.fail(f"fragment '{st.buffer.name}'",
+                      f"is written as {st.buffer.name}[{', '.join(map(str, st.indices))}] = "
+                      f"{st.value} outside T.Parallel, where every thread holds the whole "
+                      "fragment and computes the same value into its own copy; this element "
+                      "or value (or the `if` around the store) depends on the thread, so the "
+                      "copies would differ. Write it inside T.Parallel, or keep per-thread "
+                      "values in T.alloc_local")
         if self.shared_bytes > METAL.threadgroup_memory_bytes:
             # buffers whose lives do not overlap share bytes (pass merge_threadgroup)
             stmts = top_level(nest.body)
@@ -202,15 +215,14 @@ class _Verifier:
             return
         verb = "written" if write else "read"
         if parallel is None:
-            self.fail(f"fragment '{buf.name}'",
-                      f"is {verb} element-wise outside T.Parallel; a fragment is spread over "
-                      "the threads, so access it inside `for i, j in T.Parallel(...)` or "
-                      "whole with T.copy/T.fill (use T.alloc_local for per-thread arrays)")
+            return  # every thread holds it (layout_inference); lower_tile_ops checks values
         shape = tuple(as_int(d) for d in buf.ty.shape)
         extents = tuple(as_int(lp.extent) for lp in parallel)
         loop_vars = [lp.loop_var for lp in parallel]
         if _indexed_by_loop(indices, shape, loop_vars, extents):
             return
+        if not write and buf.__chandle__() in self.replicated:
+            return  # every thread holds it whole: any element is local
         if not write and shape != extents and \
                 broadcast_dims(indices, loop_vars, shape) is not None:
             return  # a broadcast read (`mx[i]` in T.Parallel(bM, N), `mx[0]` of a (1,)

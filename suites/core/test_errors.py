@@ -69,13 +69,15 @@ def nested_kernel():
     return bad
 
 
-@case("fragment 'F'", "outside T.Parallel", "T.alloc_local")
+@case("fragment 'F'", "outside T.Parallel", "depends on the thread", "T.alloc_local")
 def fragment_outside_parallel():
+    # every thread holds F whole: a per-thread value into one element would differ per copy
     @T.prim_func
     def bad(A: T.Tensor((8,), "float32")):
         with T.Kernel(1, threads=8):
             F = T.alloc_fragment((8,), "float32")
-            F[0] = 1.0
+            T.fill(F, 0.0)
+            F[0] = A[T.get_thread_binding()]
             T.copy(F, A)
     return bad
 

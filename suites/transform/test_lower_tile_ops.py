@@ -123,3 +123,29 @@ def test_a_thread_invariant_store_outside_parallel_has_one_writer():
     assert guard.condition.a.name == "tx"
     assert [s.buffer.name for s in stores(guard.then_case)] == ["OUT"]
     assert len(stores(after, "P")) == 1 and len(stores(after, "s")) == 2
+
+
+@T.prim_func
+def replicated_element(A: T.Tensor((4, 32), "float32"), B: T.Tensor((4, 32), "float32")):
+    with T.Kernel(4, threads=64) as bx:
+        r = T.alloc_fragment((2,), "float32")
+        t = T.alloc_fragment((1,), "float32")
+        r[0] = 0.0
+        for j in T.serial(32):
+            r[0] = r[0] + A[bx, j]
+        r[1] = r[0] * 2.0
+        t[0] = r[1] - r[0]
+        for i in T.Parallel(32):
+            B[bx, i] = A[bx, i] - t[0] + r[1]     # any element of r: every thread holds it
+
+
+def test_a_fragment_element_outside_parallel_is_held_whole_by_every_thread():
+    # layout_inference: one holder, every thread a replica; lower_tile_ops: element f is
+    # slot f of every thread's local copy, outside and inside T.Parallel alike
+    before = allocs(pipeline.run(replicated_element, stop_after="layout_inference"))
+    assert [int(v) for v in before["r"].annotations["tl.layout_replicate"]] == [1, 0, 6]
+    after = pipeline.run(replicated_element, stop_after="lower_tile_ops")
+    assert scope(allocs(after)["r"]) == "local" and shape(allocs(after)["r"]) == (2,)
+    assert [[int(i) for i in s.indices] for s in stores(after, "r")] == [[0], [0], [1]]
+    assert not nodes(after, tirx.IfThenElse) or all(
+        not stores(g.then_case, "r") for g in nodes(after, tirx.IfThenElse))

@@ -94,3 +94,27 @@ def test_a_barrier_needed_inside_thread_dependent_control_flow_goes_before_it():
     assert events(after) == ["write", "barrier", "read"]
     (branch,) = [s for s in nodes(after, tirx.IfThenElse) if events(s.then_case)]
     assert "barrier" not in events(branch)
+
+
+def test_a_section_one_thread_runs_needs_no_barrier_inside_and_is_no_refusal():
+    # `for z in T.Parallel(1)` runs under `if (tx < 1)`: the reads of `idx[p]` (a loop of
+    # symbolic extent: elements unknown) and the writes `idx[kk]` are all thread 0's, so
+    # nothing inside can race; the writes still need a barrier before the other threads
+    # read them, and that barrier stands after the branch
+    @T.prim_func
+    def one_thread(A: T.Tensor((64,), "int32"), B: T.Tensor((64,), "int32")):
+        with T.Kernel(1, threads=64):
+            idx = T.alloc_shared((8,), "int32")
+            for _z in T.Parallel(1):
+                for kk in T.serial(8):
+                    acc = T.alloc_var("int32")
+                    acc = A[kk]
+                    for p in T.serial(kk):
+                        acc = acc + idx[p]
+                    idx[kk] = acc
+            for i in T.Parallel(64):
+                B[i] = idx[i % 8]
+    after = pipeline.run(one_thread, stop_after="thread_sync")
+    assert events(after, "idx") == ["read", "write", "barrier", "read"]
+    (branch,) = [s for s in nodes(after, tirx.IfThenElse) if "write" in events(s, "idx")]
+    assert "barrier" not in events(branch, "idx")

@@ -15,7 +15,7 @@ def element_outside_parallel(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "
     with T.Kernel(1, threads=64):
         x = T.alloc_fragment((64,), "float32")
         T.copy(A, x)
-        x[0] = 1.0
+        x[0] = A[T.get_thread_binding()]    # every thread holds x whole: copies would differ
         T.copy(x, B)
 
 
@@ -60,7 +60,8 @@ def copy_extents_differ(A: T.Tensor((64, 64), "float32"), B: T.Tensor((64, 64), 
 
 
 ILL_FORMED = [  # kernel, construct (after the kernel's name), what the reason says
-    (element_outside_parallel, "fragment 'x'", "written element-wise outside T.Parallel"),
+    (element_outside_parallel, "fragment 'x'", "outside T.Parallel, where every thread holds "
+                                               "the whole fragment"),
     (runtime_extent, "T.Parallel", "extent n is not a compile-time constant"),
     (nested_kernels, "T.Kernel", "T.Kernel blocks cannot be nested"),
     (too_much_shared, "T.alloc_shared", "totals 36864 bytes; Apple GPUs allow at most 32768"),
