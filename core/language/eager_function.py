@@ -72,7 +72,7 @@ def _resolved_signature(fn) -> inspect.Signature:
         if isinstance(p.annotation, str):
             try:
                 p = p.replace(annotation=eval(p.annotation, scope))  # noqa: S307
-            except Exception:  # noqa: BLE001 - left as written
+            except Exception:  # noqa: BLE001 - any failure: it stays a string, as documented
                 pass
         params.append(p)
     return sig.replace(parameters=params)

@@ -176,3 +176,27 @@ kernel void slow_{stage[4:]}(device float* y [[buffer(0)]], uint i [[thread_posi
                                               rf"{stage} within 0.001 s"):
         emu.run_msl(src, kernel, grid=(1, 1, 1), threadgroup=(1, 1, 1),
                     buffers=[np.zeros(1, np.float32)])
+
+
+def test_kernels_link_by_the_driver_planned_linker_and_by_the_driver_without_a_plan(
+        monkeypatch, tmp_path):
+    """The link runs the linker the clang driver plans (read once with -###) directly; where
+    no plan can be read, the driver links. Both executables run the kernel alike."""
+    src = HEADER + """
+kernel void twice(device float* y [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+  y[i] = y[i] * 2.0f + 1.0f;
+}
+"""
+    for planned in (True, False):
+        monkeypatch.setenv("METALTILE_CACHE", str(tmp_path / str(planned)))
+        builder = build.Builder()
+        monkeypatch.setattr(build, "_default", builder)
+        if not planned:
+            monkeypatch.setattr(build, "_linker_plan", lambda *a: None)
+        y = np.arange(8, dtype=np.float32)
+        emu.run_msl(src, "twice", grid=(1, 1, 1), threadgroup=(8, 1, 1), buffers=[y])
+        np.testing.assert_array_equal(y, np.arange(8, dtype=np.float32) * 2 + 1)
+        plans = list(builder._linkers.values())
+        assert plans and all((p is not None) == planned for p in plans), plans
+        if planned:
+            assert not plans[0][0].endswith(("clang++", "clang")), plans[0][0]

@@ -31,7 +31,7 @@ def test_a_status_reads_and_writes_as_its_value():
     assert failure_signature(Status.FINDING, "", ()) == failure_signature("finding", "", ())
 
 
-def test_regression_files_load_statuses_as_members(tmp_path):
+def test_regression_files_load_statuses_as_members():
     for path in sorted(regressions.DEFAULT_DIR.glob("*.json")):
         assert type(regressions.load(path).status) is Status, path.name
 

@@ -31,6 +31,8 @@ from pathlib import Path
 
 from core.errors import MSLCompileError
 
+from .translation import line_of, source_line
+
 ENFORCE = True   # the sandbox's tests turn the checks off to test the sandbox alone
 
 # `#include <metal_stdlib>`, `<metal_simdgroup>`, ...: Metal's own headers, the shim's.
@@ -66,16 +68,11 @@ PROVIDED = frozenset(
 _PROVIDED_PATTERN = re.compile(r"_ZSt\d+__throw_\w+|__tsan_\w+|__ubsan_handle_\w+|__mt_\w+")
 
 
-def _line(code: str, pos: int) -> int:
-    return code.count("\n", 0, pos) + 1
-
-
 def _refuse(what: str, code: str, pos: int, source: str, kernel: str | None) -> MSLCompileError:
-    line = _line(code, pos)
-    lines = source.splitlines()
+    line = line_of(code, pos)
     return MSLCompileError(f"{what}: the emulator runs MSL and nothing else (docs/emulator.md, "
                            "\"Only MSL gets in\")", kernel=kernel, line=line,
-                           source_line=lines[line - 1] if line <= len(lines) else None)
+                           source_line=source_line(source, line))
 
 
 def refuse_host_access(code: str, source: str, kernel: str | None = None) -> None:
@@ -160,15 +157,13 @@ def check_symbols(obj: Path, runtime: frozenset[str], source: str,
     short = re.sub(r"\(.*", "", name).split("::")[-1]
     m = short and (re.search(rf"\b{re.escape(short)}\s*\(", source)
                    or re.search(rf"\b{re.escape(short)}\b", source))
-    line = _line(source, m.start()) if m else None
-    lines = source.splitlines()
+    line = line_of(source, m.start()) if m else None
     more = f" (and {len(foreign) - 1} more: {', '.join(map(_demangle, foreign[1:4]))})" \
         if len(foreign) > 1 else ""
     raise MSLCompileError(
         f"the kernel uses '{name}'{more}, which is neither MSL nor defined in the source: "
         "a kernel cannot call into the host (docs/emulator.md, \"Only MSL gets in\")",
-        kernel=kernel, line=line,
-        source_line=lines[line - 1] if line and line <= len(lines) else None)
+        kernel=kernel, line=line, source_line=source_line(source, line))
 
 
 def _demangle(symbol: str) -> str:

@@ -230,7 +230,9 @@ class Builder:
         sources = self._runtime
         objects = []
         for unit in RUNTIME_UNITS:
-            key = _digest("rt", self._tool_tag, sources, unit.name, *RUNTIME_FLAGS)
+            # the arch flags too: -mfma follows the CPU, and the objects are built with it
+            key = _digest("rt", self._tool_tag, sources, unit.name, *RUNTIME_FLAGS,
+                          *_arch_flags())
             objects.append(self._shared_artifact(
                 cache_dir() / f"runtime-{unit.stem}-{key}.o",
                 f"emulator runtime ({unit.name})",

@@ -30,7 +30,7 @@ from . import cross, launch_server
 from . import job as jobfile
 from .build import default_builder
 from .translate import translate
-from .translation import SOURCE_NAME, Translation
+from .translation import SOURCE_NAME, Translation, source_line
 
 ALL_CHECKS = ("races", "uninit", "bounds")
 
@@ -298,14 +298,12 @@ def _check_constants(sig, translation: Translation, source: str) -> None:
                if not translation.function_constants[n].defined]
     if missing:
         c = missing[0]
-        lines = source.splitlines()
         raise MSLCompileError(
             f"the kernel reads function constant '{c.name}' ([[function_constant({c.index})]]), "
             f"which has no value; pass function_constants={{{c.index}: ...}} to run_msl "
             f"(harness emu: --function-constant {c.index}=VALUE)"
             + (f" (and {', '.join(m.name for m in missing[1:])})" if len(missing) > 1 else ""),
-            kernel=sig.name, line=c.line,
-            source_line=lines[c.line - 1] if 0 < c.line <= len(lines) else None)
+            kernel=sig.name, line=c.line, source_line=source_line(source, c.line))
 
 
 def _launch(exe: Path, job: str, kernel: str, result: str,

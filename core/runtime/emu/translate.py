@@ -51,7 +51,8 @@ from core.target import DTYPES
 
 from .admission import refuse_host_access
 from .signature import read_kernels
-from .translation import PRELUDE, FunctionConstant, KernelSignature, Translation
+from .translation import (PRELUDE, FunctionConstant, KernelSignature, Translation, line_of,
+                          source_line)
 
 VECTOR_ELEMENTS = tuple(d.msl for d in DTYPES.values())   # MSL scalar names, core/target.py
 
@@ -64,16 +65,6 @@ def strip_comments(src: str) -> str:
     """Blank comments (keeping newlines); string and char literals are left alone."""
     pattern = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
     return pattern.sub(lambda m: m.group(0) if m.group(0)[0] in "\"'" else _blank(m.group(0)), src)
-
-
-def line_of(src: str, pos: int) -> int:
-    return src.count("\n", 0, pos) + 1
-
-
-def source_line(source: str, line: int) -> str | None:
-    """Line `line` (1-based) of the MSL as given, for an error's quote; None past its end."""
-    lines = source.splitlines()
-    return lines[line - 1].rstrip() if 0 < line <= len(lines) else None
 
 
 _INCLUDE = re.compile(r"^[ \t]*#[ \t]*(include[ \t]*<metal_\w*>|pragma[ \t]+METAL\b)[^\n]*", re.M)

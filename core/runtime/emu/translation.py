@@ -10,6 +10,8 @@ the others.
     SOURCE_NAME       the file name the unit's `#line` directives give the user's MSL
     PRELUDE           the unit's first lines (`#line` back to the MSL's line 1);
                       PRELUDE_LINES, their count
+    line_of, source_line   an offset's MSL line and a line's text, for the errors every
+                      module raises at a line
     POSITION_ATTRIBUTES  thread-position attributes -> the runtime field carrying each
 
 signature.py reads the signatures from clang's AST, launcher.py calls kernels from them,
@@ -103,3 +105,15 @@ class Translation:
     threadgroup_params: dict[int, tuple[int, int]] = field(default_factory=dict)
     # [[function_constant(i)]] declarations: name -> FunctionConstant
     function_constants: dict[str, FunctionConstant] = field(default_factory=dict)
+
+
+def line_of(src: str, pos: int) -> int:
+    """The 1-based line of offset `pos` in `src` (the rewrites keep lines, so it is the
+    MSL's)."""
+    return src.count("\n", 0, pos) + 1
+
+
+def source_line(source: str, line: int | None) -> str | None:
+    """Line `line` (1-based) of the MSL as given, for an error's quote; None past its end."""
+    lines = source.splitlines()
+    return lines[line - 1].rstrip() if line and 0 < line <= len(lines) else None
