@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from oracles import bounds as B
+
 
 def _wide(x):
     return x.to(torch.float64 if x.is_floating_point() else torch.int64)
@@ -27,3 +29,22 @@ def conditional(mode: str, a, b, t, mask=None):
     else:                                # select, mask, shared: C = A if cond else B
         out = torch.where(cond, wa, wb)
     return out.to(a.dtype)
+
+
+def conditional_expected(mode: str, a, b, t, mask=None) -> B.Expected:
+    """`conditional` as an `Expected`: the condition is decided exactly on the inputs;
+    A * 2 and the selects are exact, A + B and B - A one rounding in the dtype."""
+    if not a.is_floating_point():
+        return B.exact(conditional(mode, a, b, t, mask), a.dtype, f"conditional {mode}")
+    dtype = a.dtype
+    x, y = B.exact_input(a), B.exact_input(b)
+    cond = mask if mode == "mask" else x.value > t
+    if mode == "if":
+        out = B.where(cond, x.same_error(x.value * 2), y)
+    elif mode == "if_else":
+        out = B.where(cond, B.add(x, y, dtype), B.sub(y, x, dtype))
+    elif mode == "relu":
+        out = B.where(cond, x, 0.0)
+    else:
+        out = B.where(cond, x, y)
+    return B.expected(out, dtype, f"conditional {mode} in {dtype}")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from oracles import bounds as B
+
 OPS = {
     "add": lambda a, b: a + b,
     "sub": lambda a, b: a - b,
@@ -43,3 +45,35 @@ def unary(op: str, a, out_dtype: str):
     wide = torch.float64 if a.is_floating_point() else torch.int64
     out = UNARY[op][0](a.to(wide))
     return out.to(getattr(torch, out_dtype))
+
+
+def _computed(dtype: str) -> bool:
+    return dtype.startswith(("float", "bfloat"))
+
+
+def binary_expected(op: str, a, b, dtype: str, out_dtype: str) -> B.Expected:
+    """`binary` as an `Expected`: the op computed in the input `dtype` (one rounding, none
+    for max/min), then converted to `out_dtype` (one more)."""
+    if not _computed(dtype) and not _computed(out_dtype):
+        return B.exact(binary(op, a, b, out_dtype), out_dtype, f"integer {op}")
+    x, y = B.exact_input(a), B.exact_input(b)
+    if op in ("max", "min"):
+        both = torch.stack((x.value, y.value))
+        pick = both.argmax(0) if op == "max" else both.argmin(0)
+        v = B.where(pick == 0, x, y)
+    else:
+        v = {"add": B.add, "sub": B.sub, "mul": B.mul}[op](x, y, dtype) if _computed(dtype) \
+            else B.exact_input(OPS[op](a.long(), b.long()))
+    return B.expected(v, out_dtype, f"{op} in {dtype} -> {out_dtype}")
+
+
+def unary_expected(op: str, a, dtype: str, out_dtype: str) -> B.Expected:
+    """`unary` as an `Expected`: the function evaluated in the input `dtype` (its error,
+    oracles/bounds.py FUNCTION_ULPS), then converted to `out_dtype`."""
+    if not _computed(dtype) and not _computed(out_dtype):
+        return B.exact(unary(op, a, out_dtype), out_dtype, f"integer {op}")
+    if not _computed(dtype):
+        v = B.exact_input(UNARY[op][0](a.long()))
+    else:
+        v = B.function(op, B.exact_input(a), dtype)
+    return B.expected(v, out_dtype, f"{op} in {dtype} -> {out_dtype}")

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from oracles import bounds as B
+
 EPS = 1e-6
 
 
@@ -42,3 +44,42 @@ def gdn_decode(q, k, v, g, beta, state, out_dtype) -> list:
         s = s + k[t][:, :, None] * delta[:, None, :]
         outs.append(torch.einsum("hk,hkv->hv", q[t], s))
     return [torch.stack(outs).to(getattr(torch, out_dtype)), s.to(torch.float32)]
+
+
+def _l2norm_bounded(x: B.Bounded, eps: float, acc: str) -> B.Bounded:
+    norm = B.total(B.mul(x, x, acc), -1, acc, keepdim=True)
+    return B.mul(x, B.function("rsqrt", B.add(norm, eps, acc), acc), acc)
+
+
+def _row_times_state(row: B.Bounded, s: B.Bounded, acc: str) -> B.Bounded:
+    """(h, k) row times the (h, k, v) state: per head a dot over k, accumulated in acc."""
+    return B.matmul(row.map(lambda t: t[:, None, :]), s, acc).map(lambda t: t[:, 0, :])
+
+
+def gdn_decode_expected(q, k, v, g, beta, state, out_dtype) -> list:
+    """`gdn_decode` as `Expected`s: every step in float32, as the kernel computes it (the
+    norms, the decay exp(g), the dot products over d_k, the state update), the outputs
+    rounded once to `out_dtype`, the final state kept in float32. The state's error is
+    carried from token to token."""
+    acc = "float32"
+    tokens, hk, dk = q.shape
+    groups = v.shape[1] // hk
+    qn = _l2norm_bounded(B.exact_input(q.repeat_interleave(groups, 1)), EPS, acc)
+    qn = B.mul(qn, dk ** -0.5, acc)
+    kn = _l2norm_bounded(B.exact_input(k.repeat_interleave(groups, 1)), EPS, acc)
+    vv, gg, bb = B.exact_input(v), B.exact_input(g), B.exact_input(beta)
+    decay = B.function("exp", gg, acc)
+    s = B.exact_input(state)
+    outs = []
+    for t in range(tokens):
+        s = B.mul(s, decay[t].map(lambda x: x[:, None, None]), acc)
+        kv = _row_times_state(kn[t], s, acc)
+        delta = B.mul(bb[t].map(lambda x: x[:, None]), B.sub(vv[t], kv, acc), acc)
+        update = B.mul(kn[t].map(lambda x: x[:, :, None]), delta.map(lambda x: x[:, None, :]),
+                       acc)
+        s = B.add(s, update, acc)
+        outs.append(_row_times_state(qn[t], s, acc))
+    o = B.Bounded(*(torch.stack([getattr(x, f) for x in outs]) for f in ("value", "det", "stat")),
+                  max(x.u for x in outs))
+    how = f"gated delta rule over {tokens} token(s), d_k={dk}, in float32"
+    return [B.expected(o, out_dtype, how), B.expected(s, "float32", how)]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from oracles import bounds
+
 
 def gemm(a, b, transpose_a: bool = False, transpose_b: bool = False) -> torch.Tensor:
     """op(a) @ op(b), op = transpose when asked; float64 math, float32 result."""
@@ -20,3 +22,15 @@ def gemm(a, b, transpose_a: bool = False, transpose_b: bool = False) -> torch.Te
     if transpose_b:
         b = b.T
     return (a @ b).float()
+
+
+def gemm_bounded(a, b, transpose_a: bool = False, transpose_b: bool = False,
+                 acc: str = "float32", products=None):
+    """op(a) @ op(b) as an `oracles.bounds.Bounded`: the exact product with the error
+    bound of a dot product over K accumulated in `acc` (docs/tolerance.md)."""
+    a, b = bounds.exact_input(a), bounds.exact_input(b)
+    if transpose_a:
+        a = a.map(lambda t: t.T)
+    if transpose_b:
+        b = b.map(lambda t: t.T)
+    return bounds.matmul(a, b, acc, products)

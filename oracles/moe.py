@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from oracles import bounds as B
 from oracles import norm
 
 
@@ -78,3 +79,68 @@ def moe(x, wr, wg, wu, wd, topk: int, renorm: bool, fused: bool) -> list:
     if fused:
         return [*tail, h, yd, y]
     return [logits.float(), probs.float(), *tail, g32, u32, h, yd, y]
+
+
+def _grid(t: torch.Tensor) -> float | None:
+    """The smallest power of two g <= 2^12 with t * g all integers, or None."""
+    wide = t.double()
+    for k in range(13):
+        if bool(((wide * 2.0 ** k).frac() == 0).all()):
+            return 2.0 ** k
+    return None
+
+
+def _router_logits(x, wr, acc: str) -> B.Bounded:
+    """x Wr^T. Exact when x and Wr lie on power-of-two grids whose product grid g keeps
+    every sum of |products| at most 2^24 / g (the family's inputs: multiples of 1/2 and
+    1/64, |logit| <= D/32): float32 then represents every partial sum in any summation
+    order. Otherwise the bound of a dot product over D."""
+    gx, gw = _grid(x), _grid(wr)
+    if gx is not None and gw is not None:
+        worst = float((x.double().abs() @ wr.double().abs().T).max())
+        if worst * gx * gw <= 2.0 ** 24:
+            return B.exact_input(x.double() @ wr.double().T)
+    return B.matmul(B.exact_input(x), B.exact_input(wr).map(lambda t: t.T), acc)
+
+
+def moe_expected(x, wr, wg, wu, wd, topk: int, renorm: bool, fused: bool) -> list:
+    """`moe` as `Expected`s, every launch in float32 as the kernels compute it: the router
+    GEMM (its logits exact on the family's inputs, so the choices are the oracle's), the
+    softmax over the experts, the routing weights, the gate and up projections (dots over
+    D), silu(g) * u stored in the activation dtype, the weighted down projection (dots over
+    I) and the sum over the token's k slots. The routing tables are exact."""
+    acc, dtype = "float32", x.dtype
+    _, _, top_idx, _ = route(x, wr, topk, renorm)
+    counts, slots = gather(top_idx, wr.shape[0])
+    experts, rows = active(counts, min(wr.shape[0], x.shape[0] * topk))
+    logits = _router_logits(x, wr, acc)
+    probs = norm.softmax_bounded(logits, acc=acc)
+    order = top_idx.long()
+    weights = probs.map(lambda t: t.gather(1, order))
+    if renorm:
+        weights = B.div(weights, B.total(weights, 1, acc, keepdim=True), acc)
+    expert = order.flatten()
+    xs = B.exact_input(x.repeat_interleave(topk, 0)).map(lambda t: t[:, None, :])
+
+    def project(w, lhs):
+        rhs = B.exact_input(w.double()[expert]).map(lambda t: t.transpose(-1, -2))
+        return B.matmul(lhs, rhs, acc).map(lambda t: t[:, 0, :])
+
+    g, u = project(wg, xs), project(wu, xs)
+    h_pre = B.mul(B.function("silu", g, acc), u, acc)
+    h = B.round_to(h_pre, dtype)                         # as the down projection reads it
+    down = project(wd, h.map(lambda t: t[:, None, :]))
+    yd = B.mul(weights.map(lambda t: t.flatten()[:, None]), down, acc)
+    y = B.total(yd.map(lambda t: t.view(x.shape[0], topk, -1)), 1, acc)
+    tail = [B.exact(top_idx, top_idx.dtype, "routing table"), B.expected(weights, "float32", "routing weights in float32"),
+            *(B.exact(t, t.dtype, "routing table") for t in (counts, slots, experts, rows))]
+    D, I = x.shape[1], wd.shape[2]
+    ends = [B.expected(h_pre, dtype, f"silu(g) * u, dots over D={D}"),
+            B.expected(yd, "float32", f"weighted down projection, dots over I={I}"),
+            B.expected(y, dtype, f"sum of {topk} slot(s)")]
+    if fused:
+        return [*tail, *ends]
+    return [B.expected(logits, "float32", f"router logits, dot over D={D}"),
+            B.expected(probs, "float32", "softmax over the experts"), *tail,
+            B.expected(g, "float32", f"gate projection, dot over D={D}"),
+            B.expected(u, "float32", f"up projection, dot over D={D}"), *ends]

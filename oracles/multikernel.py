@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from oracles import bounds as B
+
 
 def _wide(x):
     return x.to(torch.float64 if x.is_floating_point() else torch.int64)
@@ -41,3 +43,22 @@ def multikernel(a, read: str, kernels: int, shift: int = 0, tile: int = 1) -> li
         return [tmp, out]
     out2 = torch.maximum(_wide(out).flip(0), _wide(tmp)).to(a.dtype)
     return [tmp, out, out2]
+
+
+def multikernel_expected(a, read: str, kernels: int, shift: int = 0, tile: int = 1) -> list:
+    """`multikernel` as `Expected`s: A * 2 exact, + 1 and + A one rounding each in the
+    dtype, max exact; integers exactly."""
+    if not a.is_floating_point():
+        return [B.exact(t, a.dtype, "multikernel, integers")
+                for t in multikernel(a, read, kernels, shift, tile)]
+    dtype = a.dtype
+    x = B.exact_input(a)
+    tmp = B.add(x.same_error(x.value * 2), 1.0, dtype)
+    src = source_index(read, a.shape[0], shift, tile)
+    gathered = B.where(src >= 0, tmp[src.clamp(min=0)], 0.0)
+    out = B.add(gathered, x, dtype)
+    outs = [tmp, out]
+    if kernels == 3:
+        outs.append(B.maximum(out.map(lambda t: t.flip(0)), tmp))
+    return [B.expected(o, dtype, f"launch {i + 1} of {kernels} in {dtype}")
+            for i, o in enumerate(outs)]

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from oracles import bounds
+
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)   # codes 0..7; 8..15 negative
 E4M3_MAX = 448.0
 E2M1_MAX = 6.0
@@ -62,3 +64,16 @@ def dequant_e2m1(packed: torch.Tensor, scales: torch.Tensor, G: int) -> torch.Te
 def qmm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """x @ w^T in float64 (batched over leading dims), float32 result."""
     return (x.double() @ w.double().transpose(-1, -2)).float()
+
+
+def dequant_bounded(w: torch.Tensor, stored=None) -> bounds.Bounded:
+    """Decoded weights (float64 `w`, exact code x scale) as the kernel holds them: the
+    product of code and scale rounded once in float32, or in `stored` (the activation
+    dtype) where the kernel stores the scaled weight so."""
+    return bounds.round_to(bounds.exact_input(w), stored or "float32")
+
+
+def qmm_bounded(x: torch.Tensor, w: bounds.Bounded) -> bounds.Bounded:
+    """x @ w^T accumulated in float32, products rounded in float32 (docs/tolerance.md)."""
+    return bounds.matmul(bounds.exact_input(x), w.map(lambda t: t.transpose(-1, -2)),
+                         "float32", products="float32")

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from oracles import bounds as B
+
 KINDS = ("sum", "max", "min", "abssum", "absmax")
 
 
@@ -48,3 +50,29 @@ def reduce(x, kind: str, dim: int = -1, out=None, out_dtype=None):
 def op_class(kind: str) -> str:
     """The tolerance class (oracles/tolerance.py) of a reduction's result."""
     return "accumulation" if kind.endswith("sum") else "exact"
+
+
+def reduce_expected(x, kind: str, dim: int = -1, out=None, out_dtype=None,
+                    acc: str = "float32") -> B.Expected:
+    """`reduce` as an `Expected`: float results with the bound of a sum over the reduced
+    length accumulated in `acc` (max and min are exact), integers exactly."""
+    dtype = out_dtype if out_dtype is not None else x.dtype
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    if not (x.is_floating_point() and dtype.is_floating_point):
+        return B.exact(reduce(x, kind, dim, out, out_dtype), dtype, f"integer {kind}")
+    v = B.exact_input(x)
+    if kind.startswith("abs"):
+        v = B.function("abs", v, acc)
+    if kind.endswith("sum"):
+        r = B.total(v, dim, acc)
+    else:
+        r = B.amax(v, dim) if kind.endswith("max") else B.amin(v, dim)
+    if out is not None:
+        old = B.exact_input(out).map(lambda t: t.reshape(r.shape))
+        if kind.endswith("sum"):
+            r = B.add(old, r, acc)
+        else:
+            both = torch.stack((old.value, r.value))
+            pick = both.argmax(0) if kind.endswith("max") else both.argmin(0)
+            r = B.where(pick == 0, old, r)
+    return B.expected(r, dtype, f"{kind} over {x.shape[dim]} terms in {acc}")

@@ -110,14 +110,14 @@ def run(backend):
 def run_family(run):
     """A kernel the harness families already build, at explicit params: build it
     (harness/gen/<family>.py), draw its inputs for `seed`, `run` it and compare every output
-    with the family's oracle under its tolerance (dtype, reduction length, op class), as
+    with the family's oracle within its error bounds (docs/tolerance.md), as
     harness.check.case.run_case does. Returns (kernel, inputs, outputs) for further assertions.
 
         kernel, (x,), (y,) = run_family("softmax", {"M": 37, "N": 128, ...})
     """
     def build_run_compare(name, params, seed=0):
         import core
-        from harness.check.compare import assert_close
+        from harness.check.compare import assert_outputs_close
         from harness.gen import family
 
         built = family.get(name).build(dict(params))
@@ -125,11 +125,6 @@ def run_family(run):
         inputs = built.inputs(seed)
         outs = run(kernel, *inputs)
         outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-        expected = built.oracle(inputs)
-        assert len(outs) == len(expected), f"{len(outs)} outputs, oracle gives {len(expected)}"
-        for i, (got, want) in enumerate(zip(outs, expected)):
-            dtype = built.tolerance_dtypes[i] if i < len(built.tolerance_dtypes) else None
-            assert_close(got, want, dtype or None, built.reduction_length,
-                         what=f"{name} output {i}:", op_class=built.op_class)
+        assert_outputs_close(outs, built.oracle(inputs), built, what=f"{name} ")
         return kernel, inputs, outs
     return build_run_compare

@@ -140,19 +140,32 @@ def aggregate(stats: list[dict]) -> dict:
 
 def _nbytes(values) -> int:
     import torch
-    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+    from oracles.bounds import Expected
+    total = 0
+    for v in values:
+        if isinstance(v, Expected):          # the output as the kernel stores it
+            total += v.value.numel() * v.dtype.itemsize
+        elif isinstance(v, torch.Tensor):
+            total += v.numel() * v.element_size()
+    return total
 
 
-def _minimum(built) -> dict:
+def _minimum(built) -> tuple[dict, bool]:
     """Every input read once, every output written once (oracle outputs carry the output
-    dtypes); Python scalars (the args struct) are left out."""
+    dtypes; Python scalars, the args struct, are left out), and whether the kernel computes
+    in half precision only (`_half_only`)."""
     inputs = built.inputs(SEED)
     outputs = built.oracle(inputs)
-    return {"read": _nbytes(inputs), "written": _nbytes(outputs)}
+    return {"read": _nbytes(inputs), "written": _nbytes(outputs)}, _half_only(built, outputs)
 
 
-def _half_only(built) -> bool:
-    dtypes = [d for d in built.tolerance_dtypes if d]
+def _half_only(built, outputs) -> bool:
+    """Every output is float16/bfloat16 (an oracle's `Expected` dtypes, or a plain-tensor
+    family's `tolerance_dtypes`): the roofline's half-rate arithmetic applies."""
+    from oracles.bounds import Expected
+    dtypes = [d for d in built.tolerance_dtypes if d] or \
+        [str(o.dtype).replace("torch.", "") for o in outputs if isinstance(o, Expected)]
     return bool(dtypes) and all(d in ("float16", "bfloat16") for d in dtypes)
 
 
@@ -350,7 +363,7 @@ def measure_hand_tuned(case: BenchCase, built, generated: "CaseMeasurement",
         return out
     inputs = built.inputs(SEED)
     expected = built.oracle(inputs)
-    outputs = [torch.full_like(e, float("nan")) for e in expected]
+    outputs = [torch.full(tuple(e.shape), float("nan"), dtype=e.dtype) for e in expected]
     try:
         res = run_msl(hand_tuned_source(hand, p), hand.kernel, grid=(p["M"], 1, 1),
                       threadgroup=(hand.threads, 1, 1), buffers=[*inputs, *outputs],
@@ -419,15 +432,14 @@ def measure_case(case: BenchCase, *, rounds: int = DEFAULT_ROUNDS, disable=(),
             out.counters["local_array_bytes"] = roofline.local_array_bytes(result.msl)
             out.counters["local_array_profile"] = roofline.local_array_profile(result.msl)
             built = fam.build(dict(case.params))
-            out.minimum = _minimum(built)
+            out.minimum, half = _minimum(built)
             out.flops = int(built.flops)
             out.modeled = modeled(out.counters, out.minimum, out.flops, chip_names,
-                                  half=_half_only(built),
+                                  half=half,
                                   buffers=roofline.buffer_traffic(result.stats),
                                   full_scale=case.full_scale)
             if case.hand_tuned:
-                out.hand_tuned = measure_hand_tuned(case, built, out, chip_names,
-                                                    _half_only(built))
+                out.hand_tuned = measure_hand_tuned(case, built, out, chip_names, half)
         if result.status in ("pass", "mismatch", "finding", "timeout", "crash",
                              "launch_error"):
             out.compile = timing_summary(time_compile(fam, case.params, rounds, disable,

@@ -78,7 +78,7 @@ def build(p: dict) -> Built:
 
     def expected(args):
         mask = args[2] if mode == "mask" else None
-        return [oracle.conditional(mode, args[0], args[1], t_value, mask)]
+        return [oracle.conditional_expected(mode, args[0], args[1], t_value, mask)]
 
     return Built(func, [out], inputs, expected, flops=M * N)
 

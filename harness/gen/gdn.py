@@ -113,15 +113,13 @@ def build(p: dict) -> Built:
                   p["threads"])
 
     def expected(args):
-        return oracle.gdn_decode(*args, out_dtype=p["dtype"])
+        return oracle.gdn_decode_expected(*args, out_dtype=p["dtype"])
 
     HV = p["HK"] * p["groups"]
     # Per token and state element: decay, k S, the update and q S (2 flops each), plus the
-    # norms. Every output sums DK terms; the state carries float32 errors across tokens,
-    # far below the output's rounding, so the tolerance grows with DK, not the token count.
+    # norms.
     flops = p["tokens"] * HV * (8 * p["DK"] * p["DV"] + 6 * p["DK"])
-    return Built(func, [6, 7], lambda seed: make_inputs(p, seed), expected,
-                 reduction_length=p["DK"], flops=flops, op_class="transcendental")
+    return Built(func, [6, 7], lambda seed: make_inputs(p, seed), expected, flops=flops)
 
 
 @st.composite

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import core
-from harness.check.compare import assert_close
+from harness.check.compare import assert_close, assert_outputs_close
 from harness.gen import moe
 from oracles import moe as oracle
 
@@ -26,9 +26,7 @@ def _check(run, p, args=None):
     outs = run(kernel, *args)
     want = built.oracle(args)
     assert len(outs) == len(want) == len(built.out_idx)
-    for i, (got, exp) in enumerate(zip(outs, want)):
-        assert_close(got, exp, None, built.reduction_length, what=f"output {i}:",
-                     op_class=built.op_class)
+    assert_outputs_close(outs, want, built)
     return kernel, outs, want
 
 

@@ -26,8 +26,7 @@ def test_a_written_job_replays_to_the_oracle(tmp_path, name):
     built = families.get(shape.family).build(dict(shape.params))
     (want,) = built.oracle(list(built.inputs(0)))
     got = torch.from_numpy(buffers[-1]).view(want.dtype).reshape(want.shape)
-    assert_close(got, want, reduction_length=built.reduction_length, what=name,
-                 op_class=built.op_class)
+    assert_close(got, want, what=name)
 
 
 def test_a_shape_of_several_launches_is_refused(tmp_path):
