@@ -2,7 +2,7 @@
 
 Subcommands:
   emu FILE.metal   run one kernel of any MSL file on the CPU emulator and report
-  selfcheck        run the emulator's built-in kernels against NumPy
+  selfcheck        run the emulator's built-in kernels against NumPy; test the oracle's power
   bench            benchmark the bench cases, compare with the baseline, write reports
   report           re-render the reports of a saved bench result
   fuzz             time-budgeted fuzzing of the kernel families (harness.fuzz); each
@@ -109,9 +109,13 @@ def _parser() -> argparse.ArgumentParser:
                      help="findings listed one by one (default: 20; all are counted)")
     emu.set_defaults(run=_run_emu)
 
-    help_ = "run the emulator's built-in kernels against NumPy"
+    help_ = ("run the emulator's built-in kernels against NumPy, then test the oracle "
+             "checks' power (doctored outputs must fail)")
     sub = commands.add_parser("selfcheck", help=help_, description=help_)
     sub.add_argument("--seed", type=int, default=0, help="seed of the inputs (default: 0)")
+    sub.add_argument("--power", choices=("all", "families", "none"), default="all",
+                     help="oracle power checks: every family at drawn params and every bench "
+                     "case (all, the default), families only, or none")
     sub.set_defaults(run=_run_selfcheck)
     _add_bench_commands(commands)
     _add_fuzz_command(commands)
@@ -334,7 +338,11 @@ def _run_selfcheck(args: argparse.Namespace) -> int:
 
     with out.status("running the self-check (the first run builds the emulator runtime)"):
         results = selfcheck.run_selfcheck(args.seed)
-    table = Table(title="emulator self-check", title_justify="left")
+    if args.power != "none":
+        with out.status("testing the oracle checks' power (doctored outputs, every family"
+                        + (" and bench case)" if args.power == "all" else ")")):
+            results += selfcheck.run_power_checks(args.seed, bench=args.power == "all")
+    table = Table(title="self-check: emulator kernels, oracle power", title_justify="left")
     table.add_column("check", no_wrap=True)
     table.add_column("what", overflow="fold", ratio=1)
     table.add_column("result", no_wrap=True)
@@ -537,6 +545,9 @@ def _print_outcome(out, outcome, baseline_path) -> int:
     hand_tuned = report.hand_tuned_table(results)
     if hand_tuned is not None:
         out.print(hand_tuned)
+    power = report.power_table(results)
+    if power is not None:
+        out.print(power)
     if results.against:
         if results.against.get("error"):
             out.print(Text(f"A/B: {results.against['error']}", "red"))

@@ -246,3 +246,74 @@ def run_check(check: Check, seed: int = 0) -> CheckResult:
 def run_selfcheck(seed: int = 0) -> list[CheckResult]:
     """Every check, in order."""
     return [run_check(check, seed) for check in CHECKS]
+
+
+# -- the oracle's power ----------------------------------------------------------------------
+
+POWER_EXAMPLES = 3      # drawn params per family
+
+
+def _power_result(name: str, what: str, powers, seconds: float) -> CheckResult:
+    from harness.check.power import describe
+    weak = [p for p in powers if not p.ok]
+    found = [p.smallest_scaling for p in powers if p.smallest_scaling is not None]
+    note = f"; rejects x(1+{max(found):.2g})" if found else ""
+    return CheckResult(name, what + note, not weak, seconds, 0,
+                       describe(weak) if weak else "")
+
+
+def _drawn_power(fam, seed: int) -> list:
+    from hypothesis import HealthCheck, given, settings
+
+    from harness.check.power import case_power
+    powers = []
+
+    @settings(max_examples=POWER_EXAMPLES, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(fam.params())
+    def draw(params):
+        powers.extend(case_power(fam.build(dict(params)), seed))
+
+    draw()
+    return powers
+
+
+def run_power_checks(seed: int = 0, bench: bool = True) -> list[CheckResult]:
+    """The oracle's power (harness/check/power.py): per family, at POWER_EXAMPLES params its
+    strategy draws (derandomized from `seed`), and per bench case at its shape, the correct
+    output passes and every doctored output fails (or is indistinguishable, with the
+    reason). No kernel runs: this checks the comparison, not the compiler."""
+    from harness.bench.cases import CASES
+    from harness.check.power import case_power
+    from harness.gen import family
+
+    results = []
+    for fam in family.families():
+        if fam.skip_reason:
+            continue
+        start = time.perf_counter()
+        try:
+            powers = _drawn_power(fam, seed)
+        except Exception as err:  # noqa: BLE001 - a family that breaks is this check's failure
+            results.append(CheckResult(f"power {fam.name}", "doctored outputs rejected",
+                                       False, time.perf_counter() - start, 0,
+                                       f"{type(err).__name__}: {err}"))
+            continue
+        results.append(_power_result(f"power {fam.name}", f"doctored outputs rejected at "
+                                     f"{POWER_EXAMPLES} drawn params", powers,
+                                     time.perf_counter() - start))
+    for case in CASES if bench else ():
+        fam = family.get(case.family)
+        if fam.skip_reason:
+            continue
+        start = time.perf_counter()
+        try:
+            powers = case_power(fam.build(dict(case.params)), seed)
+        except Exception as err:  # noqa: BLE001
+            results.append(CheckResult(f"power {case.name}", "doctored outputs rejected",
+                                       False, time.perf_counter() - start, 0,
+                                       f"{type(err).__name__}: {err}"))
+            continue
+        results.append(_power_result(f"power {case.name}", "doctored outputs rejected at "
+                                     "the bench shape", powers, time.perf_counter() - start))
+    return results

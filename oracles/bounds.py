@@ -241,6 +241,19 @@ def total(x: Bounded, dim: int, acc, keepdim: bool = False) -> Bounded:
                    max(x.u, _u(acc)))
 
 
+def _propagated(aa, ab, ea, eb, like):
+    """|a| @ eb + ea @ |b| + ea @ eb (shaped as `like`), skipping the products of error
+    terms that are zero (the inputs', mostly)."""
+    out = torch.zeros_like(like)
+    if bool(eb.any()):
+        out = out + aa @ eb
+    if bool(ea.any()):
+        out = out + ea @ ab
+        if bool(eb.any()):
+            out = out + ea @ eb
+    return out
+
+
 def matmul(a, b, acc, products=None) -> Bounded:
     """a @ b (batched over leading dims) accumulated in `acc`; `products`: the dtype the
     products are rounded in when it is not exact (None: exact or fused into the
@@ -249,10 +262,9 @@ def matmul(a, b, acc, products=None) -> Bounded:
     aa, ab = a.value.abs(), b.value.abs()
     k = a.value.shape[-1]
     absprod = aa @ ab
-    det = aa @ b.det + a.det @ ab + a.det @ b.det
-    if products is not None:
-        det = det + _u(products) * absprod
-    stat = aa @ b.stat + a.stat @ ab + math.sqrt(max(k, 1)) * _u(acc) * absprod
+    det = _propagated(aa, ab, a.det, b.det, absprod) + \
+        (_u(products) * absprod if products is not None else 0.0)
+    stat = _propagated(aa, ab, a.stat, b.stat, absprod) + math.sqrt(max(k, 1)) * _u(acc) * absprod
     u = max(a.u, b.u, _u(acc), _u(products) if products is not None else 0.0)
     return Bounded(a.value @ b.value, det, stat, u)
 

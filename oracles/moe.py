@@ -132,7 +132,8 @@ def moe_expected(x, wr, wg, wu, wd, topk: int, renorm: bool, fused: bool) -> lis
     down = project(wd, h.map(lambda t: t[:, None, :]))
     yd = B.mul(weights.map(lambda t: t.flatten()[:, None]), down, acc)
     y = B.total(yd.map(lambda t: t.view(x.shape[0], topk, -1)), 1, acc)
-    tail = [B.exact(top_idx, top_idx.dtype, "routing table"), B.expected(weights, "float32", "routing weights in float32"),
+    tail = [B.exact(top_idx, top_idx.dtype, "routing table"),
+            B.expected(weights, "float32", "routing weights in float32"),
             *(B.exact(t, t.dtype, "routing table") for t in (counts, slots, experts, rows))]
     D, I = x.shape[1], wd.shape[2]
     ends = [B.expected(h_pre, dtype, f"silu(g) * u, dots over D={D}"),

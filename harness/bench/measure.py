@@ -13,6 +13,8 @@ Per case (`measure_case` -> `CaseMeasurement`):
              and inputs are fixed, so two runs of one compiler give identical counters.
   minimum    the traffic no kernel can avoid: every input read once, every output written
              once (the ratio counted/minimum shows re-reads and spills)
+  power      what the case's oracle check rejects: the smallest output scaling 1 + d, and
+             any doctored output it accepts (harness/check/power.py)
   modeled    `harness.bench.roofline` time per chip and its terms (device memory, ALU,
              threadgroup memory, simd operations, barriers, launches, occupancy, register
              spills) from those counters and two figures read from the MSL text:
@@ -99,6 +101,7 @@ class CaseMeasurement:
     msl: str = ""
     reference: dict | None = None     # cases.Reference.as_dict(): informational
     hand_tuned: dict | None = None    # `measure_hand_tuned`: the reference run and the ratios
+    power: dict | None = None         # harness/check/power.py `summary`: what the check rejects
 
     @classmethod
     def of(cls, case: BenchCase) -> "CaseMeasurement":
@@ -151,13 +154,16 @@ def _nbytes(values) -> int:
     return total
 
 
-def _minimum(built) -> tuple[dict, bool]:
-    """Every input read once, every output written once (oracle outputs carry the output
-    dtypes; Python scalars, the args struct, are left out), and whether the kernel computes
-    in half precision only (`_half_only`)."""
+def _oracle_facts(built) -> tuple[dict, bool, dict]:
+    """From the oracle's outputs on the case's inputs: the minimum traffic (every input read
+    once, every output written once; Python scalars, the args struct, left out), whether the
+    kernel computes in half precision only (`_half_only`), and the power of the case's
+    check (harness/check/power.py `summary`: the smallest scaling it rejects)."""
+    from harness.check import power
     inputs = built.inputs(SEED)
     outputs = built.oracle(inputs)
-    return {"read": _nbytes(inputs), "written": _nbytes(outputs)}, _half_only(built, outputs)
+    return ({"read": _nbytes(inputs), "written": _nbytes(outputs)},
+            _half_only(built, outputs), power.summary(outputs))
 
 
 def _half_only(built, outputs) -> bool:
@@ -432,7 +438,7 @@ def measure_case(case: BenchCase, *, rounds: int = DEFAULT_ROUNDS, disable=(),
             out.counters["local_array_bytes"] = roofline.local_array_bytes(result.msl)
             out.counters["local_array_profile"] = roofline.local_array_profile(result.msl)
             built = fam.build(dict(case.params))
-            out.minimum, half = _minimum(built)
+            out.minimum, half, out.power = _oracle_facts(built)
             out.flops = int(built.flops)
             out.modeled = modeled(out.counters, out.minimum, out.flops, chip_names,
                                   half=half,

@@ -436,6 +436,9 @@ def _sections(results: BenchRun, changes: list, baseline_path: str | None) -> li
                         f"({against.get('commit', '')[:12]})",
                         ["case", "ref median ms", "this median ms", "change", "noise (SE)",
                          "threshold", "verdict"], rows, against.get("method", "")))
+    rows = power_rows(dataclasses.replace(results, cases=cases))
+    if rows:
+        out.append(("What each case's oracle check rejects", POWER_HEADER, rows, POWER_NOTE))
     if skipped:
         out.append(("Skipped cases", ["case", "family", "reason"],
                     [[c.name, c.family, c.message] for c in skipped], ""))
@@ -741,3 +744,43 @@ def write_reports(results: BenchRun, changes: list, baseline: Baseline | None, o
     page.write_text(html_report(results, changes, baseline, baseline_path))
     return {"markdown": md, "html": page}
 
+
+
+# -- the oracle's power --------------------------------------------------------------------
+
+POWER_NOTE = ("The smallest d for which the case's check rejects its output scaled by 1 + d "
+              "(every output; bisected on what a perfect kernel stores), against the d it "
+              "must reject by the output's precision (1e-3 float32, 2e-2 float16, 5e-2 "
+              "bfloat16). docs/tolerance.md.")
+
+
+def power_rows(results: BenchRun) -> list[list[str]]:
+    rows = []
+    for c in results.cases:
+        p = c.power
+        if not p:
+            continue
+        found = p.get("rejects_scaling")
+        need = p.get("required_scaling")
+        same = "; ".join(f"output {i}: {', '.join(names)}"
+                         for i, names in (p.get("indistinguishable") or {}).items())
+        rows.append([c.name, "-" if found is None else f"{found:.2g}",
+                     "-" if need is None else f"{need:.0e}",
+                     p.get("weak") and "WEAK" or "ok", same or "-"])
+    return rows
+
+
+POWER_HEADER = ["case", "rejects x(1+d) from d", "must reject d", "doctorings",
+                "indistinguishable (why: docs/tolerance.md)"]
+
+
+def power_table(results: BenchRun) -> Table | None:
+    rows = power_rows(results)
+    if not rows:
+        return None
+    table = Table(title="oracle power", title_justify="left")
+    for col in POWER_HEADER[:4]:
+        table.add_column(col, justify="left" if col == "case" else "right")
+    for row in rows:
+        table.add_row(*row[:4])
+    return table

@@ -28,7 +28,12 @@ from oracles.tolerance import tolerance_for
 
 
 def _index(flat: int, shape) -> list:
-    return [int(i) for i in torch.unravel_index(torch.tensor(flat), shape)] if shape else []
+    """The multi-index of element `flat` of a row-major tensor of `shape`."""
+    index = []
+    for extent in reversed(tuple(shape)):
+        flat, i = divmod(flat, int(extent))
+        index.append(i)
+    return index[::-1]
 
 
 def _mismatch_exact(actual, want, what: str, how: str):

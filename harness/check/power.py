@@ -193,3 +193,21 @@ def describe(powers: list[OutputPower]) -> str:
                 if p.indistinguishable else ""
             lines.append(f"{head}: rejects {', '.join(p.rejected) or 'nothing'}{same}{scale}")
     return "\n".join(lines)
+
+
+def summary(expected: list) -> dict:
+    """The bench's record of a case's check: the smallest scaling d rejected for every
+    output (the largest of the outputs' smallest ones; None when some output rejects no
+    scaling), the d required of it (SCALING of its precision), the doctorings some output
+    accepts ("weak": the describe lines), and which were indistinguishable."""
+    powers = [output_power(e, i) for i, e in enumerate(expected) if isinstance(e, Expected)]
+    scalings = [p.smallest_scaling for p in powers if p.dtype != "bool"
+                and not p.dtype.startswith(("int", "uint"))]
+    floats = [e for e in expected if isinstance(e, Expected) and e.dtype.is_floating_point]
+    return {
+        "rejects_scaling": None if not scalings or None in scalings else max(scalings),
+        "required_scaling": min((scaling_for(e) for e in floats), default=None),
+        "weak": describe([p for p in powers if not p.ok]),
+        "indistinguishable": {str(p.index): sorted(p.indistinguishable) for p in powers
+                              if p.indistinguishable},
+    }

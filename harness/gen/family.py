@@ -28,13 +28,15 @@ class Built:
     out_idx: list                          # outputs allocated by the runtime (core.compile)
     inputs: Callable[[int], list]          # seed -> arguments in the user's order, outputs
                                            # left out (CPU torch tensors, Python scalars)
-    oracle: Callable[[list], list]         # inputs -> expected outputs, in out_idx order
-    reduction_length: int = 1              # terms accumulated per output (tolerance)
-    tolerance_dtypes: tuple = ()           # per output: the dtype whose tolerance applies
-                                           # (the precision computed in; "" = the output's)
+    oracle: Callable[[list], list]         # inputs -> expected outputs, in out_idx order:
+                                           # oracles.bounds.Expected (exact value and
+                                           # forward error bounds, docs/tolerance.md)
     flops: int = 0                         # arithmetic operations (roofline model); 0 = none
-    op_class: str = "elementwise"          # tolerance class (oracles/tolerance.py): exact,
-                                           # elementwise, transcendental, accumulation
+    # Only for an oracle that returns plain tensors (hand-written test families): the class
+    # policy of oracles/tolerance.py. Families' Expected outputs carry their own bounds.
+    reduction_length: int = 1              # terms accumulated per output
+    tolerance_dtypes: tuple = ()           # per output: the dtype whose tolerance applies
+    op_class: str = "elementwise"          # exact, elementwise, transcendental, accumulation
 
 
 @dataclass(frozen=True)

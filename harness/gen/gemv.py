@@ -42,7 +42,6 @@ step (per-thread partial sums), then one T.reduce_sum over k and a masked T.copy
 
 from __future__ import annotations
 
-import torch
 from hypothesis import strategies as st
 
 import core.language as T

@@ -203,7 +203,6 @@ def build(p: dict) -> Built:
     return Built(func, out_idx, inputs, expected, flops=M * N)
 
 
-
 @st.composite
 def params(draw):
     dtype = draw(S.dtype(DTYPES))
