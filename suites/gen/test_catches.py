@@ -139,3 +139,40 @@ def test_other_schedules_pass(name, params, schedule):
         pytest.skip(families.get(name).skip_reason)
     result = run_case(name, params, schedule=schedule, seed=3)
     assert result.status == Status.PASS, result.message
+
+
+@pytest.mark.parametrize("dtype, factor", [("float16", 1.02), ("bfloat16", 1.05),
+                                           ("float32", 1.001)])
+def test_a_softmax_off_by_a_small_scaling_is_a_mismatch(monkeypatch, dtype, factor):
+    """A real kernel whose every output is scaled by 1 + d (d: what the power check
+    demands of the dtype) fails the family's own bounds through run_case; scaled by
+    1 + 1e-5 (inside float32's accumulation and function errors) it passes. Rows of 4096 at
+    values ~1/4096, where the old sqrt(n)-wide atol let all of it through."""
+    M, N = 2, 4096
+
+    def build(p):
+        built = families.get("softmax").build(
+            {"M": M, "N": N, "bM": 1, "threads": 256, "dtype": dtype, "scale": 1.0})
+
+        @T.prim_func
+        def scaled_softmax(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype)):
+            with T.Kernel(M, threads=256) as bx:
+                x = T.alloc_fragment((1, N), "float32")
+                row_max = T.alloc_fragment((1,), "float32")
+                row_sum = T.alloc_fragment((1,), "float32")
+                T.copy(X[bx:bx + 1, 0:N], x)
+                T.reduce_max(x, row_max, dim=1)
+                for i, j in T.Parallel(1, N):
+                    x[i, j] = T.exp(x[i, j] - row_max[i])
+                T.reduce_sum(x, row_sum, dim=1)
+                for i, j in T.Parallel(1, N):
+                    x[i, j] = x[i, j] / row_sum[i] * p["factor"]
+                T.copy(x, Y[bx:bx + 1, 0:N])
+        return dataclasses.replace(built, func=scaled_softmax)
+
+    _register(monkeypatch, "scaled_softmax", build)
+    wrong = run_case("scaled_softmax", {"factor": factor})
+    assert wrong.status == Status.MISMATCH, wrong.message
+    assert "softmax over N=4096 in float32" in wrong.message
+    close = run_case("scaled_softmax", {"factor": 1 + 1e-5})
+    assert close.status == Status.PASS, close.message
