@@ -1,4 +1,7 @@
-"""The tolerance policy: how close a kernel's result must be to the PyTorch oracle.
+"""The class policy: how close a result must be to a plain-tensor oracle in a hand-written
+test. Kernel families do not use it: their oracles give forward error bounds per element
+(oracles/bounds.py, docs/tolerance.md), which this coarse table cannot replace (its width
+grows with sqrt(n) in absolute terms, so small values at large n pass almost anything).
 
 One table, indexed by the *op class* of the computation and the dtype of the result (or
 the narrowest dtype the kernel computed in, see `Built.tolerance_dtypes`). Integer and

@@ -816,3 +816,22 @@ def test_harness_report_rerenders_saved_results(tmp_path, baseline, capsys, monk
     result.write_text(json.dumps(clean))
     assert main(["report", str(result), "--baseline", str(base)]) == 0
     assert main(["report", str(tmp_path / "missing.json")]) == 2
+
+
+def test_report_states_the_smallest_scaling_each_case_check_rejects():
+    """The bench records its oracle check's power from the case's own oracle: the smallest
+    scaling rejected, within what the output dtype demands, and the report prints it."""
+    from harness.bench.measure import _oracle_facts
+    from harness.gen import family
+
+    built = family.get("softmax").build({"M": 4, "N": 4096, "bM": 1, "threads": 256,
+                                         "dtype": "float16", "scale": 1.0})
+    _, half, power = _oracle_facts(built)
+    assert half and power["weak"] == ""
+    assert power["required_scaling"] == 2e-2
+    assert 0 < power["rejects_scaling"] < power["required_scaling"]
+    case = {**_case("softmax/a"), "power": power}
+    (row,) = report.power_rows(_results(case))
+    assert row[0] == "softmax/a" and float(row[1]) == pytest.approx(
+        power["rejects_scaling"], rel=0.05) and row[3] == "ok"
+    assert "What each case's oracle check rejects" in report.markdown(_results(case), [])
