@@ -254,10 +254,12 @@ def _propagated(aa, ab, ea, eb, like):
     return out
 
 
-def matmul(a, b, acc, products=None) -> Bounded:
+def matmul(a, b, acc, products=None, partials=None) -> Bounded:
     """a @ b (batched over leading dims) accumulated in `acc`; `products`: the dtype the
     products are rounded in when it is not exact (None: exact or fused into the
-    accumulation, as float32 products of half/bfloat operands are)."""
+    accumulation, as float32 products of half/bfloat operands are); `partials`: (dtype, n)
+    when the running sum is stored in `dtype` n times on the way (a GEMM accumulating in
+    its output tile), each storing a partial sum bounded by |a| @ |b|."""
     a, b = _lift(a), _lift(b)
     aa, ab = a.value.abs(), b.value.abs()
     k = a.value.shape[-1]
@@ -266,6 +268,10 @@ def matmul(a, b, acc, products=None) -> Bounded:
         (_u(products) * absprod if products is not None else 0.0)
     stat = _propagated(aa, ab, a.stat, b.stat, absprod) + math.sqrt(max(k, 1)) * _u(acc) * absprod
     u = max(a.u, b.u, _u(acc), _u(products) if products is not None else 0.0)
+    if partials is not None:
+        dtype, stores = partials
+        stat = stat + math.sqrt(max(stores, 1)) * _u(dtype) * absprod
+        u = max(u, _u(dtype))
     return Bounded(a.value @ b.value, det, stat, u)
 
 

@@ -149,10 +149,16 @@ def build(p: dict) -> Built:
     def inputs(seed):
         return [random_tensor(a_shape, dtype, seed), random_tensor(b_shape, dtype, seed + 1)]
 
+    # float32 accumulators over K (products of half/bfloat operands are exact in float32),
+    # the epilogue in float32, one rounding on the store; a "global" accumulator is C's own
+    # tile, which stores the running sum in C's dtype after every k step
+    steps = -(-K // bK)
+    partials = (out_dtype, steps) if global_acc else None
+    how = f"dot over K={K}, float32 accumulation" + \
+        (f", {steps} partial sum(s) stored in {out_dtype}" if global_acc else "")
+
     def expected(args):
-        # float32 accumulators over K (products of half/bfloat operands are exact in
-        # float32), the epilogue in float32, one rounding on the store
-        c = oracle.gemm_bounded(args[0], args[1], ta, tb, acc="float32")
+        c = oracle.gemm_bounded(args[0], args[1], ta, tb, acc="float32", partials=partials)
         if epilogue == "relu_scale":
             c = bounds.maximum(bounds.mul(c, 0.5, "float32"), 0.0)
         if window:
@@ -162,7 +168,7 @@ def build(p: dict) -> Built:
                 blocks = padded.reshape(gm, bM, gn, bN)[:, r0:r0 + h, :, c0:c0 + w]
                 return blocks.reshape(gm * h, gn * w)
             c = c.map(cut)
-        return [bounds.expected(c, out_dtype, f"dot over K={K}, float32 accumulation")]
+        return [bounds.expected(c, out_dtype, how)]
 
     return Built(gemm, [2], inputs, expected, flops=2 * M * N * K)
 
