@@ -24,6 +24,13 @@ def gemm(a, b, transpose_a: bool = False, transpose_b: bool = False) -> torch.Te
     return (a @ b).float()
 
 
+def product_rounding(dtype: str):
+    """The dtype a float32 accumulation's products round in: none for float16/bfloat16
+    operands (11- or 8-bit significands multiply exactly into float32's 24), float32 for
+    float32 operands (when the multiply-add is not fused)."""
+    return "float32" if str(dtype).replace("torch.", "") == "float32" else None
+
+
 def gemm_bounded(a, b, transpose_a: bool = False, transpose_b: bool = False,
                  acc: str = "float32", products=None, partials=None):
     """op(a) @ op(b) as an `oracles.bounds.Bounded`: the exact product with the error

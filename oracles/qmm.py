@@ -68,9 +68,10 @@ def qmm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 def dequant_bounded(w: torch.Tensor, stored=None) -> bounds.Bounded:
     """Decoded weights (float64 `w`, exact code x scale) as the kernel holds them: the
-    product of code and scale rounded once in float32, or in `stored` (the activation
-    dtype) where the kernel stores the scaled weight so."""
-    return bounds.round_to(bounds.exact_input(w), stored or "float32")
+    product of code and scale rounded in float32, then once more in `stored` (the
+    activation dtype) where the kernel stores the scaled weight so."""
+    held = bounds.round_to(bounds.exact_input(w), "float32")
+    return bounds.round_to(held, stored) if stored else held
 
 
 def qmm_bounded(x: torch.Tensor, w: bounds.Bounded) -> bounds.Bounded:

@@ -158,7 +158,8 @@ def build(p: dict) -> Built:
         (f", {steps} partial sum(s) stored in {out_dtype}" if global_acc else "")
 
     def expected(args):
-        c = oracle.gemm_bounded(args[0], args[1], ta, tb, acc="float32", partials=partials)
+        c = oracle.gemm_bounded(args[0], args[1], ta, tb, acc="float32", partials=partials,
+                                products=oracle.product_rounding(dtype))
         if epilogue == "relu_scale":
             c = bounds.maximum(bounds.mul(c, 0.5, "float32"), 0.0)
         if window:

@@ -171,7 +171,8 @@ def build(p: dict) -> Built:
         return [random_tensor((M, K), dtype, seed), random_tensor((N, K), dtype, seed + 1)]
 
     def expected(args):
-        y = oracle.gemm_bounded(args[0], args[1], transpose_b=True, acc="float32")
+        y = oracle.gemm_bounded(args[0], args[1], transpose_b=True, acc="float32",
+                                products=oracle.product_rounding(dtype))
         return [bounds.expected(y, out_dtype, f"dot over K={K}, float32 accumulation")]
 
     return Built(func, [2], inputs, expected, flops=2 * M * N * K)
