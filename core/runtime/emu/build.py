@@ -38,7 +38,7 @@ from core.cache import cache_root
 from core.errors import MSLCompileError, ToolchainError
 from core.target import METAL
 
-from . import admission, cross, launcher
+from . import admission, cross, launcher, stages
 from .toolchain import Toolchain, find_toolchain
 from .translation import SOURCE_NAME, Translation
 
@@ -216,7 +216,8 @@ class Builder:
         if target.exists():  # under the current cache root (it may change between calls)
             return target
         tmp = _atomic_target(target)
-        res = _run_compiler(command(tmp), what)
+        with stages.stage("shared"):
+            res = _run_compiler(command(tmp), what)
         if res.returncode != 0:
             tmp.unlink(missing_ok=True)
             raise ToolchainError(f"building the {what} failed:\n{res.stderr[-4000:]}",
@@ -258,7 +259,8 @@ class Builder:
         cmd = [self.toolchain.cxx, *self._flags(False), "-I", str(INCLUDE_DIR),
                "-include-pch", str(pch), "-fsyntax-only", "-Xclang", "-ast-dump=json",
                "-x", "c++", "-"]
-        res = _run_compiler(cmd, "MSL signatures", kernel, stdin=cpp)
+        with stages.stage("signatures"):
+            res = _run_compiler(cmd, "MSL signatures", kernel, stdin=cpp)
         return res.returncode, res.stdout, res.stderr
 
     def cache_key(self, *parts: str) -> str:
@@ -312,15 +314,18 @@ class Builder:
         compile_cmd = [self.toolchain.cxx, *flags, "-I", str(INCLUDE_DIR), "-include-pch",
                        str(pch), "-x", "c++", str(src), "-c", "-o", str(obj)]
         try:
-            res = _run_compiler(compile_cmd, "MSL compile", kernel_hint)
+            with stages.stage("compile"):
+                res = _run_compiler(compile_cmd, "MSL compile", kernel_hint)
             if res.returncode != 0:
                 raise compile_error(res.stderr, unit, translation, kernel_hint)
-            if self._runtime_symbols is None:
-                self._runtime_symbols = admission.runtime_symbols(runtime)
-            admission.check_symbols(obj, self._runtime_symbols, translation.source,
-                                    kernel_hint)
-            res = _run_compiler(self._link_command(flags, checked, runtime, obj, tmp),
-                                "MSL link", kernel_hint)
+            with stages.stage("symbols"):
+                if self._runtime_symbols is None:
+                    self._runtime_symbols = admission.runtime_symbols(runtime)
+                admission.check_symbols(obj, self._runtime_symbols, translation.source,
+                                        kernel_hint)
+            with stages.stage("link"):
+                res = _run_compiler(self._link_command(flags, checked, runtime, obj, tmp),
+                                    "MSL link", kernel_hint)
             if res.returncode != 0:
                 raise compile_error(res.stderr, unit, translation, kernel_hint)
             os.replace(tmp, target)
