@@ -29,6 +29,7 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -128,6 +129,21 @@ def _default_triple(cxx: str) -> str:
 
 def _link_flags() -> list[str]:
     return ["-no-pie", "-pthread"] if sys.platform.startswith("linux") else ["-pthread"]
+
+
+@functools.lru_cache(maxsize=None)
+def _fast_linker() -> list[str]:
+    """The driver flag choosing a faster linker than GNU ld where one is installed (Linux,
+    host builds): lld, else gold. A kernel's link reads the runtime objects and the C++
+    library again for every kernel; measured on a fuzz kernel on the 2-core machine under
+    load, GNU ld 181-269 ms, gold 66-86 ms (docs/emulator.md). The executable does the
+    same: the linker only places the same objects."""
+    if not sys.platform.startswith("linux") or cross.target():
+        return []
+    for name, flag in (("ld.lld", "-fuse-ld=lld"), ("ld.gold", "-fuse-ld=gold")):
+        if shutil.which(name):
+            return [flag]
+    return []
 
 
 def cache_dir() -> Path:
@@ -332,6 +348,7 @@ class Builder:
         itself where its plan cannot be read. Called once `obj` exists (the driver checks
         its inputs)."""
         driver = [self.toolchain.cxx, *flags, str(obj), *map(str, runtime), *_link_flags(),
+                  *_fast_linker(),
                   *_arch_flags(), *(["-fno-sanitize-link-runtime"] if checked else []),
                   "-o", str(exe)]
         key = (tuple(flags), checked, tuple(map(str, runtime)))
