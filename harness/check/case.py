@@ -225,9 +225,9 @@ def _run(result, fam, core, backend, schedule, checks, disable, replace, cache, 
 # (core/runtime/emu/stages.py, prefixed "emu "), the oracle and its comparison, and the
 # barrier check (all of it, its own emulator runs included); "other" is the rest of the
 # case (inputs, moving tensors, binding the arguments).
-STAGES = ("trace", "compile", "emu translate", "emu signatures", "emu shared",
-          "emu compile", "emu symbols", "emu link", "emu launch", "emu symbolize",
-          "oracle", "barriers", "other")
+STAGES = ("trace", "compile", "emu toolchain", "emu translate", "emu signatures",
+          "emu shared", "emu compile", "emu symbols", "emu link", "emu launch",
+          "emu symbolize", "oracle", "barriers", "other")
 
 
 class _Stages:

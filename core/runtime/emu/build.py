@@ -492,5 +492,6 @@ def default_builder() -> Builder:
     global _default
     with _default_lock:
         if _default is None:
-            _default = Builder()
+            with stages.stage("toolchain"):
+                _default = Builder()
         return _default

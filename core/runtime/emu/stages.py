@@ -6,6 +6,7 @@
 
 Stages (exclusive: a stage inside another is not counted twice):
 
+    toolchain    finding and checking clang, hashing the shim and runtime (once per process)
     translate    the MSL -> C++ rewrite (translate.py)
     signatures   clang's AST of the rewritten source (signature.py)
     shared       the runtime objects and precompiled headers (built once per cache)
@@ -25,8 +26,8 @@ import threading
 import time
 from contextlib import contextmanager
 
-STAGES = ("translate", "signatures", "shared", "compile", "symbols", "link", "launch",
-          "symbolize")
+STAGES = ("toolchain", "translate", "signatures", "shared", "compile", "symbols", "link",
+          "launch", "symbolize")
 
 _lock = threading.Lock()
 _totals: dict[str, float] = {}
