@@ -19,8 +19,11 @@ race checker sees them. The race checker is schedule-independent (shadow state p
 interval), so a necessary barrier usually shows on the first schedule; the other
 schedules, and the other inputs `check_case` adds, only matter when control flow depends
 on the data. A verdict is only as good as the inputs tried: "redundant" means no race
-under any of them. A barrier is removed by blanking its statement on its line, so
-finding line numbers still point into the original MSL. Runs go through `core.Kernel`
+under any of them. A barrier is removed by switching it off at run time in the one
+emulator build of that MSL (`emu.barrier_switched_off(line)`: the launch skips the
+threadgroup_barrier on its line, as if the statement were blanked; `without_barrier` is
+the MSL that blanking gives), so a check costs one build however many barriers the kernel
+has, and finding line numbers point into the original MSL. Runs go through `core.Kernel`
 (the launch plan binds the arguments), never around it.
 """
 
@@ -164,29 +167,43 @@ def check_barriers(kernel, args, *, schedules=SCHEDULES, seed: int = 0,
     the user's order, as for `kernel(*args)`). `baseline=False` skips the run with every
     barrier in place (the caller has already run it with the race check). `more_args`:
     other inputs (forward schedule) tried before a barrier is called redundant, for
-    kernels whose accesses depend on the data."""
+    kernels whose accesses depend on the data.
+
+    One build: every run is of the same MSL (`observable(kernel.msl)`), a barrier removed
+    by switching it off at run time (`emu.barrier_switched_off(line)`: the launch skips
+    the threadgroup_barrier on that line, as if the statement were blanked)."""
     from core.jit import Kernel
+    from core.runtime import emu
 
-    barriers_run = {}   # MSL -> barriers executed (forward schedule, `args`)
+    barriers_run = {}   # line switched off (0: none) -> barriers executed (forward, `args`)
 
-    def races(msl, schedule, inputs=args):
-        variant = Kernel(dataclasses.replace(kernel.compiled, msl=msl), kernel.out_idx,
-                         checks=("races",))
-        variant(*_fresh(inputs), backend="emu", schedule=schedule, seed=seed)
+    def races(variant, schedule, inputs=args, off=0):
+        if off:
+            with emu.barrier_switched_off(off):
+                variant(*_fresh(inputs), backend="emu", schedule=schedule, seed=seed)
+        else:
+            variant(*_fresh(inputs), backend="emu", schedule=schedule, seed=seed)
         if schedule == schedules[0] and inputs is args:
-            barriers_run[msl] = sum(s.get("barriers", 0) for s in variant.last_run.stats)
+            barriers_run[off] = sum(s.get("barriers", 0) for s in variant.last_run.stats)
         return [f for f in variant.last_run.findings if f.kind == "race"]
 
+    def variant_of(msl):
+        return Kernel(dataclasses.replace(kernel.compiled, msl=msl), kernel.out_idx,
+                      checks=("races",))
+
     msl = observable(kernel.msl)
+    variant = variant_of(msl)
     if msl != kernel.msl:
         try:
-            races(msl, schedules[0])
+            races(variant, schedules[0])
         except MetaltileError:   # the emulator cannot take it: check the MSL as it is
             msl = kernel.msl
+            variant = variant_of(msl)
+            barriers_run.clear()
     missing = []
     if baseline:
         for schedule in schedules:
-            missing = races(msl, schedule)
+            missing = races(variant, schedule)
             if missing:
                 break
     known = {_where(f) for f in missing}
@@ -200,7 +217,7 @@ def check_barriers(kernel, args, *, schedules=SCHEDULES, seed: int = 0,
             tried.append(schedule if n < len(schedules) else
                          f"forward with inputs {n - len(schedules) + 2}")
             try:
-                found = [f for f in races(without_barrier(msl, index), schedule, inputs)
+                found = [f for f in races(variant, schedule, inputs, off=line)
                          if _where(f) not in known]
             except MetaltileError as err:  # e.g. garbage indices crash without the barrier
                 if inputs is not args:
@@ -212,9 +229,9 @@ def check_barriers(kernel, args, *, schedules=SCHEDULES, seed: int = 0,
                 break
         reached = True
         if not (race or note):  # the run without it executed as many barriers: never reached
-            if msl not in barriers_run:
-                races(msl, schedules[0])
-            reached = barriers_run.get(without_barrier(msl, index)) != barriers_run[msl]
+            if 0 not in barriers_run:
+                races(variant, schedules[0])
+            reached = barriers_run.get(line) != barriers_run[0]
         verdicts.append(BarrierVerdict(index, line, name, text, bool(race or note), race,
                                        note, tuple(tried), reached))
     return BarrierReport(kernel.name, tuple(verdicts), tuple(missing))

@@ -89,6 +89,7 @@ class CaseResult:
     compile_seconds: float = 0.0
     run_seconds: float = 0.0
     msl: str = ""
+    stages: dict = field(default_factory=dict)     # seconds per stage (STAGES)
 
     @property
     def ok(self) -> bool:
@@ -133,28 +134,45 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
     "internal_error" is any other exception (a crash inside a pass is a compiler bug).
     """
     import core
-    from core.errors import (KernelCrashError, KernelDefinitionError, KernelTimeoutError,
-                             LaunchError, LoweringError, MetaltileError, MSLCompileError)
-    from core.runtime.backends import to_device, to_host
-    from harness.check.compare import assert_outputs_close
     from harness.gen import family as families
 
     if barriers:
         result = run_case(family, params, seed=seed, backend=backend, schedule=schedule,
                           checks=checks, disable=disable, replace=replace, cache=cache,
                           compiled=compiled)
-        return _check_barriers(result, disable) if result.status == Status.PASS else result
+        if result.status != Status.PASS:
+            return result
+        t0 = time.perf_counter()
+        result = _check_barriers(result, disable)
+        result.stages["barriers"] = time.perf_counter() - t0
+        return result
     fam = families.get(family)
     result = CaseResult(family, dict(params), seed, Status.PASS)
     if fam.skip_reason:
         result.status, result.message = Status.SKIP, fam.skip_reason
         return result
+    with _Stages(result):
+        return _run(result, fam, core, backend, schedule, checks, disable, replace, cache,
+                    compiled)
+
+
+def _run(result, fam, core, backend, schedule, checks, disable, replace, cache, compiled):
+    """`run_case` without the barrier check, its stages timed by the caller's `_Stages`."""
+    from core.errors import (KernelCrashError, KernelDefinitionError, KernelTimeoutError,
+                             LaunchError, LoweringError, MetaltileError, MSLCompileError)
+    from core.runtime.backends import to_device, to_host
+    from harness.check.compare import assert_outputs_close
+
+    params, seed = result.params, result.seed
     t0 = time.perf_counter()
     try:
         if compiled is None:
             built = fam.build(dict(params))
+            t_trace = time.perf_counter()
+            result.stages["trace"] = t_trace - t0
             kernel = core.compile(built.func, out_idx=built.out_idx, disable=disable,
                                   replace=replace, cache=cache)
+            result.stages["compile"] = time.perf_counter() - t_trace
         else:
             built, kernel = compiled
         result.msl = kernel.msl
@@ -186,11 +204,13 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
     result.findings = list(record.findings) if record else []
     result.stats = list(record.stats) if record else []
     outs = [outs] if not isinstance(outs, (list, tuple)) else list(outs)
+    t2 = time.perf_counter()
     expected = built.oracle(inputs)
     try:
         assert_outputs_close(outs, expected, built)
     except AssertionError as err:
         result.status, result.message = Status.MISMATCH, str(err)
+    result.stages["oracle"] = time.perf_counter() - t2
     if result.findings:  # a race is a failure even when the numbers match
         kinds = sorted({f.kind for f in result.findings})
         note = f"{len(result.findings)} finding(s) ({', '.join(kinds)}); first: " \
@@ -198,6 +218,41 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
         result.message = f"{note}\n{result.message}" if result.message else note
         result.status = Status.FINDING if result.status == Status.PASS else result.status
     return result
+
+
+# Where a case's time goes (CaseResult.stages, summed by `harness fuzz`): the family's build
+# of the kernel's definition, the DSL -> MSL compile, the emulator's stages
+# (core/runtime/emu/stages.py, prefixed "emu "), the oracle and its comparison, and the
+# barrier check (all of it, its own emulator runs included); "other" is the rest of the
+# case (inputs, moving tensors, binding the arguments).
+STAGES = ("trace", "compile", "emu toolchain", "emu translate", "emu signatures",
+          "emu shared", "emu compile", "emu symbols", "emu link", "emu launch",
+          "emu symbolize", "oracle", "barriers", "other")
+
+
+class _Stages:
+    """Times a case's stages into `result.stages`: the emulator's from its counters, the
+    rest of the case's time as "other"."""
+
+    def __init__(self, result: CaseResult):
+        self.result = result
+
+    def __enter__(self):
+        from core.runtime.emu import stages
+
+        self.before = stages.totals()
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        from core.runtime.emu import stages
+
+        total = time.perf_counter() - self.t0
+        out = self.result.stages
+        for name, seconds in stages.since(self.before).items():
+            out[f"emu {name}"] = out.get(f"emu {name}", 0.0) + seconds
+        out["other"] = max(0.0, total - sum(out.values()))
+        return False
 
 
 def _failed(result, status, err, t0, run=False, trace=False):

@@ -72,6 +72,7 @@ class CaseEnded:
     signature: str | None
     seconds: float
     barriers: int              # 1 if its barriers were checked
+    stages: tuple = ()         # (stage, seconds) pairs: harness.check.case.STAGES, "shrinking"
 
 
 @dataclass(frozen=True)

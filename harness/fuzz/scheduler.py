@@ -41,13 +41,14 @@ import hashlib
 import math
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
 
 from harness.check import regressions
-from harness.check.case import CASE_TIMEOUT, WORKER_CRASH, check_passes
+from harness.check.case import CASE_TIMEOUT, STAGES as CASE_STAGES, WORKER_CRASH, check_passes
 from harness.fuzz.messages import (CaseEnded, CaseStarted, FailingExample, GeneratorError,
                                    Halt, Ready, Stop, Task, TaskDone, WorkerConfig)
 from harness.fuzz.worker import canonical, worker_main
@@ -56,6 +57,9 @@ from harness.check.workers import kill_group, start_fork_server, worker_context
 
 DEFAULT_DB = regressions.REPO / "reports" / "out" / "fuzz" / "db"
 SLICE_SECONDS = (3.0, 60.0)     # bounds of one task's time slice
+# Where a run's time goes (FuzzSummary.stages): a case's stages (harness.check.case.STAGES),
+# the cases run while Hypothesis shrinks a failure, and the workers' time between cases.
+STAGES = (*CASE_STAGES, "shrinking", "between cases")
 FIRST_SLICE = 3.0               # a family's first task: every family is visited early
 STOP_GRACE = 30.0               # after the budget: how long a running case may finish
 MAX_RESTARTS = 50               # per worker slot: a slot that keeps dying gives up
@@ -84,6 +88,7 @@ class FamilyTally:
     failing_cases: int = 0
     barrier_checks: int = 0
     seconds: float = 0.0                  # time spent in its cases
+    stages: dict = field(default_factory=dict)   # stage -> seconds of its cases (STAGES)
     tasks: int = 0
     broken: str = ""                      # the generator itself failed: not scheduled again
 
@@ -121,6 +126,22 @@ class FuzzSummary:
     @property
     def rate(self) -> float:
         return self.cases / self.elapsed if self.elapsed else 0.0
+
+    @property
+    def stages(self) -> dict:
+        """Seconds per stage over every family's cases (worker time, so up to `workers`
+        times the elapsed time), in STAGES order, and "between cases": the rest of the
+        workers' time (starting, drawing cases, waiting for a task)."""
+        total: dict = {}
+        for tally in self.families.values():
+            for name, seconds in tally.stages.items():
+                total[name] = total.get(name, 0.0) + seconds
+        out = {n: total.pop(n) for n in STAGES if n in total}
+        out.update(total)
+        elapsed = self.elapsed or (time.time() - self.started)
+        spent = sum(t.seconds for t in self.families.values())
+        out["between cases"] = max(0.0, self.workers * elapsed - spent)
+        return out
 
     @property
     def exit_code(self) -> int:
@@ -355,6 +376,8 @@ class _Run:
             tally.seconds += message.seconds
             tally.failing_cases += bool(message.signature)
             tally.barrier_checks += message.barriers
+            for name, seconds in message.stages:
+                tally.stages[name] = tally.stages.get(name, 0.0) + seconds
             self._note_open_case(message.family, message.signature, slot.case)
             slot.case = None
         elif isinstance(message, FailingExample):
@@ -487,6 +510,7 @@ def run(options: FuzzOptions, view=None) -> FuzzSummary:
     summary = FuzzSummary(seed, options.budget, options.workers)
     context = worker_context()
     fuzzing = None
+    threading.Thread(target=_prepare_emulator, name="emulator-prepare", daemon=True).start()
     try:
         start_fork_server(context)   # its imports overlap ours
         fuzzing = _Run.build(options, view, summary, context)
@@ -499,6 +523,18 @@ def run(options: FuzzOptions, view=None) -> FuzzSummary:
         summary.elapsed = time.time() - summary.started
         view.stop(summary)
     return summary
+
+
+def _prepare_emulator() -> None:
+    """Build the emulator's shared artifacts (runtime objects, precompiled headers) while
+    the workers import, so that on an empty cache their first cases find them built (or
+    wait for this build, build.py's lock) instead of each compiling them itself."""
+    try:
+        from core.runtime.emu.build import default_builder
+
+        default_builder().prepare()
+    except Exception:  # noqa: BLE001 - a worker's own build reports the error with its case
+        pass
 
 
 class QuietView:

@@ -6,7 +6,8 @@ the totals, the rate and the time left.
 `PlainView` (CI logs, stdout not a terminal) prints a progress line about ten times per
 run (at most every 30 s) and one line per event (a failure saved, a worker restarted).
 Both take their numbers from the run's `FuzzSummary`; `print_summary` prints its final
-state.
+state, with the seconds per stage of the cases (`stage_table`: trace, compile, the
+emulator's stages, oracle, barrier checks, shrinking, and the time between cases).
 """
 
 from __future__ import annotations
@@ -118,9 +119,28 @@ class PlainView:
         pass
 
 
+def stage_table(summary, title="where the time went") -> Table:
+    """Seconds per stage over the run's cases (worker time: up to workers x elapsed), its
+    share, and milliseconds per case: the largest row is the next thing to make faster."""
+    table = Table(title=title, title_justify="left")
+    for column, justify in (("stage", "left"), ("seconds", "right"), ("share", "right"),
+                            ("ms/case", "right")):
+        table.add_column(column, justify=justify, no_wrap=True)
+    stages = summary.stages
+    total = sum(stages.values()) or 1.0
+    cases = max(summary.cases, 1)
+    for name, seconds in stages.items():
+        table.add_row(name, f"{seconds:.1f}", f"{100 * seconds / total:.0f}%",
+                      f"{1000 * seconds / cases:.0f}")
+    return table
+
+
 def print_summary(console: Console, summary) -> None:
-    """The end of a run: per-family table, failures with their regression files, totals."""
+    """The end of a run: per-family table, where the time went, failures with their
+    regression files, totals."""
     console.print(family_table(summary, title="fuzz summary"))
+    if summary.cases:
+        console.print(stage_table(summary))
     for f in summary.failures:
         shrunk = "shrunk" if f.shrunk else "not fully shrunk"
         console.print(Text.assemble(("FAIL ", "bold red"), f"{f.family} {f.signature} "

@@ -113,7 +113,10 @@ def _run_task(conn, config: WorkerConfig, task: Task) -> None:
         signature = result.signature
         checked = barriers and result.status in ("pass", *BARRIER_STATUSES) \
             and "threadgroup_barrier" in result.msl
-        conn.send(CaseEnded(name, signature, time.perf_counter() - t0, int(checked)))
+        seconds = time.perf_counter() - t0
+        # after a failure, Hypothesis is shrinking it: the case's time is the shrinker's
+        stages = (("shrinking", seconds),) if found else tuple(result.stages.items())
+        conn.send(CaseEnded(name, signature, seconds, int(checked), stages))
         if signature is None or signature in known:
             return
         record = {"family": name, "params": params, "seed": input_seed, "schedule": schedule,

@@ -1,5 +1,7 @@
 """Kernel signatures: both declaration forms, parameter kinds, every position attribute."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -174,3 +176,59 @@ def test_a_kernel_named_like_an_msl_function_runs(kernel, start, want):
     y = np.full(8, start, np.float32)
     clean(BUILTIN_NAMES, kernel, 1, 8, y)
     np.testing.assert_array_equal(y, np.full(8, want, np.float32))
+
+
+TWO_KERNELS = r"""
+#include <metal_stdlib>
+using namespace metal;
+struct Pair { float a; float b; };
+inline float twice(float x) { return 2.0f * x; }
+kernel void first(device float* out [[buffer(1)]], const device Pair* in [[buffer(0)]],
+                  uint i [[thread_position_in_grid]]) {
+  if (i < 4) { out[i] = twice(in[i].a) + in[i].b; }   // braces { in a string: "}" }
+}
+
+[[kernel, max_total_threads_per_threadgroup(64)]] void second(
+    device float* y,
+    constant uint& n [[buffer(3)]],
+    uint3 tg [[threadgroup_position_in_grid]],
+    ushort lane [[thread_index_in_simdgroup]]) {
+  const char* s = "{ not a brace }";
+  for (uint k = 0; k < n; ++k) { y[k] = float(lane) + float(s[0] == '{'); }
+}
+"""
+
+
+def test_signatures_are_read_the_same_without_the_kernel_bodies():
+    # The reader's AST is of the source with each kernel body blanked (byte offsets kept):
+    # every signature, parameter line and attribute is what the whole source gives.
+    from core.runtime.emu import build, signature
+    from core.runtime.emu.translate import translate
+
+    t = translate(TWO_KERNELS)
+    short = signature.without_kernel_bodies(t.cpp)
+    assert short is not None and len(short) == len(t.cpp)
+    assert short.count("\n") == t.cpp.count("\n") and "twice(in[i].a)" not in short
+    assert "inline float twice(float x) { return 2.0f * x; }" in short   # not a kernel
+    builder = build.default_builder()
+    trees = []
+    for cpp in (t.cpp, short):
+        code, out, err = builder.syntax_tree(cpp)
+        assert code == 0, err
+        trees.append(signature._kernels(json.loads(out), t))
+    assert trees[0] == trees[1] == t.kernels
+    assert [p.line for p in t.kernels["second"].params] == [12, 13, 14, 15]
+    assert t.kernels["first"].buffers[1].name == "out"
+
+
+def test_kernel_bodies_are_kept_where_blanking_could_change_the_reading():
+    from core.runtime.emu import signature
+    from core.runtime.emu.translate import translate
+
+    cpp = translate(TWO_KERNELS).cpp
+    assert signature.without_kernel_bodies("#define OPEN {\n" + cpp) is None
+    # a template kernel's instantiation needs its body; the other kernel's is blanked
+    templated = cpp.replace("kernel void first(", "template <typename T> kernel void first(")
+    short = signature.without_kernel_bodies(templated)
+    assert "twice(in[i].a)" in short and "y[k] = float(lane)" not in short
+    assert signature.without_kernel_bodies(cpp + "\n}\n") is None   # unbalanced

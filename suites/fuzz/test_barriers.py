@@ -197,3 +197,57 @@ def test_observable_leaves_address_taken_arrays_alone():
            "  threadgroup bfloat U[64];\n  simdgroup_load(m, &S[0], 8);\n"
            "  x = *(threadgroup float4*)(T + 4);\n  U[0] = bfloat(0.0f);\n")
     assert barriers.observable(msl) == msl
+
+
+def _finding_keys(findings):
+    return sorted((f.kind, f.kernel, f.group, f.thread, f.address_space, f.buffer_or_offset,
+                   f.line, f.count) for f in findings)
+
+
+def test_a_barrier_switched_off_at_run_time_is_the_barrier_blanked():
+    # The check's one build: the launch skips the barrier on a line. Findings, buffers and
+    # counters are those of the MSL with the statement blanked (the old way, one build
+    # per barrier), and the next launch has the barrier again.
+    kernel = core.compile(_transpose(), out_idx=[1])
+    msl = barriers.observable(kernel.msl)
+    [line] = barriers.barrier_lines(msl)
+    a = random_tensor((24, 24), "float32", 7)
+    run = dict(grid=(1, 1, 1), threadgroup=(128, 1, 1), checks=("races",))
+    blanked_out = torch.zeros(24, 24)
+    blanked = emu.run_msl(barriers.without_barrier(msl, 0), "k", buffers=[a, blanked_out], **run)
+    off_out = torch.zeros(24, 24)
+    with emu.barrier_switched_off(line):
+        off = emu.run_msl(msl, "k", buffers=[a, off_out], **run)
+    assert blanked.findings and _finding_keys(off.findings) == _finding_keys(blanked.findings)
+    assert off.stats["barriers"] == blanked.stats["barriers"] == 0
+    assert {k: v for k, v in off.stats.items() if k != "seconds"} == \
+        {k: v for k, v in blanked.stats.items() if k != "seconds"}
+    assert torch.equal(off_out.view(torch.int32), blanked_out.view(torch.int32))  # bits, NaNs too
+    again = emu.run_msl(msl, "k", buffers=[a, torch.zeros(24, 24)], **run)
+    assert not again.findings and again.stats["barriers"] == 1
+
+
+def test_barrier_switched_off_takes_a_line():
+    with pytest.raises(emu.LaunchError, match="1-based MSL line, got 0"):
+        with emu.barrier_switched_off(0):
+            pass
+
+
+def test_the_check_builds_the_kernel_once(monkeypatch):
+    # Two barriers back to back (each one alone redundant: the other orders the accesses),
+    # three schedules each: one emulator build of the observable MSL.
+    from core.runtime.emu import build
+    kernel = core.compile(_transpose(), out_idx=[1])
+    lines = kernel.msl.splitlines()
+    [at] = [i for i, line in enumerate(lines) if BARRIER in line]
+    msl = "\n".join(lines[:at + 1] + ["  " + BARRIER] + lines[at + 1:])
+    padded = Kernel(dataclasses.replace(kernel.compiled, msl=msl), kernel.out_idx)
+    built = []
+    original = build.Builder.build
+    monkeypatch.setattr(build.Builder, "build", lambda self, translation, *a, **k: (
+        built.append(translation.source), original(self, translation, *a, **k))[1])
+    report = barriers.check_barriers(padded, [random_tensor((24, 24), "float32", 8)])
+    first, second = report.barriers
+    assert report.redundant == [first, second] and first.reached and second.reached
+    assert all(b.schedules == barriers.SCHEDULES for b in report.barriers)
+    assert len(set(built)) == 1 and built[0] == barriers.observable(msl)

@@ -96,6 +96,33 @@ def test_shrinking_keeps_the_kind_of_failure(tmp_path, test_families):
     # n = 10 is simpler than any n >= 50, but it is the other bug
     assert minimal == {"internal_error:ValueError": ({"n": 50}, True),
                        "internal_error:KeyError": ({"n": 10}, True)}, _describe(summary)
+    assert summary.stages["shrinking"] > 0   # the shrinker's cases, in the breakdown
+
+
+def test_the_summary_says_where_the_time_went(tmp_path, test_families):
+    # Every case's stages reach the summary: DSL -> MSL, the emulator's translation and
+    # launch (its build only when the cache does not hold the kernel yet), the oracle, the
+    # barrier check (1 of 1 cases here) and the workers' time between cases; the table
+    # prints each with its share and its milliseconds per case.
+    from rich.console import Console
+
+    from harness.fuzz import view
+
+    summary = scheduler.run(_options(tmp_path, budget=60, max_cases=4, workers=1,
+                                     barrier_every=1, families=("staged_transpose",),
+                                     imports=(test_families.__name__,)))
+    assert summary.cases >= 4 and not summary.failures, _describe(summary)
+    stages = summary.stages
+    for name in ("trace", "compile", "emu translate", "emu launch", "oracle", "barriers",
+                 "between cases"):
+        assert stages.get(name, 0) > 0, (name, stages)
+    assert list(stages) == [n for n in scheduler.STAGES if n in stages]
+    spent = sum(t.seconds for t in summary.families.values())
+    assert abs(sum(v for k, v in stages.items() if k != "between cases") - spent) < 0.05 * spent
+    console = Console(record=True, width=120)
+    view.print_summary(console, summary)
+    text = console.export_text()
+    assert "where the time went" in text and "emu launch" in text and "barriers" in text
 
 
 def test_dead_and_hung_workers_are_failures_and_the_run_goes_on(tmp_path, test_families):

@@ -34,7 +34,7 @@ MAX_BUFFERS = 31
 FIELDS = (
     ("magic", "8s"), ("grid", "3I"), ("threadgroup", "3I"), ("schedule", "I"),
     ("checks", "I"), ("workers", "I"), ("nbuffers", "I"), ("seed", "Q"),
-    ("stack_bytes", "Q"), ("max_findings", "I"), ("reserved", "I"),
+    ("stack_bytes", "Q"), ("max_findings", "I"), ("barrier_off", "I"),
     ("buffers", "QQ" * MAX_BUFFERS),   # (offset, size) per buffer
 )
 HEADER = struct.Struct("<" + "".join(f for _, f in FIELDS))
@@ -162,9 +162,11 @@ def _shm_dir() -> str | None:
 
 
 def write_job(grid, threadgroup, payloads: list[np.ndarray], *, schedule: str, checks: int,
-              seed: int, workers: int, stack_bytes: int, max_findings: int) -> JobFile:
+              seed: int, workers: int, stack_bytes: int, max_findings: int,
+              barrier_off: int = 0) -> JobFile:
     """The job file holding the header and the bytes of every buffer (a new one, or a
-    released one of the same layout made equal to a new one)."""
+    released one of the same layout made equal to a new one). `barrier_off`: the MSL line
+    whose threadgroup_barrier calls the launch skips (0: none)."""
     offsets, sizes = [], []
     end = HEADER.size
     for p in payloads:
@@ -189,8 +191,8 @@ def write_job(grid, threadgroup, payloads: list[np.ndarray], *, schedule: str, c
     for i in range(MAX_BUFFERS):
         slots += [offsets[i], sizes[i]] if i < len(payloads) else [0, 0]
     HEADER.pack_into(job.mm, 0, MAGIC, *grid, *threadgroup, SCHEDULES[schedule], checks,
-                     workers, len(payloads), seed & (2**64 - 1), stack_bytes, max_findings, 0,
-                     *slots)
+                     workers, len(payloads), seed & (2**64 - 1), stack_bytes, max_findings,
+                     barrier_off, *slots)
     for i, p in enumerate(payloads):
         job.buffer_bytes(i)[:] = p
     return job

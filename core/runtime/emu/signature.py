@@ -21,6 +21,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -45,12 +46,97 @@ def read_kernels(translation: Translation,
     cached = _load(path)
     if cached is not None:
         return cached
-    code, out, err = builder.syntax_tree(translation.cpp, kernel_hint)
+    short = None if translation.function_constants else without_kernel_bodies(translation.cpp)
+    code, out, err = builder.syntax_tree(short, kernel_hint) if short else (1, "", "")
+    if code != 0:   # not shortened, or clang refused it: the source as it is says why
+        code, out, err = builder.syntax_tree(translation.cpp, kernel_hint)
     if code != 0:
         raise compile_error(err, translation.cpp, translation, kernel_hint)
     kernels = _kernels(json.loads(out), translation)
     _store(path, kernels)
     return kernels
+
+
+# A kernel's head: the `kernel` keyword (a macro of the shim) or the [[kernel]] attribute as
+# translate.rewrite_attributes writes it.
+_KERNEL_HEAD = re.compile(r'(?<![\w"])kernel(?![\w"])|"metal", "kernel"\)')
+_BLANK = re.compile(r"[^\n]")
+
+
+def without_kernel_bodies(cpp: str) -> str | None:
+    """The translated source with the body of every kernel function blanked, for the AST
+    the signatures are read from: a kernel's signature is its declaration, and its body was
+    most of clang's JSON (a 3 KB softmax kernel: 1.25 MB with it, 27 KB without, and the
+    read about a third faster, docs/emulator.md). None when that is not
+    certain to read the same: a source with macros (`#define` could hide braces or
+    declarations), a kernel that is a template (its instantiation needs the body), a
+    body whose braces do not balance. Bodies are needed for the function constants a
+    kernel reads, so read_kernels keeps them when the source has any. The body is
+    blanked, not removed: every other byte keeps its offset, which the reader maps to
+    MSL lines."""
+    if "#define" in cpp or not _KERNEL_HEAD.search(cpp):
+        return None
+    out, at, depth, head = [], 0, 0, 0   # head: where the current top-level declaration began
+    i, n = 0, len(cpp)
+    while i < n:
+        c = cpp[i]
+        if c in "\"'":   # a string or character literal (comments are already blanked)
+            j = i + 1
+            while j < n and cpp[j] != c:
+                j += 2 if cpp[j] == "\\" else 1
+            i = j + 1
+            continue
+        if c == "#" and (i == 0 or cpp[i - 1] == "\n"):   # a directive line: not code
+            end = cpp.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        if c == "{" and depth == 0:
+            decl = cpp[head:i]
+            if _KERNEL_HEAD.search(decl) and "template" not in decl:
+                close = _matching_brace(cpp, i)
+                if close is None:
+                    return None
+                body = cpp[i + 1:close]
+                out += [cpp[at:i + 1], _BLANK.sub(" ", body)]
+                at = close                   # the closing brace is kept
+                i = head = close + 1
+                continue
+            depth = 1
+        elif c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth < 0:
+                return None
+            if depth == 0:
+                head = i + 1
+        elif c == ";" and depth == 0:
+            head = i + 1
+        i += 1
+    if depth != 0 or not out:
+        return None
+    return "".join(out) + cpp[at:]
+
+
+def _matching_brace(cpp: str, start: int) -> int | None:
+    """The index of the `}` closing the `{` at `start` (literals skipped), else None."""
+    depth, i, n = 0, start, len(cpp)
+    while i < n:
+        c = cpp[i]
+        if c in "\"'":
+            j = i + 1
+            while j < n and cpp[j] != c:
+                j += 2 if cpp[j] == "\\" else 1
+            i = j + 1
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return None
 
 
 def _load(path: Path) -> dict[str, KernelSignature] | None:

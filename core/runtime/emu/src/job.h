@@ -24,7 +24,10 @@ struct JobHeader {
   uint32_t schedule, checks, workers, nbuffers;
   uint64_t seed;
   uint64_t stack_bytes;
-  uint32_t max_findings, reserved;
+  uint32_t max_findings;
+  // The MSL line whose threadgroup_barrier calls this launch skips (0: none): the barrier
+  // check (harness/check/barriers.py) runs one build with each barrier switched off in turn.
+  uint32_t barrier_off;
   JobBuffer buffers[kMaxBuffers];
 };
 
@@ -36,7 +39,7 @@ static_assert(offsetof(JobHeader, magic) == 0 && offsetof(JobHeader, grid) == 8 
                   offsetof(JobHeader, checks) == 36 && offsetof(JobHeader, workers) == 40 &&
                   offsetof(JobHeader, nbuffers) == 44 && offsetof(JobHeader, seed) == 48 &&
                   offsetof(JobHeader, stack_bytes) == 56 && offsetof(JobHeader, max_findings) == 64 &&
-                  offsetof(JobHeader, reserved) == 68 && offsetof(JobHeader, buffers) == 72,
+                  offsetof(JobHeader, barrier_off) == 68 && offsetof(JobHeader, buffers) == 72,
               "JobHeader's field offsets differ from core/runtime/emu/job.py's FIELDS");
 static_assert(sizeof(JobHeader) == 72 + 16 * kMaxBuffers && sizeof(JobHeader) == 568,
               "JobHeader's size differs from core/runtime/emu/job.py's HEADER.size");
