@@ -37,7 +37,7 @@ harness/bench/gate.py compares. A `BenchRun` turns into the results document (JS
 {schema, created, revision, machine, toolchain, options, chips, launch_overhead_s,
 cases: [{name, family, params, shape, scaling, full_scale, status, message, findings,
 counters, minimum, flops, modeled: {chip: {...}}, first_compile: {seconds, kernels, stages},
-compile: {Stats fields, data}, gpu, msl}],
+compile: {Stats fields, data}, gpu, msl, hand_tuned, peers: {name: {...}} | null}],
 against: {...} | null, seconds}.
 """
 
@@ -99,6 +99,7 @@ class CaseMeasurement:
     msl: str = ""
     reference: dict | None = None     # cases.Reference.as_dict(): informational
     hand_tuned: dict | None = None    # `measure_hand_tuned`: the reference run and the ratios
+    peers: dict | None = None         # peer name -> harness/bench/peers/run.py's record
 
     @classmethod
     def of(cls, case: BenchCase) -> "CaseMeasurement":
@@ -383,10 +384,20 @@ def measure_hand_tuned(case: BenchCase, built, generated: "CaseMeasurement",
     return out
 
 
+def _measure_peers(case: BenchCase, built, out: CaseMeasurement, chip_names, peers) -> dict:
+    """Each requested peer whose kernel family has one: harness/bench/peers/run.py."""
+    if not peers:
+        return {}
+    from harness.bench.peers.run import has_peer, measure_peer
+    return {name: measure_peer(case, built, out, chip_names, _half_only(built), name)
+            for name in peers if has_peer(case, name)}
+
+
 def measure_case(case: BenchCase, *, rounds: int = DEFAULT_ROUNDS, disable=(),
                  replace=None, chip_names=roofline.DEFAULT_CHIPS, gpu: bool = False,
-                 gpu_rounds: int = 20) -> CaseMeasurement:
-    """Everything `harness bench` records for one case. Never raises
+                 gpu_rounds: int = 20, peers=()) -> CaseMeasurement:
+    """Everything `harness bench` records for one case; `peers` ("mlx") also runs each
+    peer's kernel for the case beside it (harness/bench/peers/). Never raises
     for a failing kernel: the status says what happened."""
     from harness.check.case import run_case
 
@@ -428,6 +439,7 @@ def measure_case(case: BenchCase, *, rounds: int = DEFAULT_ROUNDS, disable=(),
             if case.hand_tuned:
                 out.hand_tuned = measure_hand_tuned(case, built, out, chip_names,
                                                     _half_only(built))
+            out.peers = _measure_peers(case, built, out, chip_names, peers) or None
         if result.status in ("pass", "mismatch", "finding", "timeout", "crash",
                              "launch_error"):
             out.compile = timing_summary(time_compile(fam, case.params, rounds, disable,
@@ -475,14 +487,15 @@ def toolchain_info() -> str:
 
 def measure_all(cases, *, rounds: int = DEFAULT_ROUNDS, disable=(), replace=None,
                 chip_names=roofline.DEFAULT_CHIPS, gpu: bool = False,
-                selection: str | None = None, progress=None) -> BenchRun:
+                selection: str | None = None, progress=None, peers=()) -> BenchRun:
     """Measure `cases` in order; `progress(case, index, total)` is called before each.
-    `selection` is the --cases filter they came from (None: the whole registry)."""
+    `selection` is the --cases filter they came from (None: the whole registry);
+    `peers` the peers run beside them ("mlx")."""
     results = BenchRun(
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         revision=git_revision(), machine=machine_info(), toolchain=toolchain_info(),
         options={"rounds": rounds, "disable": list(disable), "replace": sorted(replace or {}),
-                 "gpu": gpu, "seed": SEED, "cases": selection},
+                 "gpu": gpu, "seed": SEED, "cases": selection, "peers": list(peers)},
         chips={n: roofline.CHIPS[n].describe() for n in chip_names},
         launch_overhead_s=roofline.LAUNCH_OVERHEAD_S)
     t0 = time.perf_counter()
@@ -490,6 +503,7 @@ def measure_all(cases, *, rounds: int = DEFAULT_ROUNDS, disable=(), replace=None
         if progress:
             progress(case, i, len(cases))
         results.cases.append(measure_case(case, rounds=rounds, disable=disable,
-                                          replace=replace, chip_names=chip_names, gpu=gpu))
+                                          replace=replace, chip_names=chip_names, gpu=gpu,
+                                          peers=peers))
     results.seconds = time.perf_counter() - t0
     return results

@@ -1,0 +1,100 @@
+"""One peer kernel run beside a bench case: `measure_peer` -> the record the bench keeps.
+
+The peer runs on the emulator with every check, on the very inputs the case's generated
+kernel ran on (`built.inputs(SEED)`), its outputs compared with the same oracle and the
+same tolerance (harness.check.compare.assert_outputs_close); its counters are priced by
+the same model with the case's minimum traffic and flop count (the work is the same), and
+set as generated / peer per counter (RATIO_COUNTERS) and per chip's modeled time.
+
+The record (`CaseMeasurement.peers[name]`):
+{peer, version, kernel, headers, host_code, grid, threadgroup, geometry, formats, status,
+message, findings, counters, modeled, ratios, modeled_ratios}; status is "pass",
+"mismatch", "finding", "launch_error", "unavailable" (the headers cannot be had: offline,
+not cached) or "not_applicable" (MLX has no kernel for the params).
+"""
+
+from __future__ import annotations
+
+from harness.bench import roofline
+from harness.bench.peers import NotApplicable, mlx_families
+from harness.bench.peers.mlx_wheel import MLX_VERSION, PeerUnavailable, source
+
+
+def has_peer(case, peer: str = "mlx") -> bool:
+    """Whether the case's kernel family has a `peer` kernel module (params may still make
+    it not applicable)."""
+    return peer == "mlx" and case.family in mlx_families()
+
+
+def measure_peer(case, built, generated, chip_names, half: bool, peer: str = "mlx") -> dict:
+    """Run the MLX kernel for `case` (whose generated kernel's measurement is `generated`)
+    and set generated / MLX per counter and modeled time. Never raises for a failing peer:
+    the status says what happened."""
+    import torch
+
+    from core.errors import MetaltileError
+    from core.runtime.emu import run_msl
+    from harness.bench.measure import (RATIO_COUNTERS, SEED, aggregate,
+                                       generated_over_reference, modeled)
+    from harness.check.compare import assert_outputs_close
+
+    out = {"peer": peer, "version": MLX_VERSION, "kernel": "", "headers": [],
+           "host_code": "", "grid": None, "threadgroup": None, "geometry": "", "formats": "",
+           "status": "pass", "message": "", "findings": [], "counters": None,
+           "modeled": None, "ratios": {}, "modeled_ratios": {}}
+    inputs = built.inputs(SEED)
+    expected = built.oracle(inputs)
+    outputs = [torch.full_like(e, float("nan")) if e.is_floating_point()
+               else torch.zeros_like(e) for e in expected]
+    try:
+        launch = mlx_families()[case.family](case.params, inputs, outputs)
+    except NotApplicable as err:
+        out["status"], out["message"] = "not_applicable", f"case '{case.name}': {err}"
+        return out
+    out.update(kernel=launch.kernel, headers=list(launch.headers),
+               host_code=launch.host_code, grid=list(launch.grid),
+               threadgroup=list(launch.threadgroup), geometry=launch.geometry,
+               formats=launch.formats)
+    try:
+        msl = source(launch.headers, launch.instantiation)
+    except PeerUnavailable as err:
+        out["status"], out["message"] = "unavailable", str(err)
+        return out
+    try:
+        res = run_msl(msl, launch.kernel, grid=launch.grid, threadgroup=launch.threadgroup,
+                      buffers=launch.buffers, seed=SEED,
+                      function_constants=launch.function_constants or None,
+                      threadgroup_memory=launch.threadgroup_memory or None, timeout=1800)
+    except MetaltileError as err:
+        out["status"] = "launch_error"
+        out["message"] = (f"MLX peer '{launch.kernel}' of case '{case.name}': "
+                          f"{type(err).__name__}: {err}")
+        return out
+    out["findings"] = [str(f) for f in res.findings[:20]]
+    results = launch.finish(launch.outputs) if launch.finish else launch.outputs
+    try:
+        assert_outputs_close(results, expected, built, what=f"MLX {launch.kernel} ")
+    except AssertionError as err:
+        out["status"], out["message"] = "mismatch", str(err)
+    if res.findings and out["status"] == "pass":
+        out["status"] = "finding"
+        out["message"] = f"{len(res.findings)} finding(s); first: {res.findings[0]}"
+    if not res.stats:          # a bounds halt: no counters
+        return out
+    counters = aggregate([res.stats])
+    # declared by the peer module (template extents); each array's uses are not counted,
+    # so a spilled byte is taken as used twice (roofline.local_array_profile's rule)
+    counters["local_array_bytes"] = sum(launch.local_arrays.values())
+    counters["local_array_profile"] = sorted([n, None] for n in launch.local_arrays.values()
+                                             if n)
+    out["counters"] = counters
+    out["modeled"] = modeled(counters, generated.minimum, generated.flops, chip_names, half,
+                             roofline.buffer_traffic([res.stats]), case.full_scale)
+    if generated.counters:
+        out["ratios"] = {k: generated_over_reference(generated.counters.get(k, 0),
+                                                     counters.get(k, 0))
+                         for k in RATIO_COUNTERS}
+    if generated.modeled:
+        out["modeled_ratios"] = {chip: generated.modeled[chip]["seconds"] / m["seconds"]
+                                 for chip, m in out["modeled"].items()}
+    return out
