@@ -8,6 +8,7 @@ fields. Output: rich tables for the terminal (`summary_table`,
 
     bench.md     the verdict, the gate's changes, every case's counters, modeled times per
                  chip (at the shape that ran and extrapolated to the real shape), the
+                 generated / peer ratios of a run with --peers (MLX's kernels), the
                  modeled time beside each case's measured reference (`cases.Reference`,
                  with the ratio and what the model leaves out), compile times (and the
                  A/B comparison with --against), skipped cases, the model
@@ -254,6 +255,23 @@ def hand_tuned_term_rows(cases: list, chip: str) -> list[list[str]]:
     return rows
 
 
+def peer_term_rows(cases: list, chip: str) -> list[list[str]]:
+    """Per case and peer that ran: the generated kernel's modeled terms on `chip`, then
+    the peer's."""
+    rows = []
+    for c in cases:
+        for name, rec in sorted((c.peers or {}).items()):
+            mine, theirs = (c.modeled or {}).get(chip), (rec.get("modeled") or {}).get(chip)
+            if mine and theirs:
+                rows.append([f"{c.name} (generated)", *_term_cells(mine)])
+                rows.append([f"{c.name} ({name} {rec['kernel']})", *_term_cells(theirs)])
+    return rows
+
+
+PEER_TERM_NOTE = ("The model's terms for each case with a peer, the generated kernel's "
+                  "row first, the peer's below: where each one's modeled time goes.")
+
+
 def hand_tuned_header(chips: list) -> list[str]:
     return ["case", "hand-tuned kernel", "status",
             *[column for column, _ in HAND_TUNED_COLUMNS],
@@ -290,6 +308,110 @@ def hand_tuned_table(results: BenchRun) -> Table | None:
         table.add_row(row[0], row[2], *row[3:first_chip],
                       row[first_chip + chips.index(chip)], count)
     return table
+
+
+# -- peers (harness/bench/peers/) ------------------------------------------------------------
+
+PEER_COLUMNS = (("dev B", HAND_TUNED_COLUMNS[0][1]), ("dev ops", HAND_TUNED_COLUMNS[1][1]),
+                ("tg B", HAND_TUNED_COLUMNS[2][1]), ("tg ops", HAND_TUNED_COLUMNS[3][1]),
+                ("tg mem", HAND_TUNED_COLUMNS[4][1]), ("barriers", ("barriers",)),
+                ("simd", ("simd_ops",)), ("arrays", ("local_array_bytes",)))
+# the console's ratio columns (100 columns wide; the threadgroup operations and memory
+# are in "generated does more" and in bench.md)
+CONSOLE_PEER_COLUMNS = ("dev B", "dev ops", "tg B", "barriers", "simd", "arrays")
+PEER_TARGET = 1.0            # the issue's goal: every work counter <= 1.0x MLX's
+
+
+def _peer_records(results: BenchRun):
+    """(case, peer name, record) of every peer run, in case order."""
+    for c in results.cases:
+        for name, rec in sorted((c.peers or {}).items()):
+            yield c, name, rec
+
+
+def _group_ratio(gen: dict, ref: dict, keys) -> tuple[float | None, bool]:
+    """generated / peer summed over `keys`, and whether the generated side is behind
+    (more work, or work where the peer has none)."""
+    g, r = sum(gen.get(k, 0) for k in keys), sum(ref.get(k, 0) for k in keys)
+    if not r:
+        return (1.0, False) if not g else (None, True)
+    return g / r, g / r > PEER_TARGET * (1 + 1e-9)
+
+
+def peer_rows(results: BenchRun) -> list[list[str]]:
+    """Per case and peer: the peer's kernel, status, generated / peer per counter group
+    and per chip's modeled time, the counter groups where the generated kernel does more
+    work than the peer ("peer 0": the peer does none), and the peer's launch."""
+    chips = list(results.chips)
+    rows = []
+    for c, name, rec in _peer_records(results):
+        gen, ref = c.counters or {}, rec.get("counters") or {}
+        cells, behind = [], []
+        for column, keys in PEER_COLUMNS:
+            if not (gen and ref):
+                cells.append("-")
+                continue
+            ratio, worse = _group_ratio(gen, ref, keys)
+            cells.append(_times(ratio) if ratio is not None else "peer 0")
+            if worse:
+                behind.append(column)
+        for chip in chips:
+            ratio = rec.get("modeled_ratios", {}).get(chip)
+            cells.append(_times(ratio, 3))
+        status = rec["status"] + (f": {rec['message']}" if rec["status"] != "pass"
+                                  and rec["message"] else "")
+        rows.append([c.name, f"{name} {rec.get('version', '')} {rec.get('kernel') or '-'}",
+                     status, *cells, ", ".join(behind) if ref else "-",
+                     f"{rec.get('geometry', '')} [{rec.get('host_code', '')}]"
+                     + (f"; formats: {rec['formats']}" if rec.get("formats") else "")])
+    return rows
+
+
+def peer_header(chips: list) -> list[str]:
+    return ["case", "peer kernel", "status", *[c for c, _ in PEER_COLUMNS],
+            *[f"modeled {chip}" for chip in chips], "generated does more", "peer launch"]
+
+
+PEER_NOTE = ("Generated / peer at the same shape and inputs: the case's generated kernel "
+             "beside MLX's own Metal kernel for the same work (`harness bench --peers mlx`; "
+             "MLX's headers from the mlx-metal wheel, our instantiation and MLX's launch "
+             "geometry from its host code, harness/bench/peers/), both run on the emulator "
+             "with every check and compared with the same oracle. The emulator counts the "
+             "work; the roofline model turns it into time; neither is a GPU. Below 1x the "
+             "generated kernel does less. 'peer 0': MLX does none of that work. Goal: every "
+             "work counter at most 1.0x. The gate tracks these ratios: one that grows fails "
+             "it.")
+
+
+def peer_tables(results: BenchRun) -> list[Table]:
+    """The console's form of `peer_rows`, two tables that fit 100 columns: the ratios
+    (one chip's modeled time), then each peer's kernel, status and where the generated
+    kernel does more (bench.md has every column)."""
+    rows = peer_rows(results)
+    if not rows:
+        return []
+    chips = list(results.chips)
+    chip = _breakdown_chip(chips)
+    ratios = Table(title="generated / MLX (same shape, inputs and oracle; below 1x the "
+                   "generated kernel does less)", title_justify="left")
+    ratios.add_column("case", overflow="fold")
+    shown = [i for i, (col, _) in enumerate(PEER_COLUMNS) if col in CONSOLE_PEER_COLUMNS]
+    for i in shown:
+        ratios.add_column(PEER_COLUMNS[i][0], justify="right", no_wrap=True)
+    ratios.add_column(f"{chip} time", justify="right", no_wrap=True)
+    kernels = Table(title="MLX peer kernels", title_justify="left")
+    for col in ("case", "status", "MLX kernel", "generated does more"):
+        kernels.add_column(col, overflow="fold")
+    first_chip = 3 + len(PEER_COLUMNS)
+    for row in rows:
+        ratios.add_row(row[0], *[row[3 + i] for i in shown],
+                       row[first_chip + chips.index(chip)])
+        status = row[2].split(":")[0]
+        kernels.add_row(row[0], Text(status, "green" if status == "pass" else
+                                     "yellow" if status in ("not_applicable", "unavailable")
+                                     else "bold red"),
+                        row[1].split(" ", 2)[-1], row[-2] or "nothing")
+    return [ratios, kernels]
 
 
 def changes_table(changes: list) -> Table:
@@ -408,6 +530,14 @@ def _sections(results: BenchRun, changes: list, baseline_path: str | None) -> li
     if rows:
         out.append((f"Generated against hand-tuned, term by term ({chip})",
                     ["kernel", *TERM_HEADER], rows, HAND_TUNED_TERM_NOTE))
+    rows = peer_rows(dataclasses.replace(results, cases=cases))
+    if rows:
+        out.append(("Generated against MLX's kernels (peers)", peer_header(chips), rows,
+                    PEER_NOTE))
+    rows = peer_term_rows(cases, chip)
+    if rows:
+        out.append((f"Generated against MLX, term by term ({chip})",
+                    ["kernel", *TERM_HEADER], rows, PEER_TERM_NOTE))
     rows = [[c.name, line] for c in cases for line in streamed_lines(c.msl or "")]
     if rows:
         out.append(("Rows streamed past the register budget", ["case", "chunk loop (from the "

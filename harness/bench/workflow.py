@@ -45,6 +45,7 @@ class BenchOptions:
     update_baseline: bool = False
     against: str | None = None           # GITREF for the compile-time A/B
     ab_rounds: int | None = None
+    peers: tuple = ()                    # peers run beside the cases ("mlx"; peers/)
 
 
 @dataclass
@@ -104,7 +105,7 @@ def execute(plan: BenchPlan, *, progress=None, ab_progress=None) -> BenchOutcome
     options = plan.options
     results = measure_all(plan.cases, rounds=options.rounds, disable=options.disable,
                           replace=options.replace, chip_names=options.chips, gpu=plan.gpu,
-                          selection=options.cases, progress=progress)
+                          selection=options.cases, progress=progress, peers=options.peers)
     if options.against:
         timed = [c for c, r in zip(plan.cases, results.cases) if r.status != "skip"]
         results.against = against.run(options.against, timed, root=ROOT,

@@ -36,7 +36,8 @@ def launch(p: dict, inputs: list, outputs: list) -> PeerLaunch:
     name = ("looped_softmax_" if looped else "block_softmax_") + \
         ("precise_" if precise else "") + dtype
     targs = f"{t}, float" if precise else t
-    threads = MAX_THREADS if looped else -(-(-(-N // N_READS)) // 32) * 32
+    reads = -(-N // N_READS)                  # threads that read N_READS elements each
+    threads = MAX_THREADS if looped else -(-reads // 32) * 32     # whole simdgroups
     return PeerLaunch(
         headers=("utils.h", "softmax.h"),
         instantiation=f'template [[host_name("{name}")]] [[kernel]] decltype('
