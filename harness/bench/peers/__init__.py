@@ -41,6 +41,8 @@ class PeerLaunch:
     outputs       the buffers holding the results, in the oracle's order (or `finish`)
     finish        optional: outputs -> the tensors compared with the oracle (a layout MLX
                   writes differently)
+    oracle_inputs optional: the case's inputs as MLX's format holds them (values rounded
+                  to a narrower type), which the same oracle is evaluated on
     host_code     the MLX host file and function the geometry comes from
     geometry      the launch in words, for the report
     formats       where MLX's format differs from the case's, and what was done about it
@@ -60,14 +62,16 @@ class PeerLaunch:
     function_constants: dict = field(default_factory=dict)
     threadgroup_memory: dict = field(default_factory=dict)
     finish: Callable | None = None
+    oracle_inputs: list | None = None
     formats: str = ""
     local_arrays: dict = field(default_factory=dict)
 
 
 def mlx_families() -> dict[str, Callable]:
     """Kernel family name -> its MLX peer's `launch`."""
-    from harness.bench.peers import mlx_gemv, mlx_softmax
-    return {"gemv": mlx_gemv.launch, "softmax": mlx_softmax.launch}
+    from harness.bench.peers import mlx_gdn, mlx_gemv, mlx_softmax
+    return {"gemv": mlx_gemv.launch, "softmax": mlx_softmax.launch,
+            "gdn_decode": mlx_gdn.launch}
 
 
 PEERS = ("mlx",)

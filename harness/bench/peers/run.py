@@ -72,6 +72,8 @@ def measure_peer(case, built, generated, chip_names, half: bool, peer: str = "ml
         return out
     out["findings"] = [str(f) for f in res.findings[:20]]
     results = launch.finish(launch.outputs) if launch.finish else launch.outputs
+    if launch.oracle_inputs is not None:
+        expected = built.oracle(launch.oracle_inputs)
     try:
         assert_outputs_close(results, expected, built, what=f"MLX {launch.kernel} ")
     except AssertionError as err:

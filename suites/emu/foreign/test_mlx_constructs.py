@@ -2,7 +2,9 @@
 every check against numpy: array parameters in an address space (`constant const int64_t
 strides[2]`), explicit casts between half and bfloat and between vectors, string literals
 bound to `constant char*`, a library's own bfloat math in metal::fast next to the float
-functions, and MLX's bfloat math overloads reopening metal, metal::fast and metal::precise."""
+functions, MLX's bfloat math overloads reopening metal, metal::fast and metal::precise,
+template vector constructors, buffers gated off by function constants, and
+simdgroup_matrix::thread_elements() in the lane layout MLX's steel kernels use."""
 
 from __future__ import annotations
 
@@ -214,3 +216,36 @@ kernel void k(device const float* x [[buffer(0)]], device float* y [[buffer(1)]]
     with pytest.raises(LaunchError, match="bias.*buffer\\(2\\)"):
         emu.run_msl(src, "k", grid=1, threadgroup=16, buffers=[x, y],
                     function_constants={1: True})
+
+
+def test_simdgroup_matrix_thread_elements_in_the_lane_layout_mlx_relies_on():
+    # MLX's steel MMA: each lane sets its two elements of the 8x8 operands through
+    # thread_elements() (row (q & 4) + (l / 2) % 4, columns (q & 2) * 2 + (l % 2) * 2 and the
+    # next, q = l / 4), multiplies, reads its two elements of the product back; a tile
+    # set element-wise is also stored with simdgroup_store
+    src = HEAD + """\
+kernel void k(device const float* a [[buffer(0)]], device const float* b [[buffer(1)]],
+              device float* d [[buffer(2)]], device float* a_back [[buffer(3)]],
+              uint l [[thread_index_in_simdgroup]]) {
+  const short q = l / 4, row = (q & 4) + (l / 2) % 4, col = (q & 2) * 2 + (l % 2) * 2;
+  simdgroup_float8x8 A, B, C = make_filled_simdgroup_matrix<float, 8>(1.f), D;
+  A.thread_elements()[0] = a[row * 8 + col];
+  A.thread_elements()[1] = a[row * 8 + col + 1];
+  reinterpret_cast<thread float2&>(B.thread_elements()) = float2(b[row * 8 + col],
+                                                                 b[row * 8 + col + 1]);
+  simdgroup_multiply_accumulate(D, A, B, C);
+  const float2 mine = D.thread_elements();
+  d[row * 8 + col] = mine.x;
+  d[row * 8 + col + 1] = mine.y;
+  simdgroup_store(A, a_back, 8);
+}
+"""
+    a = random_tensor((8, 8), "float32", 6)
+    b = random_tensor((8, 8), "float32", 7)
+    d = torch.full((8, 8), float("nan"))
+    a_back = torch.full((8, 8), float("nan"))
+    res = run_clean(src, "k", 1, 32, [a, b, d, a_back])
+    close(d, a.double() @ b.double() + 1, reduction_length=8, op_class="accumulation")
+    close(a_back, a.double(), op_class="exact")
+    # pooling the lanes' elements is no simd operation (on a GPU they are in registers)
+    assert res.stats["simd_ops"] == res.stats["simd_matrix_store_ops"] == 1
