@@ -43,6 +43,9 @@ class PeerLaunch:
                   writes differently)
     oracle_inputs optional: the case's inputs as MLX's format holds them (values rounded
                   to a narrower type), which the same oracle is evaluated on
+    tolerance_dtypes  optional, per output: the dtype whose tolerance applies when MLX's
+                  format computes that output from values of a narrower type than the
+                  case's kernel does (the reason is in `formats`); default the case's
     host_code     the MLX host file and function the geometry comes from
     geometry      the launch in words, for the report
     formats       where MLX's format differs from the case's, and what was done about it
@@ -63,6 +66,7 @@ class PeerLaunch:
     threadgroup_memory: dict = field(default_factory=dict)
     finish: Callable | None = None
     oracle_inputs: list | None = None
+    tolerance_dtypes: tuple | None = None
     formats: str = ""
     local_arrays: dict = field(default_factory=dict)
 

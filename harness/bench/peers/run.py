@@ -15,6 +15,8 @@ not cached) or "not_applicable" (MLX has no kernel for the params).
 
 from __future__ import annotations
 
+import dataclasses
+
 from harness.bench import roofline
 from harness.bench.peers import NotApplicable, mlx_families
 from harness.bench.peers.mlx_wheel import MLX_VERSION, PeerUnavailable, source
@@ -74,8 +76,10 @@ def measure_peer(case, built, generated, chip_names, half: bool, peer: str = "ml
     results = launch.finish(launch.outputs) if launch.finish else launch.outputs
     if launch.oracle_inputs is not None:
         expected = built.oracle(launch.oracle_inputs)
+    compared = built if launch.tolerance_dtypes is None else \
+        dataclasses.replace(built, tolerance_dtypes=launch.tolerance_dtypes)
     try:
-        assert_outputs_close(results, expected, built, what=f"MLX {launch.kernel} ")
+        assert_outputs_close(results, expected, compared, what=f"MLX {launch.kernel} ")
     except AssertionError as err:
         out["status"], out["message"] = "mismatch", str(err)
     if res.findings and out["status"] == "pass":
