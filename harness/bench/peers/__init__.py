@@ -12,7 +12,8 @@ baseline records those ratios and the gate treats a worse one as a regression
     mlx_<family>.py  one MLX kernel family each: our instantiation line and launch geometry
                      (grid, threadgroup, buffer order, function constants, template
                      parameters), written from MLX's host code, with the MLX file each fact
-                     comes from; `launch(params, inputs, outputs) -> PeerLaunch`
+                     comes from; `launch(params, inputs, outputs) -> PeerLaunch`, or a
+                     list of them run in order (MLX's split-K GEMM is two launches)
     run.py           one peer launch on the emulator -> the record the bench keeps
 
 A family module raises `NotApplicable` (with the reason) for params MLX has no kernel for;
@@ -73,9 +74,9 @@ class PeerLaunch:
 
 def mlx_families() -> dict[str, Callable]:
     """Kernel family name -> its MLX peer's `launch`."""
-    from harness.bench.peers import mlx_gdn, mlx_gemv, mlx_softmax
+    from harness.bench.peers import mlx_gdn, mlx_gemm, mlx_gemv, mlx_softmax
     return {"gemv": mlx_gemv.launch, "softmax": mlx_softmax.launch,
-            "gdn_decode": mlx_gdn.launch}
+            "gdn_decode": mlx_gdn.launch, "gemm": mlx_gemm.launch}
 
 
 PEERS = ("mlx",)

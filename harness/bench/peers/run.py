@@ -49,30 +49,45 @@ def measure_peer(case, built, generated, chip_names, half: bool, peer: str = "ml
     outputs = [torch.full_like(e, float("nan")) if e.is_floating_point()
                else torch.zeros_like(e) for e in expected]
     try:
-        launch = mlx_families()[case.family](case.params, inputs, outputs)
+        planned = mlx_families()[case.family](case.params, inputs, outputs)
     except NotApplicable as err:
         out["status"], out["message"] = "not_applicable", f"case '{case.name}': {err}"
         return out
-    out.update(kernel=launch.kernel, headers=list(launch.headers),
-               host_code=launch.host_code, grid=list(launch.grid),
-               threadgroup=list(launch.threadgroup), geometry=launch.geometry,
-               formats=launch.formats)
-    try:
-        msl = source(launch.headers, launch.instantiation)
-    except PeerUnavailable as err:
-        out["status"], out["message"] = "unavailable", str(err)
-        return out
-    try:
-        res = run_msl(msl, launch.kernel, grid=launch.grid, threadgroup=launch.threadgroup,
-                      buffers=launch.buffers, seed=SEED,
-                      function_constants=launch.function_constants or None,
-                      threadgroup_memory=launch.threadgroup_memory or None, timeout=1800)
-    except MetaltileError as err:
-        out["status"] = "launch_error"
-        out["message"] = (f"MLX peer '{launch.kernel}' of case '{case.name}': "
-                          f"{type(err).__name__}: {err}")
-        return out
-    out["findings"] = [str(f) for f in res.findings[:20]]
+    launches = planned if isinstance(planned, list) else [planned]
+    launch = launches[-1]                  # the one whose outputs are compared
+    out.update(kernel=" + ".join(x.kernel for x in launches),
+               headers=sorted({h for x in launches for h in x.headers}),
+               host_code=launch.host_code,
+               grid=[list(x.grid) for x in launches] if len(launches) > 1 else list(launch.grid),
+               threadgroup=[list(x.threadgroup) for x in launches] if len(launches) > 1
+               else list(launch.threadgroup),
+               geometry="; ".join(x.geometry for x in launches),
+               formats="; ".join(x.formats for x in launches if x.formats))
+    stats, findings = [], []
+    for one in launches:
+        try:
+            msl = source(one.headers, one.instantiation)
+        except PeerUnavailable as err:
+            out["status"], out["message"] = "unavailable", str(err)
+            return out
+        try:
+            res = run_msl(msl, one.kernel, grid=one.grid, threadgroup=one.threadgroup,
+                          buffers=one.buffers, seed=SEED,
+                          function_constants=one.function_constants or None,
+                          threadgroup_memory=one.threadgroup_memory or None, timeout=1800)
+        except MetaltileError as err:
+            out["status"] = "launch_error"
+            out["message"] = (f"MLX peer '{one.kernel}' of case '{case.name}': "
+                              f"{type(err).__name__}: {err}")
+            return out
+        findings.extend(res.findings)
+        if not res.stats:          # a bounds halt: no counters
+            out["status"] = "finding"
+            out["findings"] = [str(f) for f in findings[:20]]
+            out["message"] = f"{len(findings)} finding(s); first: {findings[0]}"
+            return out
+        stats.append(res.stats)
+    out["findings"] = [str(f) for f in findings[:20]]
     results = launch.finish(launch.outputs) if launch.finish else launch.outputs
     if launch.oracle_inputs is not None:
         expected = built.oracle(launch.oracle_inputs)
@@ -82,20 +97,19 @@ def measure_peer(case, built, generated, chip_names, half: bool, peer: str = "ml
         assert_outputs_close(results, expected, compared, what=f"MLX {launch.kernel} ")
     except AssertionError as err:
         out["status"], out["message"] = "mismatch", str(err)
-    if res.findings and out["status"] == "pass":
+    if findings and out["status"] == "pass":
         out["status"] = "finding"
-        out["message"] = f"{len(res.findings)} finding(s); first: {res.findings[0]}"
-    if not res.stats:          # a bounds halt: no counters
-        return out
-    counters = aggregate([res.stats])
-    # declared by the peer module (template extents); each array's uses are not counted,
-    # so a spilled byte is taken as used twice (roofline.local_array_profile's rule)
-    counters["local_array_bytes"] = sum(launch.local_arrays.values())
-    counters["local_array_profile"] = sorted([n, None] for n in launch.local_arrays.values()
-                                             if n)
+        out["message"] = f"{len(findings)} finding(s); first: {findings[0]}"
+    counters = aggregate(stats)
+    # declared by the peer module (template extents), the largest launch's; each array's
+    # uses are not counted, so a spilled byte is taken as used twice (the rule of
+    # roofline.local_array_profile for arrays it cannot count)
+    arrays = max((x.local_arrays for x in launches), key=lambda a: sum(a.values()))
+    counters["local_array_bytes"] = sum(arrays.values())
+    counters["local_array_profile"] = sorted([n, None] for n in arrays.values() if n)
     out["counters"] = counters
     out["modeled"] = modeled(counters, generated.minimum, generated.flops, chip_names, half,
-                             roofline.buffer_traffic([res.stats]), case.full_scale)
+                             roofline.buffer_traffic(stats), case.full_scale)
     if generated.counters:
         out["ratios"] = {k: generated_over_reference(generated.counters.get(k, 0),
                                                      counters.get(k, 0))
