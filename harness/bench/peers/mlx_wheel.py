@@ -93,6 +93,7 @@ def _extract(wheel: Path, root: Path, version: str) -> None:
                                       f"{PACKAGE} wheel?")
             root.parent.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(prefix=root.name + ".", dir=root.parent))
+            staging.chmod(0o755)             # mkdtemp makes it private; a cache is shared
             for name in names:
                 target = staging / "include" / name[len("mlx/include/"):]
                 target.parent.mkdir(parents=True, exist_ok=True)
