@@ -159,7 +159,8 @@ def _fake(name="fam/a", **counters):
 
 def _run(*cases):
     from harness.bench import roofline
-    return measure.BenchRun("2026-01-01", {"commit": "0", "dirty": False}, {}, "clang 19",
+    return measure.BenchRun("2026-01-01", {"commit": "0" * 40, "dirty": False},
+                            {"node": "test", "cpus": 2}, "clang 19",
                             {"rounds": 1, "disable": [], "replace": [], "cases": None},
                             {n: roofline.CHIPS[n].describe() for n in ("M1", "M2")},
                             roofline.LAUNCH_OVERHEAD_S, list(cases))
