@@ -16,7 +16,8 @@
 // columns (q & 2) * 2 + (l % 2) * 2 and the next, q = l / 4. Handing out that reference
 // marks the tile "partial" (only the lane's own pair is known to be current); an operation
 // that reads a partial tile (multiply, store) first pools the lanes' pairs
-// (`gather`, a meeting at the operation's site that counts as no simd operation), after
+// (`gather`, `gather_operands`: one meeting at the operation's site, which counts as no
+// simd operation), after
 // which every lane holds the whole tile again, tagged as a uniform load is. Load and store are
 // collectives: the lanes meet, check that pointer, stride, origin and transpose agree, and
 // one lane (the lowest active) performs the recorded memory accesses for the simdgroup;
@@ -316,6 +317,45 @@ __attribute__((noinline, no_sanitize("thread"))) void multiply_accumulate(
 
 }  // namespace __mt
 
+namespace __mt {
+
+// The partial operands of one multiply made whole in one meeting (MLX's steel MMA sets all
+// three through thread_elements() before every multiply): each lane deposits its pairs of
+// the three, and every partial one is rebuilt in its scratch, tagged (meeting, operand)
+// with the top bits 00, a kind of its own (see kTagFill).
+template <class TD, class TAB>
+__MT_UNCHECKED void gather_operands(__mt_site at, const simdgroup_matrix<TAB, 8, 8>*& a,
+                                    const simdgroup_matrix<TAB, 8, 8>*& b,
+                                    const simdgroup_matrix<TD, 8, 8>*& c,
+                                    simdgroup_matrix<TAB, 8, 8>& sa,
+                                    simdgroup_matrix<TAB, 8, 8>& sb,
+                                    simdgroup_matrix<TD, 8, 8>& sc) {
+  struct pairs { vec<TAB, 2> a, b; vec<TD, 2> c; } mine{a->thread_elements(),
+                                                         b->thread_elements(),
+                                                         c->thread_elements()};
+  __mt_simd_table t = __mt_simd_meet(&mine, sizeof mine, __MT_SIMD_MATRIX_GATHER, at,
+                                     __MT_CALL_SITE);
+  const bool all = t.active == (t.width >= 32 ? ~0u : (1u << t.width) - 1);
+  const bool pa = a->__partial, pb = b->__partial, pc = c->__partial;
+  if (pa) sa = *a;
+  if (pb) sb = *b;
+  if (pc) sc = *c;
+  for (uint32_t l = 0; l < t.width; ++l) {
+    if (!(t.active >> l & 1)) continue;
+    const uint32_t q = l / 4, row = (q & 4) + (l / 2) % 4, col = (q & 2) * 2 + (l % 2) * 2;
+    pairs theirs;
+    __builtin_memcpy(&theirs, t.slots + l * __MT_SIMD_SLOT, sizeof theirs);
+    if (pa) __builtin_memcpy(&sa.e[row][col], &theirs.a, sizeof theirs.a);
+    if (pb) __builtin_memcpy(&sb.e[row][col], &theirs.b, sizeof theirs.b);
+    if (pc) __builtin_memcpy(&sc.e[row][col], &theirs.c, sizeof theirs.c);
+  }
+  if (pa) { sa.__partial = false; sa.__tag = all ? t.meet_id << 2 | 1 : 0; a = &sa; }
+  if (pb) { sb.__partial = false; sb.__tag = all ? t.meet_id << 2 | 2 : 0; b = &sb; }
+  if (pc) { sc.__partial = false; sc.__tag = all ? t.meet_id << 2 | 3 : 0; c = &sc; }
+}
+
+}  // namespace __mt
+
 template <class TD, class TAB>
 __MT_UNCHECKED void simdgroup_multiply_accumulate(__mt_site at, simdgroup_matrix<TD, 8, 8>& d,
                                                   const simdgroup_matrix<TAB, 8, 8>& a_in,
@@ -323,9 +363,14 @@ __MT_UNCHECKED void simdgroup_multiply_accumulate(__mt_site at, simdgroup_matrix
                                                   const simdgroup_matrix<TD, 8, 8>& c_in) {
   simdgroup_matrix<TAB, 8, 8> sa __attribute__((uninitialized)), sb __attribute__((uninitialized));
   simdgroup_matrix<TD, 8, 8> sc __attribute__((uninitialized));
-  const simdgroup_matrix<TAB, 8, 8>& a = __mt::whole(at, a_in, sa);
-  const simdgroup_matrix<TAB, 8, 8>& b = __mt::whole(at, b_in, sb);
-  const simdgroup_matrix<TD, 8, 8>& c = __mt::whole(at, c_in, sc);
+  const simdgroup_matrix<TAB, 8, 8>* pa = &a_in;
+  const simdgroup_matrix<TAB, 8, 8>* pb = &b_in;
+  const simdgroup_matrix<TD, 8, 8>* pc = &c_in;
+  if (a_in.__partial || b_in.__partial || c_in.__partial)
+    __mt::gather_operands(at, pa, pb, pc, sa, sb, sc);
+  const simdgroup_matrix<TAB, 8, 8>& a = *pa;
+  const simdgroup_matrix<TAB, 8, 8>& b = *pb;
+  const simdgroup_matrix<TD, 8, 8>& c = *pc;
   const ulong ta = a.__tag, tb = b.__tag, tc = c.__tag;
   const ulong types = (__mt::type_code<TD>() << 8) | __mt::type_code<TAB>();
   const bool tagged = ta && tb && tc;
