@@ -385,19 +385,20 @@ def measure_hand_tuned(case: BenchCase, built, generated: "CaseMeasurement",
 
 
 def _measure_peers(case: BenchCase, built, out: CaseMeasurement, chip_names, peers) -> dict:
-    """Each requested peer whose kernel family has one: harness/bench/peers/run.py."""
-    if not peers:
-        return {}
-    from harness.bench.peers.run import has_peer, measure_peer
-    return {name: measure_peer(case, built, out, chip_names, _half_only(built), name)
-            for name in peers if has_peer(case, name)}
+    """Each peer's record for the case (None: it has no kernel for the case's family):
+    `peers` maps a name to harness/bench/peers/run.py's runner, which the caller passes
+    (this module does not import the peers, which build on it)."""
+    records = {name: run(case, built, out, chip_names, _half_only(built))
+               for name, run in dict(peers).items()}
+    return {name: rec for name, rec in records.items() if rec is not None}
 
 
 def measure_case(case: BenchCase, *, rounds: int = DEFAULT_ROUNDS, disable=(),
                  replace=None, chip_names=roofline.DEFAULT_CHIPS, gpu: bool = False,
                  gpu_rounds: int = 20, peers=()) -> CaseMeasurement:
-    """Everything `harness bench` records for one case; `peers` ("mlx") also runs each
-    peer's kernel for the case beside it (harness/bench/peers/). Never raises
+    """Everything `harness bench` records for one case; `peers` (name -> runner,
+    harness/bench/peers/run.py `runners`) also runs each peer's kernel for the case beside
+    it. Never raises
     for a failing kernel: the status says what happened."""
     from harness.check.case import run_case
 
@@ -490,12 +491,12 @@ def measure_all(cases, *, rounds: int = DEFAULT_ROUNDS, disable=(), replace=None
                 selection: str | None = None, progress=None, peers=()) -> BenchRun:
     """Measure `cases` in order; `progress(case, index, total)` is called before each.
     `selection` is the --cases filter they came from (None: the whole registry);
-    `peers` the peers run beside them ("mlx")."""
+    `peers` the peers run beside them (name -> runner, harness/bench/peers/run.py)."""
     results = BenchRun(
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         revision=git_revision(), machine=machine_info(), toolchain=toolchain_info(),
         options={"rounds": rounds, "disable": list(disable), "replace": sorted(replace or {}),
-                 "gpu": gpu, "seed": SEED, "cases": selection, "peers": list(peers)},
+                 "gpu": gpu, "seed": SEED, "cases": selection, "peers": sorted(dict(peers))},
         chips={n: roofline.CHIPS[n].describe() for n in chip_names},
         launch_overhead_s=roofline.LAUNCH_OVERHEAD_S)
     t0 = time.perf_counter()

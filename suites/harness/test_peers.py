@@ -20,6 +20,7 @@ from harness.bench.baseline import load_baseline, update_baseline
 from harness.bench.cases import BenchCase
 from harness.bench.gate import compare, gate_failed
 from harness.bench.peers import mlx_wheel
+from harness.bench.peers.run import runners
 
 pytestmark = pytest.mark.xdist_group("mlx-peers")
 
@@ -53,7 +54,7 @@ def _headers_or_skip():
 
 def _measured(family, params, peers=("mlx",)):
     case = BenchCase(f"{family}/peer-test", family, params, "test shape", "small")
-    return case, measure.measure_case(case, rounds=1, peers=peers)
+    return case, measure.measure_case(case, rounds=1, peers=runners(peers))
 
 
 @pytest.mark.parametrize("family, params, kernel", PEER_CASES,

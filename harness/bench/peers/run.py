@@ -22,10 +22,21 @@ from harness.bench.peers import NotApplicable, mlx_families
 from harness.bench.peers.mlx_wheel import MLX_VERSION, PeerUnavailable, source
 
 
-def has_peer(case, peer: str = "mlx") -> bool:
-    """Whether the case's kernel family has a `peer` kernel module (params may still make
-    it not applicable)."""
-    return peer == "mlx" and case.family in mlx_families()
+def runners(names) -> dict:
+    """Peer name -> the runner harness/bench/measure.py calls per case:
+    `runner(case, built, generated, chip_names, half)` -> the record, or None when the
+    case's kernel family has no peer. Unknown names raise KeyError."""
+    from harness.bench.peers import PEERS
+    unknown = [n for n in names if n not in PEERS]
+    if unknown:
+        raise KeyError(f"unknown peer(s) {unknown}; known: {', '.join(PEERS)}")
+
+    def mlx(case, built, generated, chip_names, half):
+        if case.family not in mlx_families():
+            return None
+        return measure_peer(case, built, generated, chip_names, half)
+
+    return {n: mlx for n in names}
 
 
 def measure_peer(case, built, generated, chip_names, half: bool, peer: str = "mlx") -> dict:
