@@ -545,7 +545,8 @@ def _print_outcome(out, outcome, baseline_path) -> int:
     from harness.bench import report
 
     results = outcome.results
-    out.print(report.summary_table(results))
+    for table in report.summary_tables(results):
+        out.print(table)
     references = report.reference_table(results)
     if references is not None:
         out.print(references)

@@ -3,7 +3,7 @@
 Input: a run of `harness.bench.measure` (a `BenchRun`; a saved reports/out/bench.json is
 read back into one by harness/bench/baseline.py), the `Baseline` it is compared with, and
 the list of `gate.Change`s from `gate.compare`. Everything is read from the records'
-fields. Output: rich tables for the terminal (`summary_table`,
+fields. Output: rich tables for the terminal (`summary_tables`,
 `changes_table`) and the files `write_reports` puts in the output directory:
 
     bench.md     the verdict, the gate's changes, every case's counters, modeled times per
@@ -120,35 +120,40 @@ def verdict_line(results: BenchRun, changes: list) -> str:
 
 # -- console -------------------------------------------------------------------------------
 
-def summary_table(results: BenchRun) -> Table:
+def summary_tables(results: BenchRun) -> list[Table]:
+    """The console's per-case tables, one per concern so that each fits 100 columns (CI
+    logs cut wider ones): status and compile time, the counters, the modeled times."""
     chips = list(results.chips)
-    table = Table(title="bench cases (counters from one checked emulator run; modeled "
-                  "times at the shape that ran)", title_justify="left")
-    for col, justify in (("case", "left"), ("status", "left"), ("compile ms first / warm", "right"),
-                         ("dev bytes / min", "right"), ("dev ld+st ops", "right"),
-                         ("B/op", "right"), ("tg bytes", "right"), ("barriers", "right"),
-                         ("simd ops", "right")):
-        table.add_column(col, justify=justify, no_wrap=True)
+    status = Table(title="bench cases: status and DSL -> MSL compile ms (first / warm)",
+                   title_justify="left")
+    counters = Table(title="counters (one checked emulator run, summed over launches)",
+                     title_justify="left")
+    times = Table(title="modeled us per chip (roofline, at the shape that ran)",
+                  title_justify="left")
+    for table in (status, counters, times):
+        table.add_column("case", overflow="fold")
+    status.add_column("status", no_wrap=True)
+    status.add_column("compile ms first / warm", justify="right", overflow="fold")
+    for col in ("bytes / min", "ld+st ops", "B/op", "tg bytes", "barriers", "simd ops"):
+        counters.add_column(col, justify="right", no_wrap=True)
     for chip in chips:
-        table.add_column(f"{chip} us", justify="right", no_wrap=True)
+        times.add_column(chip, justify="right", no_wrap=True)
     for case in results.cases:
-        status = Text(case.status, "green" if case.status == "pass" else
-                      "yellow" if case.status == "skip" else "bold red")
+        status.add_row(case.name, Text(case.status, "green" if case.status == "pass" else
+                                       "yellow" if case.status == "skip" else "bold red"),
+                       _compile_cell(case))
         c = case.counters
         if not c:
-            table.add_row(case.name, status, _compile_cell(case), *["-"] * 6,
-                          *["-"] * len(chips))
             continue
         ratio, bpo = _ratio(case), _bytes_per_op(case)
-        table.add_row(
-            case.name, status, _compile_cell(case),
-            "-" if ratio is None else f"{ratio:.2f}x",
+        counters.add_row(
+            case.name, "-" if ratio is None else f"{ratio:.2f}x",
             _num(c["device_load_ops"] + c["device_store_ops"]),
             "-" if bpo is None else f"{bpo:.1f}",
             _num(c["threadgroup_bytes_read"] + c["threadgroup_bytes_written"]),
-            _num(c["barriers"]), _num(c["simd_ops"]),
-            *[_us(case.modeled[chip]["seconds"]) for chip in chips])
-    return table
+            _num(c["barriers"]), _num(c["simd_ops"]))
+        times.add_row(case.name, *[_us(case.modeled[chip]["seconds"]) for chip in chips])
+    return [status, counters, times]
 
 
 def reference_rows(results: BenchRun) -> list[list[str]]:
@@ -287,8 +292,9 @@ HAND_TUNED_NOTE = ("Generated / hand-tuned at the same shape and inputs: each ge
 
 
 def hand_tuned_table(results: BenchRun) -> Table | None:
-    """The console's compact form of `hand_tuned_rows`: short headers, one chip's modeled
-    ratio, the number of misses (bench.md has every column)."""
+    """The console's compact form of `hand_tuned_rows`, 100 columns wide: the counter
+    groups of `CONSOLE_PEER_COLUMNS`, one chip's modeled ratio, and the number of misses
+    (or the reference's status when it does not pass); bench.md has every column."""
     rows = hand_tuned_rows(results)
     if not rows:
         return None
@@ -296,17 +302,22 @@ def hand_tuned_table(results: BenchRun) -> Table | None:
     chip = _breakdown_chip(chips)
     table = Table(title="generated / hand-tuned reference (same shape and inputs; target "
                   "counters <= 1.25x, modeled <= 1.0x)", title_justify="left")
-    short = ("dev B", "dev ops", "tg B", "tg ops", "tg mem", "barriers", "simd", "arrays")
-    for col in ("case", "status", *short, f"modeled {chip}", "misses"):
-        table.add_column(col, justify="left" if col in ("case", "status") else "right",
-                         no_wrap=True)
+    table.add_column("case", overflow="fold")
+    columns = [column for column, _ in HAND_TUNED_COLUMNS]
+    shown = [columns.index(c) for c in ("device bytes", "device ld+st ops",
+                                        "threadgroup bytes", "barriers", "simd ops",
+                                        "thread arrays")]
+    for col in (*CONSOLE_PEER_COLUMNS, f"{chip} time", "misses"):
+        table.add_column(col, justify="right", no_wrap=True)
     first_chip = 3 + len(HAND_TUNED_COLUMNS)
     for row in rows:
         misses = row[-1]
         count = "0" if misses == "met" else ("-" if misses == "-"
                                              else str(len(misses.split(", "))))
-        table.add_row(row[0], row[2], *row[3:first_chip],
-                      row[first_chip + chips.index(chip)], count)
+        ratio = row[first_chip + chips.index(chip)]
+        table.add_row(row[0], *[row[3 + i] for i in shown],
+                      ratio[:-3] + "x" if ratio.endswith("x") and "." in ratio else ratio,
+                      count if row[2] == "pass" else Text(row[2], "bold red"))
     return table
 
 
