@@ -235,3 +235,31 @@ def test_peer_records_survive_bench_json():
     case.peers = {"mlx": _peer_record(case)}
     back = run_from_dict(copy.deepcopy(run_to_dict(_run(case))))
     assert back.cases[0].peers == case.peers
+
+
+def test_an_unknown_peer_is_a_usage_error(capsys):
+    from harness.cli import main
+    assert main(["bench", "--peers", "tvm", "--list"]) == 2
+    assert "unknown peer(s) ['tvm']; known: mlx" in capsys.readouterr().err
+
+
+def test_headers_are_extracted_once_from_a_wheel_on_disk(tmp_path, monkeypatch):
+    # METALTILE_MLX_WHEEL: the wheel already downloaded (offline machines); the cache
+    # holds only the kernel headers, and a second call reads the cache
+    _headers_or_skip()
+    import zipfile
+    wheel = tmp_path / "mlx_metal-0.32.4-py3-none-macosx_14_0_arm64.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for path in sorted(mlx_wheel.headers().rglob("*.h")):
+            rel = path.relative_to(mlx_wheel.headers())
+            z.write(path, f"mlx/include/{rel}")
+        z.writestr("mlx/lib/libmlx.dylib", b"not extracted")
+    monkeypatch.setattr(mlx_wheel, "cache_dir", lambda version=None: tmp_path / "mlx")
+    monkeypatch.setenv("METALTILE_MLX_WHEEL", str(wheel))
+    root = mlx_wheel.headers()
+    assert (root / mlx_wheel.KERNELS / "gemv.h").is_file()
+    assert not list((tmp_path / "mlx").rglob("*.dylib"))
+    wheel.unlink()                                   # cached: the wheel is not read again
+    assert mlx_wheel.headers() == root
+    text = mlx_wheel.source(("softmax.h",), "")
+    assert '#include "' not in text and "softmax_looped" in text

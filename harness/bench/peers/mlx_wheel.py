@@ -83,8 +83,9 @@ def _unavailable(version: str, why: str) -> str:
 
 
 def _extract(wheel: Path, root: Path, version: str) -> None:
-    """The kernel headers of `wheel` into `root`/include, atomically (a temporary folder
-    renamed into place), then the completion mark."""
+    """The kernel headers of `wheel` into `root`/include, atomically: a temporary folder,
+    completion mark included, renamed into place (a process that finds another's finished
+    extraction there drops its own)."""
     try:
         with zipfile.ZipFile(wheel) as z:
             names = [n for n in z.namelist() if n.startswith(_IN_WHEEL) and not n.endswith("/")]
@@ -102,10 +103,19 @@ def _extract(wheel: Path, root: Path, version: str) -> None:
         raise PeerUnavailable(f"MLX peer unavailable: cannot read the wheel {wheel}: "
                               f"{err}") from None
     (staging / "VERSION").write_text(f"{PACKAGE}=={version} from {wheel.name}\n")
-    if root.exists():
-        shutil.rmtree(root)
-    staging.rename(root)
-    (root / _DONE).write_text("")
+    (staging / _DONE).write_text("")
+    if (root / _DONE).exists():             # another process finished first
+        shutil.rmtree(staging, ignore_errors=True)
+        return
+    if root.exists():                       # an extraction that did not finish
+        shutil.rmtree(root, ignore_errors=True)
+    try:
+        staging.rename(root)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not (root / _DONE).exists():
+            raise PeerUnavailable(f"MLX peer unavailable: cannot put the headers in "
+                                  f"{root}") from None
 
 
 def source(headers_: tuple, instantiation: str, version: str = MLX_VERSION) -> str:
