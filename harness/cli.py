@@ -376,6 +376,16 @@ Exit status: 0 pass, 1 a case failed or a counter/modeled time regressed (or, wi
 --against, compile time regressed past the noise threshold), 2 usage or setup error."""
 
 
+def _peers(text: str) -> tuple:
+    from harness.bench.peers import PEERS
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in PEERS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown peer(s) {unknown}; known: "
+                                         f"{', '.join(PEERS)}")
+    return names
+
+
 def _add_bench_commands(commands) -> None:
     from harness.bench import roofline
     from harness.bench.baseline import DEFAULT_BASELINE, DEFAULT_OUT
@@ -413,6 +423,11 @@ def _add_bench_commands(commands) -> None:
     sub.add_argument("--backend", choices=("auto", "emu", "mps"), default="auto",
                      help="emu: counters and model only; mps: also measured GPU time "
                           "(macOS with MPS); auto: mps where available (default)")
+    sub.add_argument("--peers", metavar="LIST", type=_peers, default=(),
+                     help="also run each case's peer kernel beside it and report generated "
+                          "/ peer per counter and modeled time: 'mlx' (MLX's own Metal "
+                          "kernels, from the mlx-metal wheel pip fetches into the cache on "
+                          "first use; harness/bench/peers/)")
     sub.set_defaults(run=_run_bench)
 
     rep = commands.add_parser("report", help="re-render the reports of a saved bench result",
@@ -496,7 +511,7 @@ def _run_bench(args: argparse.Namespace) -> int:
             cases=args.cases, rounds=args.rounds, disable=disable,
             replace=_replacements(args.replace), chips=args.chips, backend=args.backend,
             baseline=args.baseline, out=args.out, update_baseline=args.update_baseline,
-            against=args.against, ab_rounds=args.ab_rounds)
+            against=args.against, ab_rounds=args.ab_rounds, peers=args.peers)
         plan = workflow.prepare(options)
     except ValueError as error:   # BenchUsageError, or a --replace that does not resolve
         return _error(err, error)
@@ -538,13 +553,16 @@ def _print_outcome(out, outcome, baseline_path) -> int:
     from harness.bench import report
 
     results = outcome.results
-    out.print(report.summary_table(results))
+    for table in report.summary_tables(results):
+        out.print(table)
     references = report.reference_table(results)
     if references is not None:
         out.print(references)
     hand_tuned = report.hand_tuned_table(results)
     if hand_tuned is not None:
         out.print(hand_tuned)
+    for table in report.peer_tables(results):
+        out.print(table)
     power = report.power_table(results)
     if power is not None:
         out.print(power)

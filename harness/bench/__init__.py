@@ -32,6 +32,8 @@ Beside the gate, each with its own command:
                     tree's interpreter (the other revision need not have them)
     msl_digest.py   every bench case's MSL pinned by digest (reports/baselines/msl.json)
     reference_kernels/  hand-written MSL the generated kernels are set against
+    peers/          MLX's own kernels run beside a case (`harness bench --peers mlx`): the
+                    mlx-metal wheel's headers, our launch of each from MLX's host code
 
 One number, e.g. `device_load_ops` of `copy/k-transpose-f16` in bench.md: the case's params
 (cases.py) -> `measure_case` compiles and runs it once on the emulator; the emulator's

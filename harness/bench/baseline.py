@@ -12,8 +12,10 @@ A run (`measure.BenchRun` of `measure.CaseMeasurement`s) turns into its results 
 records' fields.
 
 The baseline ("metaltile-bench-baseline/1") holds per case the family, params, counters,
-minimum traffic, flops and modeled seconds per chip, and for a case with a hand-tuned
-reference that kernel's counters and the generated / hand-tuned ratios; no wall-clock
+minimum traffic, flops and modeled seconds per chip, for a case with a hand-tuned
+reference that kernel's counters and the generated / hand-tuned ratios, and for a case
+run with `--peers` each peer's counters, modeled seconds and generated / peer ratios
+(`PeerEntry`; kept, ratios recomputed, by an update without --peers); no wall-clock
 time, so it changes only when counters do, and a rewrite of unchanged counters is
 byte-identical. In memory it is a `Baseline` of `BaselineEntry`s (`HandTunedEntry` for the
 reference); `baseline_to_dict` / `baseline_from_dict` are its file form.
@@ -82,6 +84,20 @@ class HandTunedEntry:
 
 
 @dataclass
+class PeerEntry:
+    """A baseline case's peer kernel (harness/bench/peers/): its counters, modeled seconds
+    and generated / peer ratios. The peer's counters depend only on its source and the
+    emulator, so a baseline update without --peers keeps them and recomputes the ratios
+    from the new generated counters (`rebase_peer`)."""
+    kernel: str                        # the MLX host name launched
+    version: str                       # mlx-metal version of the headers
+    counters: dict
+    modeled_seconds: dict              # chip -> the peer's modeled seconds
+    ratios: dict                       # counter -> generated / peer (None: peer 0)
+    modeled_ratios: dict               # chip -> generated / peer modeled seconds
+
+
+@dataclass
 class BaselineEntry:
     """What the baseline holds of one passing case."""
     family: str
@@ -91,12 +107,15 @@ class BaselineEntry:
     flops: int
     modeled_seconds: dict              # chip -> modeled seconds
     hand_tuned: HandTunedEntry | None = None
+    peers: dict = field(default_factory=dict)      # peer name ("mlx") -> PeerEntry
 
     def to_dict(self) -> dict:
         entry = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                 if f.name != "hand_tuned"}
+                 if f.name not in ("hand_tuned", "peers")}
         if self.hand_tuned is not None:
             entry["hand_tuned"] = dataclasses.asdict(self.hand_tuned)
+        if self.peers:
+            entry["peers"] = {k: dataclasses.asdict(v) for k, v in sorted(self.peers.items())}
         return entry
 
     @classmethod
@@ -104,7 +123,8 @@ class BaselineEntry:
         hand = data.get("hand_tuned")
         return cls(data["family"], data["params"], data["counters"], data["minimum"],
                    data["flops"], data["modeled_seconds"],
-                   HandTunedEntry(**hand) if hand is not None else None)
+                   HandTunedEntry(**hand) if hand is not None else None,
+                   {k: PeerEntry(**v) for k, v in data.get("peers", {}).items()})
 
 
 @dataclass
@@ -138,14 +158,45 @@ def baseline_from_dict(data: dict, where="the document") -> Baseline:
                     backend=data.get("backend", "emu"), about=data.get("about", ABOUT))
 
 
-def baseline_entry(case: CaseMeasurement) -> BaselineEntry:
+def baseline_entry(case: CaseMeasurement, old: BaselineEntry | None = None) -> BaselineEntry:
+    """The baseline entry of a passing case; the peers it ran are recorded, and the peers
+    of the `old` entry it did not run are kept, their ratios recomputed against this
+    case's counters (`rebase_peer`)."""
     hand = case.hand_tuned
+    modeled_seconds = {k: v["seconds"] for k, v in case.modeled.items()}
+    peers = {}
+    if old is not None and old.params == case.params:
+        peers = {k: rebase_peer(v, case.counters, modeled_seconds)
+                 for k, v in old.peers.items()}
+    for name, peer in (case.peers or {}).items():
+        if peer["status"] == "pass" and peer.get("counters"):
+            peers[name] = PeerEntry(peer["kernel"], peer["version"], peer["counters"],
+                                    {k: v["seconds"] for k, v in peer["modeled"].items()},
+                                    peer["ratios"], peer["modeled_ratios"])
     return BaselineEntry(
-        case.family, case.params, case.counters, case.minimum, case.flops,
-        {k: v["seconds"] for k, v in case.modeled.items()},
+        case.family, case.params, case.counters, case.minimum, case.flops, modeled_seconds,
         HandTunedEntry(f"{hand['file']}:{hand['kernel']}", hand["threads"], hand["counters"],
                        hand["ratios"], hand["modeled_ratios"])
-        if hand and hand.get("counters") else None)
+        if hand and hand.get("counters") else None, peers)
+
+
+def rebase_peer(peer: PeerEntry, counters: dict, modeled_seconds: dict) -> PeerEntry:
+    """`peer`'s ratios against new generated `counters` and modeled seconds (its own
+    counters unchanged)."""
+    from harness.bench.measure import generated_over_reference
+    ratios = {k: generated_over_reference(counters.get(k, 0), peer.counters.get(k, 0))
+              for k in peer.ratios}
+    modeled = {chip: modeled_seconds[chip] / s for chip, s in peer.modeled_seconds.items()
+               if chip in modeled_seconds and s}
+    return dataclasses.replace(peer, ratios=ratios, modeled_ratios=modeled)
+
+
+def _peers_pass(case: CaseMeasurement) -> bool:
+    """No peer that ran failed (not run, not applicable and unavailable are no failure)."""
+    return all(p["status"] in PEER_OK for p in (case.peers or {}).values())
+
+
+PEER_OK = ("pass", "not_applicable", "unavailable")
 
 
 def update_baseline(results: BenchRun | dict, path: Path) -> tuple[Baseline, list[str]]:
@@ -159,8 +210,9 @@ def update_baseline(results: BenchRun | dict, path: Path) -> tuple[Baseline, lis
     cases = dict(old.cases) if old else {}
     left_out = []
     for case in results.cases:
-        if case.status == "pass" and (case.hand_tuned or {}).get("status", "pass") == "pass":
-            cases[case.name] = baseline_entry(case)
+        if (case.status == "pass" and (case.hand_tuned or {}).get("status", "pass") == "pass"
+                and _peers_pass(case)):
+            cases[case.name] = baseline_entry(case, cases.get(case.name))
         elif case.status != "skip":
             left_out.append(case.name)
     baseline = Baseline(toolchain=results.toolchain.split(":")[0],

@@ -10,7 +10,9 @@ rounding); new, changed-params and missing cases and another clang are "note"s. 
 with a hand-tuned reference (`BenchCase.hand_tuned`) fails when that kernel does not pass,
 and its generated / hand-tuned ratios gate like counters: a ratio that grows is a
 "regression" (the generated kernel lost ground on hand-written code, or the reference got
-better), per counter exactly and per modeled time past `MODELED_THRESHOLD`. Compile
+better), per counter exactly and per modeled time past `MODELED_THRESHOLD`. Likewise a
+peer kernel run with `--peers` (harness/bench/peers/): one that fails its oracle or has
+findings fails the gate, and a generated / peer ratio that grows is a regression. Compile
 wall times are never compared with a baseline recorded on another machine (26% noise
 between machines was measured): they are compared A/B within one run by
 `harness bench --against GITREF` (harness/bench/against.py), whose verdicts become Changes here.
@@ -22,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from harness.bench.baseline import Baseline, BaselineEntry
+from harness.bench.baseline import PEER_OK, Baseline, BaselineEntry
 from harness.bench.measure import BenchRun
 
 MODELED_THRESHOLD = 0.01      # relative; modeled time derives from exact counters
@@ -81,6 +83,13 @@ def compare(results: BenchRun, baseline: Baseline | None) -> list[Change]:
         if status != "pass":
             changes.append(Change(name, "status", "failure", None, status,
                                   case.message.splitlines()[0] if case.message else ""))
+        for peer, rec in sorted((case.peers or {}).items()):
+            if rec["status"] not in PEER_OK:
+                changes.append(Change(name, f"{peer} peer status", "failure", None,
+                                      rec["status"], rec["message"].splitlines()[0]
+                                      if rec["message"] else ""))
+            elif rec["status"] == "unavailable":
+                changes.append(Change(name, f"{peer} peer", "note", detail=rec["message"]))
         hand = case.hand_tuned
         if hand and hand["status"] != "pass":
             changes.append(Change(name, "hand-tuned status", "failure", None, hand["status"],
@@ -114,6 +123,7 @@ def compare(results: BenchRun, baseline: Baseline | None) -> list[Change]:
                 changes.append(Change(name, f"modeled {chip}", "improvement", b,
                                       m["seconds"]))
         changes.extend(_hand_tuned_changes(case, base))
+        changes.extend(_peer_changes(case, base))
     ran = {c.name for c in results.cases}
     selected = results.options.get("cases")
     for name in sorted(set(base_cases) - ran):
@@ -133,20 +143,48 @@ def _hand_tuned_changes(case, base: BaselineEntry) -> list[Change]:
     if old is None:
         return [Change(case.name, "hand-tuned", "new", detail="no baseline of the "
                        "generated / hand-tuned ratios yet (harness bench --update-baseline)")]
+    return _ratio_changes(case.name, "generated/hand-tuned", hand, old)
+
+
+def _peer_changes(case, base: BaselineEntry) -> list[Change]:
+    """The generated / peer ratios of each peer the case ran against the baseline's: a
+    ratio that grows is a regression (the generated kernel lost ground on MLX's)."""
     out = []
-    for key, ratio in hand["ratios"].items():
+    for peer, rec in sorted((case.peers or {}).items()):
+        if rec["status"] != "pass":                 # failed above, or nothing to compare
+            continue
+        old = base.peers.get(peer)
+        if old is None:
+            out.append(Change(case.name, f"{peer} peer", "new", detail=f"no baseline of the "
+                              f"generated / {peer} ratios yet (harness bench --peers {peer} "
+                              "--update-baseline)"))
+            continue
+        if old.kernel != rec["kernel"] or old.version != rec["version"]:
+            out.append(Change(case.name, f"{peer} peer", "note", f"{old.kernel} {old.version}",
+                              f"{rec['kernel']} {rec['version']}", "another peer kernel than "
+                              "the baseline's: ratios not compared (update the baseline)"))
+            continue
+        out.extend(_ratio_changes(case.name, f"generated/{peer}", rec, old))
+    return out
+
+
+def _ratio_changes(name: str, label: str, now: dict, old) -> list[Change]:
+    """Ratios (generated / reference) per counter, exactly, and per chip's modeled time,
+    past MODELED_THRESHOLD: one that grows is a regression."""
+    out = []
+    for key, ratio in now["ratios"].items():
         b = old.ratios.get(key)
         if b is None or ratio is None or abs(ratio - b) <= 1e-9 * max(abs(b), 1.0):
             continue
-        out.append(Change(case.name, f"generated/hand-tuned {key}",
+        out.append(Change(name, f"{label} {key}",
                           "regression" if ratio > b else "improvement", b, ratio))
-    for chip, ratio in hand["modeled_ratios"].items():
+    for chip, ratio in now["modeled_ratios"].items():
         b = old.modeled_ratios.get(chip)
         if b is None:
             continue
         rel = ratio / b - 1.0 if b else 0.0
         if abs(rel) > MODELED_THRESHOLD:
-            out.append(Change(case.name, f"generated/hand-tuned modeled {chip}",
+            out.append(Change(name, f"{label} modeled {chip}",
                               "regression" if rel > 0 else "improvement", b, ratio,
                               f"> {MODELED_THRESHOLD:.0%} threshold" if rel > 0 else ""))
     return out

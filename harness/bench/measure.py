@@ -39,7 +39,7 @@ harness/bench/gate.py compares. A `BenchRun` turns into the results document (JS
 {schema, created, revision, machine, toolchain, options, chips, launch_overhead_s,
 cases: [{name, family, params, shape, scaling, full_scale, status, message, findings,
 counters, minimum, flops, modeled: {chip: {...}}, first_compile: {seconds, kernels, stages},
-compile: {Stats fields, data}, gpu, msl}],
+compile: {Stats fields, data}, gpu, msl, hand_tuned, peers: {name: {...}} | null}],
 against: {...} | null, seconds}.
 """
 
@@ -102,6 +102,7 @@ class CaseMeasurement:
     reference: dict | None = None     # cases.Reference.as_dict(): informational
     hand_tuned: dict | None = None    # `measure_hand_tuned`: the reference run and the ratios
     power: dict | None = None         # harness/check/power.py `summary`: what the check rejects
+    peers: dict | None = None         # peer name -> harness/bench/peers/run.py's record
 
     @classmethod
     def of(cls, case: BenchCase) -> "CaseMeasurement":
@@ -402,10 +403,22 @@ def measure_hand_tuned(case: BenchCase, built, generated: "CaseMeasurement",
     return out
 
 
+def _measure_peers(case: BenchCase, built, out: CaseMeasurement, chip_names, peers,
+                   half: bool) -> dict:
+    """Each peer's record for the case (None: it has no kernel for the case's family):
+    `peers` maps a name to harness/bench/peers/run.py's runner, which the caller passes
+    (this module does not import the peers, which build on it)."""
+    records = {name: run(case, built, out, chip_names, half)
+               for name, run in dict(peers).items()}
+    return {name: rec for name, rec in records.items() if rec is not None}
+
+
 def measure_case(case: BenchCase, *, rounds: int = DEFAULT_ROUNDS, disable=(),
                  replace=None, chip_names=roofline.DEFAULT_CHIPS, gpu: bool = False,
-                 gpu_rounds: int = 20) -> CaseMeasurement:
-    """Everything `harness bench` records for one case. Never raises
+                 gpu_rounds: int = 20, peers=()) -> CaseMeasurement:
+    """Everything `harness bench` records for one case; `peers` (name -> runner,
+    harness/bench/peers/run.py `runners`) also runs each peer's kernel for the case beside
+    it. Never raises
     for a failing kernel: the status says what happened."""
     from harness.check.case import run_case
 
@@ -446,6 +459,7 @@ def measure_case(case: BenchCase, *, rounds: int = DEFAULT_ROUNDS, disable=(),
                                   full_scale=case.full_scale)
             if case.hand_tuned:
                 out.hand_tuned = measure_hand_tuned(case, built, out, chip_names, half)
+            out.peers = _measure_peers(case, built, out, chip_names, peers, half) or None
         if result.status in ("pass", "mismatch", "finding", "timeout", "crash",
                              "launch_error"):
             out.compile = timing_summary(time_compile(fam, case.params, rounds, disable,
@@ -493,14 +507,15 @@ def toolchain_info() -> str:
 
 def measure_all(cases, *, rounds: int = DEFAULT_ROUNDS, disable=(), replace=None,
                 chip_names=roofline.DEFAULT_CHIPS, gpu: bool = False,
-                selection: str | None = None, progress=None) -> BenchRun:
+                selection: str | None = None, progress=None, peers=()) -> BenchRun:
     """Measure `cases` in order; `progress(case, index, total)` is called before each.
-    `selection` is the --cases filter they came from (None: the whole registry)."""
+    `selection` is the --cases filter they came from (None: the whole registry);
+    `peers` the peers run beside them (name -> runner, harness/bench/peers/run.py)."""
     results = BenchRun(
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         revision=git_revision(), machine=machine_info(), toolchain=toolchain_info(),
         options={"rounds": rounds, "disable": list(disable), "replace": sorted(replace or {}),
-                 "gpu": gpu, "seed": SEED, "cases": selection},
+                 "gpu": gpu, "seed": SEED, "cases": selection, "peers": sorted(dict(peers))},
         chips={n: roofline.CHIPS[n].describe() for n in chip_names},
         launch_overhead_s=roofline.LAUNCH_OVERHEAD_S)
     t0 = time.perf_counter()
@@ -508,6 +523,7 @@ def measure_all(cases, *, rounds: int = DEFAULT_ROUNDS, disable=(), replace=None
         if progress:
             progress(case, i, len(cases))
         results.cases.append(measure_case(case, rounds=rounds, disable=disable,
-                                          replace=replace, chip_names=chip_names, gpu=gpu))
+                                          replace=replace, chip_names=chip_names, gpu=gpu,
+                                          peers=peers))
     results.seconds = time.perf_counter() - t0
     return results

@@ -3,11 +3,12 @@
 Input: a run of `harness.bench.measure` (a `BenchRun`; a saved reports/out/bench.json is
 read back into one by harness/bench/baseline.py), the `Baseline` it is compared with, and
 the list of `gate.Change`s from `gate.compare`. Everything is read from the records'
-fields. Output: rich tables for the terminal (`summary_table`,
+fields. Output: rich tables for the terminal (`summary_tables`,
 `changes_table`) and the files `write_reports` puts in the output directory:
 
     bench.md     the verdict, the gate's changes, every case's counters, modeled times per
                  chip (at the shape that ran and extrapolated to the real shape), the
+                 generated / peer ratios of a run with --peers (MLX's kernels), the
                  modeled time beside each case's measured reference (`cases.Reference`,
                  with the ratio and what the model leaves out), compile times (and the
                  A/B comparison with --against), skipped cases, the model
@@ -119,35 +120,40 @@ def verdict_line(results: BenchRun, changes: list) -> str:
 
 # -- console -------------------------------------------------------------------------------
 
-def summary_table(results: BenchRun) -> Table:
+def summary_tables(results: BenchRun) -> list[Table]:
+    """The console's per-case tables, one per concern so that each fits 100 columns (CI
+    logs cut wider ones): status and compile time, the counters, the modeled times."""
     chips = list(results.chips)
-    table = Table(title="bench cases (counters from one checked emulator run; modeled "
-                  "times at the shape that ran)", title_justify="left")
-    for col, justify in (("case", "left"), ("status", "left"), ("compile ms first / warm", "right"),
-                         ("dev bytes / min", "right"), ("dev ld+st ops", "right"),
-                         ("B/op", "right"), ("tg bytes", "right"), ("barriers", "right"),
-                         ("simd ops", "right")):
-        table.add_column(col, justify=justify, no_wrap=True)
+    status = Table(title="bench cases: status and DSL -> MSL compile ms (first / warm)",
+                   title_justify="left")
+    counters = Table(title="counters (one checked emulator run, summed over launches)",
+                     title_justify="left")
+    times = Table(title="modeled us per chip (roofline, at the shape that ran)",
+                  title_justify="left")
+    for table in (status, counters, times):
+        table.add_column("case", overflow="fold")
+    status.add_column("status", no_wrap=True)
+    status.add_column("compile ms first / warm", justify="right", overflow="fold")
+    for col in ("bytes / min", "ld+st ops", "B/op", "tg bytes", "barriers", "simd ops"):
+        counters.add_column(col, justify="right", no_wrap=True)
     for chip in chips:
-        table.add_column(f"{chip} us", justify="right", no_wrap=True)
+        times.add_column(chip, justify="right", no_wrap=True)
     for case in results.cases:
-        status = Text(case.status, "green" if case.status == "pass" else
-                      "yellow" if case.status == "skip" else "bold red")
+        status.add_row(case.name, Text(case.status, "green" if case.status == "pass" else
+                                       "yellow" if case.status == "skip" else "bold red"),
+                       _compile_cell(case))
         c = case.counters
         if not c:
-            table.add_row(case.name, status, _compile_cell(case), *["-"] * 6,
-                          *["-"] * len(chips))
             continue
         ratio, bpo = _ratio(case), _bytes_per_op(case)
-        table.add_row(
-            case.name, status, _compile_cell(case),
-            "-" if ratio is None else f"{ratio:.2f}x",
+        counters.add_row(
+            case.name, "-" if ratio is None else f"{ratio:.2f}x",
             _num(c["device_load_ops"] + c["device_store_ops"]),
             "-" if bpo is None else f"{bpo:.1f}",
             _num(c["threadgroup_bytes_read"] + c["threadgroup_bytes_written"]),
-            _num(c["barriers"]), _num(c["simd_ops"]),
-            *[_us(case.modeled[chip]["seconds"]) for chip in chips])
-    return table
+            _num(c["barriers"]), _num(c["simd_ops"]))
+        times.add_row(case.name, *[_us(case.modeled[chip]["seconds"]) for chip in chips])
+    return [status, counters, times]
 
 
 def reference_rows(results: BenchRun) -> list[list[str]]:
@@ -254,6 +260,23 @@ def hand_tuned_term_rows(cases: list, chip: str) -> list[list[str]]:
     return rows
 
 
+def peer_term_rows(cases: list, chip: str) -> list[list[str]]:
+    """Per case and peer that ran: the generated kernel's modeled terms on `chip`, then
+    the peer's."""
+    rows = []
+    for c in cases:
+        for name, rec in sorted((c.peers or {}).items()):
+            mine, theirs = (c.modeled or {}).get(chip), (rec.get("modeled") or {}).get(chip)
+            if mine and theirs:
+                rows.append([f"{c.name} (generated)", *_term_cells(mine)])
+                rows.append([f"{c.name} ({name} {rec['kernel']})", *_term_cells(theirs)])
+    return rows
+
+
+PEER_TERM_NOTE = ("The model's terms for each case with a peer, the generated kernel's "
+                  "row first, the peer's below: where each one's modeled time goes.")
+
+
 def hand_tuned_header(chips: list) -> list[str]:
     return ["case", "hand-tuned kernel", "status",
             *[column for column, _ in HAND_TUNED_COLUMNS],
@@ -269,8 +292,9 @@ HAND_TUNED_NOTE = ("Generated / hand-tuned at the same shape and inputs: each ge
 
 
 def hand_tuned_table(results: BenchRun) -> Table | None:
-    """The console's compact form of `hand_tuned_rows`: short headers, one chip's modeled
-    ratio, the number of misses (bench.md has every column)."""
+    """The console's compact form of `hand_tuned_rows`, 100 columns wide: the counter
+    groups of `CONSOLE_PEER_COLUMNS`, one chip's modeled ratio, and the number of misses
+    (or the reference's status when it does not pass); bench.md has every column."""
     rows = hand_tuned_rows(results)
     if not rows:
         return None
@@ -278,18 +302,127 @@ def hand_tuned_table(results: BenchRun) -> Table | None:
     chip = _breakdown_chip(chips)
     table = Table(title="generated / hand-tuned reference (same shape and inputs; target "
                   "counters <= 1.25x, modeled <= 1.0x)", title_justify="left")
-    short = ("dev B", "dev ops", "tg B", "tg ops", "tg mem", "barriers", "simd", "arrays")
-    for col in ("case", "status", *short, f"modeled {chip}", "misses"):
-        table.add_column(col, justify="left" if col in ("case", "status") else "right",
-                         no_wrap=True)
+    table.add_column("case", overflow="fold")
+    columns = [column for column, _ in HAND_TUNED_COLUMNS]
+    shown = [columns.index(c) for c in ("device bytes", "device ld+st ops",
+                                        "threadgroup bytes", "barriers", "simd ops",
+                                        "thread arrays")]
+    for col in (*CONSOLE_PEER_COLUMNS, f"{chip} time", "misses"):
+        table.add_column(col, justify="right", no_wrap=True)
     first_chip = 3 + len(HAND_TUNED_COLUMNS)
     for row in rows:
         misses = row[-1]
         count = "0" if misses == "met" else ("-" if misses == "-"
                                              else str(len(misses.split(", "))))
-        table.add_row(row[0], row[2], *row[3:first_chip],
-                      row[first_chip + chips.index(chip)], count)
+        ratio = row[first_chip + chips.index(chip)]
+        table.add_row(row[0], *[row[3 + i] for i in shown],
+                      ratio[:-3] + "x" if ratio.endswith("x") and "." in ratio else ratio,
+                      count if row[2] == "pass" else Text(row[2], "bold red"))
     return table
+
+
+# -- peers (harness/bench/peers/) ------------------------------------------------------------
+
+PEER_COLUMNS = (("dev B", HAND_TUNED_COLUMNS[0][1]), ("dev ops", HAND_TUNED_COLUMNS[1][1]),
+                ("tg B", HAND_TUNED_COLUMNS[2][1]), ("tg ops", HAND_TUNED_COLUMNS[3][1]),
+                ("tg mem", HAND_TUNED_COLUMNS[4][1]), ("barriers", ("barriers",)),
+                ("simd", ("simd_ops",)), ("arrays", ("local_array_bytes",)))
+# the console's ratio columns (100 columns wide; the threadgroup operations and memory
+# are in "generated does more" and in bench.md)
+CONSOLE_PEER_COLUMNS = ("dev B", "dev ops", "tg B", "barriers", "simd", "arrays")
+PEER_TARGET = 1.0            # the issue's goal: every work counter <= 1.0x MLX's
+
+
+def _peer_records(results: BenchRun):
+    """(case, peer name, record) of every peer run, in case order."""
+    for c in results.cases:
+        for name, rec in sorted((c.peers or {}).items()):
+            yield c, name, rec
+
+
+def _group_ratio(gen: dict, ref: dict, keys) -> tuple[float | None, bool]:
+    """generated / peer summed over `keys`, and whether the generated side is behind
+    (more work, or work where the peer has none)."""
+    g, r = sum(gen.get(k, 0) for k in keys), sum(ref.get(k, 0) for k in keys)
+    if not r:
+        return (1.0, False) if not g else (None, True)
+    return g / r, g / r > PEER_TARGET * (1 + 1e-9)
+
+
+def peer_rows(results: BenchRun) -> list[list[str]]:
+    """Per case and peer: the peer's kernel, status, generated / peer per counter group
+    and per chip's modeled time, the counter groups where the generated kernel does more
+    work than the peer ("peer 0": the peer does none), and the peer's launch."""
+    chips = list(results.chips)
+    rows = []
+    for c, name, rec in _peer_records(results):
+        gen, ref = c.counters or {}, rec.get("counters") or {}
+        cells, behind = [], []
+        for column, keys in PEER_COLUMNS:
+            if not (gen and ref):
+                cells.append("-")
+                continue
+            ratio, worse = _group_ratio(gen, ref, keys)
+            cells.append(_times(ratio) if ratio is not None else "peer 0")
+            if worse:
+                behind.append(column)
+        for chip in chips:
+            ratio = rec.get("modeled_ratios", {}).get(chip)
+            cells.append(_times(ratio, 3))
+        status = rec["status"] + (f": {rec['message']}" if rec["status"] != "pass"
+                                  and rec["message"] else "")
+        rows.append([c.name, f"{name} {rec.get('version', '')} {rec.get('kernel') or '-'}",
+                     status, *cells, ", ".join(behind) if ref else "-",
+                     f"{rec.get('geometry', '')} [{rec.get('host_code', '')}]"
+                     + (f"; formats: {rec['formats']}" if rec.get("formats") else "")])
+    return rows
+
+
+def peer_header(chips: list) -> list[str]:
+    return ["case", "peer kernel", "status", *[c for c, _ in PEER_COLUMNS],
+            *[f"modeled {chip}" for chip in chips], "generated does more", "peer launch"]
+
+
+PEER_NOTE = ("Generated / peer at the same shape and inputs: the case's generated kernel "
+             "beside MLX's own Metal kernel for the same work (`harness bench --peers mlx`; "
+             "MLX's headers from the mlx-metal wheel, our instantiation and MLX's launch "
+             "geometry from its host code, harness/bench/peers/), both run on the emulator "
+             "with every check and compared with the same oracle. The emulator counts the "
+             "work; the roofline model turns it into time; neither is a GPU. Below 1x the "
+             "generated kernel does less. 'peer 0': MLX does none of that work. Goal: every "
+             "work counter at most 1.0x. The gate tracks these ratios: one that grows fails "
+             "it.")
+
+
+def peer_tables(results: BenchRun) -> list[Table]:
+    """The console's form of `peer_rows`, two tables that fit 100 columns: the ratios
+    (one chip's modeled time), then each peer's kernel, status and where the generated
+    kernel does more (bench.md has every column)."""
+    rows = peer_rows(results)
+    if not rows:
+        return []
+    chips = list(results.chips)
+    chip = _breakdown_chip(chips)
+    ratios = Table(title="generated / MLX (same shape, inputs and oracle; below 1x the "
+                   "generated kernel does less)", title_justify="left")
+    ratios.add_column("case", overflow="fold")
+    shown = [i for i, (col, _) in enumerate(PEER_COLUMNS) if col in CONSOLE_PEER_COLUMNS]
+    for i in shown:
+        ratios.add_column(PEER_COLUMNS[i][0], justify="right", no_wrap=True)
+    ratios.add_column(f"{chip} time", justify="right", no_wrap=True)
+    kernels = Table(title="MLX peer kernels", title_justify="left")
+    for col in ("case", "status", "MLX kernel", "generated does more"):
+        kernels.add_column(col, overflow="fold")
+    first_chip = 3 + len(PEER_COLUMNS)
+    for row in rows:
+        ratios.add_row(row[0], *[row[3 + i] for i in shown],
+                       row[first_chip + chips.index(chip)])
+        status = row[2].split(":")[0]
+        kernels.add_row(row[0], Text(status, "green" if status == "pass" else
+                                     "yellow" if status in ("not_applicable", "unavailable")
+                                     else "bold red"),
+                        row[1].split(" ", 2)[-1], row[-2] or "nothing")
+    return [ratios, kernels]
 
 
 def changes_table(changes: list) -> Table:
@@ -408,6 +541,14 @@ def _sections(results: BenchRun, changes: list, baseline_path: str | None) -> li
     if rows:
         out.append((f"Generated against hand-tuned, term by term ({chip})",
                     ["kernel", *TERM_HEADER], rows, HAND_TUNED_TERM_NOTE))
+    rows = peer_rows(dataclasses.replace(results, cases=cases))
+    if rows:
+        out.append(("Generated against MLX's kernels (peers)", peer_header(chips), rows,
+                    PEER_NOTE))
+    rows = peer_term_rows(cases, chip)
+    if rows:
+        out.append((f"Generated against MLX, term by term ({chip})",
+                    ["kernel", *TERM_HEADER], rows, PEER_TERM_NOTE))
     rows = [[c.name, line] for c in cases for line in streamed_lines(c.msl or "")]
     if rows:
         out.append(("Rows streamed past the register budget", ["case", "chunk loop (from the "

@@ -45,6 +45,7 @@ class BenchOptions:
     update_baseline: bool = False
     against: str | None = None           # GITREF for the compile-time A/B
     ab_rounds: int | None = None
+    peers: tuple = ()                    # peers run beside the cases ("mlx"; peers/)
 
 
 @dataclass
@@ -85,6 +86,10 @@ def prepare(options: BenchOptions) -> BenchPlan:
         raise BenchUsageError("--update-baseline with --disable/--replace: a perturbed "
                               "pipeline never becomes the baseline")
     check_passes(options.disable, options.replace, BenchUsageError)
+    from harness.bench.peers import PEERS
+    unknown = [n for n in options.peers if n not in PEERS]
+    if unknown:
+        raise BenchUsageError(f"--peers: unknown peer(s) {unknown}; known: {', '.join(PEERS)}")
     baseline = None
     if not options.update_baseline and Path(options.baseline).exists():
         try:
@@ -101,10 +106,13 @@ def execute(plan: BenchPlan, *, progress=None, ab_progress=None) -> BenchOutcome
     round (round 0: the warm-up)."""
     from harness.bench import against, report
 
+    from harness.bench.peers.run import runners
+
     options = plan.options
     results = measure_all(plan.cases, rounds=options.rounds, disable=options.disable,
                           replace=options.replace, chip_names=options.chips, gpu=plan.gpu,
-                          selection=options.cases, progress=progress)
+                          selection=options.cases, progress=progress,
+                          peers=runners(options.peers))
     if options.against:
         timed = [c for c, r in zip(plan.cases, results.cases) if r.status != "skip"]
         results.against = against.run(options.against, timed, root=ROOT,

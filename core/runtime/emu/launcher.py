@@ -23,6 +23,8 @@ def _argument(p, i: int, threadgroup_params: dict[int, tuple[int, int]]) -> str:
         return f"({ptype})__mt_tg_slot({slot}, {length}, 16)"
     if p.array_length:                     # an array of buffers: see _buffer_arrays
         return f"__a{i}"
+    if p.absent:          # gated off by a false function constant: Metal binds nothing
+        return f"metal::__mt::bind_buffer<{ptype}>((void*)__mt_absent_buffer)"
     if p.buffer_index is not None:
         return f"metal::__mt::bind_buffer<{ptype}>(__b[{p.buffer_index}])"
     field = POSITION_ATTRIBUTES[p.position]
@@ -54,7 +56,10 @@ def generate(kernels: dict[str, KernelSignature],
     """The launcher for `kernels`; `threadgroup_params` maps a [[threadgroup(i)]] index to
     its arena slot and the byte length the host set."""
     threadgroup_params = threadgroup_params or {}
-    out = [f'\n#line 1 "{LAUNCHER_NAME}"', "#include <type_traits>"]
+    out = [f'\n#line 1 "{LAUNCHER_NAME}"', "#include <type_traits>",
+           # what a parameter gated off by a false function constant is bound to: never
+           # read (the kernel's code behind the constant is dead), zeroed all the same
+           "alignas(16) static char __mt_absent_buffer[256];"]
     table = []
     for i, k in enumerate(kernels.values()):
         if any(p.threadgroup_index is not None and p.threadgroup_index not in threadgroup_params
@@ -69,7 +74,7 @@ def generate(kernels: dict[str, KernelSignature],
         out.append("}")
         params = ", ".join(
             f'{{"{p.buffer_name(b) if b is not None else p.name}", '
-            f'{-1 if b is None else b}, {_min_bytes(k, j, p)}}}'
+            f'{-1 if b is None or p.absent else b}, {_min_bytes(k, j, p)}}}'
             for j, p in enumerate(k.params) for b in (p.buffer_indices or (None,)))
         rows = params or "{nullptr, -1, 0}"
         out.append(f"static const __mt_param_desc __mt_params_{i}[] = {{{rows}}};")

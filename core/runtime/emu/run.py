@@ -274,7 +274,7 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
         raise LaunchError(f"{len(buffers)} buffers given; Metal binds at most "
                           f"{jobfile.MAX_BUFFERS}", kernel=kernel_name, construct="buffers")
     for index, param in sorted(sig.buffers.items()):
-        if index >= len(buffers):
+        if index >= len(buffers) and not param.absent:
             raise LaunchError(f"parameter '{param.name}' is bound to [[buffer({index})]] but only "
                               f"{len(buffers)} buffers were given", kernel=kernel_name,
                               construct=f"buffer {index}")

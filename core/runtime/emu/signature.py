@@ -171,6 +171,8 @@ def _value(node: dict):
         return json.loads(node["value"])
     if node.get("kind") == "ConstantExpr" and node.get("value", "").lstrip("-").isdigit():
         return int(node["value"])
+    if node.get("kind") == "ConstantExpr" and node.get("value") in ("true", "false"):
+        return node["value"] == "true"
     for child in node.get("inner", []):
         return _value(child)
     return None
@@ -365,7 +367,11 @@ def _param(node: dict, index: int, kernel: str, lines: _Lines) -> KernelParam:
             "reference; the emulator binds a parameter by [[buffer(i)]] (or, without one, in "
             "order as a buffer) or by its thread-position attribute", **where)
     length = dict(attrs).get("array_length")
-    attrs = [(a, v) for a, v in attrs if a != "array_length"]
+    # `[[buffer(i), function_constant(c)]]`: the binding exists only when c is true (Metal
+    # leaves it out of the pipeline otherwise, and the host need not set it)
+    gate = dict(attrs).get("function_constant")
+    absent = bool(gate) and gate[0] is False
+    attrs = [(a, v) for a, v in attrs if a not in ("array_length", "function_constant")]
     attr, args = attrs[0]
     if length is not None:
         if attr != "buffer" or not length or not isinstance(length[0], int) or length[0] < 1:
@@ -390,7 +396,7 @@ def _param(node: dict, index: int, kernel: str, lines: _Lines) -> KernelParam:
             raise MSLCompileError(
                 f"parameter '{name}' is bound to [[buffer({args[0]})]] but is neither a pointer "
                 "nor a reference (MSL requires one of them)", **where)
-        return KernelParam(name, spelled, args[0], None, line, reference)
+        return KernelParam(name, spelled, args[0], None, line, reference, absent=absent)
     if attr in POSITION_ATTRIBUTES:
         return KernelParam(name, spelled, None, attr, line)
     if attr == "threadgroup":

@@ -71,8 +71,10 @@ _INCLUDE = re.compile(r"^[ \t]*#[ \t]*(include[ \t]*<metal_\w*>|pragma[ \t]+META
 _FLOAT_LITERAL = re.compile(
     r"(?<![\w.])((?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)([fFhH]?)(?![\w.])")
 _VECTOR_CTOR = re.compile(r"(?<![\w.])(?:metal::)?(" + "|".join(VECTOR_ELEMENTS) + r")([234])\s*\(")
+# `vec<float, 4>(h4)` and, in templates, `vec<AccT, 4>(w4[i])` or `vec<T, N>(x)`: the element
+# type and the lane count may be template parameters (MLX's gemv_wide, steel's loaders).
 _VEC_TEMPLATE_CTOR = re.compile(
-    r"(?<![\w.])(?:metal::)?vec\s*<\s*(" + "|".join(VECTOR_ELEMENTS) + r")\s*,\s*([234])\s*>\s*\(")
+    r"(?<![\w.])(?:metal::)?vec\s*<\s*([A-Za-z_][\w:]*)\s*,\s*([1-9]\d*|[A-Za-z_]\w*)\s*>\s*\(")
 _THREADGROUP_DECL = re.compile(
     r"\bthreadgroup\s+((?:[A-Za-z_][\w:]*(?:\s*<[^;*&{}()]*?>)?\s+)+?)([A-Za-z_]\w*)\s*"
     r"((?:\[[^\]\n]+\]\s*)*);")
@@ -593,6 +595,8 @@ def translate(source: str, kernel_hint: str | None = None,
     code = rewrite_string_pointers(code)
     code = _FLOAT_LITERAL.sub(_rewrite_literal, code)
     def make_vec(m: re.Match) -> str:
+        if m.string[max(0, m.start() - 40):m.start()].rstrip().endswith("operator"):
+            return m.group(0)          # `operator vec<T, 2>()`: a conversion, not a call
         return f"metal::__mt_make_vec<{m.group(1)}, {m.group(2)}>("
 
     code = _VECTOR_CTOR.sub(make_vec, code)

@@ -54,6 +54,7 @@ class KernelParam:
     is_reference: bool = False
     threadgroup_index: int | None = None  # [[threadgroup(i)]]: memory sized by the host
     array_length: int | None = None       # `device T* xs[N] [[buffer(i)]]`: buffers i..i+N-1
+    absent: bool = False      # `[[buffer(i), function_constant(c)]]` with c false: not bound
 
     @property
     def buffer_indices(self) -> tuple[int, ...]:

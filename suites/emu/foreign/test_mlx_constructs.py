@@ -2,15 +2,20 @@
 every check against numpy: array parameters in an address space (`constant const int64_t
 strides[2]`), explicit casts between half and bfloat and between vectors, string literals
 bound to `constant char*`, a library's own bfloat math in metal::fast next to the float
-functions, and MLX's bfloat math overloads reopening metal, metal::fast and metal::precise."""
+functions, MLX's bfloat math overloads reopening metal, metal::fast and metal::precise,
+template vector constructors, buffers gated off by function constants, and
+simdgroup_matrix::thread_elements() in the lane layout MLX's steel kernels use."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
+from core.errors import LaunchError
 from core.runtime import emu
 from foreigncase import close, run_clean
+from harness.gen.inputs import random_tensor
 
 HEAD = "#include <metal_stdlib>\nusing namespace metal;\n"
 
@@ -159,3 +164,88 @@ kernel void k(device float* y [[buffer(0)]], constant float scales[2] [[buffer(1
     y = np.zeros(4, np.float32)
     run_clean(src, "k", 1, 4, [y, np.array([2.0, 0.5], np.float32)])
     close(y, 2.0 * np.arange(4) + 0.5)
+
+
+def test_vec_constructors_with_template_element_types_convert_lane_by_lane():
+    # MLX's gemv_wide: `vec<AccT, 4>(w4[i])` widens half4 to float4 inside a template; a
+    # conversion operator spelled `operator vec<T, 2>()` stays an operator
+    src = HEAD + """\
+template <typename T> struct pair_of {
+  T a, b;
+  operator vec<T, 2>() const { return vec<T, 2>(a, b); }
+};
+template <typename T, typename AccT, int N>
+METAL_FUNC vec<AccT, N> widen(vec<T, N> v) { return vec<AccT, N>(v) * AccT(2); }
+kernel void k(device const half4* h [[buffer(0)]], device float4* out [[buffer(1)]],
+              device float2* pairs [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+  out[i] = widen<half, float, 4>(h[i]);
+  pair_of<float> p = {float(i), -float(i)};
+  const float2 q = p;
+  pairs[i] = q;
+}
+"""
+    h = random_tensor((8, 4), "float16", 3)
+    out = torch.zeros(8, 4)
+    pairs = torch.zeros(8, 2)
+    run_clean(src, "k", 1, 8, [h, out, pairs])
+    close(out, h.double() * 2, op_class="exact")
+    i = torch.arange(8, dtype=torch.float64)
+    close(pairs, torch.stack([i, -i], 1), op_class="exact")
+
+
+def test_buffers_behind_a_false_function_constant_need_no_binding():
+    # MLX's gemv_wide: `bias [[buffer(2), function_constant(do_axpby)]]`; with the constant
+    # false Metal's pipeline has no buffer 2, and the host sets none
+    src = HEAD + """\
+constant bool do_axpby [[function_constant(1)]];
+kernel void k(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+              device const float* bias [[buffer(2), function_constant(do_axpby)]],
+              constant float& beta [[buffer(3), function_constant(do_axpby)]],
+              uint i [[thread_position_in_grid]]) {
+  y[i] = do_axpby ? x[i] + beta * bias[i] : 2 * x[i];
+}
+"""
+    x = random_tensor((16,), "float32", 4)
+    y = torch.zeros(16)
+    run_clean(src, "k", 1, 16, [x, y], function_constants={1: False})
+    close(y, x.double() * 2, op_class="exact")
+    bias = random_tensor((16,), "float32", 5)
+    run_clean(src, "k", 1, 16, [x, y, bias, np.array([0.5], np.float32)],
+              function_constants={1: True})
+    close(y, x.double() + 0.5 * bias.double(), op_class="elementwise")
+    with pytest.raises(LaunchError, match="bias.*buffer\\(2\\)"):
+        emu.run_msl(src, "k", grid=1, threadgroup=16, buffers=[x, y],
+                    function_constants={1: True})
+
+
+def test_simdgroup_matrix_thread_elements_in_the_lane_layout_mlx_relies_on():
+    # MLX's steel MMA: each lane sets its two elements of the 8x8 operands through
+    # thread_elements() (row (q & 4) + (l / 2) % 4, columns (q & 2) * 2 + (l % 2) * 2 and the
+    # next, q = l / 4), multiplies, reads its two elements of the product back; a tile
+    # set element-wise is also stored with simdgroup_store
+    src = HEAD + """\
+kernel void k(device const float* a [[buffer(0)]], device const float* b [[buffer(1)]],
+              device float* d [[buffer(2)]], device float* a_back [[buffer(3)]],
+              uint l [[thread_index_in_simdgroup]]) {
+  const short q = l / 4, row = (q & 4) + (l / 2) % 4, col = (q & 2) * 2 + (l % 2) * 2;
+  simdgroup_float8x8 A, B, C = make_filled_simdgroup_matrix<float, 8>(1.f), D;
+  A.thread_elements()[0] = a[row * 8 + col];
+  A.thread_elements()[1] = a[row * 8 + col + 1];
+  reinterpret_cast<thread float2&>(B.thread_elements()) = float2(b[row * 8 + col],
+                                                                 b[row * 8 + col + 1]);
+  simdgroup_multiply_accumulate(D, A, B, C);
+  const float2 mine = D.thread_elements();
+  d[row * 8 + col] = mine.x;
+  d[row * 8 + col + 1] = mine.y;
+  simdgroup_store(A, a_back, 8);
+}
+"""
+    a = random_tensor((8, 8), "float32", 6)
+    b = random_tensor((8, 8), "float32", 7)
+    d = torch.full((8, 8), float("nan"))
+    a_back = torch.full((8, 8), float("nan"))
+    res = run_clean(src, "k", 1, 32, [a, b, d, a_back])
+    close(d, a.double() @ b.double() + 1, reduction_length=8, op_class="accumulation")
+    close(a_back, a.double(), op_class="exact")
+    # pooling the lanes' elements is no simd operation (on a GPU they are in registers)
+    assert res.stats["simd_ops"] == res.stats["simd_matrix_store_ops"] == 1

@@ -19,7 +19,8 @@
 #include "mt_sites.h"
 
 // <metal_type_traits>: the standard traits under MSL's names, with half and bfloat counted
-// as floating-point types (MSL 2.5).
+// as floating-point types (MSL 2.5); no void_t (MSL has none, and MLX's
+// steel/utils/type_traits.h defines metal::void_t).
 namespace metal {
 using std::conditional; using std::conditional_t; using std::decay; using std::decay_t;
 using std::enable_if; using std::enable_if_t; using std::false_type; using std::true_type;
@@ -30,7 +31,7 @@ using std::is_same_v; using std::is_signed; using std::is_signed_v; using std::i
 using std::is_unsigned_v; using std::make_signed; using std::make_signed_t;
 using std::make_unsigned; using std::make_unsigned_t; using std::remove_const;
 using std::remove_const_t; using std::remove_cv; using std::remove_cv_t; using std::remove_reference;
-using std::remove_reference_t; using std::is_void; using std::is_void_v; using std::void_t;
+using std::remove_reference_t; using std::is_void; using std::is_void_v;
 using std::remove_pointer; using std::remove_pointer_t; using std::add_pointer;
 using std::add_pointer_t; using std::is_reference; using std::is_reference_v;
 using std::remove_extent; using std::remove_extent_t;

@@ -10,8 +10,15 @@
 // d = a * b + c with a and b of one type and c, d of one type (half or bfloat inputs into
 // a float accumulator are allowed); products and sums are formed in float here.
 //
-// Emulator model: which lane holds which element is unspecified by Metal (thread_elements()
-// is not supported here), so every lane keeps the whole 8x8 tile. Load and store are
+// Emulator model: every lane keeps the whole 8x8 tile. thread_elements() is the lane's own
+// two elements, as Apple GPUs place them (the layout MLX's steel kernels are written for,
+// steel/gemm/mma.h BaseMMAFrag::get_coord): lane l holds row (q & 4) + (l / 2) % 4 and
+// columns (q & 2) * 2 + (l % 2) * 2 and the next, q = l / 4. Handing out that reference
+// marks the tile "partial" (only the lane's own pair is known to be current); an operation
+// that reads a partial tile (multiply, store) first pools the lanes' pairs
+// (`gather`, `gather_operands`: one meeting at the operation's site, which counts as no
+// simd operation), after
+// which every lane holds the whole tile again, tagged as a uniform load is. Load and store are
 // collectives: the lanes meet, check that pointer, stride, origin and transpose agree, and
 // one lane (the lowest active) performs the recorded memory accesses for the simdgroup;
 // the other lanes do not record, and do not store.
@@ -38,15 +45,22 @@ template <class T, int Cols, int Rows>
 struct simdgroup_matrix {
   static_assert(MT_MATRIX_TILE == 8, "core/target.py: matrix_tile is not MSL's 8x8");
   static_assert(Cols == 8 && Rows == 8, "simdgroup_matrix: only 8x8 matrices exist in MSL");
-  T e[Rows][Cols];
+  alignas(2 * sizeof(T)) T e[Rows][Cols];   // a lane's pair e[r][c..c+1] is one vec<T, 2>
   ulong __tag = 0;  // names the value (see the file comment); 0: unknown
+  bool __partial = false;  // thread_elements() handed out: only the lane's pair is current
   simdgroup_matrix() = default;
   explicit simdgroup_matrix(T diagonal);
-  template <class U = T>
-  void thread_elements() const {
-    static_assert(sizeof(U) == 0,
-                  "simdgroup_matrix::thread_elements(): the per-lane element layout is "
-                  "undocumented; the emulator does not support it");
+  // The calling lane's two elements (see the file comment), writable.
+  vec<T, 2>& thread_elements() {
+    __partial = true;
+    __tag = 0;
+    return *__lane_pair(&e[0][0]);
+  }
+  const vec<T, 2>& thread_elements() const { return *__lane_pair(const_cast<T*>(&e[0][0])); }
+  static vec<T, 2>* __lane_pair(T* tile) {
+    const uint32_t l = __mt_current_position()->thread_index_in_simdgroup;
+    const uint32_t q = l / 4, row = (q & 4) + (l / 2) % 4, col = (q & 2) * 2 + (l % 2) * 2;
+    return reinterpret_cast<vec<T, 2>*>(tile + row * Cols + col);
   }
 };
 
@@ -76,7 +90,7 @@ simdgroup_matrix<T, Cols, Rows>::simdgroup_matrix(T diagonal) {
   __tag = __mt::fill_tag(diagonal, true);
 }
 
-template <class T, int Cols, int Rows>
+template <class T, int Cols, int Rows = Cols>
 __MT_INLINE simdgroup_matrix<T, Cols, Rows> make_filled_simdgroup_matrix(T value) {
   simdgroup_matrix<T, Cols, Rows> m;
   for (int r = 0; r < Rows; ++r)
@@ -195,6 +209,40 @@ __MT_INLINE ulong matrix_offset(const matrix_access& a, int r, int c) {
 
 }  // namespace __mt
 
+namespace __mt {
+
+// A partial tile made whole: every lane deposits its pair (thread_elements()) and writes
+// the others' pairs into its copy at their lanes' places; then every lane holds the same
+// tile, tagged with the meeting as a uniform load is. A lane not taking part leaves its
+// pair as this lane's copy has it (MSL leaves an inactive lane's elements undefined).
+template <class T, int Cols, int Rows>
+__MT_UNCHECKED void gather(__mt_site at, simdgroup_matrix<T, Cols, Rows>& m) {
+  typedef vec<T, 2> pair;
+  const pair mine = m.thread_elements();
+  __mt_simd_table t = __mt_simd_meet(&mine, sizeof mine, __MT_SIMD_MATRIX_GATHER, at,
+                                     __MT_CALL_SITE);
+  for (uint32_t l = 0; l < t.width; ++l) {
+    if (!(t.active >> l & 1)) continue;
+    const uint32_t q = l / 4, row = (q & 4) + (l / 2) % 4, col = (q & 2) * 2 + (l % 2) * 2;
+    __builtin_memcpy(&m.e[row][col], t.slots + l * __MT_SIMD_SLOT, sizeof(pair));
+  }
+  m.__partial = false;
+  m.__tag = t.active == (t.width >= 32 ? ~0u : (1u << t.width) - 1) ? kTagLoad | t.meet_id : 0;
+}
+
+// `m` whole: itself, or a gathered copy of a partial tile.
+template <class T, int Cols, int Rows>
+__MT_INLINE const simdgroup_matrix<T, Cols, Rows>& whole(
+    __mt_site at, const simdgroup_matrix<T, Cols, Rows>& m,
+    simdgroup_matrix<T, Cols, Rows>& scratch) {
+  if (!m.__partial) return m;
+  scratch = m;
+  gather(at, scratch);
+  return scratch;
+}
+
+}  // namespace __mt
+
 template <class T, int Cols, int Rows>
 __MT_INLINE void simdgroup_load(__mt_site at, simdgroup_matrix<T, Cols, Rows>& d,
                                 const __mt::identity_t<T>* src,
@@ -207,6 +255,7 @@ __MT_INLINE void simdgroup_load(__mt_site at, simdgroup_matrix<T, Cols, Rows>& d
   __mt::matrix_meeting m __attribute__((uninitialized)) =
       __mt::matrix_meet(at, a, __MT_SIMD_MATRIX_LOAD, &d.e[0][0], sizeof d.e);
   d.__tag = m.tag;
+  d.__partial = false;
   if (m.copied) return;
   if (m.records && __mt::matrix_load(&d.e[0][0], src, sizeof(T), a)) {
     if (m.share) __mt::share_tile(m, &d.e[0][0], sizeof d.e);
@@ -220,10 +269,12 @@ __MT_INLINE void simdgroup_load(__mt_site at, simdgroup_matrix<T, Cols, Rows>& d
 }
 
 template <class T, int Cols, int Rows>
-__MT_INLINE void simdgroup_store(__mt_site at, const simdgroup_matrix<T, Cols, Rows>& m,
+__MT_INLINE void simdgroup_store(__mt_site at, const simdgroup_matrix<T, Cols, Rows>& tile,
                                  __mt::identity_t<T>* dst,
                                  ulong elements_per_row = Cols, ulong2 matrix_origin = 0,
                                  bool transpose_matrix = false) {
+  simdgroup_matrix<T, Cols, Rows> scratch __attribute__((uninitialized));
+  const simdgroup_matrix<T, Cols, Rows>& m = __mt::whole(at, tile, scratch);
   __mt::matrix_access a{dst, elements_per_row, matrix_origin.x, matrix_origin.y, transpose_matrix};
   if (!__mt::matrix_meet(at, a, __MT_SIMD_MATRIX_STORE, nullptr, 0).records) return;
   // Element by element, instrumented: clang may merge the stores (a tile of one value,
@@ -256,6 +307,7 @@ __attribute__((noinline, no_sanitize("thread"))) void multiply_accumulate(
   }
   for (int i = 0; i < 8; ++i) store_row(d.e[i], acc[i]);
   d.__tag = 0;
+  d.__partial = false;
   if (tagged) {
     __mt_memo_tile slot = __mt_matrix_memo_slot(ta, tb, tc, types);
     __builtin_memcpy(slot.tile, &d.e[0][0], sizeof d.e);
@@ -265,11 +317,60 @@ __attribute__((noinline, no_sanitize("thread"))) void multiply_accumulate(
 
 }  // namespace __mt
 
+namespace __mt {
+
+// The partial operands of one multiply made whole in one meeting (MLX's steel MMA sets all
+// three through thread_elements() before every multiply): each lane deposits its pairs of
+// the three, and every partial one is rebuilt in its scratch, tagged (meeting, operand)
+// with the top bits 00, a kind of its own (see kTagFill).
 template <class TD, class TAB>
-__MT_UNCHECKED void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8>& d,
-                                               const simdgroup_matrix<TAB, 8, 8>& a,
-                                               const simdgroup_matrix<TAB, 8, 8>& b,
-                                               const simdgroup_matrix<TD, 8, 8>& c) {
+__MT_UNCHECKED void gather_operands(__mt_site at, const simdgroup_matrix<TAB, 8, 8>*& a,
+                                    const simdgroup_matrix<TAB, 8, 8>*& b,
+                                    const simdgroup_matrix<TD, 8, 8>*& c,
+                                    simdgroup_matrix<TAB, 8, 8>& sa,
+                                    simdgroup_matrix<TAB, 8, 8>& sb,
+                                    simdgroup_matrix<TD, 8, 8>& sc) {
+  struct pairs { vec<TAB, 2> a, b; vec<TD, 2> c; } mine{a->thread_elements(),
+                                                         b->thread_elements(),
+                                                         c->thread_elements()};
+  __mt_simd_table t = __mt_simd_meet(&mine, sizeof mine, __MT_SIMD_MATRIX_GATHER, at,
+                                     __MT_CALL_SITE);
+  const bool all = t.active == (t.width >= 32 ? ~0u : (1u << t.width) - 1);
+  const bool pa = a->__partial, pb = b->__partial, pc = c->__partial;
+  if (pa) sa = *a;
+  if (pb) sb = *b;
+  if (pc) sc = *c;
+  for (uint32_t l = 0; l < t.width; ++l) {
+    if (!(t.active >> l & 1)) continue;
+    const uint32_t q = l / 4, row = (q & 4) + (l / 2) % 4, col = (q & 2) * 2 + (l % 2) * 2;
+    pairs theirs;
+    __builtin_memcpy(&theirs, t.slots + l * __MT_SIMD_SLOT, sizeof theirs);
+    if (pa) __builtin_memcpy(&sa.e[row][col], &theirs.a, sizeof theirs.a);
+    if (pb) __builtin_memcpy(&sb.e[row][col], &theirs.b, sizeof theirs.b);
+    if (pc) __builtin_memcpy(&sc.e[row][col], &theirs.c, sizeof theirs.c);
+  }
+  if (pa) { sa.__partial = false; sa.__tag = all ? t.meet_id << 2 | 1 : 0; a = &sa; }
+  if (pb) { sb.__partial = false; sb.__tag = all ? t.meet_id << 2 | 2 : 0; b = &sb; }
+  if (pc) { sc.__partial = false; sc.__tag = all ? t.meet_id << 2 | 3 : 0; c = &sc; }
+}
+
+}  // namespace __mt
+
+template <class TD, class TAB>
+__MT_UNCHECKED void simdgroup_multiply_accumulate(__mt_site at, simdgroup_matrix<TD, 8, 8>& d,
+                                                  const simdgroup_matrix<TAB, 8, 8>& a_in,
+                                                  const simdgroup_matrix<TAB, 8, 8>& b_in,
+                                                  const simdgroup_matrix<TD, 8, 8>& c_in) {
+  simdgroup_matrix<TAB, 8, 8> sa __attribute__((uninitialized)), sb __attribute__((uninitialized));
+  simdgroup_matrix<TD, 8, 8> sc __attribute__((uninitialized));
+  const simdgroup_matrix<TAB, 8, 8>* pa = &a_in;
+  const simdgroup_matrix<TAB, 8, 8>* pb = &b_in;
+  const simdgroup_matrix<TD, 8, 8>* pc = &c_in;
+  if (a_in.__partial || b_in.__partial || c_in.__partial)
+    __mt::gather_operands(at, pa, pb, pc, sa, sb, sc);
+  const simdgroup_matrix<TAB, 8, 8>& a = *pa;
+  const simdgroup_matrix<TAB, 8, 8>& b = *pb;
+  const simdgroup_matrix<TD, 8, 8>& c = *pc;
   const ulong ta = a.__tag, tb = b.__tag, tc = c.__tag;
   const ulong types = (__mt::type_code<TD>() << 8) | __mt::type_code<TAB>();
   const bool tagged = ta && tb && tc;
@@ -278,6 +379,7 @@ __MT_UNCHECKED void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8>& d,
     if (found.tile) {
       __builtin_memcpy(&d.e[0][0], found.tile, sizeof d.e);
       d.__tag = found.tag;
+      d.__partial = false;
       return;
     }
   }
@@ -285,10 +387,10 @@ __MT_UNCHECKED void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8>& d,
 }
 
 template <class TD, class TAB>
-__MT_INLINE void simdgroup_multiply(simdgroup_matrix<TD, 8, 8>& d,
+__MT_INLINE void simdgroup_multiply(__mt_site at, simdgroup_matrix<TD, 8, 8>& d,
                                     const simdgroup_matrix<TAB, 8, 8>& a,
                                     const simdgroup_matrix<TAB, 8, 8>& b) {
-  simdgroup_multiply_accumulate(d, a, b, make_filled_simdgroup_matrix<TD, 8, 8>(TD(0)));
+  simdgroup_multiply_accumulate(at, d, a, b, make_filled_simdgroup_matrix<TD, 8, 8>(TD(0)));
 }
 
 }  // namespace metal

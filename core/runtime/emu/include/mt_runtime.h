@@ -43,6 +43,10 @@ void __mt_simdgroup_barrier(unsigned flags, __mt_site site);
 enum : unsigned {
   __MT_SIMD_SHUFFLE = 1, __MT_SIMD_REDUCE = 2, __MT_SIMD_SCAN = 3, __MT_SIMD_VOTE = 4,
   __MT_SIMD_MATRIX_LOAD = 5, __MT_SIMD_MATRIX_STORE = 6, __MT_SIMD_BROADCAST = 7,
+  // not a collective of MSL's: the lanes of a simdgroup matrix whose elements they set one
+  // by one (thread_elements()) pool them before an operation reads the tile (mt_matrix.h);
+  // on a GPU they are already in the lanes' registers, so it counts as no simd operation
+  __MT_SIMD_MATRIX_GATHER = 8,
 };
 
 // Scratch shared by the lanes of one simdgroup from one meeting to its next (mt_matrix.h

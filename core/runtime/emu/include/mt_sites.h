@@ -38,5 +38,7 @@
 #define simd_any(...) simd_any(__mt_site{__LINE__, __COUNTER__}, __VA_ARGS__)
 #define simdgroup_load(...) simdgroup_load(__mt_site{__LINE__, __COUNTER__}, __VA_ARGS__)
 #define simdgroup_store(...) simdgroup_store(__mt_site{__LINE__, __COUNTER__}, __VA_ARGS__)
+#define simdgroup_multiply_accumulate(...) simdgroup_multiply_accumulate(__mt_site{__LINE__, __COUNTER__}, __VA_ARGS__)
+#define simdgroup_multiply(...) simdgroup_multiply(__mt_site{__LINE__, __COUNTER__}, __VA_ARGS__)
 #define simd_is_first() simd_is_first(__mt_site{__LINE__, __COUNTER__})
 #define simd_active_threads_mask() simd_active_threads_mask(__mt_site{__LINE__, __COUNTER__})

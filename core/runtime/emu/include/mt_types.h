@@ -65,6 +65,11 @@ template <class T> using remove_address_space_t = typename remove_address_space<
 template <class T> struct identity { using type = T; };
 template <class T> using identity_t = typename identity<T>::type;
 }}  // namespace metal::__mt
+// MSL's own name for it (<metal_type_traits>; MLX's steel/utils/integral_constant.h uses it).
+namespace metal {
+template <class T> struct remove_addrspace { using type = typename __mt::remove_address_space<T>::type; };
+template <class T> using remove_addrspace_t = typename remove_addrspace<T>::type;
+}  // namespace metal
 
 // ---- Scalar types. Global, like MSL's builtin types; also visible as metal::half etc.
 typedef _Float16 half;

@@ -123,7 +123,7 @@ bool resolve_simd(Worker* w) {
     }
     ++w->meetings;
     if (kind == 0) ++w->simd_epoch[sg];  // simdgroup_barrier
-    else ++w->simd_ops[kind < kSimdKinds ? kind : 0];
+    else if (kind != __MT_SIMD_MATRIX_GATHER) ++w->simd_ops[kind < kSimdKinds ? kind : 0];
     progressed = true;
   }
   return progressed;

@@ -1,0 +1,265 @@
+"""MLX's kernels as peers of the bench (harness/bench/peers/): each peer runs on the emulator
+at a small shape of its family with every check and matches the case's oracle; a wrong
+launch is caught as a mismatch; the generated / MLX ratios go into the baseline and a
+worse one is a regression of the gate; offline without the wheel, the peer is skipped with
+a reason that says how to provide it; the report's tables fit 100 columns.
+
+The first test to need MLX's headers fetches the mlx-metal wheel with pip into the
+metaltile cache (harness/bench/peers/mlx_wheel.py); without network and cache they skip
+with that reason."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from rich.console import Console
+
+from harness.bench import measure, report
+from harness.bench.baseline import load_baseline, update_baseline
+from harness.bench.cases import BenchCase
+from harness.bench.gate import compare, gate_failed
+from harness.bench.peers import mlx_wheel
+from harness.bench.peers.run import runners
+
+pytestmark = pytest.mark.xdist_group("mlx-peers")
+
+GEMM = {"bM": 16, "bN": 64, "bK": 32, "threads": 128, "trans_A": False, "trans_B": True,
+        "num_stages": 2, "init": "clear"}
+PEER_CASES = [
+    ("gemv", {"M": 1, "N": 96, "K": 256, "bM": 1, "bN": 16, "bK": 128, "threads": 512,
+              "dtype": "float16", "out_dtype": "float16", "form": "lanes"}, "gemv_float16"),
+    ("gemv", {"M": 6, "N": 64, "K": 128, "bM": 8, "bN": 16, "bK": 128, "threads": 512,
+              "dtype": "bfloat16", "out_dtype": "bfloat16", "form": "lanes"},
+     "gemv_wide_bfloat16_nv3_kl32"),   # 2 passes of 3 vectors; N <= 64: 32 lanes
+    ("softmax", {"M": 3, "N": 1000, "dtype": "float16", "scale": 1.0, "bM": 1,
+                 "threads": 256}, "block_softmax_precise_float16"),
+    ("softmax", {"M": 2, "N": 4200, "dtype": "float32", "scale": 1.0, "bM": 1,
+                 "threads": 256}, "looped_softmax_float32"),
+    ("gdn_decode", {"tokens": 3, "HK": 1, "groups": 2, "DK": 32, "DV": 8,
+                    "dtype": "bfloat16", "bV": 8, "threads": 64}, "gated_delta_seq"),
+    ("gemm", {**GEMM, "M": 8, "N": 64, "K": 512, "dtype": "float16",
+              "out_dtype": "float16"}, "steel_gemm_splitk_nt"),
+    ("gemm", {**GEMM, "M": 72, "N": 96, "K": 64, "dtype": "bfloat16",
+              "out_dtype": "bfloat16"}, "steel_gemm_fused_nt_bfloat16"),
+]
+
+
+def _headers_or_skip():
+    try:
+        mlx_wheel.headers()
+    except mlx_wheel.PeerUnavailable as err:
+        pytest.skip(str(err))
+
+
+def _measured(family, params, peers=("mlx",)):
+    case = BenchCase(f"{family}/peer-test", family, params, "test shape", "small")
+    return case, measure.measure_case(case, rounds=1, peers=runners(peers))
+
+
+@pytest.mark.parametrize("family, params, kernel", PEER_CASES,
+                         ids=[k for _, _, k in PEER_CASES])
+def test_mlx_peer_matches_the_oracle_with_every_check(family, params, kernel):
+    _headers_or_skip()
+    _, m = _measured(family, params)
+    assert m.status == "pass", m.message
+    peer = m.peers["mlx"]
+    # "pass": the outputs are within the case's tolerance of its oracle, and no findings
+    assert peer["status"] == "pass", peer["message"]
+    assert peer["kernel"].startswith(kernel) and peer["findings"] == []
+    assert peer["counters"]["launches"] >= 1 and peer["modeled"].keys() == m.modeled.keys()
+    assert set(peer["ratios"]) == set(measure.RATIO_COUNTERS)
+    want = m.counters["device_bytes_read"] / peer["counters"]["device_bytes_read"]
+    assert peer["ratios"]["device_bytes_read"] == pytest.approx(want)
+
+
+def test_a_wrong_launch_is_a_mismatch(monkeypatch):
+    # softmax over half of each row: the peer's comparison with the oracle must catch it
+    _headers_or_skip()
+    from harness.bench.peers import mlx_softmax
+    params = {"M": 2, "N": 512, "dtype": "float32", "scale": 1.0, "bM": 1, "threads": 128}
+
+    def half_rows(p, inputs, outputs):
+        launch = mlx_softmax.launch(p, inputs, outputs)
+        launch.buffers[2][0] //= 2
+        return launch
+
+    monkeypatch.setattr("harness.bench.peers.run.mlx_families",
+                        lambda: {"softmax": half_rows})
+    _, m = _measured("softmax", params)
+    assert m.peers["mlx"]["status"] == "mismatch"
+    assert "output 0" in m.peers["mlx"]["message"]
+
+
+def test_params_mlx_has_no_kernel_for_are_not_applicable():
+    _headers_or_skip()
+    _, m = _measured("softmax", {"M": 2, "N": 256, "dtype": "float32", "scale": 0.5,
+                                 "bM": 1, "threads": 64})
+    peer = m.peers["mlx"]
+    assert peer["status"] == "not_applicable" and "no input scale" in peer["message"]
+    assert not gate_failed(compare(measure.BenchRun("t", {}, {}, "", {"cases": None},
+                                                    {}, 0.0, [m]), None))
+
+
+def test_offline_without_the_wheel_the_peer_is_skipped_with_the_reason(tmp_path, monkeypatch):
+    # an empty cache of the headers (the emulator's own cache stays where it is)
+    monkeypatch.setattr(mlx_wheel, "cache_dir", lambda version=None: tmp_path / "mlx")
+    monkeypatch.delenv("METALTILE_MLX_WHEEL", raising=False)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")          # pip finds nothing, asks no index
+    with pytest.raises(mlx_wheel.PeerUnavailable) as err:
+        mlx_wheel.headers()
+    text = str(err.value)
+    assert "mlx-metal==0.32.4 is not cached" in text and "METALTILE_MLX_WHEEL" in text
+    case, m = _measured("softmax", {"M": 2, "N": 256, "dtype": "float32", "scale": 1.0,
+                                    "bM": 1, "threads": 64})
+    assert m.status == "pass" and m.peers["mlx"]["status"] == "unavailable"
+    run = measure.BenchRun("t", {}, {}, "clang 19", {"cases": None}, {}, 0.0, [m])
+    changes = compare(run, None)
+    assert [(c.metric, c.kind) for c in changes if c.case == case.name] == [
+        ("mlx peer", "note")]
+    assert not gate_failed(changes)
+
+
+def test_a_file_that_is_no_wheel_is_refused_clearly(tmp_path, monkeypatch):
+    monkeypatch.setattr(mlx_wheel, "cache_dir", lambda version=None: tmp_path / "mlx")
+    bogus = tmp_path / "mlx_metal-0.32.4-py3-none-macosx_14_0_arm64.whl"
+    bogus.write_text("not a zip")
+    monkeypatch.setenv("METALTILE_MLX_WHEEL", str(bogus))
+    with pytest.raises(mlx_wheel.PeerUnavailable, match="cannot read the wheel"):
+        mlx_wheel.headers()
+
+
+# -- baseline, gate and report, on records as bench.json holds them -------------------------
+
+def _peer_record(case, status="pass", **peer_counters):
+    """A peer record for the generated measurement `case` whose counters are the case's,
+    changed by `peer_counters`, with the ratios run.py would set."""
+    ref = {**case.counters, **peer_counters}
+    return {"peer": "mlx", "version": mlx_wheel.MLX_VERSION, "kernel": "k_mlx",
+            "headers": ["k.h"], "host_code": "x.cpp", "grid": [1, 1, 1],
+            "threadgroup": [32, 1, 1], "geometry": "one simdgroup", "formats": "",
+            "status": status, "message": "" if status == "pass" else "output 0: off",
+            "findings": [], "counters": ref, "modeled": case.modeled,
+            "ratios": {k: measure.generated_over_reference(case.counters.get(k, 0),
+                                                           ref.get(k, 0))
+                       for k in measure.RATIO_COUNTERS},
+            "modeled_ratios": {chip: 1.0 for chip in case.modeled}}
+
+
+def _fake(name="fam/a", **counters):
+    base = {k: 0 for k in measure.RATIO_COUNTERS}
+    base.update(launches=1, device_bytes_read=1 << 20, device_bytes_written=1 << 20,
+                device_load_ops=1 << 16, device_store_ops=1 << 16, simd_ops=64, barriers=2)
+    base.update(counters)
+    minimum = {"read": 1 << 20, "written": 1 << 20}
+    m = measure.CaseMeasurement(name, "fam", {"n": 1}, "s", "x", status="pass",
+                                counters=base, minimum=minimum, flops=10)
+    m.modeled = measure.modeled(base, minimum, 10, ("M1", "M2"))
+    return m
+
+
+def _run(*cases):
+    from harness.bench import roofline
+    return measure.BenchRun("2026-01-01", {"commit": "0" * 40, "dirty": False},
+                            {"node": "test", "cpus": 2}, "clang 19",
+                            {"rounds": 1, "disable": [], "replace": [], "cases": None},
+                            {n: roofline.CHIPS[n].describe() for n in ("M1", "M2")},
+                            roofline.LAUNCH_OVERHEAD_S, list(cases))
+
+
+def test_generated_over_mlx_ratios_are_recorded_and_a_worse_one_regresses(tmp_path):
+    path = tmp_path / "baseline.json"
+    case = _fake()
+    case.peers = {"mlx": _peer_record(case, simd_ops=64)}
+    update_baseline(_run(case), path)
+    entry = load_baseline(path).cases["fam/a"].peers["mlx"]
+    assert entry.kernel == "k_mlx" and entry.ratios["simd_ops"] == 1.0
+    # MLX's kernel does half the simd operations now (another MLX, or the generated kernel
+    # doubled them): the ratio 2.0 regresses, and fails the gate
+    worse = _fake()
+    worse.peers = {"mlx": _peer_record(worse, simd_ops=32)}
+    changes = compare(_run(worse), load_baseline(path))
+    assert [(c.metric, c.kind, c.baseline, c.current) for c in changes] == [
+        ("generated/mlx simd_ops", "regression", 1.0, 2.0)]
+    assert gate_failed(changes)
+    better = _fake(simd_ops=32)
+    better.peers = {"mlx": _peer_record(better, simd_ops=64)}
+    kinds = {(c.metric, c.kind) for c in compare(_run(better), load_baseline(path))}
+    assert ("generated/mlx simd_ops", "improvement") in kinds
+
+
+def test_a_failing_peer_fails_the_gate_and_stays_out_of_the_baseline(tmp_path):
+    case = _fake()
+    case.peers = {"mlx": _peer_record(case, status="mismatch")}
+    changes = compare(_run(case), None)
+    assert ("mlx peer status", "failure", "mismatch") in {
+        (c.metric, c.kind, c.current) for c in changes}
+    assert gate_failed(changes)
+    _, left_out = update_baseline(_run(case), tmp_path / "b.json")
+    assert left_out == ["fam/a"]
+
+
+def test_an_update_without_peers_keeps_the_peer_and_rebases_its_ratios(tmp_path):
+    path = tmp_path / "baseline.json"
+    case = _fake()
+    case.peers = {"mlx": _peer_record(case)}
+    update_baseline(_run(case), path)
+    fewer = _fake(barriers=1)                       # the generated kernel lost a barrier
+    update_baseline(_run(fewer), path)              # a run without --peers
+    entry = load_baseline(path).cases["fam/a"].peers["mlx"]
+    assert entry.counters["barriers"] == 2 and entry.ratios["barriers"] == 0.5
+    assert entry.modeled_ratios["M2"] == pytest.approx(
+        fewer.modeled["M2"]["seconds"] / case.modeled["M2"]["seconds"])
+
+
+def test_peer_tables_fit_100_columns_and_bench_md_has_every_column():
+    case = _fake(threadgroup_bytes_read=300, threadgroup_bytes_written=20)
+    case.name = "softmax/vs-hand-tuned-looped-32000-f32"          # the longest case name
+    case.peers = {"mlx": _peer_record(case, threadgroup_bytes_read=10,
+                                      threadgroup_bytes_written=0, barriers=0)}
+    run = _run(case)
+    console = Console(width=100, record=True, force_terminal=False)
+    for table in report.peer_tables(run):
+        console.print(table)
+    text = console.export_text()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 100
+    assert "32.00x" in text and "peer 0" in text      # tg bytes 320 / 10; barriers 2 / 0
+    row = dict(zip(report.peer_header(["M1", "M2"]), report.peer_rows(run)[0]))
+    assert row["generated does more"] == "tg B, barriers"
+    assert "Generated against MLX's kernels (peers)" in report.markdown(run, [])
+
+
+def test_peer_records_survive_bench_json():
+    from harness.bench.baseline import run_from_dict, run_to_dict
+    case = _fake()
+    case.peers = {"mlx": _peer_record(case)}
+    back = run_from_dict(copy.deepcopy(run_to_dict(_run(case))))
+    assert back.cases[0].peers == case.peers
+
+
+def test_an_unknown_peer_is_a_usage_error(capsys):
+    from harness.cli import main
+    assert main(["bench", "--peers", "tvm", "--list"]) == 2
+    assert "unknown peer(s) ['tvm']; known: mlx" in capsys.readouterr().err
+
+
+def test_headers_are_extracted_once_from_a_wheel_on_disk(tmp_path, monkeypatch):
+    # METALTILE_MLX_WHEEL: the wheel already downloaded (offline machines); the cache
+    # holds only the kernel headers, and a second call reads the cache
+    _headers_or_skip()
+    import zipfile
+    wheel = tmp_path / "mlx_metal-0.32.4-py3-none-macosx_14_0_arm64.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for path in sorted(mlx_wheel.headers().rglob("*.h")):
+            rel = path.relative_to(mlx_wheel.headers())
+            z.write(path, f"mlx/include/{rel}")
+        z.writestr("mlx/lib/libmlx.dylib", b"not extracted")
+    monkeypatch.setattr(mlx_wheel, "cache_dir", lambda version=None: tmp_path / "mlx")
+    monkeypatch.setenv("METALTILE_MLX_WHEEL", str(wheel))
+    root = mlx_wheel.headers()
+    assert (root / mlx_wheel.KERNELS / "gemv.h").is_file()
+    assert not list((tmp_path / "mlx").rglob("*.dylib"))
+    wheel.unlink()                                   # cached: the wheel is not read again
+    assert mlx_wheel.headers() == root
+    text = mlx_wheel.source(("softmax.h",), "")
+    assert '#include "' not in text and "softmax_looped" in text
