@@ -573,7 +573,9 @@ class ReduceLowering:
         inside the simdgroup one simd_max and one simd_sum of the rescaled sums (or a
         butterfly of pairs); across simdgroups (whole ones) one region of red_buf holding
         every simdgroup's maximum and then its sum, so one barrier for both, after which
-        lane c reads pair c and one simd_max and one simd_sum combine them. The maximum's identity
+        lane c reads pair c if c is below the number of simdgroups (28 at 896 threads, not
+        the 32 their bits span), else the identity pair, and one simd_max and one simd_sum
+        combine them. The maximum's identity
         is the lowest finite float, not -inf: exp(-inf) need not be 0 under fast math."""
         pm, ps = [p for p in self.plans if p.call.same_as(call)]
         max_local, layout = self.ctx.fragments[pm.src]
@@ -639,7 +641,9 @@ class ReduceLowering:
             def gather_by_lanes(k):
                 lane = tirx.floormod(self.ctx.tid, 1 << SIMD_BITS)
                 return seq([put(t_m, k, lowest), put(t_s, k, tirx.const(0.0, f32)),
-                            tirx.IfThenElse(lane < (1 << cbits), seq([
+                            # the simdgroups that exist (28 at 896 threads), not the
+                            # power of two their bits span: red_buf holds no more
+                            tirx.IfThenElse(lane < pm.partials, seq([
                                 put(t_m, k, part(k, lane, 0)), put(t_s, k, part(k, lane, sums))]),
                                 None),
                             by_simd(k, t_m, t_s, acc_m)])
