@@ -368,6 +368,7 @@ class ReduceLowering:
         hi = lo + nbits
         in_simd = (lo, max(0, min(hi, SIMD_BITS) - lo))
         if in_simd[1]:
+            self.ctx.decide("reduce.allreduce", "in_simdgroup")
             if in_simd == (0, SIMD_BITS) and DTYPES[acc_dtype].bits <= 32:
                 stmts.append(put(ops.call(SIMD_REDUCE[kind], at, dtype=acc_dtype)))
             else:
@@ -375,6 +376,7 @@ class ReduceLowering:
                           for b in range(lo, lo + in_simd[1])]
         c_lo = max(lo, SIMD_BITS)
         if hi > c_lo:
+            self.ctx.decide("reduce.allreduce", "across_simdgroups")
             tid, threads = self.ctx.tid, self.ctx.threads
             stage = tirx.decl_buffer((threads,), acc_dtype, "allreduce_buf", scope="shared")
             self.extra.append(stage)
@@ -437,6 +439,7 @@ class ReduceLowering:
 
     def serial(self, plan):
         """Local source: each thread reduces its own array into its own destination."""
+        self.ctx.decide("reduce.serial", "local_source")
         shape = [int(d) for d in plan.src.ty.shape]
         acc = tirx.decl_buffer((1,), plan.acc_dtype, "red_acc", scope="local")
         zero = [i32(0)]
@@ -471,6 +474,9 @@ class ReduceLowering:
                  self.partials(plan, src_local, src_layout, acc)]
         lo, ibits = plan.simd_bits
         if ibits:
+            whole = (lo, ibits) == (0, SIMD_BITS) and DTYPES[plan.acc_dtype].bits <= 32
+            self.ctx.decide("reduce.in_simdgroup", "simd_reduce" if whole else "butterfly")
+
             def within(k):
                 if (lo, ibits) == (0, SIMD_BITS) and DTYPES[plan.acc_dtype].bits <= 32:
                     # the whole simdgroup: the hardware's reduction (32-bit types only)
@@ -546,6 +552,10 @@ class ReduceLowering:
 
         by_lanes = (lo, ibits, c_lo) == (0, SIMD_BITS, SIMD_BITS) and \
             DTYPES[plan.acc_dtype].bits <= 32   # MSL's simd reductions take 32-bit types
+        self.ctx.decide("reduce.across_simdgroups", "lanes_read_partials" if by_lanes
+                        else "every_thread_reads_partials")
+        self.ctx.decide("reduce.top_range", "partial" if plan.partials < 1 << cbits
+                        else "whole")
         return [self.loop(slots, publish),
                 self.loop(slots, gather_by_lanes if by_lanes else gather)]
 
@@ -614,6 +624,9 @@ class ReduceLowering:
                      sum_local, e) * tirx.exp(at(max_local, e) - at(acc_m, slot)))]
         lo, ibits = pm.simd_bits
         whole = (lo, ibits) == (0, SIMD_BITS)
+        if ibits:
+            self.ctx.decide("reduce.online", "in_simdgroup")
+            self.ctx.decide("reduce.in_simdgroup", "simd_reduce" if whole else "butterfly")
         if ibits and whole:
             stmts.append(self.loop(slots, lambda k: by_simd(k, acc_m, acc_s, t_m)))
         elif ibits:
@@ -652,6 +665,10 @@ class ReduceLowering:
                 self.fail("T.reduce_online", "pairs spread over part of each of several "
                                              "simdgroups are not combined; the groups must "
                                              "be whole simdgroups")
+            self.ctx.decide("reduce.online", "across_simdgroups")
+            self.ctx.decide("reduce.across_simdgroups", "lanes_read_partials")
+            self.ctx.decide("reduce.top_range", "partial" if pm.partials < 1 << cbits
+                            else "whole")
             stmts += [self.loop(slots, publish), self.loop(slots, gather_by_lanes)]
         stmts += [self.store(pm, acc_m), self.store(ps, acc_s)]
         return seq(stmts)
@@ -687,6 +704,7 @@ class ReduceLowering:
         if not plan.broadcast_to_local:       # one holder: every thread has every output
             return self.loop(layout.size, lambda o: store(o, lambda f: tirx.BufferLoad(
                 acc, [f])))
+        self.ctx.decide("reduce.across_simdgroups", "broadcast_to_local")
         stage = self.stages[plan.acc_dtype]
         holder = layout.holder_expr(self.ctx.tid)
 

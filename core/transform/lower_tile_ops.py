@@ -59,7 +59,7 @@ import tvm
 from tvm import tirx
 
 from core.errors import LoweringError
-from core.ir import ops
+from core.ir import decisions, ops
 from core.ir.annotations import REDUCER
 from core.ir.annotations import VECTOR_LANES  # read by vectorize
 from core.ir.invariance import single_writer_stores
@@ -100,6 +100,7 @@ class _KernelLowering:
                                  tid=nest.linear_thread_index(), copy=self.copy,
                                  parallel=self.parallel)
         self.reducers = {}           # T.alloc_reducer buffer (local) -> its op
+        self.ctx.decide("threads", decisions.thread_class(nest.num_threads))
         for attr in nest.attrs:
             self.ctx.ranges[attr.node.var] = (i32(0), attr.value)
         self.gemm = GemmLowering(self.ctx, nest.body)   # T.gemm and its accumulators
@@ -546,12 +547,17 @@ def _tile(region):
     return ext or (i32(1),)
 
 
-def _lower_kernel(nest, name):
+def _lower_kernel(nest, name, decided: set):
     lowering = _KernelLowering(nest, name)
     body = lowering.stmt(nest.body)
+    decided |= lowering.ctx.decisions
     return nest.wrap(seq(lowering.gemm.allocations + lowering.reduce.allocate() + [body]))
 
 
 def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """Every kernel lowered; the decisions its lowerings took noted on the function
+    (core/ir/decisions.py)."""
     name = func_name(func)
-    return map_kernels(func, lambda nest: _lower_kernel(nest, name))
+    decided = set()
+    lowered = map_kernels(func, lambda nest: _lower_kernel(nest, name, decided))
+    return decisions.note(lowered, decided)

@@ -20,6 +20,8 @@ result and regression files hold), for every caller:
     redundant_barrier                  a barrier no schedule or input needs (barriers=True)
     unreached_barrier                  a barrier only in code no thread runs (barriers=True)
     rejected                           KernelDefinitionError/LoweringError for generated params
+    stale_kernel                       a cache or call path gave a kernel other than the one
+                                       the function and options lower to (route=..., below)
     compile_error, launch_error        MSL compile or launch failures
     crash, timeout                     the kernel crashed or hung (emulator process)
     internal_error                     any other exception: a compiler or harness bug
@@ -56,6 +58,7 @@ class Status(str, enum.Enum):
     LAUNCH_ERROR = "launch_error"
     CRASH = "crash"
     TIMEOUT = "timeout"
+    STALE_KERNEL = "stale_kernel"
     INTERNAL_ERROR = "internal_error"
 
     def __str__(self) -> str:
@@ -89,6 +92,7 @@ class CaseResult:
     compile_seconds: float = 0.0
     run_seconds: float = 0.0
     msl: str = ""
+    decisions: tuple = ()      # the lowering decisions the compile took (kernel.decisions)
 
     @property
     def ok(self) -> bool:
@@ -118,7 +122,8 @@ def check_passes(disable=(), replace=(), error: type = ValueError) -> None:
 
 def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
              schedule: str = "forward", checks=None, disable=(), replace=None,
-             cache: bool = True, barriers: bool = False, compiled=None) -> CaseResult:
+             cache: bool = True, barriers: bool = False, compiled=None,
+             route: dict | None = None) -> CaseResult:
     """Build `family` at `params`, run it on `backend` with every check, compare each
     output with the oracle, and with `barriers` (for a passing case that has barriers)
     check that each barrier is needed. Never raises for a failing kernel: every failure
@@ -128,6 +133,10 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
     `disable` and `replace` (the bench times its compile and runs that kernel); the case
     then runs it instead of building and compiling again (`compile_seconds` stays 0).
 
+    `route` (harness/check/route.py): how the kernel is reached -- call path, compile
+    options, math mode, cache state -- as drawn by the fuzz; a kernel other than the one
+    lowering gives for its options is "stale_kernel". None: core.compile with `cache`.
+
     "rejected" is a clear compile-time error (KernelDefinitionError / LoweringError) for
     params the family generated: a generator bug or a missing feature, reported as such.
     "internal_error" is any other exception (a crash inside a pass is a compiler bug).
@@ -136,14 +145,16 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
     from core.errors import (KernelCrashError, KernelDefinitionError, KernelTimeoutError,
                              LaunchError, LoweringError, MetaltileError, MSLCompileError)
     from core.runtime.backends import to_device, to_host
+    from harness.check import route as routes
     from harness.check.compare import assert_outputs_close
     from harness.gen import family as families
 
     if barriers:
         result = run_case(family, params, seed=seed, backend=backend, schedule=schedule,
                           checks=checks, disable=disable, replace=replace, cache=cache,
-                          compiled=compiled)
-        return _check_barriers(result, disable) if result.status == Status.PASS else result
+                          compiled=compiled, route=route)
+        routed = tuple(dict.fromkeys([*disable, *(route or {}).get("disable", ())]))
+        return _check_barriers(result, routed) if result.status == Status.PASS else result
     fam = families.get(family)
     result = CaseResult(family, dict(params), seed, Status.PASS)
     if fam.skip_reason:
@@ -154,10 +165,14 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
         if compiled is None:
             built = fam.build(dict(params))
             kernel = core.compile(built.func, out_idx=built.out_idx, disable=disable,
-                                  replace=replace, cache=cache)
+                                  replace=replace, cache=cache) if route is None else \
+                routes.compile_routed(fam, built, params, route, disable=disable,
+                                      replace=replace)
         else:
             built, kernel = compiled
-        result.msl = kernel.msl
+        result.msl, result.decisions = kernel.msl, kernel.decisions
+    except routes.StaleKernel as err:
+        return _failed(result, Status.STALE_KERNEL, err, t0)
     except (KernelDefinitionError, LoweringError) as err:
         return _failed(result, Status.REJECTED, err, t0)
     except MetaltileError as err:
@@ -168,8 +183,9 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
     t1 = time.perf_counter()
     try:
         inputs = built.inputs(seed)   # on the CPU: the oracle reads them there
-        outs = kernel(*(to_device(a, backend) for a in inputs), backend=backend,
-                      checks=checks, schedule=schedule, seed=seed)
+        with routes.math_mode(route):
+            outs = kernel(*(to_device(a, backend) for a in inputs), backend=backend,
+                          checks=checks, schedule=schedule, seed=seed)
         outs = to_host(outs, backend)
     except MSLCompileError as err:
         return _failed(result, Status.COMPILE_ERROR, err, t1, run=True)
@@ -254,8 +270,8 @@ def failure_signature(status: str, message: str = "", findings=()) -> str | None
         return f"mismatch+finding:{kinds}" if kinds else "mismatch"
     if status == Status.FINDING:
         return f"finding:{kinds or 'unknown'}"
-    if status in BARRIER_STATUSES:
-        return status
+    if status in (*BARRIER_STATUSES, Status.STALE_KERNEL):
+        return str(status)
     if ":" in status:  # already a signature (worker crash, case timeout)
         return status
     first = message.splitlines()[0] if message else ""

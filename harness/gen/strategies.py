@@ -18,8 +18,12 @@ dtype, the first thread count).
                                  (HALVES: the 16-bit floats; the suites name these lists
                                  rather than spelling them out again)
     fits_threadgroup(...)        whether tiles of given dtypes fit in 32 KiB
-    row_tiles()                  the row-wise reductions' common params (softmax, rmsnorm,
-                                 layernorm): M, N, dtype, bM whole rows, threads
+    row_tiles(long_rows)         the row-wise reductions' common params (softmax, rmsnorm,
+                                 layernorm): M, N, dtype, bM whole rows, threads; with
+                                 `long_rows`, one case in four has rows past the register
+                                 budget per thread (streamed by core/transform/stream_rows.py)
+    compile_route()              how a case reaches its kernel (harness/check/route.py): call
+                                 path, compile options, math mode, cache state
 
 This module registers no family (harness/gen/family.py skips it when loading families).
 """
@@ -46,7 +50,7 @@ THREADS_REDUCE = (32, 64, 128, 256, 1, 16, 512, 96, 384, 896)
 # than a simdgroup. Each class is one branch, so every class is drawn often.
 POWERS_OF_TWO = (32, 64, 128, 256, 512, 1024)
 PARTIAL_SIMDGROUPS = (1, 2, 4, 8, 16)
-PIPELINE_LIMITS = (896, 768)
+PIPELINE_LIMITS = METAL.pipeline_limits
 TILES = (4, 8, 16, 32, 64)
 
 
@@ -111,3 +115,37 @@ def row_tiles(draw, long_rows: bool = False):
                 "dtype": draw(dtype(FLOATS)), "bM": bM, "threads": n_threads}
     return {"M": draw(extent(1, 40)), "N": draw(extent(1, 160)), "dtype": draw(dtype(FLOATS)),
             "bM": bM, "threads": n_threads}
+
+
+# ---- how a case reaches its kernel (harness/check/route.py runs it) ----------------------
+
+# Passes a kernel must come out right without (harness/check/route.py); the others are
+# required, or (thread_sync) their absence is a race the checks must report.
+NEUTRAL_PASSES = ("vectorize", "stream_rows", "fold_temporaries")
+# pass_configs a user passes that act (disable vectorize) or are accepted as no-ops on Metal
+PASS_CONFIGS = ({}, {"tirx.disable_vectorize": True}, {"tl.enable_fast_math": True},
+                {"tl.disable_tma_lower": True, "tl.disable_warp_specialized": True})
+CALL_PATHS = ("compile", "jit_prim_func", "jit_factory", "par_compile")
+CACHE_STATES = ("cold", "memory", "disk", "twin")
+MATH_MODES = ("safe", "fast")      # what the MPS backend compiles in (METAL.math_mode_in_effect)
+
+
+@st.composite
+def compile_options(draw):
+    """Options of one core.compile: passes switched off, pass_configs."""
+    return {"disable": sorted(draw(st.sets(st.sampled_from(NEUTRAL_PASSES), max_size=2))),
+            "pass_configs": draw(st.sampled_from(PASS_CONFIGS))}
+
+
+@st.composite
+def compile_route(draw):
+    """How a user gets the case's kernel: the call path, the compile options, the math
+    mode, and the cache state (cold; warm in memory, warm on disk, or a structurally equal
+    function compiled before, each by an earlier compile with the options `before`).
+    Shrinks toward core.compile, cold, no options."""
+    route = {"path": draw(st.sampled_from(CALL_PATHS)), "cache": draw(st.sampled_from(
+        CACHE_STATES)), **draw(compile_options()), "math_mode": draw(st.sampled_from(
+            MATH_MODES))}
+    if route["cache"] != "cold":
+        route["before"] = draw(compile_options())
+    return route
