@@ -3,8 +3,9 @@
 A decision point is a place in a pass that picks one of several lowerings for what it is
 given (a reduction combined by `simd_sum` or by a shuffle butterfly, a row streamed or
 held whole). The pass that decides notes its choice as the string "point=choice" on the
-PrimFunc it returns (`note`), the function attribute `tl.decisions` (core/ir/annotations.py); later passes keep
-function attributes, split_host_device copies the set into the `LoweredProgram`, and
+PrimFunc it returns (`note`), in the function attribute `tl.decisions`
+(core/ir/annotations.py); later passes keep function attributes, split_host_device
+copies the set into the `LoweredProgram`, and
 core.jit into the compiled program, where `kernel.decisions` reads it (sorted, each
 choice once). So what a kernel exercised is what the compiler decided, not what a test
 guesses from its parameters. The harness counts them per fuzz case and steers drawing
