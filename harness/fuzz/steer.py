@@ -5,9 +5,10 @@ Every compiled kernel says which decisions its lowering took (`kernel.decisions`
 cases reached each decision and each pair of decisions made together (`keys`), and hands
 the counts to every task (`Task.reached`). A worker then draws `candidates` params for a
 case, compiles each (DSL -> MSL only, uncached, a few ms: no emulator build), and runs the
-one whose decisions score highest: a decision or pair reached n times before scores
-1 / (1 + n), so a kernel that reaches something new wins, and among familiar ones the
-rarer combination wins. A candidate that does not compile wins at once: its error is a
+one whose decisions score highest: first the number of decisions and pairs no case has
+reached, then the mean of 1 / (1 + n) over them (n: the cases that reached each), so a
+kernel that reaches something new wins, and among familiar ones the rarer combination
+wins, whatever its size. A candidate that does not compile wins at once: its error is a
 finding to report.
 
 The choice is a pure function of the drawn candidates and the task's frozen counts, so a
@@ -29,16 +30,22 @@ def keys(decisions) -> list:
     return singles + [a + PAIR + b for a, b in combinations(singles, 2)]
 
 
-def score(decisions, reached: dict) -> float:
-    """Higher for decisions (and pairs) reached by fewer cases so far."""
-    return sum(1.0 / (1 + reached.get(k, 0)) for k in keys(decisions))
+def score(decisions, reached: dict) -> tuple:
+    """Higher for decisions (and pairs) reached by fewer cases so far: first how many no
+    case has reached, then the mean of 1 / (1 + cases) over them all -- a mean, so a big
+    kernel of familiar decisions does not outscore a small one with a rare decision."""
+    ks = keys(decisions)
+    if not ks:
+        return (0, 0.0)
+    return (sum(1 for k in ks if not reached.get(k)),
+            sum(1.0 / (1 + reached.get(k, 0)) for k in ks) / len(ks))
 
 
 def choose(candidates: list, decisions_of, reached: dict) -> int:
     """The index of the candidate to run: `decisions_of(candidate)` is its decisions, or
     None when it does not compile (chosen at once). Ties go to the first (what Hypothesis
     shrinks toward)."""
-    best, best_score = 0, -1.0
+    best, best_score = 0, (-1, -1.0)
     for i, candidate in enumerate(candidates):
         decided = decisions_of(candidate)
         if decided is None:
