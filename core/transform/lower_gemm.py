@@ -57,6 +57,9 @@ past 32 KiB are pass merge_threadgroup's to judge: they may reuse the operands' 
 by then, and it refuses live bytes past the limit); a tile op other than
 T.copy / T.fill / T.gemm on an accumulator; an A or B tile of device memory not provably
 inside its tensor.
+
+Decisions noted (core/ir/decisions.py, through the KernelContext): `gemm.accumulator`
+(fragment, shared, device) and `gemm.store` (direct, edges staged, staged, in chunks).
 """
 
 from __future__ import annotations

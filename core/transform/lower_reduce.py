@@ -37,6 +37,10 @@ under thread-dependent control flow):
                         else every thread reads them all, in a fixed order
     for k (existing slots only): dst[k] = cast(acc[k])   or   cast(op(dst[k], acc[k]))
 
+Each choice above (simd reduction or butterfly, lanes reading partials or every thread
+reading them, a whole or partial top range, the online pairs, serial) is noted as a
+lowering decision (`reduce.*`, core/ir/decisions.py) through the KernelContext.
+
 `red_buf` is an ordinary "shared" buffer: thread_sync places the barrier between its
 writes and reads, and between one use and the next (across loop iterations too). Each
 reduction gets its own region of it when they all fit beside the kernel's threadgroup
@@ -478,8 +482,7 @@ class ReduceLowering:
             self.ctx.decide("reduce.in_simdgroup", "simd_reduce" if whole else "butterfly")
 
             def within(k):
-                if (lo, ibits) == (0, SIMD_BITS) and DTYPES[plan.acc_dtype].bits <= 32:
-                    # the whole simdgroup: the hardware's reduction (32-bit types only)
+                if whole:   # the whole simdgroup: the hardware's reduction (32-bit types only)
                     return tirx.BufferStore(acc, ops.call(SIMD_REDUCE[plan.kind], at(k),
                                                           dtype=plan.acc_dtype), [k])
                 return seq([tirx.BufferStore(acc, combine(plan.kind, at(k), shuffle_xor(

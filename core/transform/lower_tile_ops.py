@@ -48,6 +48,9 @@ Both see the kernel through one KernelContext (core/transform/kernel_context.py)
 threads, thread index, fresh names, the fragment table, the enclosing ranges and guards,
 this pass's T.copy and T.Parallel lowering as functions, and the threadgroup bytes each
 lowering publishes; neither reaches into this pass or into the other.
+
+Decisions noted (core/ir/decisions.py): `threads`, the thread count's class, and what
+the gemm and reduce lowerings decide, on the function.
 """
 
 from __future__ import annotations

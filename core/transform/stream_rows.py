@@ -40,6 +40,9 @@ Anything else is left as it is, including fragments over the budget that do not 
 shape (they compile as before, held whole), windows whose partials the reduction layout
 cannot combine, and windows whose reduction results a T.Parallel outside the window reads
 in a layout the chunked reduction would not give them (core/transform/layout_inference.py).
+
+Decisions noted (core/ir/decisions.py): `stream_rows`, for each window streamed (an
+online softmax pass, plain reductions, a ragged last chunk).
 """
 
 from __future__ import annotations

@@ -32,6 +32,9 @@ A statement that names no threadgroup buffer and holds no barrier adds no access
 orders none, so the planner passes what is pending over it without planning inside it
 (found once per kernel, `_inert_statements`): most of a kernel's statements are of that
 kind (device loads and stores, register arithmetic).
+
+Decisions noted (core/ir/decisions.py): `barrier`, where the barriers it placed sit
+(straight line, in an if, in a loop; "none").
 """
 
 from __future__ import annotations

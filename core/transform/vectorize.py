@@ -29,6 +29,9 @@ per-element decode) gathers its lanes one by one into a local run (`S_run`), the
 the run as one vector when that store is proven. Other candidates become plain serial
 loops. The loop bodies are simplified with the analyzer under the enclosing loop ranges
 either way.
+
+Decisions noted (core/ir/decisions.py): `vector.lanes`, the lanes of each vectorized
+loop planned ("none" when there is none).
 """
 
 from __future__ import annotations
