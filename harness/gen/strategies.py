@@ -10,7 +10,6 @@ dtype, the first thread count).
     tile(choices)                a tile extent from `choices` (powers of two by default)
     threads(choices)             threads per threadgroup: THREADS (powers of two, 32..256)
                                  or THREADS_ANY (also 1, 48, 96, 512 and [x, y(, z)] lists)
-                                 or THREADS_REDUCE (the reductions' fixed list)
     reduce_threads()             the thread counts users give reductions, by class: powers
                                  of two 32..1024, partial simdgroups 1..16, other multiples
                                  of 32 (96..992) and the pipeline limits 768 and 896
@@ -42,9 +41,6 @@ THREADS = (32, 64, 128, 256)
 # Also partial simdgroups, non-powers of two and 2-D/3-D threadgroups (JSON lists), for
 # kernels whose work distribution does not assume a power of two.
 THREADS_ANY = THREADS + (1, 48, 96, 512, [32, 4], [16, 8], [8, 2, 2])
-# The reduction families' thread counts: powers of two (partial simdgroups among them) and
-# whole simdgroups that are not (896 = 28 simdgroups, MLX's fit for a hidden size of 3584).
-THREADS_REDUCE = (32, 64, 128, 256, 1, 16, 512, 96, 384, 896)
 # What users hard-code: powers of two, the pipeline limits some Apple GPUs report for a
 # kernel (768, 896: 24 and 28 simdgroups), any whole number of simdgroups, and fewer threads
 # than a simdgroup. Each class is one branch, so every class is drawn often.
