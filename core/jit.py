@@ -59,7 +59,7 @@ from core.runtime.backends import (DEVICES, RunRecord, check_backend, default_ba
 from core.runtime.binding import bind, output_indices, reported_view
 from core.transform import pipeline
 
-CACHE_VERSION = "2"
+CACHE_VERSION = "3"
 ALL_CHECKS = ("races", "uninit", "bounds")
 
 
@@ -81,6 +81,7 @@ class CompiledProgram:
     capacity: tuple = ()      # (tensor name, capacity per dim) for data-dependent sizes
     lengths: tuple = ()       # (tensor name, tensor reporting its length per capacity dim)
     input_capacity: tuple = ()  # (input tensor name, capacity dim indices): not checked
+    decisions: tuple = ()     # "point=choice": the lowering decisions (core/ir/decisions.py)
 
 
 class Kernel:
@@ -114,6 +115,12 @@ class Kernel:
     @property
     def launches(self) -> tuple:
         return self.compiled.launches
+
+    @property
+    def decisions(self) -> tuple:
+        """The lowering decisions the compile took, "point=choice" sorted
+        (core/ir/decisions.py: the points and their choices)."""
+        return self.compiled.decisions
 
     def get_kernel_source(self) -> str:  # TileLang's name
         return self.msl
@@ -205,6 +212,12 @@ class _Cache:
 CACHE = _Cache()
 
 
+def clear_memory_cache() -> None:
+    """Forget the compiled programs kept in memory; the on-disk cache stays (the next
+    compile of a function seen before reads it from there)."""
+    CACHE.memory.clear()
+
+
 def _compiler_fingerprint() -> str:
     """Hash of the compiler's own source, so a changed pass never reuses stale entries: the
     DSL, the IR, the passes, the printer and core/'s own modules (the target's facts, the
@@ -241,7 +254,8 @@ def lower(func, *, disable=(), replace=None, timings: dict | None = None) -> Com
         specs[site.kernel] = replace_fields(specs[site.kernel], grid=site.grid)
     return CompiledProgram(program.name, msl, specs, program.params, program.symbols,
                            program.launches, program.host, program.workspaces,
-                           program.capacity, program.lengths, input_capacity)
+                           program.capacity, program.lengths, input_capacity,
+                           program.decisions)
 
 
 def _check_target(target, where):

@@ -91,6 +91,10 @@ class MetalTarget:
     """Limits and rules of the Apple GPUs metaltile compiles for."""
     simd_width: int = 32
     max_threads_per_group: int = 1024
+    # What some compiled pipelines allow (maxTotalThreadsPerThreadgroup below 1024, seen on
+    # Apple GPUs for register-heavy kernels) and users therefore hard-code: 24 and 28
+    # simdgroups, not powers of two
+    pipeline_limits: tuple = (768, 896)
     threadgroup_memory_bytes: int = 32 * 1024
     msl_version: tuple = (3, 1)          # native bfloat (MSL 3.1, macOS 14)
     bf16_register_lanes: int = 2         # widest bf16 register vector in plans (bfloat2)
@@ -134,6 +138,14 @@ class MetalTarget:
     # compiled as compare-exchange on the bits (as other MSL producers do, e.g. Metal.jl)
     atomic_float_native_spaces: tuple = ("device",)
     atomic_word_bits: int = 32
+
+    def atomic_is_native(self, dtype: str, kind: str, space: str) -> bool:
+        """Whether an atomic `kind` ("add", "max", ...) on a `dtype` element in address
+        space `space` ("device", "threadgroup") is one MSL atomic function; else it is a
+        compare-exchange loop on the 32-bit word that holds the element."""
+        is_float = dtype.startswith(("float", "bfloat"))
+        return (dtype, kind) in self.atomic_native and (
+            not is_float or space in self.atomic_float_native_spaces)
 
     @property
     def math_modes(self) -> tuple:

@@ -626,6 +626,14 @@ def _add_fuzz_command(commands) -> None:
                      "check that fuzzing catches it)")
     sub.add_argument("--max-cases", type=int, default=0, metavar="N",
                      help="stop after N cases (default: only the budget)")
+    sub.add_argument("--candidates", type=_positive,
+                     default=scheduler.FuzzOptions.candidates, metavar="N",
+                     help="params drawn per case; the one reaching the rarest lowering "
+                     "decisions runs (1 = no steering; default: "
+                     f"{scheduler.FuzzOptions.candidates})")
+    sub.add_argument("--no-routes", dest="routes", action="store_false",
+                     help="compile every case cold with core.compile (default: draw the "
+                     "call path, compile options, math mode and cache state too)")
     sub.add_argument("--import", dest="imports", action="append", default=[],
                      metavar="MODULE", help="import MODULE first (it registers more "
                      "families; used by tests)")
@@ -659,7 +667,7 @@ def _run_fuzz(args: argparse.Namespace) -> int:
         workers=args.workers, db=args.db, out=args.out, case_timeout=args.case_timeout,
         barrier_every=args.barrier_every, disable=tuple(args.disable),
         imports=tuple(args.imports),
-        max_cases=args.max_cases)
+        max_cases=args.max_cases, candidates=args.candidates, routes=args.routes)
     view = fuzzview.LiveView(out) if out.is_terminal and not args.plain else \
         fuzzview.PlainView(out)
     try:

@@ -760,9 +760,7 @@ class _KernelPrinter:
                 return f"as_type<{msl_type(dtype)}>({loaded})" if as_bits else loaded
             stored = f"as_type<uint>({value})" if as_bits else value
             return f"atomic_store_explicit({elem}, {stored}, memory_order_relaxed)"
-        native = (dtype, a.kind) in METAL.atomic_native and (
-            not DTYPES[dtype].is_float or space in METAL.atomic_float_native_spaces)
-        if native:
+        if METAL.atomic_is_native(dtype, a.kind, space):
             return ATOMIC_NATIVE.format(kind=a.kind, space=space, atype=ATOMIC_TYPES[dtype],
                                         elem=f"{name}[{index}]", value=value)
         t = msl_type(dtype)

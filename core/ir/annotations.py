@@ -29,6 +29,11 @@ from here (or through the writer's helper named below), never spells the string 
         written by the eager frontend and T.annotate_capacity_dims
         (core/language/eager.py); the capacity keys checked by core/ir/capacity.py (for
         the frontend and verify); read by split_host_device (into the launch plan)
+    tl.decisions                            on the PrimFunc (a function attribute): the
+                                            lowering decisions taken so far, "point=choice"
+        written through core/ir/decisions.note by the passes that decide (stream_rows,
+        lower_tile_ops, vectorize, thread_sync); read by split_host_device (into the
+        LoweredProgram, then `kernel.decisions`)
     tilelang_capacity_dims                  on a PrimFunc (TileLang's function attribute)
         written by T.annotate_capacity_dims for an input (core/language/eager.py) or by
         the user; checked by core/ir/capacity.py; read by core.jit
@@ -50,6 +55,7 @@ SWIZZLE_PATTERN = "threadblock_swizzle_pattern"     # node: the order, value: th
 READONLY = "tl.readonly"                            # names of buffers the kernel never writes
 THREADS = "tl.threads"                              # the threadgroup size (x, y, z)
 WORKSPACES = "tl.workspaces"                        # names of T.empty tensors not returned
+DECISIONS = "tl.decisions"                          # "point=choice" lowering decisions taken
 CAPACITY_DIMS = "tl.capacity_dims"                  # tensor name -> allocation dims (-1: none)
 CAPACITY_LENGTHS = "tl.capacity_lengths"            # tensor name -> the tensor reporting its length
 # TileLang's (PR #2969): input tensor name -> its capacity dims (indices), which a tensor

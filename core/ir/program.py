@@ -149,6 +149,7 @@ class LoweredProgram:
     workspaces: tuple = ()     # names of tensor params the runtime allocates and never returns
     capacity: tuple = ()       # (tensor name, (capacity int or None per dim)), allocation sizes
     lengths: tuple = ()        # (tensor name, tensor whose values are its reported lengths)
+    decisions: tuple = ()      # "point=choice": the lowering decisions (core/ir/decisions.py)
 
 
 def launch_sequence(host: tuple, env: dict):

@@ -741,7 +741,10 @@ def declared_tensors(fn, source: str | None = None) -> list:
 @functools.lru_cache(maxsize=256)
 def _declared_in(source: str) -> tuple:
     tree = ast.parse(source)
-    node = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    node = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),
+                None)
+    if node is None:   # a lambda (its source is the lines around it): no statements
+        return ()
     params = {a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs}
     found = []
     for s in ast.walk(node):

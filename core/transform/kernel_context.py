@@ -7,6 +7,9 @@ its `copy` and `parallel` functions; neither sees the other. Threadgroup memory 
 not share a budget for: pass merge_threadgroup lays out every threadgroup buffer of the
 lowered kernel by liveness and checks the bytes live at once against the 32 KiB.
 
+`decide(point, choice)` records a lowering decision (core/ir/decisions.py) where a
+sub-lowering takes it; lower_tile_ops notes the kernel's set on the function.
+
 The tables (`fragments`, `ranges`, `guards`) are filled by lower_tile_ops as it walks the
 kernel: at any moment `ranges` holds the loops and launch dimensions around the statement
 being lowered, `guards` the conditions of the enclosing ifs.
@@ -21,6 +24,7 @@ import tvm
 from tvm import tirx
 from tvm.sym import Analyzer
 
+from core.ir.decisions import choice
 from core.ir.stmt import bind_ranges
 
 
@@ -36,8 +40,15 @@ class KernelContext:
     fragments: dict = field(default_factory=dict)  # fragment -> (local buffer, FragmentLayout)
     ranges: dict = field(default_factory=dict)     # var -> (min, extent) around the statement
     guards: list = field(default_factory=list)     # conditions of the enclosing ifs
+    # the lowering decisions taken in this kernel ("point=choice", core/ir/decisions.py);
+    # lower_tile_ops notes them on the function
+    decisions: set = field(default_factory=set)
     _names: int = 0
     _analyzer: tuple = (None, None)  # (the ranges it was built from, by handle; analyzer)
+
+    def decide(self, point: str, value) -> None:
+        """Record that this kernel's lowering chose `value` at decision point `point`."""
+        self.decisions.add(choice(point, value))
 
     def fresh(self, name: str) -> tirx.Var:
         """A new int32 variable; the kernel's variables are numbered in creation order."""

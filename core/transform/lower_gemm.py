@@ -57,6 +57,9 @@ past 32 KiB are pass merge_threadgroup's to judge: they may reuse the operands' 
 by then, and it refuses live bytes past the limit); a tile op other than
 T.copy / T.fill / T.gemm on an accumulator; an A or B tile of device memory not provably
 inside its tensor.
+
+Decisions noted (core/ir/decisions.py, through the KernelContext): `gemm.accumulator`
+(fragment, shared, device) and `gemm.store` (direct, edges staged, staged, in chunks).
 """
 
 from __future__ import annotations
@@ -316,6 +319,8 @@ class GemmLowering:
     def gemm(self, call):
         A, B, C = (ops.decode_region(a) for a in call.args[:3])
         trans_a, trans_b, clear = (bool(as_int(f)) for f in call.args[3:6])
+        self.ctx.decide("gemm.accumulator", {"shared": "shared", "global": "device"}.get(
+            C.scope, "fragment"))
         if C.scope == "shared":
             return self.gemm_shared_c(A, B, C, trans_a, trans_b, clear)
         if C.scope == "global":
@@ -555,13 +560,17 @@ class GemmLowering:
                   and (dst.scope == "shared"
                        or (dst.scope == "global" and self.inside(dst, dims, (M, N)))))
         if direct:
+            self.ctx.decide("gemm.store", "direct")
             return self.store_all(acc, dst)
         if (atomic is None and ops.buffer_dtype(dst.buffer) == "float32" and
                 dims == (rank - 2, rank - 1) and dst.scope == "global" and acc.stage_rows == M):
+            self.ctx.decide("gemm.store", "edges_staged")
             return self.store_edges_staged(acc, dst, dims)
         stage = self.stage(acc)
         if acc.stage_rows == M:
+            self.ctx.decide("gemm.store", "staged")
             return seq([self.store_all(acc, stage), self.ctx.copy(stage, dst, atomic)])
+        self.ctx.decide("gemm.store", "staged_in_chunks")
         # Chunks of stage_rows rows: store the chunk's matrices, copy the chunk out. The
         # chunks are unrolled: which simdgroup writes which stage element changes from
         # chunk to chunk, and the barrier planner sees a loop's iterations as one access set.

@@ -37,6 +37,10 @@ under thread-dependent control flow):
                         else every thread reads them all, in a fixed order
     for k (existing slots only): dst[k] = cast(acc[k])   or   cast(op(dst[k], acc[k]))
 
+Each choice above (simd reduction or butterfly, lanes reading partials or every thread
+reading them, a whole or partial top range, the online pairs, serial) is noted as a
+lowering decision (`reduce.*`, core/ir/decisions.py) through the KernelContext.
+
 `red_buf` is an ordinary "shared" buffer: thread_sync places the barrier between its
 writes and reads, and between one use and the next (across loop iterations too). Each
 reduction gets its own region of it when they all fit beside the kernel's threadgroup
@@ -368,6 +372,7 @@ class ReduceLowering:
         hi = lo + nbits
         in_simd = (lo, max(0, min(hi, SIMD_BITS) - lo))
         if in_simd[1]:
+            self.ctx.decide("reduce.allreduce", "in_simdgroup")
             if in_simd == (0, SIMD_BITS) and DTYPES[acc_dtype].bits <= 32:
                 stmts.append(put(ops.call(SIMD_REDUCE[kind], at, dtype=acc_dtype)))
             else:
@@ -375,6 +380,7 @@ class ReduceLowering:
                           for b in range(lo, lo + in_simd[1])]
         c_lo = max(lo, SIMD_BITS)
         if hi > c_lo:
+            self.ctx.decide("reduce.allreduce", "across_simdgroups")
             tid, threads = self.ctx.tid, self.ctx.threads
             stage = tirx.decl_buffer((threads,), acc_dtype, "allreduce_buf", scope="shared")
             self.extra.append(stage)
@@ -437,6 +443,7 @@ class ReduceLowering:
 
     def serial(self, plan):
         """Local source: each thread reduces its own array into its own destination."""
+        self.ctx.decide("reduce.serial", "local_source")
         shape = [int(d) for d in plan.src.ty.shape]
         acc = tirx.decl_buffer((1,), plan.acc_dtype, "red_acc", scope="local")
         zero = [i32(0)]
@@ -471,9 +478,11 @@ class ReduceLowering:
                  self.partials(plan, src_local, src_layout, acc)]
         lo, ibits = plan.simd_bits
         if ibits:
+            whole = (lo, ibits) == (0, SIMD_BITS) and DTYPES[plan.acc_dtype].bits <= 32
+            self.ctx.decide("reduce.in_simdgroup", "simd_reduce" if whole else "butterfly")
+
             def within(k):
-                if (lo, ibits) == (0, SIMD_BITS) and DTYPES[plan.acc_dtype].bits <= 32:
-                    # the whole simdgroup: the hardware's reduction (32-bit types only)
+                if whole:   # the whole simdgroup: the hardware's reduction (32-bit types only)
                     return tirx.BufferStore(acc, ops.call(SIMD_REDUCE[plan.kind], at(k),
                                                           dtype=plan.acc_dtype), [k])
                 return seq([tirx.BufferStore(acc, combine(plan.kind, at(k), shuffle_xor(
@@ -546,6 +555,10 @@ class ReduceLowering:
 
         by_lanes = (lo, ibits, c_lo) == (0, SIMD_BITS, SIMD_BITS) and \
             DTYPES[plan.acc_dtype].bits <= 32   # MSL's simd reductions take 32-bit types
+        self.ctx.decide("reduce.across_simdgroups", "lanes_read_partials" if by_lanes
+                        else "every_thread_reads_partials")
+        self.ctx.decide("reduce.top_range", "partial" if plan.partials < 1 << cbits
+                        else "whole")
         return [self.loop(slots, publish),
                 self.loop(slots, gather_by_lanes if by_lanes else gather)]
 
@@ -573,7 +586,9 @@ class ReduceLowering:
         inside the simdgroup one simd_max and one simd_sum of the rescaled sums (or a
         butterfly of pairs); across simdgroups (whole ones) one region of red_buf holding
         every simdgroup's maximum and then its sum, so one barrier for both, after which
-        lane c reads pair c and one simd_max and one simd_sum combine them. The maximum's identity
+        lane c reads pair c if c is below the number of simdgroups (28 at 896 threads, not
+        the 32 their bits span), else the identity pair, and one simd_max and one simd_sum
+        combine them. The maximum's identity
         is the lowest finite float, not -inf: exp(-inf) need not be 0 under fast math."""
         pm, ps = [p for p in self.plans if p.call.same_as(call)]
         max_local, layout = self.ctx.fragments[pm.src]
@@ -612,6 +627,9 @@ class ReduceLowering:
                      sum_local, e) * tirx.exp(at(max_local, e) - at(acc_m, slot)))]
         lo, ibits = pm.simd_bits
         whole = (lo, ibits) == (0, SIMD_BITS)
+        if ibits:
+            self.ctx.decide("reduce.online", "in_simdgroup")
+            self.ctx.decide("reduce.in_simdgroup", "simd_reduce" if whole else "butterfly")
         if ibits and whole:
             stmts.append(self.loop(slots, lambda k: by_simd(k, acc_m, acc_s, t_m)))
         elif ibits:
@@ -639,7 +657,9 @@ class ReduceLowering:
             def gather_by_lanes(k):
                 lane = tirx.floormod(self.ctx.tid, 1 << SIMD_BITS)
                 return seq([put(t_m, k, lowest), put(t_s, k, tirx.const(0.0, f32)),
-                            tirx.IfThenElse(lane < (1 << cbits), seq([
+                            # the simdgroups that exist (28 at 896 threads), not the
+                            # power of two their bits span: red_buf holds no more
+                            tirx.IfThenElse(lane < pm.partials, seq([
                                 put(t_m, k, part(k, lane, 0)), put(t_s, k, part(k, lane, sums))]),
                                 None),
                             by_simd(k, t_m, t_s, acc_m)])
@@ -648,6 +668,10 @@ class ReduceLowering:
                 self.fail("T.reduce_online", "pairs spread over part of each of several "
                                              "simdgroups are not combined; the groups must "
                                              "be whole simdgroups")
+            self.ctx.decide("reduce.online", "across_simdgroups")
+            self.ctx.decide("reduce.across_simdgroups", "lanes_read_partials")
+            self.ctx.decide("reduce.top_range", "partial" if pm.partials < 1 << cbits
+                            else "whole")
             stmts += [self.loop(slots, publish), self.loop(slots, gather_by_lanes)]
         stmts += [self.store(pm, acc_m), self.store(ps, acc_s)]
         return seq(stmts)
@@ -683,6 +707,7 @@ class ReduceLowering:
         if not plan.broadcast_to_local:       # one holder: every thread has every output
             return self.loop(layout.size, lambda o: store(o, lambda f: tirx.BufferLoad(
                 acc, [f])))
+        self.ctx.decide("reduce.across_simdgroups", "broadcast_to_local")
         stage = self.stages[plan.acc_dtype]
         holder = layout.holder_expr(self.ctx.tid)
 

@@ -48,6 +48,9 @@ Both see the kernel through one KernelContext (core/transform/kernel_context.py)
 threads, thread index, fresh names, the fragment table, the enclosing ranges and guards,
 this pass's T.copy and T.Parallel lowering as functions, and the threadgroup bytes each
 lowering publishes; neither reaches into this pass or into the other.
+
+Decisions noted (core/ir/decisions.py): `threads`, the thread count's class, and what
+the gemm and reduce lowerings decide, on the function.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ import tvm
 from tvm import tirx
 
 from core.errors import LoweringError
-from core.ir import ops
+from core.ir import decisions, ops
 from core.ir.annotations import REDUCER
 from core.ir.annotations import VECTOR_LANES  # read by vectorize
 from core.ir.invariance import single_writer_stores
@@ -100,6 +103,7 @@ class _KernelLowering:
                                  tid=nest.linear_thread_index(), copy=self.copy,
                                  parallel=self.parallel)
         self.reducers = {}           # T.alloc_reducer buffer (local) -> its op
+        self.ctx.decide("threads", decisions.thread_class(nest.num_threads))
         for attr in nest.attrs:
             self.ctx.ranges[attr.node.var] = (i32(0), attr.value)
         self.gemm = GemmLowering(self.ctx, nest.body)   # T.gemm and its accumulators
@@ -546,12 +550,17 @@ def _tile(region):
     return ext or (i32(1),)
 
 
-def _lower_kernel(nest, name):
+def _lower_kernel(nest, name, decided: set):
     lowering = _KernelLowering(nest, name)
     body = lowering.stmt(nest.body)
+    decided |= lowering.ctx.decisions
     return nest.wrap(seq(lowering.gemm.allocations + lowering.reduce.allocate() + [body]))
 
 
 def lower_tile_ops(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """Every kernel lowered; the decisions its lowerings took noted on the function
+    (core/ir/decisions.py)."""
     name = func_name(func)
-    return map_kernels(func, lambda nest: _lower_kernel(nest, name))
+    decided = set()
+    lowered = map_kernels(func, lambda nest: _lower_kernel(nest, name, decided))
+    return decisions.note(lowered, decided)

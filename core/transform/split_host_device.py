@@ -17,7 +17,10 @@ named uniquely in the plan: distinct variables that share a name (two `T.dynamic
 stay distinct dims (`N`, `N_1`), as TileLang binds symbols by identity. Workspaces
 (`tl.workspaces`), capacity dims (`tl.capacity_dims`, -1 = none) and the tensors that
 report an output's length (`tl.capacity_lengths`) are copied from the function's
-attributes.
+attributes, and so are the lowering decisions the passes noted (`tl.decisions`,
+core/ir/decisions.py), with this pass's own: the host program's shape (one launch or
+several, host loops, ifs, workspaces, host scalars) and each atomic's kind, address space
+and form (one MSL atomic, or a compare-exchange loop: METAL.atomic_is_native).
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ from tvm.tirx import is_buffer_var
 
 from core.errors import LoweringError
 from core.ir import annotations as keys
-from core.ir import matrix
+from core.ir import decisions as D
+from core.ir import matrix, ops
 from core.ir import program as P
 from core.ir.kernel import func_name, top_level, unwrap, with_attr
 from core.ir.stmt import atomics_in, free_vars, is_kernel_attr, seq, walk
-from core.target import DTYPES, MSL_KEYWORDS
+from core.target import DTYPES, METAL, MSL_KEYWORDS
 
 
 def _param_views(func):
@@ -55,6 +59,7 @@ class _Split:
     def __init__(self, func):
         self.func = func
         self.name = func_name(func)
+        self.decided = set(D.noted(func))   # "point=choice" (core/ir/decisions.py)
         self.buffers = [p for p in func.params if is_buffer_var(p)]
         scalars = [p for p in func.params if not is_buffer_var(p)]
         self.symbols = {}
@@ -130,6 +135,7 @@ class _Split:
             for node in (s.value,) if isinstance(s, (tirx.Evaluate, tirx.BufferStore)) else ():
                 for a in atomics_in(node):
                     written.add(views.get(a.buffer, a.buffer).name)
+                    self.note_atomic(a)
             tile = matrix.tile_access(s.value) if isinstance(s, tirx.Evaluate) else None
             if tile is not None and tile.write:  # simdgroup_store
                 written.add(views.get(tile.buffer, tile.buffer).name)
@@ -149,6 +155,35 @@ class _Split:
             buffers=tuple(b.name for b in used_buffers),
             scalars=tuple(P.ScalarBinding(v.name, str(v.ty), ("var", self.names[v]))
                           for v in used_scalars))
+
+    def note_atomic(self, a) -> None:
+        space = "threadgroup" if ops.buffer_scope(a.buffer) == "shared" else "device"
+        self.decided |= {D.choice("atomics", a.kind), D.choice("atomics.space", space)}
+        if a.kind not in ("load", "store"):
+            native = METAL.atomic_is_native(str(a.buffer.ty.dtype), a.kind, space)
+            self.decided.add(D.choice("atomics.form", "native" if native
+                                      else "compare_exchange"))
+
+    def note_host(self, steps, sites) -> None:
+        """The host program's shape, as the `host` decision point's choices."""
+        kinds = set()
+
+        def visit(step):
+            if isinstance(step, P.HostLoop):
+                kinds.add("loop")
+                for s in step.body:
+                    visit(s)
+            elif isinstance(step, P.HostIf):
+                kinds.add("if")
+                for s in (*step.then, *step.otherwise):
+                    visit(s)
+            elif isinstance(step, P.HostLet):
+                kinds.add("scalars_per_launch")
+
+        for step in steps:
+            visit(step)
+        kinds.add("one_launch" if len(sites) == 1 else "launches")
+        self.decided |= {D.choice("host", k) for k in kinds}
 
     def run(self) -> P.LoweredProgram:
         func = self.func
@@ -181,10 +216,13 @@ class _Split:
             for n, dims in attrs.get(keys.CAPACITY_DIMS, {}).items())
         lengths = tuple((str(n), str(c))
                         for n, c in attrs.get(keys.CAPACITY_LENGTHS, {}).items())
+        self.note_host(host, sites)
+        if workspaces:
+            self.decided.add(D.choice("host", "workspaces"))
         return P.LoweredProgram(self.name, params,
                                 tuple((self.names[v], str(v.ty)) for v in self.symbols),
                                 self.device, tuple(sites), host, workspaces, capacity,
-                                lengths)
+                                lengths, tuple(sorted(self.decided)))
 
 
 def split_host_device(func: tirx.PrimFunc) -> P.LoweredProgram:

@@ -40,17 +40,20 @@ Anything else is left as it is, including fragments over the budget that do not 
 shape (they compile as before, held whole), windows whose partials the reduction layout
 cannot combine, and windows whose reduction results a T.Parallel outside the window reads
 in a layout the chunked reduction would not give them (core/transform/layout_inference.py).
+
+Decisions noted (core/ir/decisions.py): `stream_rows`, for each window streamed (an
+online softmax pass, plain reductions, a ragged last chunk).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import gcd
 
 import tvm
 from tvm import tirx
 
-from core.ir import ops
+from core.ir import decisions, ops
 from core.ir.annotations import STREAMED
 from core.ir.kernel import map_kernels
 from core.ir.layout import FragmentLayout, NoLayout, reduce_layout
@@ -232,6 +235,8 @@ class _Streamer:
         self.chunk_frag = _fragment(f"{w.frag.name}_chunk", (self.R, self.C), self.dtype)
         self.allocs = [self.chunk_frag]
         self.loops = 0
+        # the `stream_rows` decisions this window takes (core/ir/decisions.py)
+        self.kinds = {"ragged_chunk"} if self.N % self.C else set()
 
     def feasible(self, window_stmts) -> bool:
         """At least two chunks, a chunk layout the reductions can combine, and results laid
@@ -359,10 +364,12 @@ class _Streamer:
                 done.append(s)
                 at += 1
             elif self._online_pair(at):
+                self.kinds.add("online_softmax")
                 body += self.online(list(done), s, steps[at + 2])
                 done.append(steps[at + 1])
                 at += 3
             else:
+                self.kinds.add("reductions")
                 body += self.reduction(list(done), s)
                 at += 1
         if self.w.sink is not None:
@@ -398,6 +405,7 @@ class _Kernel:
                             # block, serial loop, `if` or attribute (those are `headers`)
     headers: list           # buffers referenced by the loop bounds, conditions, attributes
     streamed: list          # fragments whose window was rewritten (their AllocBuffer goes)
+    decided: set = field(default_factory=set)   # "stream_rows=..." decisions taken
 
     @classmethod
     def of(cls, body, threads):
@@ -451,6 +459,7 @@ def _stream_block(stmts, kernel: _Kernel):
             continue
         kernel.streamed.append(w.frag)
         out += streamer.build()
+        kernel.decided |= {decisions.choice("stream_rows", k) for k in streamer.kinds}
         at = w.stop
     return out
 
@@ -465,13 +474,14 @@ def _stream(stmt, kernel: _Kernel):
     return rebuild(stmt, new) if any(not a.same_as(b) for a, b in zip(new, kids)) else stmt
 
 
-def _per_kernel(nest):
+def _per_kernel(nest, decided: set):
     kernel = _Kernel.of(nest.body, nest.num_threads)
     body = _stream(nest.body, kernel)
     def held(s):
         return isinstance(s, tirx.AllocBuffer) and any(s.buffer.same_as(f)
                                                        for f in kernel.streamed)
 
+    decided |= kernel.decided
     if kernel.streamed:     # the whole-row fragments are no longer used: drop them
         body = rewrite(body, lambda s: seq([x for x in s.seq if not held(x)])
                        if isinstance(s, tirx.SeqStmt) else s)
@@ -479,4 +489,6 @@ def _per_kernel(nest):
 
 
 def stream_rows(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    return map_kernels(func, _per_kernel)
+    decided = set()
+    streamed = map_kernels(func, lambda nest: _per_kernel(nest, decided))
+    return decisions.note(streamed, decided)

@@ -32,6 +32,9 @@ A statement that names no threadgroup buffer and holds no barrier adds no access
 orders none, so the planner passes what is pending over it without planning inside it
 (found once per kernel, `_inert_statements`): most of a kernel's statements are of that
 kind (device loads and stores, register arithmetic).
+
+Decisions noted (core/ir/decisions.py): `barrier`, where the barriers it placed sit
+(straight line, in an if, in a loop; "none").
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from tvm import tirx
 from tvm.tirx import is_buffer_var
 
 from core.errors import LoweringError
-from core.ir import matrix, ops
+from core.ir import decisions, matrix, ops
 from core.ir.footprint import Footprint, LoopRange, may_race
 from core.ir.kernel import func_name, map_kernels
 from core.ir.stmt import (as_int, children, collect, once_assigned_scalars, rebuild, seq,
@@ -384,11 +387,28 @@ def _count_barriers(stmt) -> int:
     return len(found)
 
 
+def _barrier_places(stmt, place="straight_line") -> set:
+    """Where `stmt`'s barriers sit: the `barrier` decision point's choices."""
+    if ops.is_barrier(stmt):
+        return {place}
+    if isinstance(stmt, tirx.For):
+        place = "in_loop"
+    elif isinstance(stmt, tirx.IfThenElse) and place == "straight_line":
+        place = "in_if"
+    found = set()
+    for kid in children(stmt):
+        found |= _barrier_places(kid, place)
+    return found
+
+
 def thread_sync(func: tirx.PrimFunc) -> tirx.PrimFunc:
     name = func_name(func, None)
+    decided = set()
 
     def plan_kernel(nest):
         body, _ = _Planner(nest, name).plan(nest.body, [])
+        decided.update(_barrier_places(body) or {"none"})
         return nest.wrap(body)
 
-    return map_kernels(func, plan_kernel)
+    planned = map_kernels(func, plan_kernel)
+    return decisions.note(planned, {decisions.choice("barrier", d) for d in decided})

@@ -29,6 +29,9 @@ per-element decode) gathers its lanes one by one into a local run (`S_run`), the
 the run as one vector when that store is proven. Other candidates become plain serial
 loops. The loop bodies are simplified with the analyzer under the enclosing loop ranges
 either way.
+
+Decisions noted (core/ir/decisions.py): `vector.lanes`, the lanes of each vectorized
+loop planned ("none" when there is none).
 """
 
 from __future__ import annotations
@@ -37,11 +40,11 @@ import tvm
 from tvm import tirx
 from tvm.sym import Analyzer
 
-from core.ir import ops
+from core.ir import decisions, ops
 from core.ir.annotations import VECTOR_LANES
 from core.ir.kernel import map_kernels
 from core.ir.stmt import (as_int, atomics_in, bind_ranges, children, choice_parts, free_vars, loads,
-                          map_nodes, rebuild, seq, substitute, visit_nodes)
+                          map_nodes, rebuild, seq, substitute, visit_nodes, walk)
 from core.target import METAL, bits
 
 VECTOR_DTYPES = ("float32", "float16", "bfloat16", "int32", "int8", "uint8")
@@ -337,7 +340,20 @@ def _through_registers(loop, body, ranges, bounds):
     return seq([tirx.AllocBuffer(run), gather, planned])
 
 
+def _vector_widths(stmt) -> set:
+    """The lanes of the vectorized loops planned in `stmt` (the `vector.lanes` choices)."""
+    widths = set()
+
+    def visit(s):
+        if isinstance(s, tirx.For) and s.kind == tirx.ForKind.VECTORIZED:
+            widths.add(str(as_int(s.extent)))
+    walk(stmt, visit)
+    return widths
+
+
 def vectorize(func: tirx.PrimFunc) -> tirx.PrimFunc:
     func = map_kernels(func, lambda nest: _plan(nest.wrap(nest.body), {}, _Bounds()))
+    widths = _vector_widths(func.body) or {"none"}
+    func = decisions.note(func, {decisions.choice("vector.lanes", w) for w in widths})
     mod = tvm.tirx.transform.VectorizeLoop()(tvm.IRModule({"main": func}))
     return mod["main"]

@@ -20,6 +20,8 @@ result and regression files hold), for every caller:
     redundant_barrier                  a barrier no schedule or input needs (barriers=True)
     unreached_barrier                  a barrier only in code no thread runs (barriers=True)
     rejected                           KernelDefinitionError/LoweringError for generated params
+    stale_kernel                       a cache or call path gave a kernel other than the one
+                                       the function and options lower to (route=..., below)
     compile_error, launch_error        MSL compile or launch failures
     crash, timeout                     the kernel crashed or hung (emulator process)
     internal_error                     any other exception: a compiler or harness bug
@@ -56,6 +58,7 @@ class Status(str, enum.Enum):
     LAUNCH_ERROR = "launch_error"
     CRASH = "crash"
     TIMEOUT = "timeout"
+    STALE_KERNEL = "stale_kernel"
     INTERNAL_ERROR = "internal_error"
 
     def __str__(self) -> str:
@@ -90,6 +93,7 @@ class CaseResult:
     run_seconds: float = 0.0
     msl: str = ""
     stages: dict = field(default_factory=dict)     # seconds per stage (STAGES)
+    decisions: tuple = ()      # the lowering decisions the compile took (kernel.decisions)
 
     @property
     def ok(self) -> bool:
@@ -119,7 +123,8 @@ def check_passes(disable=(), replace=(), error: type = ValueError) -> None:
 
 def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
              schedule: str = "forward", checks=None, disable=(), replace=None,
-             cache: bool = True, barriers: bool = False, compiled=None) -> CaseResult:
+             cache: bool = True, barriers: bool = False, compiled=None,
+             route: dict | None = None) -> CaseResult:
     """Build `family` at `params`, run it on `backend` with every check, compare each
     output with the oracle, and with `barriers` (for a passing case that has barriers)
     check that each barrier is needed. Never raises for a failing kernel: every failure
@@ -128,6 +133,10 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
     `compiled`: a `(built, kernel)` pair the caller already made of this family, params,
     `disable` and `replace` (the bench times its compile and runs that kernel); the case
     then runs it instead of building and compiling again (`compile_seconds` stays 0).
+
+    `route` (harness/check/route.py): how the kernel is reached -- call path, compile
+    options, math mode, cache state -- as drawn by the fuzz; a kernel other than the one
+    lowering gives for its options is "stale_kernel". None: core.compile with `cache`.
 
     "rejected" is a clear compile-time error (KernelDefinitionError / LoweringError) for
     params the family generated: a generator bug or a missing feature, reported as such.
@@ -139,11 +148,12 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
     if barriers:
         result = run_case(family, params, seed=seed, backend=backend, schedule=schedule,
                           checks=checks, disable=disable, replace=replace, cache=cache,
-                          compiled=compiled)
+                          compiled=compiled, route=route)
         if result.status != Status.PASS:
             return result
+        routed = tuple(dict.fromkeys([*disable, *(route or {}).get("disable", ())]))
         t0 = time.perf_counter()
-        result = _check_barriers(result, disable)
+        result = _check_barriers(result, routed)
         result.stages["barriers"] = time.perf_counter() - t0
         return result
     fam = families.get(family)
@@ -153,14 +163,16 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
         return result
     with _Stages(result):
         return _run(result, fam, core, backend, schedule, checks, disable, replace, cache,
-                    compiled)
+                    compiled, route)
 
 
-def _run(result, fam, core, backend, schedule, checks, disable, replace, cache, compiled):
+def _run(result, fam, core, backend, schedule, checks, disable, replace, cache, compiled,
+         route):
     """`run_case` without the barrier check, its stages timed by the caller's `_Stages`."""
     from core.errors import (KernelCrashError, KernelDefinitionError, KernelTimeoutError,
                              LaunchError, LoweringError, MetaltileError, MSLCompileError)
     from core.runtime.backends import to_device, to_host
+    from harness.check import route as routes
     from harness.check.compare import assert_outputs_close
 
     params, seed = result.params, result.seed
@@ -171,11 +183,15 @@ def _run(result, fam, core, backend, schedule, checks, disable, replace, cache, 
             t_trace = time.perf_counter()
             result.stages["trace"] = t_trace - t0
             kernel = core.compile(built.func, out_idx=built.out_idx, disable=disable,
-                                  replace=replace, cache=cache)
+                                  replace=replace, cache=cache) if route is None else \
+                routes.compile_routed(fam, built, params, route, disable=disable,
+                                      replace=replace)
             result.stages["compile"] = time.perf_counter() - t_trace
         else:
             built, kernel = compiled
-        result.msl = kernel.msl
+        result.msl, result.decisions = kernel.msl, kernel.decisions
+    except routes.StaleKernel as err:
+        return _failed(result, Status.STALE_KERNEL, err, t0)
     except (KernelDefinitionError, LoweringError) as err:
         return _failed(result, Status.REJECTED, err, t0)
     except MetaltileError as err:
@@ -186,8 +202,9 @@ def _run(result, fam, core, backend, schedule, checks, disable, replace, cache, 
     t1 = time.perf_counter()
     try:
         inputs = built.inputs(seed)   # on the CPU: the oracle reads them there
-        outs = kernel(*(to_device(a, backend) for a in inputs), backend=backend,
-                      checks=checks, schedule=schedule, seed=seed)
+        with routes.math_mode(route):
+            outs = kernel(*(to_device(a, backend) for a in inputs), backend=backend,
+                          checks=checks, schedule=schedule, seed=seed)
         outs = to_host(outs, backend)
     except MSLCompileError as err:
         return _failed(result, Status.COMPILE_ERROR, err, t1, run=True)
@@ -309,8 +326,8 @@ def failure_signature(status: str, message: str = "", findings=()) -> str | None
         return f"mismatch+finding:{kinds}" if kinds else "mismatch"
     if status == Status.FINDING:
         return f"finding:{kinds or 'unknown'}"
-    if status in BARRIER_STATUSES:
-        return status
+    if status in (*BARRIER_STATUSES, Status.STALE_KERNEL):
+        return str(status)
     if ":" in status:  # already a signature (worker crash, case timeout)
         return status
     first = message.splitlines()[0] if message else ""

@@ -59,13 +59,15 @@ class RegressionCase:
     found_by: dict = field(default_factory=dict)
     dsl: str = ""
     msl: str = ""
+    # how the kernel was reached (harness/check/route.py); None: a cold core.compile
+    route: dict | None = None
     path: Path | None = field(default=None, compare=False)
 
     @property
     def key(self) -> str:
         """Short hash of what makes the case: the file name's last part."""
-        text = json.dumps([self.family, self.params, self.seed, self.schedule,
-                           sorted(self.disable)], sort_keys=True)
+        made = [self.family, self.params, self.seed, self.schedule, sorted(self.disable)]
+        text = json.dumps(made + ([self.route] if self.route else []), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:10]
 
     @property
@@ -75,6 +77,8 @@ class RegressionCase:
     def to_json(self) -> str:
         data = asdict(self)
         data.pop("path")
+        if data["route"] is None:   # files of cases without a route stay as they were
+            data.pop("route")
         return json.dumps(data, indent=2, sort_keys=False) + "\n"
 
 
@@ -172,7 +176,8 @@ def replay(case: RegressionCase) -> Replay:
         return _replay_isolated(case)
     import_families(case.imports)
     result = run_case(case.family, case.params, seed=case.seed, schedule=case.schedule,
-                      disable=tuple(case.disable), barriers=case.status in BARRIER_STATUSES)
+                      disable=tuple(case.disable), barriers=case.status in BARRIER_STATUSES,
+                      route=case.route)
     return Replay(result.status, result.signature, result.message)
 
 
@@ -225,6 +230,7 @@ def _replay_child(text: str, send) -> None:
 
     send.send("started")
     result = run_case(data["family"], data["params"], seed=data["seed"],
-                      schedule=data["schedule"], disable=tuple(data["disable"]))
+                      schedule=data["schedule"], disable=tuple(data["disable"]),
+                      route=data.get("route"))
     send.send((result.status, result.signature, result.message))
     send.close()

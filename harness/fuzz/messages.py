@@ -24,6 +24,9 @@ class WorkerConfig:
     disable: tuple             # pipeline passes switched off
     barrier_every: int         # barrier check on 1 of N cases with barriers; 0 off
     timeout: float             # the per-case timeout, recorded in failures
+    candidates: int = 1        # params drawn per case; the one reaching the rarest
+                               # decisions runs (1: no steering)
+    routes: bool = False       # draw the call path, options and cache state of each case
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,8 @@ class Task:
     deadline: float            # no new case after this in any case
     known: tuple               # signatures counted but not shrunk (known bugs)
     avoid: tuple               # canonical params that killed a worker: not run again
+    reached: tuple = ()        # (decision or pair of decisions, cases that reached it) of
+                               # the family so far: what steering scores candidates with
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,7 @@ class CaseStarted:
     params: dict
     seed: int                  # the input seed
     schedule: str
+    route: dict | None = None  # how the kernel is reached (harness/check/route.py)
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,7 @@ class CaseEnded:
     seconds: float
     barriers: int              # 1 if its barriers were checked
     stages: tuple = ()         # (stage, seconds) pairs: harness.check.case.STAGES, "shrinking"
+    decisions: tuple = ()      # the lowering decisions its compile took (kernel.decisions)
 
 
 @dataclass(frozen=True)

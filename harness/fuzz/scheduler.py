@@ -28,6 +28,15 @@ process) is recorded as a "crash" failure of that case, one that runs a case lon
 `case_timeout` is killed and recorded as "timeout"; either way a new worker takes the
 slot, and the case's params are not drawn again in this run.
 
+What steers the drawing: each case reports the lowering decisions its compile took
+(`kernel.decisions`, core/ir/decisions.py); the parent counts them per family (and every
+pair of them, harness/fuzz/steer.py) and hands the counts to each task, whose worker draws
+`candidates` params per case and runs the one reaching the rarest decisions. With
+`routes`, a case also draws how its kernel is reached (call path, compile options, math
+mode, cache state: harness/check/route.py), so a cache or a path that returns the wrong
+kernel fails a case ("stale_kernel"). The summary lists every decision point's choices
+and how many cases reached each.
+
 Known bugs are counted, not shrunk or saved again: a failure signature already found in
 a family in this run, and one of an "open" regression case (suites/regressions or `out`),
 which the summary lists as known and which, like the regression suite's xfails, does not
@@ -49,6 +58,7 @@ from pathlib import Path
 
 from harness.check import regressions
 from harness.check.case import CASE_TIMEOUT, STAGES as CASE_STAGES, WORKER_CRASH, check_passes
+from harness.fuzz import steer
 from harness.fuzz.messages import (CaseEnded, CaseStarted, FailingExample, GeneratorError,
                                    Halt, Ready, Stop, Task, TaskDone, WorkerConfig)
 from harness.fuzz.worker import canonical, worker_main
@@ -78,6 +88,8 @@ class FuzzOptions:
     disable: tuple = ()                   # pipeline passes switched off (checks the checker)
     imports: tuple = ()                   # modules registering extra families (tests)
     max_cases: int = 0                    # stop after this many cases; 0 = budget only
+    candidates: int = 3                   # params drawn per case, steered (fuzz/steer.py)
+    routes: bool = True                   # draw call path, options, cache state per case
 
 
 @dataclass
@@ -91,6 +103,7 @@ class FamilyTally:
     stages: dict = field(default_factory=dict)   # stage -> seconds of its cases (STAGES)
     tasks: int = 0
     broken: str = ""                      # the generator itself failed: not scheduled again
+    decisions: dict = field(default_factory=dict)   # "point=choice" -> cases reaching it
 
 
 @dataclass
@@ -122,6 +135,15 @@ class FuzzSummary:
     @property
     def cases(self) -> int:
         return sum(t.cases for t in self.families.values())
+
+    @property
+    def decisions(self) -> dict:
+        """"point=choice" -> the cases, over every family, whose compile took it."""
+        total = {}
+        for t in self.families.values():
+            for d, n in t.decisions.items():
+                total[d] = total.get(d, 0) + n
+        return total
 
     @property
     def rate(self) -> float:
@@ -206,6 +228,7 @@ class _Run:
     written: set = field(default_factory=set)       # files this run wrote
     seen_open: set = field(default_factory=set)     # open cases seen failing in this run
     stopping: bool = False               # budget spent or Ctrl-C: no new tasks
+    reached: dict = field(default_factory=dict)     # family -> steer.keys -> cases
 
     @classmethod
     def build(cls, options: FuzzOptions, view, summary: FuzzSummary, context) -> _Run:
@@ -294,7 +317,9 @@ class _Run:
         config = WorkerConfig(db=str(self.options.db), imports=tuple(self.options.imports),
                               disable=tuple(self.options.disable),
                               barrier_every=self.options.barrier_every,
-                              timeout=self.options.case_timeout)
+                              timeout=self.options.case_timeout,
+                              candidates=self.options.candidates,
+                              routes=self.options.routes)
         process = self.context.Process(target=worker_main, args=(child, config), daemon=True,
                                        name=f"harness-fuzz-{slot.index}")
         process.start()
@@ -378,6 +403,11 @@ class _Run:
             tally.barrier_checks += message.barriers
             for name, seconds in message.stages:
                 tally.stages[name] = tally.stages.get(name, 0.0) + seconds
+            for d in message.decisions:
+                tally.decisions[d] = tally.decisions.get(d, 0) + 1
+            reached = self.reached.setdefault(message.family, {})
+            for k in steer.keys(message.decisions):
+                reached[k] = reached.get(k, 0) + 1
             self._note_open_case(message.family, message.signature, slot.case)
             slot.case = None
         elif isinstance(message, FailingExample):
@@ -414,7 +444,8 @@ class _Run:
                          slice_end=time.time() + (min(self.slice, FIRST_SLICE) if k == 0
                                                   else self.slice),
                          deadline=self.deadline, known=tuple(sorted(self.known[name])),
-                         avoid=tuple(self.avoid[name]))
+                         avoid=tuple(self.avoid[name]),
+                         reached=tuple(self.reached.get(name, {}).items()))
         _send(slot.conn, slot.task)
         return True
 
@@ -445,7 +476,9 @@ class _Run:
                       "schedule": case.schedule, "disable": list(self.options.disable),
                       "status": status, "signature": signature, "message": message,
                       "timeout_seconds": self.options.case_timeout,
-                      "imports": list(self.options.imports)}, shrunk=False)
+                      "imports": list(self.options.imports),
+                      **({"route": case.route} if case.route is not None else {})},
+                     shrunk=False)
 
     def _record(self, data: dict, shrunk: bool) -> None:
         family, signature = data["family"], data["signature"]
@@ -503,8 +536,9 @@ def _send(conn, message) -> None:
 def run(options: FuzzOptions, view=None) -> FuzzSummary:
     """Fuzz until the budget is spent (or `max_cases`, or Ctrl-C); return the summary.
     Raises FuzzUsageError for options that cannot run."""
-    if options.workers < 1 or options.budget <= 0 or options.case_timeout <= 0:
-        raise FuzzUsageError("workers, budget and case timeout must be positive")
+    if options.workers < 1 or options.budget <= 0 or options.case_timeout <= 0 or \
+            options.candidates < 1:
+        raise FuzzUsageError("workers, budget, case timeout and candidates must be positive")
     view = view or QuietView()
     seed = options.seed if options.seed is not None else int.from_bytes(os.urandom(4), "big")
     summary = FuzzSummary(seed, options.budget, options.workers)

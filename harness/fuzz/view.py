@@ -7,7 +7,9 @@ the totals, the rate and the time left.
 run (at most every 30 s) and one line per event (a failure saved, a worker restarted).
 Both take their numbers from the run's `FuzzSummary`; `print_summary` prints its final
 state, with the seconds per stage of the cases (`stage_table`: trace, compile, the
-emulator's stages, oracle, barrier checks, shrinking, and the time between cases).
+emulator's stages, oracle, barrier checks, shrinking, and the time between cases) and the
+lowering decisions reached (`decision_table`: every point of core/ir/decisions.POINTS, each
+choice with the cases that reached it).
 """
 
 from __future__ import annotations
@@ -110,7 +112,8 @@ class PlainView:
         self.last = time.time()
         per = ", ".join(f"{n} {t.cases}" for n, t in summary.families.items()
                         if not t.skip_reason)
-        self.console.print(f"{_headline(summary, self.deadline)} | {per}", soft_wrap=True)
+        self.console.print(f"{_headline(summary, self.deadline)}, "
+                           f"{decisions_reached(summary)} | {per}", soft_wrap=True)
 
     def note(self, text, style=""):
         self.console.print(text, soft_wrap=True)
@@ -135,12 +138,36 @@ def stage_table(summary, title="where the time went") -> Table:
     return table
 
 
+def decision_table(summary) -> Table:
+    """Every decision point's choices (core/ir/decisions.POINTS) and how many cases reached
+    each; "-" for one no case reached."""
+    from core.ir.decisions import POINTS
+
+    reached = summary.decisions
+    table = Table(title="lowering decisions reached (cases)", title_justify="left")
+    for column in ("point", "decided in", "choices"):
+        table.add_column(column)
+    for point, (where, choices) in POINTS.items():
+        cells = [f"{c} {reached.get(f'{point}={c}', '-')}" for c in choices]
+        table.add_row(point, where, ", ".join(cells))
+    return table
+
+
+def decisions_reached(summary) -> str:
+    """"N of M decisions": the choices of core/ir/decisions.POINTS some case reached."""
+    from core.ir.decisions import POINTS
+
+    every = {f"{p}={c}" for p, (_, cs) in POINTS.items() for c in cs}
+    return f"{len(every & set(summary.decisions))} of {len(every)} decisions"
+
+
 def print_summary(console: Console, summary) -> None:
-    """The end of a run: per-family table, where the time went, failures with their
-    regression files, totals."""
+    """The end of a run: per-family table, where the time went, the decisions reached,
+    failures with their regression files, totals."""
     console.print(family_table(summary, title="fuzz summary"))
     if summary.cases:
         console.print(stage_table(summary))
+    console.print(decision_table(summary))
     for f in summary.failures:
         shrunk = "shrunk" if f.shrunk else "not fully shrunk"
         console.print(Text.assemble(("FAIL ", "bold red"), f"{f.family} {f.signature} "
@@ -161,4 +188,5 @@ def print_summary(console: Console, summary) -> None:
     known = f" ({len(summary.known)} known open bug(s) still fail)" if summary.known else ""
     console.print(Text.assemble(
         f"fuzz {how}: {summary.cases} cases in {_clock(summary.elapsed)} "
-        f"({summary.rate:.2f} cases/s, seed {summary.seed}{restarts}); ", verdict, known))
+        f"({summary.rate:.2f} cases/s, seed {summary.seed}{restarts}, "
+        f"{decisions_reached(summary)}); ", verdict, known))

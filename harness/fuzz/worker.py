@@ -7,7 +7,8 @@ messages of harness/fuzz/messages.py:
 
     Ready(pid)                         imports done, waiting for a task
     CaseStarted(family, params, ...)   a case begins (the parent times it out)
-    CaseEnded(family, signature, ...)  a case ended: family, signature, seconds, barriers
+    CaseEnded(family, signature, ...)  a case ended: family, signature, seconds, barriers,
+                                       the lowering decisions its compile took
     FailingExample(record)             a failing example (first, and every smaller one)
     FailingExample(record, final=True) the minimal example Hypothesis settled on
     GeneratorError(family, traceback)  the family's generator itself failed
@@ -15,6 +16,11 @@ messages of harness/fuzz/messages.py:
 
 A failing case raises an exception class of its own per failure signature, so Hypothesis
 shrinks each kind of failure separately and never towards a different bug.
+
+What a case is: the family's params (with steering, `candidates` of them, of which the
+one reaching the rarest lowering decisions runs: harness/fuzz/steer.py), an input seed, a
+schedule, and with `routes` how the kernel is reached (call path, compile options, math
+mode, cache state: harness.gen.strategies.compile_route, run by harness/check/route.py).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from pathlib import Path
 
 from harness.check import regressions
 from harness.check.case import BARRIER_STATUSES, run_case
+from harness.fuzz import steer
 from harness.fuzz.messages import (CaseEnded, CaseStarted, FailingExample, GeneratorError,
                                    Halt, Ready, Stop, Task, TaskDone, WorkerConfig)
 
@@ -89,6 +96,7 @@ def _run_task(conn, config: WorkerConfig, task: Task) -> None:
     from hypothesis import strategies as st
 
     from harness.gen import family as families
+    from harness.gen import strategies as S
 
     name = task.family
     fam = families.get(name)
@@ -96,27 +104,45 @@ def _run_task(conn, config: WorkerConfig, task: Task) -> None:
     found = {}   # signature -> latest failing record of this task
     disable = tuple(config.disable)
 
-    def case(params, input_seed, schedule):
+    reached = dict(task.reached)
+
+    def decided(params, input_seed, schedule, route):
+        """A candidate's decisions. Its build runs in this process, so it is announced as
+        the running case first: one that kills or hangs the worker is that case's crash
+        or timeout, as when it runs."""
+        if canonical(params) in avoid:
+            return ()
+        conn.send(CaseStarted(name, params, input_seed, schedule, route))
+        options = route or {}
+        return steer.compiled_decisions(fam, params,
+                                        (*disable, *options.get("disable", ())),
+                                        options.get("pass_configs"))
+
+    def case(params, input_seed, schedule, route):
         now = time.time()
         if conn.poll(0) and isinstance(conn.recv(), Halt):
             raise _TaskOver
         if now >= task.deadline or (not found and now >= task.slice_end):
             raise _TaskOver
+        if config.candidates > 1:   # steering (harness/fuzz/steer.py): the rarest decisions
+            params = params[steer.choose(params, lambda p: decided(p, input_seed, schedule,
+                                                                   route), reached)]
         if canonical(params) in avoid:
             return
-        conn.send(CaseStarted(name, params, input_seed, schedule))
+        conn.send(CaseStarted(name, params, input_seed, schedule, route))
         barriers = _barrier_due(params, input_seed, config.barrier_every) or \
             any(s in found for s in BARRIER_STATUSES)
         t0 = time.perf_counter()
         result = run_case(name, params, seed=input_seed, schedule=schedule, disable=disable,
-                          barriers=barriers)
+                          barriers=barriers, route=route)
         signature = result.signature
         checked = barriers and result.status in ("pass", *BARRIER_STATUSES) \
             and "threadgroup_barrier" in result.msl
         seconds = time.perf_counter() - t0
         # after a failure, Hypothesis is shrinking it: the case's time is the shrinker's
         stages = (("shrinking", seconds),) if found else tuple(result.stages.items())
-        conn.send(CaseEnded(name, signature, seconds, int(checked), stages))
+        conn.send(CaseEnded(name, signature, seconds, int(checked), stages,
+                            tuple(result.decisions)))
         if signature is None or signature in known:
             return
         record = {"family": name, "params": params, "seed": input_seed, "schedule": schedule,
@@ -124,12 +150,17 @@ def _run_task(conn, config: WorkerConfig, task: Task) -> None:
                   "message": result.message, "msl": result.msl,
                   "dsl": regressions.dsl_text(name, params),
                   "timeout_seconds": config.timeout, "imports": list(config.imports)}
+        if route is not None:
+            record["route"] = route
         found[signature] = record
         conn.send(FailingExample(record))
         raise _failure_class(signature)(record)
 
-    test = given(params=fam.params(), input_seed=st.integers(0, INPUT_SEEDS - 1),
-                 schedule=st.sampled_from(SCHEDULES))(case)
+    drawn = fam.params() if config.candidates <= 1 else \
+        st.lists(fam.params(), min_size=config.candidates, max_size=config.candidates)
+    test = given(params=drawn, input_seed=st.integers(0, INPUT_SEEDS - 1),
+                 schedule=st.sampled_from(SCHEDULES),
+                 route=S.compile_route() if config.routes else st.none())(case)
     phases = [Phase.explicit, Phase.generate, Phase.shrink]
     if task.reuse:
         phases.insert(1, Phase.reuse)

@@ -7,8 +7,9 @@ Params:
                 (ragged in M; any N)
     dtype       dtype of X, W, B and Y: float32, float16, bfloat16 (computed in float32)
     eps         1e-5 or 1e-6 (a constant of the kernel)
-    bM          rows per threadgroup; threads: threads per threadgroup (powers of two
-                1..512, and multiples of 32 that are not: 96, 384, 896)
+    bM          rows per threadgroup; threads: threads per threadgroup
+                (strategies.reduce_threads: powers of two 1..1024, other multiples of 32,
+                the pipeline limits 768 and 896)
 
 Signature: (X, W, B, Y).
 """

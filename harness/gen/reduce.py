@@ -19,9 +19,10 @@ Params:
                 "local": T.alloc_local destination (every thread gets every output),
                 stored by a guarded T.Parallel (keepdim False)
     block       bM (dim 1) or bN (dim 0)
-    threads     threads per threadgroup (1, 16, 32..512, powers of two; 96, 384, 896,
-                whole simdgroups that are not): how many threads share one output
-                follows from the fragment layout (core/ir/layout.py); other counts
+    threads     threads per threadgroup (strategies.reduce_threads: powers of two
+                1..1024, other multiples of 32, the pipeline limits 768 and 896): how
+                many threads share one output follows from the fragment layout
+                (core/ir/layout.py); other counts
                 (48) are a clear error where the combining groups do not divide them
     combine     "store" (default): each threadgroup reduces whole rows / columns and
                 stores them; "atomic": split-K style, the reduced extent is cut into
@@ -48,7 +49,6 @@ from oracles import reduce as oracle
 
 KINDS = oracle.KINDS
 DTYPES = ("float32", "float16", "bfloat16", "int32")
-THREADS = S.THREADS_REDUCE
 DSTS = ("fragment", "local")
 ATOMIC_DTYPES = ("float32", "int32")
 _ATOMIC = {"sum": T.atomic_add, "abssum": T.atomic_add, "max": T.atomic_max,
@@ -216,7 +216,7 @@ def params(draw):
                                           else (dtype,))),
         "clear": draw(st.booleans()), "keepdim": keepdim, "dst": dst,
         "block": draw(S.tile((1, 2, 4, 8, 16))),
-        "threads": draw(S.threads(THREADS)),
+        "threads": draw(S.reduce_threads()),
     }
     if draw(st.integers(0, 3)) == 0:      # one case in four: the split-K atomic variant
         p = {**p, "combine": "atomic", "dtype": draw(S.dtype(ATOMIC_DTYPES)),

@@ -9,8 +9,9 @@ Params:
     eps         1e-6 or 1e-5 (a constant of the kernel)
     weight      "global": W[j] read from device memory in the T.Parallel;
                 "shared": W staged once into threadgroup memory with T.copy (a barrier)
-    bM          rows per threadgroup; threads: threads per threadgroup (powers of two
-                1..512, and multiples of 32 that are not: 96, 384, 896)
+    bM          rows per threadgroup; threads: threads per threadgroup
+                (strategies.reduce_threads: powers of two 1..1024, other multiples of 32,
+                the pipeline limits 768 and 896)
 
 Signature: (X, W, Y).
 """

@@ -73,6 +73,19 @@ def test_naive_gemm_ragged(run):
     assert_close(c, (a.float() @ b.float()).half(), "float16", reduction_length=K)
 
 
+def test_jit_on_a_lambda_returning_a_prim_func(run):
+    # its source is the line around it, with no def: read as a factory, not an eager
+    # function (it raised StopIteration; found by the fuzz's call paths, issue 25)
+    @T.prim_func
+    def double(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64):
+            for i in T.Parallel(64):
+                B[i] = A[i] * 2
+    factory = core.jit(out_idx=[-1])(lambda: double)
+    a = random_tensor((64,), "float32", 3)
+    assert_close(run(factory(), a), a * 2)
+
+
 def test_jit_factory_caches_per_signature(run):
     @core.jit(out_idx=[-1])
     def scale(N, factor):

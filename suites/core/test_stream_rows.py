@@ -73,6 +73,11 @@ SOFTMAX = [  # M, N, bM, threads, dtype: all over the budget
     (5, 7000, 2, 256, "float16"),       # two rows per threadgroup, ragged in M and N
     (2, 9000, 1, 64, "bfloat16"),       # chunks within two simdgroups
     (9, 2000, 8, 32, "float32"),        # 4 threads per row: the pairs' shuffle butterfly
+    # not a power of two: lanes past the simdgroups that exist take the identity pair
+    # (the combine read red_buf past its 28 pairs at 896 threads, issue 25)
+    (1, 46592, 1, 896, "float32"),
+    (1, 4609, 1, 96, "float32"),        # the fuzz's shrunk case: 3 simdgroups
+    (3, 40000, 2, 768, "float16"),      # 24 simdgroups, two rows per threadgroup
 ]
 
 
