@@ -6,7 +6,8 @@ the totals, the rate and the time left.
 `PlainView` (CI logs, stdout not a terminal) prints a progress line about ten times per
 run (at most every 30 s) and one line per event (a failure saved, a worker restarted).
 Both take their numbers from the run's `FuzzSummary`; `print_summary` prints its final
-state.
+state. A Ray campaign (`--ray`) adds the same per machine: `node_table` (workers there now,
+cases, failing cases, new failures first seen there, cases lost with a dying worker).
 """
 
 from __future__ import annotations
@@ -54,6 +55,18 @@ def family_table(summary, running=frozenset(), title="families") -> Table:
     return table
 
 
+def node_table(summary, title="nodes") -> Table:
+    table = Table(title=title, title_justify="left")
+    for column, justify in (("node", "left"), ("workers", "right"), ("cases", "right"),
+                            ("failing", "right"), ("failures", "right"), ("lost", "right")):
+        table.add_column(column, justify=justify, no_wrap=True)
+    for name, t in summary.nodes.items():
+        table.add_row(name, str(t.workers), str(t.cases), str(t.failing_cases),
+                      Text(str(t.failures), "bold red" if t.failures else ""),
+                      Text(str(t.lost), "yellow" if t.lost else ""))
+    return table
+
+
 class LiveView:
     """Progress for a terminal: one table, redrawn in place."""
 
@@ -69,8 +82,10 @@ class LiveView:
         self.live.start()
 
     def _render(self, summary, running):
-        return Group(Text(_headline(summary, self.deadline), "bold"),
-                     family_table(summary, running))
+        parts = [Text(_headline(summary, self.deadline), "bold"), family_table(summary, running)]
+        if summary.nodes:
+            parts.append(node_table(summary))
+        return Group(*parts)
 
     def refresh(self, summary, running):
         if self.live:
@@ -109,6 +124,9 @@ class PlainView:
         self.last = time.time()
         per = ", ".join(f"{n} {t.cases}" for n, t in summary.families.items()
                         if not t.skip_reason)
+        if summary.nodes:
+            per += " | nodes: " + ", ".join(f"{n} {t.cases} ({t.workers} worker(s))"
+                                            for n, t in summary.nodes.items())
         self.console.print(f"{_headline(summary, self.deadline)} | {per}", soft_wrap=True)
 
     def note(self, text, style=""):
@@ -121,6 +139,8 @@ class PlainView:
 def print_summary(console: Console, summary) -> None:
     """The end of a run: per-family table, failures with their regression files, totals."""
     console.print(family_table(summary, title="fuzz summary"))
+    if summary.nodes:
+        console.print(node_table(summary, title="per node"))
     for f in summary.failures:
         shrunk = "shrunk" if f.shrunk else "not fully shrunk"
         console.print(Text.assemble(("FAIL ", "bold red"), f"{f.family} {f.signature} "
