@@ -53,6 +53,7 @@ from harness.fuzz.worker import _run_task, example_database
 POLL_SECONDS = 1.0          # a collector's long poll of its actor
 ACK_SECONDS = 60.0          # how long a worker waits for the driver to have a message
 KILL_SECONDS = 5.0          # how long an actor is given to end its own process group
+PLACEMENTS = 3              # tries to place an actor whose node died before it was ready
 OBJECT_STORE_BYTES = 100 * 2 ** 20   # a local instance's object store: messages are small
 SOURCE_DIRS = ("core", "harness", "oracles")   # what must be the same on every node
 
@@ -170,7 +171,9 @@ class _DriverEnd:
 
 class RayWorker:
     """A fuzzing worker that is a Ray actor, as the scheduler sees a worker process:
-    start, is_alive, join, exitcode, kill; `death` says how it ended, `node` where it ran."""
+    start, is_alive, join, exitcode, kill; `death` says how it ended, `node` where it ran,
+    `lost` that its actor died (its node, most often: the scheduler replaces it without
+    calling that a harness error when no case was running)."""
 
     pid = None
 
@@ -184,14 +187,19 @@ class RayWorker:
         self.death = ""
         self.node = ""
         self.killed = False
+        self.lost = False                   # died with its actor (a node lost), not a setup error
         self.collector = threading.Thread(target=self._collect, daemon=True,
                                           name=f"{name}-collector")
 
     def start(self) -> None:
+        self._place()
+        self.collector.start()
+
+    def _place(self) -> None:
+        self.sent = 0
         self.actor = FuzzActor.options(num_cpus=1, max_restarts=0, max_task_retries=0,
                                        max_concurrency=4, scheduling_strategy="SPREAD",
                                        name=None).remote(self.config, self.digest)
-        self.collector.start()
 
     def is_alive(self) -> bool:
         return self.collector.is_alive()
@@ -228,10 +236,20 @@ class RayWorker:
             self.exitcode = -9
 
     def _collect(self) -> None:
-        acked = 0
+        acked, placements = 0, 1
         try:
             while not self.killed:
-                events, ended, error = ray.get(self.actor.drain.remote(acked, POLL_SECONDS))
+                try:
+                    events, ended, error = ray.get(self.actor.drain.remote(acked,
+                                                                           POLL_SECONDS))
+                except ray.exceptions.RayActorError:
+                    # Its node died before it was ready (nothing was sent to it yet): place
+                    # it again, on a node that is left.
+                    if self.node or self.killed or placements >= PLACEMENTS:
+                        raise
+                    placements += 1
+                    self._place()
+                    continue
                 for number, message in events:
                     if isinstance(message, DatabaseChange):
                         _apply(self.db, self.config.disable, message)
@@ -249,7 +267,7 @@ class RayWorker:
         except Exception as err:  # noqa: BLE001 - the actor or its node died
             self.exitcode = -9
             if not self.killed:
-                self.death = _death(err, self.node)
+                self.death, self.lost = _death(err, self.node), True
         finally:
             self.writer.close()
             if self.exitcode is None:

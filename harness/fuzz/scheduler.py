@@ -333,6 +333,8 @@ class _Run:
                                        "see its error output above")
             self._kill(slot)
             return  # an import that fails once fails every time
+        elif getattr(slot.process, "lost", False):   # a Ray node lost between cases
+            self.view.note(f"worker {slot.index} lost outside a case ({how})", "yellow")
         elif not self.stopping or slot.task is not None:
             self.summary.errors.append(f"worker {slot.index} died outside a case ({how})")
         self._kill(slot)

@@ -140,8 +140,8 @@ def test_ray_missing_is_a_usage_error_naming_the_extra(tmp_path, monkeypatch, ca
 
 
 class _KillWhenFound:
-    """A view that removes `node` from `cluster` once a failure found there has reached
-    the driver, while that node runs its next case (a case takes a second)."""
+    """A view that removes `node` from `cluster` half a second after a failure found there
+    has reached the driver: the node is running a case then (a case takes a second)."""
 
     def __init__(self, cluster, node, label_of):
         self.cluster, self.node, self.label_of = cluster, node, label_of
@@ -158,10 +158,13 @@ class _KillWhenFound:
         label = self.label_of(self.node)
         if self.killed_at is None and label in summary.nodes and \
                 summary.nodes[label].failures:
-            time.sleep(0.5)   # the node is in its next (shrinking) case now
-            self.cases_at_kill = {n: t.cases for n, t in summary.nodes.items()}
             self.killed_at = time.time()
-            threading.Thread(target=self.cluster.remove_node, args=(self.node, False)).start()
+            threading.Thread(target=self._kill, args=(summary,)).start()
+
+    def _kill(self, summary):
+        time.sleep(0.5)   # the scheduler goes on meanwhile: the node is in a case
+        self.cases_at_kill = {n: t.cases for n, t in summary.nodes.items()}
+        self.cluster.remove_node(self.node, allow_graceful=False)
 
     def stop(self, summary):
         pass
@@ -186,14 +189,15 @@ def test_a_node_that_dies_mid_case_loses_nothing_and_the_campaign_completes(tmp_
     monkeypatch.setenv(MARKED_NODE, "1")   # only the second node's workers fail
     doomed = cluster.add_node(num_cpus=1, object_store_memory=ray_backend.OBJECT_STORE_BYTES)
     monkeypatch.delenv(MARKED_NODE)
+
+    def label_of(node):
+        return f"{node.node_ip_address}/{node.node_id[:6]}"
+
+    dead, alive = label_of(doomed), label_of(cluster.head_node)
     try:
         ray.init(address=cluster.address, log_to_driver=False,
                  runtime_env=ray_backend._runtime_env())
         cluster.wait_for_nodes()
-
-        def label_of(node):
-            return f"{node.node_ip_address}/{node.node_id[:6]}"
-
         view = _KillWhenFound(cluster, doomed, label_of)
         summary = scheduler.run(_options(tmp_path, budget=75, families=("marked_node",),
                                          imports=(test_families.__name__,)), view)
@@ -201,7 +205,6 @@ def test_a_node_that_dies_mid_case_loses_nothing_and_the_campaign_completes(tmp_
         ray.shutdown()
         cluster.shutdown()
 
-    dead, alive = label_of(doomed), label_of(cluster.head_node)
     assert view.killed_at is not None, _describe(summary)
     assert summary.workers == 2 and not summary.interrupted and not summary.errors, \
         _describe(summary)
