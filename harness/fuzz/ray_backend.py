@@ -97,9 +97,8 @@ class RayWorkers:
     def start(self, options) -> int:
         """Connect (or start a local instance; a process already connected to Ray keeps its
         connection, and `close` leaves it open); return the number of worker slots: one per
-        CPU the cluster offers, unless `options.workers` says how many."""
-        from harness.fuzz.scheduler import FuzzUsageError
-
+        CPU the cluster offers, unless `options.workers` says how many. ConnectionError
+        when there is no cluster to use (the scheduler reports it as a usage error)."""
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         kwargs = dict(include_dashboard=False, log_to_driver=False, logging_level="WARNING",
                       runtime_env=self.runtime_env or _runtime_env())
@@ -112,12 +111,12 @@ class RayWorkers:
                 ray.init(**kwargs)
             except (ConnectionError, ValueError, RuntimeError) as err:
                 where = self.address or "a local instance"
-                raise FuzzUsageError(f"cannot start Ray ({where}): {err}") from None
+                raise ConnectionError(f"cannot start Ray ({where}): {err}") from None
             self.connected = True
         cpus = int(ray.cluster_resources().get("CPU", 0))
         if cpus < 1:
-            raise FuzzUsageError(f"the Ray cluster at {self.address or 'local'} offers no "
-                                 "CPU to run fuzzing workers on")
+            raise ConnectionError(f"the Ray cluster at {self.address or 'local'} offers no "
+                                  "CPU to run fuzzing workers on")
         self.options = options
         self.digest = source_digest()
         return options.workers or cpus

@@ -565,7 +565,10 @@ def run(options: FuzzOptions, view=None) -> FuzzSummary:
     workers = _workers_for(options)
     fuzzing = None
     try:
-        summary.workers = workers.start(options)   # the budget counts from before this
+        try:
+            summary.workers = workers.start(options)   # the budget counts from before this
+        except ConnectionError as err:   # no Ray cluster there
+            raise FuzzUsageError(str(err)) from None
         options = replace(options, workers=summary.workers)
         fuzzing = _Run.build(options, view, summary, workers)
         fuzzing.loop()
