@@ -222,10 +222,11 @@ class RayWorker:
         leaves the actor's other threads free to answer `end`)."""
         self.killed = True
         if self.actor is not None:
-            try:
-                ray.get(self.actor.end.remote(), timeout=KILL_SECONDS)
-            except Exception:  # noqa: BLE001 - dead already, or cannot answer
-                pass
+            if self.node:   # it is running (one not placed yet would never answer)
+                try:
+                    ray.get(self.actor.end.remote(), timeout=KILL_SECONDS)
+                except Exception:  # noqa: BLE001 - dead already, or cannot answer
+                    pass
             try:
                 ray.kill(self.actor, no_restart=True)
             except Exception:  # noqa: BLE001 - already gone
@@ -259,7 +260,7 @@ class RayWorker:
                     acked = number
                 if ended:
                     self.exitcode = 1 if error else 0
-                    self.death = f"its setup failed: {error}" if error else ""
+                    self.death = error
                     break
         except (OSError, EOFError):
             pass   # the scheduler has closed its end: it is killing this worker
@@ -344,6 +345,10 @@ class _ActorEnd:
         return self.actor.inbox.get()[0]   # (message, snapshot): a Halt has none
 
 
+def _last_line(err: BaseException) -> str:
+    return "".join(traceback.format_exception_only(err)).strip().splitlines()[-1]
+
+
 def _node_label() -> str:
     node = ray.get_runtime_context().get_node_id()
     return f"{ray.util.get_node_ip_address()}/{node[:6]}"
@@ -380,7 +385,7 @@ class FuzzActorBody:
         self.posted = 0
         self.acked = 0
         self.ended = False
-        self.error = ""
+        self.error = ""                     # why the worker loop ended early, if it did
         threading.Thread(target=self._main, daemon=True, name="fuzz-worker").start()
 
     # -- called by the driver --
@@ -445,7 +450,7 @@ class FuzzActorBody:
                 families.families()
                 _setup_node()
             except BaseException as err:  # noqa: BLE001 - reported to the driver
-                self.error = "".join(traceback.format_exception_only(err)).strip()
+                self.error = "its setup failed: " + _last_line(err)
                 return
             conn = _ActorEnd(self)
             self.post(Ready(os.getpid(), _node_label()))
@@ -457,6 +462,8 @@ class FuzzActorBody:
                 elif isinstance(message, Stop):
                     return
                 # a Halt after its task ended: nothing to stop
+        except BaseException as err:  # noqa: BLE001 - a harness bug: the driver reports it
+            self.error = "its worker loop failed: " + "".join(traceback.format_exception(err))
         finally:
             with self.lock:
                 self.ended = True

@@ -2,9 +2,9 @@
 
 In the default run: a local Ray instance with 2 CPUs fuzzes a pipeline with thread_sync
 switched off and the two-bug family, and the failures must be caught, shrunk where they ran,
-and saved by the driver, with the example database written on the driver too; the example
-database's round trip between a node and the driver; and the usage error where Ray is
-missing. In the slow run: a two-node `ray.cluster_utils.Cluster` loses the node that found a
+and saved by the driver, with the example database written on the driver too; a node whose
+sources differ from the driver's runs nothing; the example database's round trip between a
+node and the driver; and the usage error where Ray is missing. In the slow run: a two-node `ray.cluster_utils.Cluster` loses the node that found a
 failure while it runs a case; the failure is on disk, the case in flight is a crash, and the
 campaign completes on the node left. Where Ray is not installed these tests skip (the reason
 says how to install it); the rest of suites/fuzz runs without it.
@@ -93,6 +93,19 @@ def test_a_ray_campaign_catches_shrinks_and_saves_like_a_local_one(tmp_path, tes
     tally = summary.nodes[node]
     assert tally.cases == summary.cases and tally.failures == 3 and tally.lost == 0
     assert tally.failing_cases == sum(t.failing_cases for t in summary.families.values())
+
+
+@needs_ray
+@pytest.mark.xdist_group("ray")
+def test_a_node_with_other_sources_refuses_to_fuzz(tmp_path, local_ray, monkeypatch):
+    from harness.fuzz import ray_backend
+
+    # The driver's sources "differ" from the node's: the actor must not run a case.
+    monkeypatch.setattr(ray_backend, "source_digest", lambda root=None: "0" * 16)
+    summary = scheduler.run(_options(tmp_path, budget=60, workers=1, families=("copy",)))
+    [error] = summary.errors
+    assert "worker 0 failed to start" in error and "runs other metaltile sources" in error
+    assert "0" * 16 in error and summary.cases == 0 and summary.exit_code == 1
 
 
 @needs_ray
