@@ -11,6 +11,9 @@ and for 1 in `barrier_every` cases with barriers the barrier-necessity check of
 harness/check/barriers.py. The worker side (the Hypothesis run of one task) is
 harness/fuzz/worker.py; workers (harness/check/workers.py) come from a fork server that has
 imported torch and tvm once (spawn off Linux), so a restarted worker is ready at once.
+Those are `LocalWorkers`; with `FuzzOptions.ray` the workers are Ray actors on the nodes
+of a cluster instead (harness/fuzz/ray_backend.py, `RayWorkers`), and everything below holds
+for them alike: a `workers` object spawns and kills them, the loop does not know which.
 
 Where failures go: a failing case raises an exception class of its own per failure
 signature (harness.check.case.failure_signature), so Hypothesis shrinks each kind of failure
@@ -42,8 +45,7 @@ import math
 import os
 import re
 import time
-from dataclasses import dataclass, field
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from pathlib import Path
 

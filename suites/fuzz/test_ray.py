@@ -94,6 +94,15 @@ def test_a_ray_campaign_catches_shrinks_and_saves_like_a_local_one(tmp_path, tes
     assert tally.cases == summary.cases and tally.failures == 3 and tally.lost == 0
     assert tally.failing_cases == sum(t.failing_cases for t in summary.families.values())
 
+    # The driver's files resume the campaign: the next one replays the saved failure first
+    # (on a node, from the copy of the database it was sent), a known bug now.
+    again = scheduler.run(_options(tmp_path, budget=60, max_cases=2, workers=1, seed=2,
+                                   families=("staged_transpose",), disable=("thread_sync",),
+                                   imports=(test_families.__name__,)))
+    assert again.exit_code == 0 and not again.failures and not again.errors, _describe(again)
+    [replayed] = again.known
+    assert replayed.case_number == 1 and replayed.params == MINIMAL_STAGED
+
 
 @needs_ray
 @pytest.mark.xdist_group("ray")
