@@ -11,6 +11,7 @@ says how to install it); the rest of suites/fuzz runs without it.
 """
 
 import importlib.util
+import os
 import sys
 import threading
 import time
@@ -159,6 +160,27 @@ def test_ray_missing_is_a_usage_error_naming_the_extra(tmp_path, monkeypatch, ca
                  "--out", str(tmp_path / "out")])
     assert code == 2
     assert "pip install 'metaltile[distributed]'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args,ray,workers", [
+    (["--ray"], "", 0),                                   # a local instance, one per CPU
+    (["--ray", "auto", "--workers", "3"], "auto", 3),
+    (["--ray", "ray://head:10001"], "ray://head:10001", 0),
+    ([], None, min(os.cpu_count() or 1, 4)),              # no Ray: local processes
+])
+def test_the_command_line_chooses_the_workers(args, ray, workers, tmp_path, monkeypatch):
+    from harness.cli import main
+
+    seen = []
+
+    def run(options, view):
+        seen.append(options)
+        return scheduler.FuzzSummary(seed=1, budget=options.budget, workers=1)
+
+    monkeypatch.setattr(scheduler, "run", run)
+    assert main(["fuzz", "--budget", "5s", "--out", str(tmp_path), *args]) == 0
+    [options] = seen
+    assert (options.ray, options.workers) == (ray, workers)
 
 
 class _KillWhenFound:
