@@ -30,8 +30,8 @@ MINIMAL_STAGED = {"n": 8, "threads": 32, "dtype": "float32"}
 
 def _options(tmp_path, **kwargs):
     kwargs.setdefault("seed", 1)
-    return scheduler.FuzzOptions(db=tmp_path / "db", out=tmp_path / "out", ray="", workers=0,
-                                 **kwargs)
+    kwargs.setdefault("workers", 0)   # one per CPU
+    return scheduler.FuzzOptions(db=tmp_path / "db", out=tmp_path / "out", ray="", **kwargs)
 
 
 def _describe(summary):
