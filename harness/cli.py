@@ -608,8 +608,13 @@ def _add_fuzz_command(commands) -> None:
                      help="seed of the run (default: random, printed at the end)")
     sub.add_argument("--families", type=_names, action="extend", default=[], metavar="A,B",
                      help="families to fuzz (repeatable; default: all registered)")
-    sub.add_argument("--workers", type=_positive, default=min(os.cpu_count() or 1, 4),
-                     metavar="N", help="worker processes (default: one per core, at most 4)")
+    sub.add_argument("--workers", type=_positive, default=None, metavar="N",
+                     help="worker processes (default: one per core, at most 4; with --ray "
+                     "one per CPU of the cluster)")
+    sub.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                     help="run the workers as Ray actors (pip install 'metaltile"
+                     "[distributed]'): no ADDRESS starts a local Ray instance; 'auto', "
+                     "HOST:PORT or ray://HOST:PORT joins a running cluster")
     sub.add_argument("--db", type=Path, default=scheduler.DEFAULT_DB, metavar="PATH",
                      help="Hypothesis example database (default: reports/out/fuzz/db)")
     sub.add_argument("--out", type=Path, default=scheduler.regressions.DEFAULT_DIR, metavar="DIR",
@@ -664,7 +669,8 @@ def _run_fuzz(args: argparse.Namespace) -> int:
     out, err = _consoles()
     options = scheduler.FuzzOptions(
         budget=args.budget, seed=args.seed, families=tuple(args.families),
-        workers=args.workers, db=args.db, out=args.out, case_timeout=args.case_timeout,
+        workers=args.workers or (0 if args.ray is not None else min(os.cpu_count() or 1, 4)),
+        ray=args.ray, db=args.db, out=args.out, case_timeout=args.case_timeout,
         barrier_every=args.barrier_every, disable=tuple(args.disable),
         imports=tuple(args.imports),
         max_cases=args.max_cases, candidates=args.candidates, routes=args.routes)

@@ -6,6 +6,8 @@
                   drawn (the `@given` test in `_run_task`)
     messages.py   what the two send each other: Task, CaseStarted, CaseEnded, FailingExample...
     view.py       what the run shows: the live table, plain progress lines, the summary
+    ray_backend.py  the workers as Ray actors on the nodes of a cluster (`--ray`; needs the
+                  `distributed` extra): the scheduler is the same, only its workers differ
 
 Data flow: the scheduler sends a task (a time slice of one family) to a worker; the worker
 draws each case from the family's strategy (harness/gen/) and judges it with

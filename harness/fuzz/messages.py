@@ -59,6 +59,7 @@ class Stop:
 class Ready:
     """Imports done, waiting for a task."""
     pid: int
+    node: str = ""             # the machine, for Ray workers (harness/fuzz/ray_backend.py)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,9 @@ and for 1 in `barrier_every` cases with barriers the barrier-necessity check of
 harness/check/barriers.py. The worker side (the Hypothesis run of one task) is
 harness/fuzz/worker.py; workers (harness/check/workers.py) come from a fork server that has
 imported torch and tvm once (spawn off Linux), so a restarted worker is ready at once.
+Those are `LocalWorkers`; with `FuzzOptions.ray` the workers are Ray actors on the nodes
+of a cluster instead (harness/fuzz/ray_backend.py, `RayWorkers`), and everything below holds
+for them alike: a `workers` object spawns and kills them, the loop does not know which.
 
 Where failures go: a failing case raises an exception class of its own per failure
 signature (harness.check.case.failure_signature), so Hypothesis shrinks each kind of failure
@@ -52,7 +55,7 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from pathlib import Path
 
@@ -90,6 +93,10 @@ class FuzzOptions:
     max_cases: int = 0                    # stop after this many cases; 0 = budget only
     candidates: int = 3                   # params drawn per case, steered (fuzz/steer.py)
     routes: bool = True                   # draw call path, options, cache state per case
+    # Workers as Ray actors (harness/fuzz/ray_backend.py): None = local processes; "" = a
+    # local Ray instance; "auto", "HOST:PORT", "ray://HOST:PORT" = join that cluster.
+    # With Ray, workers = 0 means one per CPU the cluster offers.
+    ray: str | None = None
 
 
 @dataclass
@@ -119,11 +126,23 @@ class Failure:
 
 
 @dataclass
+class NodeTally:
+    """One machine of a Ray campaign (local runs have none)."""
+    name: str
+    workers: int = 0                      # worker slots running there now
+    cases: int = 0
+    failing_cases: int = 0
+    failures: int = 0                     # new failures first seen there
+    lost: int = 0                         # cases whose worker died or hung there
+
+
+@dataclass
 class FuzzSummary:
     seed: int
     budget: float
     workers: int
     families: dict = field(default_factory=dict)     # name -> FamilyTally
+    nodes: dict = field(default_factory=dict)        # node -> NodeTally (Ray runs only)
     failures: list = field(default_factory=list)     # Failure, one per (family, signature)
     known: list = field(default_factory=list)        # Failure: open regression cases seen
     errors: list = field(default_factory=list)       # harness-side problems (text)
@@ -199,6 +218,7 @@ class _Slot:
     restarts: int = 0
     ready: bool = False                   # waiting for a task
     started: bool = False                 # has reported ready once (imports work)
+    node: str = ""                        # the machine it runs on (Ray workers)
     task: Task | None = None
     case: CaseStarted | None = None
     case_started: float = 0.0
@@ -212,7 +232,7 @@ class _Run:
     options: FuzzOptions
     view: object
     summary: FuzzSummary
-    context: object                      # where worker processes come from
+    workers: object                      # where workers come from: LocalWorkers, RayWorkers
     slots: list                          # _Slot, one per worker
     deadline: float                      # the end of the budget
     slice: float                         # a task's time slice (a family's first: FIRST_SLICE)
@@ -231,7 +251,7 @@ class _Run:
     reached: dict = field(default_factory=dict)     # family -> steer.keys -> cases
 
     @classmethod
-    def build(cls, options: FuzzOptions, view, summary: FuzzSummary, context) -> _Run:
+    def build(cls, options: FuzzOptions, view, summary: FuzzSummary, workers) -> _Run:
         """Resolve the families against the registry; FuzzUsageError for unknown names."""
         from harness.gen import family as families
 
@@ -249,7 +269,7 @@ class _Run:
         active = [n for n in names if not registered[n].skip_reason]
         open_cases = _open_cases(options.out)
         per_worker = math.ceil(max(1, len(active)) / options.workers)
-        return cls(options, view, summary, context,
+        return cls(options, view, summary, workers,
                    slots=[_Slot(i) for i in range(options.workers)],
                    deadline=summary.started + options.budget,
                    slice=min(max(options.budget / (2 * per_worker), SLICE_SECONDS[0]),
@@ -309,26 +329,26 @@ class _Run:
             elif slot.process is not None and slot.ready:
                 _send(slot.conn, Stop())
                 slot.ready = False
+            elif slot.process is not None and not slot.started:
+                self._kill(slot)   # still starting (a Ray actor no node can place yet)
 
     # -- workers --
 
     def _spawn(self, slot: _Slot) -> None:
-        parent, child = self.context.Pipe(duplex=True)
         config = WorkerConfig(db=str(self.options.db), imports=tuple(self.options.imports),
                               disable=tuple(self.options.disable),
                               barrier_every=self.options.barrier_every,
                               timeout=self.options.case_timeout,
                               candidates=self.options.candidates,
                               routes=self.options.routes)
-        process = self.context.Process(target=worker_main, args=(child, config), daemon=True,
-                                       name=f"harness-fuzz-{slot.index}")
-        process.start()
-        child.close()
-        slot.process, slot.conn, slot.ready, slot.started = process, parent, False, False
+        process, conn = self.workers.spawn(config, f"harness-fuzz-{slot.index}")
+        slot.process, slot.conn, slot.ready, slot.started = process, conn, False, False
         slot.task = slot.case = None
 
     def _kill(self, slot: _Slot, drain: bool = False) -> None:
-        kill_group(slot.process)   # the worker and its emulator processes
+        self.workers.kill(slot.process)   # the worker and its emulator processes
+        if slot.started and slot.node:
+            self.summary.nodes[slot.node].workers -= 1
         if drain:  # what it sent before dying (a failure record) is still in the pipe
             try:
                 while slot.conn.poll(0):
@@ -350,8 +370,8 @@ class _Run:
     def _died(self, slot: _Slot) -> None:
         slot.process.join(5)
         code = slot.process.exitcode
-        how = f"killed by signal {-code}" if code is not None and code < 0 else \
-            f"exit code {code}"
+        how = getattr(slot.process, "death", "") or (
+            f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}")
         if slot.case is not None:
             self._record_lost_case(slot, "crash", WORKER_CRASH,
                                    f"the fuzzing worker process died ({how}) while running "
@@ -361,6 +381,8 @@ class _Run:
                                        "see its error output above")
             self._kill(slot)
             return  # an import that fails once fails every time
+        elif getattr(slot.process, "lost", False):   # a Ray node lost between cases
+            self.view.note(f"worker {slot.index} lost outside a case ({how})", "yellow")
         elif not self.stopping or slot.task is not None:
             self.summary.errors.append(f"worker {slot.index} died outside a case ({how})")
         self._kill(slot)
@@ -393,6 +415,9 @@ class _Run:
     def _handle(self, slot: _Slot, message) -> None:
         if isinstance(message, Ready):
             slot.ready = slot.started = True
+            slot.node = message.node
+            if slot.node:
+                self.summary.nodes.setdefault(slot.node, NodeTally(slot.node)).workers += 1
         elif isinstance(message, CaseStarted):
             slot.case, slot.case_started = message, time.time()
         elif isinstance(message, CaseEnded):
@@ -408,10 +433,14 @@ class _Run:
             reached = self.reached.setdefault(message.family, {})
             for k in steer.keys(message.decisions):
                 reached[k] = reached.get(k, 0) + 1
+            self._count_on_node(slot, cases=1, failing_cases=bool(message.signature))
             self._note_open_case(message.family, message.signature, slot.case)
             slot.case = None
         elif isinstance(message, FailingExample):
-            self._record(message.record, shrunk=message.final)
+            record = message.record
+            new = (record["family"], record["signature"]) not in self.found
+            self._record(record, shrunk=message.final, node=slot.node)
+            self._count_on_node(slot, failures=int(new))
         elif isinstance(message, GeneratorError):
             family, text = message.family, message.traceback
             self.summary.families[family].broken = text.strip().splitlines()[-1]
@@ -464,29 +493,39 @@ class _Run:
                                           self.summary.families[key[0]].cases))
         self.view.note(f"known {key[0]} {key[1]} (open: {known.path})", "yellow")
 
+    def _count_on_node(self, slot: _Slot, **counts) -> None:
+        if slot.node:
+            tally = self.summary.nodes[slot.node]
+            for name, n in counts.items():
+                setattr(tally, name, getattr(tally, name) + n)
+
     def _record_lost_case(self, slot: _Slot, status: str, signature: str, message: str):
         case = slot.case
         self.avoid[case.family].append(canonical(case.params))
         self.summary.families[case.family].cases += 1
         self.summary.families[case.family].failing_cases += 1
+        new = (case.family, signature) not in self.found
+        self._count_on_node(slot, cases=1, failing_cases=1, lost=1)
         if (case.family, signature) in self.open_cases:
             self._note_open_case(case.family, signature, case)
             return
+        self._count_on_node(slot, failures=int(new))
         self._record({"family": case.family, "params": case.params, "seed": case.seed,
                       "schedule": case.schedule, "disable": list(self.options.disable),
                       "status": status, "signature": signature, "message": message,
                       "timeout_seconds": self.options.case_timeout,
                       "imports": list(self.options.imports),
                       **({"route": case.route} if case.route is not None else {})},
-                     shrunk=False)
+                     shrunk=False, node=slot.node)
 
-    def _record(self, data: dict, shrunk: bool) -> None:
+    def _record(self, data: dict, shrunk: bool, node: str = "") -> None:
         family, signature = data["family"], data["signature"]
         tally = self.summary.families[family]
+        found_by = {"fuzz_seed": self.summary.seed, "shrunk": shrunk, "case": tally.cases}
+        if node:   # a Ray campaign: the machine that ran it
+            found_by["node"] = node
         case = RegressionCase(**data, state="open", revision=self.revision,
-                              date=regressions.now(),
-                              found_by={"fuzz_seed": self.summary.seed, "shrunk": shrunk,
-                                        "case": tally.cases})
+                              date=regressions.now(), found_by=found_by)
         path = regressions.save(case, self.options.out)
         previous = self.found.get((family, signature))
         if previous and previous.path != path and previous.path in self.written and \
@@ -533,27 +572,72 @@ def _send(conn, message) -> None:
         pass  # the worker is gone; its death is noticed on the next wait
 
 
+class LocalWorkers:
+    """Worker processes on this machine, from the fork server of harness/check/workers.py
+    (harness/fuzz/ray_backend.py's RayWorkers is the other kind)."""
+
+    def __init__(self):
+        self.context = worker_context()
+
+    def start(self, options: FuzzOptions) -> int:
+        """Get ready to spawn; return the number of worker slots."""
+        start_fork_server(self.context)   # its imports overlap ours
+        return options.workers
+
+    def spawn(self, config: WorkerConfig, name: str):
+        """A started worker and the parent's end of its pipe."""
+        parent, child = self.context.Pipe(duplex=True)
+        process = self.context.Process(target=worker_main, args=(child, config), daemon=True,
+                                       name=name)
+        process.start()
+        child.close()
+        return process, parent
+
+    def kill(self, process) -> None:
+        kill_group(process)
+
+    def close(self) -> None:
+        pass
+
+
+def _workers_for(options: FuzzOptions):
+    if options.ray is None:
+        return LocalWorkers()
+    try:
+        from harness.fuzz.ray_backend import RayWorkers
+    except ImportError as err:
+        raise FuzzUsageError(f"--ray needs Ray ({err}); install it with "
+                             "pip install 'metaltile[distributed]'") from None
+    return RayWorkers(options.ray)
+
+
 def run(options: FuzzOptions, view=None) -> FuzzSummary:
     """Fuzz until the budget is spent (or `max_cases`, or Ctrl-C); return the summary.
     Raises FuzzUsageError for options that cannot run."""
-    if options.workers < 1 or options.budget <= 0 or options.case_timeout <= 0 or \
+    least = 0 if options.ray is not None else 1   # Ray: 0 is one worker per CPU
+    if options.workers < least or options.budget <= 0 or options.case_timeout <= 0 or \
             options.candidates < 1:
         raise FuzzUsageError("workers, budget, case timeout and candidates must be positive")
     view = view or QuietView()
     seed = options.seed if options.seed is not None else int.from_bytes(os.urandom(4), "big")
     summary = FuzzSummary(seed, options.budget, options.workers)
-    context = worker_context()
+    workers = _workers_for(options)
     fuzzing = None
     threading.Thread(target=_prepare_emulator, name="emulator-prepare", daemon=True).start()
     try:
-        start_fork_server(context)   # its imports overlap ours
-        fuzzing = _Run.build(options, view, summary, context)
+        try:
+            summary.workers = workers.start(options)   # the budget counts from before this
+        except ConnectionError as err:   # no Ray cluster there
+            raise FuzzUsageError(str(err)) from None
+        options = replace(options, workers=summary.workers)
+        fuzzing = _Run.build(options, view, summary, workers)
         fuzzing.loop()
     except KeyboardInterrupt:
         summary.interrupted = True
         if fuzzing is not None:
             fuzzing.interrupt()
     finally:
+        workers.close()
         summary.elapsed = time.time() - summary.started
         view.stop(summary)
     return summary

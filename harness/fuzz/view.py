@@ -9,7 +9,9 @@ Both take their numbers from the run's `FuzzSummary`; `print_summary` prints its
 state, with the seconds per stage of the cases (`stage_table`: trace, compile, the
 emulator's stages, oracle, barrier checks, shrinking, and the time between cases) and the
 lowering decisions reached (`decision_table`: every point of core/ir/decisions.POINTS, each
-choice with the cases that reached it).
+choice with the cases that reached it). A Ray campaign (`--ray`) adds the same per machine:
+`node_table` (workers there now, cases, failing cases, new failures first seen there, cases
+lost with a dying worker).
 """
 
 from __future__ import annotations
@@ -57,6 +59,18 @@ def family_table(summary, running=frozenset(), title="families") -> Table:
     return table
 
 
+def node_table(summary, title="nodes") -> Table:
+    table = Table(title=title, title_justify="left")
+    for column, justify in (("node", "left"), ("workers", "right"), ("cases", "right"),
+                            ("failing", "right"), ("failures", "right"), ("lost", "right")):
+        table.add_column(column, justify=justify, no_wrap=True)
+    for name, t in summary.nodes.items():
+        table.add_row(name, str(t.workers), str(t.cases), str(t.failing_cases),
+                      Text(str(t.failures), "bold red" if t.failures else ""),
+                      Text(str(t.lost), "yellow" if t.lost else ""))
+    return table
+
+
 class LiveView:
     """Progress for a terminal: one table, redrawn in place."""
 
@@ -72,8 +86,10 @@ class LiveView:
         self.live.start()
 
     def _render(self, summary, running):
-        return Group(Text(_headline(summary, self.deadline), "bold"),
-                     family_table(summary, running))
+        parts = [Text(_headline(summary, self.deadline), "bold"), family_table(summary, running)]
+        if summary.nodes:
+            parts.append(node_table(summary))
+        return Group(*parts)
 
     def refresh(self, summary, running):
         if self.live:
@@ -112,6 +128,9 @@ class PlainView:
         self.last = time.time()
         per = ", ".join(f"{n} {t.cases}" for n, t in summary.families.items()
                         if not t.skip_reason)
+        if summary.nodes:
+            per += " | nodes: " + ", ".join(f"{n} {t.cases} ({t.workers} worker(s))"
+                                            for n, t in summary.nodes.items())
         self.console.print(f"{_headline(summary, self.deadline)}, "
                            f"{decisions_reached(summary)} | {per}", soft_wrap=True)
 
@@ -168,6 +187,8 @@ def print_summary(console: Console, summary) -> None:
     if summary.cases:
         console.print(stage_table(summary))
     console.print(decision_table(summary))
+    if summary.nodes:
+        console.print(node_table(summary, title="per node"))
     for f in summary.failures:
         shrunk = "shrunk" if f.shrunk else "not fully shrunk"
         console.print(Text.assemble(("FAIL ", "bold red"), f"{f.family} {f.signature} "

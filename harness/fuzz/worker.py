@@ -91,7 +91,9 @@ def worker_main(conn, config: WorkerConfig) -> None:
             return
 
 
-def _run_task(conn, config: WorkerConfig, task: Task) -> None:
+def _run_task(conn, config: WorkerConfig, task: Task, database=None) -> None:
+    """One task's Hypothesis run; `database`: its example database (default: the family's
+    directory under `config.db`; a Ray worker passes one that forwards to the driver)."""
     from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
     from hypothesis import strategies as st
 
@@ -165,7 +167,9 @@ def _run_task(conn, config: WorkerConfig, task: Task) -> None:
     if task.reuse:
         phases.insert(1, Phase.reuse)
     # @seed alone would switch the database off; the settings applied after it keep it.
-    test = settings(database=example_database(config.db, name, disable),
+    if database is None:
+        database = example_database(config.db, name, disable)
+    test = settings(database=database,
                     max_examples=10 ** 9, deadline=None, phases=phases,
                     suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
                     report_multiple_bugs=True, print_blob=False)(seed(task.seed)(test))

@@ -8,6 +8,9 @@
   two_bugs          no kernel at all: n >= 50 is one bug, 10 <= n < 50 another, so a
                     shrinker that ignores the kind of failure turns the first into the
                     second
+  marked_node       a copy that takes a second a case and fails (ValueError) on a machine
+                    whose environment has METALTILE_TEST_MARKED_NODE=1: the Ray cluster
+                    test marks the node it kills (suites/fuzz/test_ray.py)
 Tests that run cases in-process use the `test_families` fixture (suites/fuzz/conftest.py),
 which registers them in a copy of the registry so other suites never see them.
 """
@@ -83,6 +86,20 @@ def _two_bugs_build(p: dict) -> Built:
     return _crashy_build({"n": 0})
 
 
+MARKED_NODE = "METALTILE_TEST_MARKED_NODE"
+
+
+def _marked_params():
+    return st.fixed_dictionaries({"n": st.integers(0, 20)})
+
+
+def _marked_build(p: dict) -> Built:
+    time.sleep(1.0)   # a case always in flight when the test kills the node
+    if os.environ.get(MARKED_NODE) == "1":
+        raise ValueError(f"n = {p['n']} on a marked node")
+    return _crashy_build({"n": 0})
+
+
 FAMILIES = (
     Family("staged_transpose", "B = A^T through threadgroup memory (one barrier)",
            _staged_params, _staged_build),
@@ -90,6 +107,8 @@ FAMILIES = (
            _crashy_params, _crashy_build),
     Family("two_bugs", "n >= 50 raises ValueError, 10 <= n < 50 KeyError",
            _two_bugs_params, _two_bugs_build),
+    Family("marked_node", f"a copy (1 s a case) that fails where ${MARKED_NODE} is 1",
+           _marked_params, _marked_build),
 )
 
 for _family in FAMILIES:
