@@ -311,17 +311,6 @@ class Expected:
                         None if self.det is None else fn(self.det),
                         None if self.stat is None else fn(self.stat), self.how, self.precision)
 
-    def widened(self, dtype, why: str) -> Expected:
-        """The same answer for a kernel that holds its inputs in a narrower `dtype` than the
-        oracle's (a peer's format): one more rounding in `dtype` at the scale of the output
-        (the larger of |value| and its root mean square, since the rounded inputs spread
-        their error over elements near zero too)."""
-        if self.det is None:
-            return self
-        scale = torch.maximum(self.value.abs(), self.value.pow(2).mean().sqrt())
-        return Expected(self.value, self.dtype, self.det + _u(dtype) * scale, self.stat,
-                        f"{self.how}; {why}", _name(dtype))
-
     def rounded(self) -> torch.Tensor:
         """The exact value rounded to the output dtype: what a perfect kernel stores."""
         return self.value.to(self.dtype)

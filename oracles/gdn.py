@@ -56,17 +56,20 @@ def _row_times_state(row: B.Bounded, s: B.Bounded, acc: str) -> B.Bounded:
     return B.matmul(row.map(lambda t: t[:, None, :]), s, acc).map(lambda t: t[:, 0, :])
 
 
-def gdn_decode_expected(q, k, v, g, beta, state, out_dtype) -> list:
+def gdn_decode_expected(q, k, v, g, beta, state, out_dtype, held=None) -> list:
     """`gdn_decode` as `Expected`s: every step in float32, as the kernel computes it (the
     norms, the decay exp(g), the dot products over d_k, the state update), the outputs
     rounded once to `out_dtype`, the final state kept in float32. The state's error is
-    carried from token to token."""
+    carried from token to token. `held`: a dtype the normalized (and scaled) q and k are
+    stored in before the recurrence (MLX's format: normalized on the host)."""
     acc = "float32"
     tokens, hk, dk = q.shape
     groups = v.shape[1] // hk
     qn = _l2norm_bounded(B.exact_input(q.repeat_interleave(groups, 1)), EPS, acc)
     qn = B.mul(qn, dk ** -0.5, acc)
     kn = _l2norm_bounded(B.exact_input(k.repeat_interleave(groups, 1)), EPS, acc)
+    if held is not None:
+        qn, kn = B.round_to(qn, held), B.round_to(kn, held)
     vv, gg, bb = B.exact_input(v), B.exact_input(g), B.exact_input(beta)
     decay = B.function("exp", gg, acc)
     s = B.exact_input(state)

@@ -44,9 +44,9 @@ class PeerLaunch:
                   writes differently)
     oracle_inputs optional: the case's inputs as MLX's format holds them (values rounded
                   to a narrower type), which the same oracle is evaluated on
-    tolerance_dtypes  optional, per output: the narrower dtype MLX's format computes that
-                  output from ("" = none); the oracle's bounds are widened by one rounding
-                  in it (oracles.bounds.Expected.widened; the reason is in `formats`)
+    expected      optional: () -> the oracle's Expected outputs for MLX's format, where it
+                  holds intermediate values (not only inputs) in a narrower type than the
+                  case's kernel (the reason is in `formats`)
     host_code     the MLX host file and function the geometry comes from
     geometry      the launch in words, for the report
     formats       where MLX's format differs from the case's, and what was done about it
@@ -67,7 +67,7 @@ class PeerLaunch:
     threadgroup_memory: dict = field(default_factory=dict)
     finish: Callable | None = None
     oracle_inputs: list | None = None
-    tolerance_dtypes: tuple | None = None
+    expected: Callable | None = None
     formats: str = ""
     local_arrays: dict = field(default_factory=dict)
 

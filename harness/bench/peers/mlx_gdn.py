@@ -14,12 +14,13 @@ Where the formats differ, and what the peer does about it:
 - MLX's kernel takes q and k already L2-normalized and q scaled by 1/sqrt(Dk) (mlx-lm does
   that in separate ops before the call); the case's kernel normalizes them itself. The peer
   gets them normalized on the host (in float64, then rounded to the input type): that work
-  is not in its counters, and its float32 state is then built from k rounded to the input
-  type, so the state is compared at the input type's tolerance (the output at the case's).
+  is not in its counters, and its output and float32 state are then built from q and k
+  rounded to the input type, which the oracle's bounds take in (`gdn_decode_expected(...,
+  held=dtype)`: the normalized q and k rounded before the recurrence).
 - g is the decay factor itself (the case's kernel takes log-decays and computes exp(g)) and
   g and beta are in the input type (the case's are float32): the peer gets exp(g) and beta
   rounded to the input type, and the oracle is evaluated on those rounded values (as log
-  of the rounded decay), the same oracle and tolerance.
+  of the rounded decay), the same oracle.
 - the state is [Hv, Dv, Dk] (the case's [Hv, Dk, Dv]): passed transposed, and the
   output state transposed back before the comparison.
 """
@@ -33,6 +34,11 @@ from harness.bench.peers import NotApplicable, PeerLaunch
 
 MSL_TYPES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16_t"}
 THREADS_Y = 4                  # threadgroup (32, 4, 1): value columns per threadgroup
+
+
+def gdn_decode_expected(*args, **kwargs):
+    from oracles.gdn import gdn_decode_expected as expected
+    return expected(*args, **kwargs)
 
 
 def _l2norm(x: torch.Tensor) -> torch.Tensor:
@@ -73,13 +79,13 @@ def launch(p: dict, inputs: list, outputs: list) -> PeerLaunch:
         buffers=[qn, kn, v, state_in, decay, beta_t, y, state_out,
                  np.array([tokens], np.int32), unused],
         outputs=[y, state_out], finish=finish, oracle_inputs=oracle_inputs,
-        tolerance_dtypes=("", dtype),
+        expected=lambda: gdn_decode_expected(*oracle_inputs, out_dtype=dtype, held=dtype),
         function_constants={200: False},
         host_code="mlx/backend/metal/kernels/gated_delta_update.h: the launch in its comment",
         geometry=f"gated_delta_seq: a simdgroup per value column, {DK // 32} state floats a "
                  f"lane, {THREADS_Y} columns a threadgroup of {32 * THREADS_Y} threads",
         formats=f"q, k normalized (q scaled) on the host, not in the peer's counters, and "
-                f"rounded to {dtype}, so the float32 state is compared at {dtype}'s tolerance; "
+                f"rounded to {dtype} (the oracle's bounds take that rounding: held={dtype}); "
                 "g as the decay factor exp(g) and beta in the input type, the oracle evaluated "
                 "on those rounded values; state passed as [Hv, Dv, Dk]",
         # float state[Dk / 32]
