@@ -74,6 +74,11 @@ def worker_main(conn, config: WorkerConfig) -> None:
     if hasattr(os, "setpgrp"):
         os.setpgrp()   # Ctrl-C goes to the parent only; the parent kills the whole group
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import torch
+
+    # one worker per core: torch's own thread pool (the oracles' float64 matmuls, the
+    # inputs) only contends with the other workers and the emulator's kernels
+    torch.set_num_threads(1)
     regressions.import_families(config.imports)
     from harness.gen import family as families
 
