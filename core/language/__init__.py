@@ -37,6 +37,9 @@ from core.language.reduce import (alloc_reducer, finalize_reducer, reduce, reduc
                                   reduce_max, reduce_min, reduce_sum)
 from core.language.scan import cummax, cumsum
 from core.language.swizzle import use_swizzle
+from core.language.simdgroup import (access_ptr, address_of, make_filled_simdgroup_matrix,
+                                     simdgroup_load, simdgroup_multiply_accumulate,
+                                     simdgroup_store)
 from core.language.sync import sync_threads
 from core.language.tileops import clear, copy, fill, transpose
 from core.language.view import reshape, view
