@@ -59,6 +59,10 @@ LIMITS = {
                   "atomic_float min/max)",
     "atomic_addx2": "2 (x4: 4) scalar atomics: MSL has no vector atomics",
     "alloc_reducer": "threads a power of two up to 32 or whole simdgroups",
+    "reducer_init": "every element of the thread's copy := the op's identity (0; -inf/+inf "
+                    "for max/min, an integer type's lowest/highest)",
+    "reducer_update": "r[i] := op(r[i], value) on the thread's copy of a T.alloc_reducer "
+                      "buffer (inside T.Parallel: the iterations the thread runs)",
     "tvm_thread_allreduce": "inside `with T.attr(T.comm_reducer(...), \"reduce_scope\", "
                             "...)`: one value into a T.alloc_local element; the reduced "
                             "thread dims consecutive, their extent and stride powers of two; "
