@@ -56,3 +56,7 @@ CAPACITY_LENGTHS = "tl.capacity_lengths"            # tensor name -> the tensor 
 # may be smaller or larger along; written by T.annotate_capacity_dims for an input or by
 # the user (func.with_attr); read by core.jit (core/ir/capacity.py checks it)
 TILELANG_CAPACITY_DIMS = "tilelang_capacity_dims"
+# T.annotate_capacity_dims in a prim_func body (tensor name -> entries, -1 for None): which
+# meaning an entry has depends on the tensor's role, known once core.compile has out_idx
+# (core/ir/capacity.py: resolve_declared)
+CAPACITY_DECLARED = "tl.capacity_declared"
