@@ -21,6 +21,7 @@ import core.language as T
 from core.errors import KernelDefinitionError, LoweringError
 from harness.check.compare import assert_close
 from harness.gen.inputs import random_tensor
+from harness.gen.strategies import FLOATS, HALVES
 
 
 def make_allreduce_dim0_scale_kernel(reduce_fn, logical_width, scale, threads=None,
@@ -101,7 +102,7 @@ def test_shapes_tilelang_allows(run, kind, logical_width, scale, threads):
 
 
 @pytest.mark.parametrize("kind", ["sum", "max"])
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("dtype", HALVES)
 def test_half_types_accumulate_in_float32(run, kind, dtype):
     """bf16/fp16 sources reduce in float32 (simd functions take no bfloat) and round once."""
     kernel = _check(run, kind, 16, 2, 32, dtype)
@@ -130,7 +131,7 @@ def test_clear_false_adds_to_the_destination(run, dtype):
                  reduction_length=17, op_class="accumulation")
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", FLOATS)
 def test_fill_with_infinity(run, dtype):
     @T.prim_func
     def kernel(A: T.Tensor((32,), dtype)):

@@ -15,6 +15,7 @@ import core.language as T
 from core.errors import KernelDefinitionError
 from harness.check.compare import assert_close
 from harness.gen.inputs import random_tensor
+from harness.gen.strategies import FLOATS
 
 
 def _matmul(M, N, K, dtype, transpose_b=False, via_shared=False):
@@ -55,7 +56,7 @@ def _matmul(M, N, K, dtype, transpose_b=False, via_shared=False):
     return hand_mma
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("transpose_b", [False, True])
 @pytest.mark.parametrize("via_shared", [False, True])
 def test_hand_written_matmul(run, dtype, transpose_b, via_shared):
