@@ -32,7 +32,14 @@ from here (or through the writer's helper named below), never spells the string 
     tilelang_capacity_dims                  on a PrimFunc (TileLang's function attribute)
         written by T.annotate_capacity_dims for an input (core/language/eager.py) or by
         the user; checked by core/ir/capacity.py; read by core.jit
-        (core/language/eager_function.py) for the launch's shape checks
+        (core/language/eager_function.py) for the launch's shape checks; also by
+        core/ir/capacity.py's resolve_declared (below)
+    tl.capacity_declared                    on a parsed prim_func (function attribute):
+                                            T.annotate_capacity_dims in its body
+        written by T.annotate_capacity_dims (core/language/eager.py); names checked by
+        core/ir/capacity.py when parsed; read by core.compile through
+        core/ir/capacity.py's resolve_declared, which replaces it by tl.capacity_dims
+        (outputs of out_idx) and tilelang_capacity_dims (the rest)
 
 The `tl.*` pass-config keys a user passes to `core.compile(pass_configs=...)` are options,
 not annotations: core/options.py lists them.
