@@ -48,7 +48,7 @@ from core import options as compile_options
 from core.cache import cache_root
 from core.codegen.msl import print_program
 from core.errors import LaunchError, MetaltileError
-from core.ir.capacity import input_capacity_dims
+from core.ir.capacity import input_capacity_dims, resolve_declared
 from core.ir.kernel import func_name
 from core.ir.program import evaluate, launch_sequence
 from core.language import eager
@@ -278,6 +278,7 @@ def compile(func, target="metal", out_idx=None, *, disable=(), replace=None, cac
     compile_options.check_keywords(tilelang_options)
     backend_name = compile_options.execution_backend(tilelang_options.get("execution_backend"))
     disable, checks = compile_options.resolve(pass_configs, disable, checks)
+    func = resolve_declared(func, out_idx, func_name(func))   # capacity dims by role
     use_cache = cache and not replace
     key = cache_key(func, (tuple(disable),)) if use_cache else None
     compiled = CACHE.get(key) if use_cache else None

@@ -59,6 +59,10 @@ LIMITS = {
                   "atomic_float min/max)",
     "atomic_addx2": "2 (x4: 4) scalar atomics: MSL has no vector atomics",
     "alloc_reducer": "threads a power of two up to 32 or whole simdgroups",
+    "reducer_init": "every element of the thread's copy := the op's identity (0; -inf/+inf "
+                    "for max/min, an integer type's lowest/highest)",
+    "reducer_update": "r[i] := op(r[i], value) on the thread's copy of a T.alloc_reducer "
+                      "buffer (inside T.Parallel: the iterations the thread runs)",
     "tvm_thread_allreduce": "inside `with T.attr(T.comm_reducer(...), \"reduce_scope\", "
                             "...)`: one value into a T.alloc_local element; the reduced "
                             "thread dims consecutive, their extent and stride powers of two; "
@@ -151,11 +155,26 @@ LIMITS = {
                     "thread_index_in_simdgroup, as arithmetic on the thread index)",
     "get_warp_idx": "linear thread id // warp_size (default 32: Metal's "
                     "simdgroup_index_in_threadgroup)",
+    # the low-level simdgroup matrix intrinsics (core/language/simdgroup.py)
+    "alloc_local": "compile-time shapes; scope 'local' (per thread) or 'metal.simdgroup': "
+                   "8x8 float32/float16/bfloat16 simdgroup matrices of 64 elements each, "
+                   "reached only by the simdgroup intrinsics",
+    "simdgroup_load": "8x8 tiles only, origin 0, a compile-time `transpose_matrix`; the "
+                      "pointer a T.access_ptr/T.address_of element of device or threadgroup "
+                      "memory of the matrix's dtype; the barrier planner sees the whole "
+                      "tile (rows `stride` apart); not inside T.Parallel",
+    "make_filled_simdgroup_matrix": "8x8 only; the value converted to the matrix's dtype",
+    "simdgroup_multiply_accumulate": "d = a @ b + c on 8x8 simdgroup matrices (MSL "
+                                     "simdgroup_multiply_accumulate)",
+    "access_ptr": "the address of one element (or a buffer's first), moved by `offset`; "
+                  "`access_type` 'r'/'w'/'rw' checked (tile ops take their footprint from "
+                  "their own arguments); `ignore_last_ndim` rejected",
+    "address_of": "of a buffer element A[i, j]",
 }
 for _alias, _of in (("reduce_max", "reduce_sum"), ("reduce_min", "reduce_sum"),
                     ("reduce_abssum", "reduce_sum"), ("reduce_absmax", "reduce_sum"),
                     ("Serial", "serial"), ("Unroll", "unroll"), ("symbolic", "dynamic"),
-                    ("Buffer", "Tensor"), ("alloc_local", "alloc_fragment"),
+                    ("Buffer", "Tensor"), ("simdgroup_store", "simdgroup_load"),
                     ("reduce", "reduce_sum"), ("atomic_min", "atomic_max"),
                     ("atomic_addx4", "atomic_addx2"), ("finalize_reducer", "alloc_reducer"),
                     ("make_swizzled_layout", "annotate_layout"),

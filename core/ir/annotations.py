@@ -37,7 +37,14 @@ from here (or through the writer's helper named below), never spells the string 
     tilelang_capacity_dims                  on a PrimFunc (TileLang's function attribute)
         written by T.annotate_capacity_dims for an input (core/language/eager.py) or by
         the user; checked by core/ir/capacity.py; read by core.jit
-        (core/language/eager_function.py) for the launch's shape checks
+        (core/language/eager_function.py) for the launch's shape checks; also by
+        core/ir/capacity.py's resolve_declared (below)
+    tl.capacity_declared                    on a parsed prim_func (function attribute):
+                                            T.annotate_capacity_dims in its body
+        written by T.annotate_capacity_dims (core/language/eager.py); names checked by
+        core/ir/capacity.py when parsed; read by core.compile through
+        core/ir/capacity.py's resolve_declared, which replaces it by tl.capacity_dims
+        (outputs of out_idx) and tilelang_capacity_dims (the rest)
 
 The `tl.*` pass-config keys a user passes to `core.compile(pass_configs=...)` are options,
 not annotations: core/options.py lists them.
@@ -62,3 +69,7 @@ CAPACITY_LENGTHS = "tl.capacity_lengths"            # tensor name -> the tensor 
 # may be smaller or larger along; written by T.annotate_capacity_dims for an input or by
 # the user (func.with_attr); read by core.jit (core/ir/capacity.py checks it)
 TILELANG_CAPACITY_DIMS = "tilelang_capacity_dims"
+# T.annotate_capacity_dims in a prim_func body (tensor name -> entries, -1 for None): which
+# meaning an entry has depends on the tensor's role, known once core.compile has out_idx
+# (core/ir/capacity.py: resolve_declared)
+CAPACITY_DECLARED = "tl.capacity_declared"

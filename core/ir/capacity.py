@@ -24,6 +24,13 @@ def check_capacity_dims(func, kernel: str):
     """The capacity annotations of a PrimFunc name its tensors, one entry per dim (a
     prim_func is checked when parsed; the verifier checks every function again)."""
     attrs = func.attrs or {}
+    tensors = {p.name: p for p in func.params if hasattr(p.ty, "shape")}
+    for name in attrs.get(keys.CAPACITY_DECLARED) or {}:   # resolved by role at compile
+        if str(name) not in tensors:
+            raise KernelDefinitionError(f"'{name}' is not a tensor of the function; tensors: "
+                                        f"{', '.join(sorted(tensors)) or 'none'}",
+                                        kernel=kernel,
+                                        construct=f"T.annotate_capacity_dims('{name}')")
     cap = attrs.get(keys.CAPACITY_DIMS)
     if cap is None:
         return
@@ -44,6 +51,41 @@ def check_capacity_dims(func, kernel: str):
             raise KernelDefinitionError(f"'{counter}' is not a tensor of the function",
                                         kernel=kernel,
                                         construct=f"T.annotate_capacity_dims(lengths='{name}')")
+
+
+def resolve_declared(func, out_idx, kernel: str):
+    """`func` with its prim_func-body T.annotate_capacity_dims given their meaning by role:
+    for an output (a position of `out_idx`, or a tensor with a length tensor) the entries
+    are its allocation per dim (`tl.capacity_dims`, metaltile's); for any other tensor, an
+    input or an output the caller passes in, the entries are the indices of its capacity
+    dims (`tilelang_capacity_dims`, TileLang's seed: the tensor given may differ there)."""
+    attrs = func.attrs or {}
+    declared = attrs.get(keys.CAPACITY_DECLARED)
+    if declared is None:
+        return func
+    params = list(func.params)
+    picks = [] if out_idx is None else [out_idx] if isinstance(out_idx, int) else out_idx
+    outputs = {params[i].name for i in picks if -len(params) <= i < len(params)}
+    outputs |= {str(n) for n in (attrs.get(keys.CAPACITY_LENGTHS) or {})}
+    alloc, dims = {}, {}
+    for name, entries in declared.items():
+        name, entries = str(name), [int(e) for e in entries]
+        if name in outputs:
+            alloc[name] = entries
+        elif any(e < 0 for e in entries):
+            raise KernelDefinitionError(
+                f"'{name}' is an input tensor: its entry lists dim indices (TileLang's "
+                f"capacity dims, e.g. (0,)), got {tuple(None if e < 0 else e for e in entries)}",
+                kernel=kernel, construct=f"T.annotate_capacity_dims('{name}')")
+        else:
+            dims[name] = entries
+    out = func.without_attr(keys.CAPACITY_DECLARED)
+    if alloc:
+        out = out.with_attr(keys.CAPACITY_DIMS, alloc)
+    if dims:
+        out = out.with_attr(keys.TILELANG_CAPACITY_DIMS,
+                            {**dict(attrs.get(keys.TILELANG_CAPACITY_DIMS) or {}), **dims})
+    return out
 
 
 def input_capacity_dims(func, kernel: str) -> tuple:

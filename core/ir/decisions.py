@@ -31,7 +31,7 @@ POINTS = {
                                   "broadcast_to_local")),
     "reduce.top_range": ("lower_tile_ops (lower_reduce)", ("whole", "partial")),
     "reduce.online": ("lower_tile_ops (lower_reduce)", ("in_simdgroup", "across_simdgroups")),
-    "reduce.serial": ("lower_tile_ops (lower_reduce)", ("local_source",)),
+    "reduce.serial": ("lower_tile_ops (lower_reduce)", ("local_source", "replicated_source")),
     "reduce.allreduce": ("lower_tile_ops (lower_reduce)", ("in_simdgroup",
                                                            "across_simdgroups")),
     "stream_rows": ("stream_rows", ("online_softmax", "reductions", "ragged_chunk")),

@@ -242,9 +242,16 @@ def reduce_layout(src: FragmentLayout, dim, dst_shape) -> FragmentLayout:
     threads = src.threads
     if threads <= 0:
         raise NoLayout(f"the threadgroup has {threads} threads; it needs at least one")
+    if src.replicated and src.threads == 1:
+        # every thread holds the whole source (one holder): each reduces its own copy, and
+        # holds the whole result the same way; no thread exchanges anything
+        dst_shape = tuple(int(d) for d in dst_shape)
+        return FragmentLayout.replicate(dst_shape, 1, run_width(dst_shape), src.rep_lo,
+                                        src.rep_bits, src.group or threads << src.rep_bits)
     if src.replicated:
-        raise NoLayout("the source is itself replicated (a reduction result); reduce a "
-                       "fragment laid out over all threads")
+        raise NoLayout("the source is itself replicated (a reduction result) over part of "
+                       "the threads; reduce a fragment laid out over all threads, or one "
+                       "every thread holds whole")
     dst_shape = tuple(int(d) for d in dst_shape)
     out, tid, first = _reduction_pairs(src, dims, prod(dst_shape))
     mask = int(np.bitwise_or.reduce(tid ^ src.thread_of(first)[out])) if tid.size else 0

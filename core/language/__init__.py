@@ -34,9 +34,13 @@ from core.language.math import (abs, bitwise_and, bitwise_not, bitwise_or, bitwi
 from core.language.quant import decode_e2m1, decode_e4m3
 from core.language.reduce import (alloc_reducer, finalize_reducer, reduce, reduce_absmax,
                                   reduce_abssum, reduce_bitand, reduce_bitor, reduce_bitxor,
-                                  reduce_max, reduce_min, reduce_sum)
+                                  reduce_max, reduce_min, reduce_sum, reducer_init,
+                                  reducer_update)
 from core.language.scan import cummax, cumsum
 from core.language.swizzle import use_swizzle
+from core.language.simdgroup import (access_ptr, address_of, make_filled_simdgroup_matrix,
+                                     simdgroup_load, simdgroup_multiply_accumulate,
+                                     simdgroup_store)
 from core.language.sync import sync_threads
 from core.language.tileops import clear, copy, fill, transpose
 from core.language.view import reshape, view

@@ -6,6 +6,8 @@ Storage scopes (what the rest of the compiler sees in `buffer.ty.storage_scope`)
     "local.fragment"  T.alloc_fragment: a tile spread over the threads (core/ir/layout.py);
                       named FRAGMENT in core/ir/ops.py, where the passes read it
     "local"           T.alloc_local / T.alloc_var: private to each thread
+    "metal.simdgroup" T.alloc_local(..., scope="metal.simdgroup"): 8x8 simdgroup matrices,
+                      one element per matrix (core/language/simdgroup.py)
     "global"          also T.alloc_global: a device workspace, made a parameter by pass
                       global_workspaces
 """
@@ -98,7 +100,14 @@ def alloc_global(shape, dtype="float32", scope="global"):
 
 
 def alloc_local(shape, dtype="float32", scope="local"):
-    """Per-thread array."""
+    """Per-thread array; with scope "metal.simdgroup", 8x8 simdgroup matrices of 64
+    elements each (core/language/simdgroup.py)."""
+    if scope == "metal.simdgroup":
+        from core.language.simdgroup import alloc_matrices
+        return alloc_matrices(shape, dtype)
+    if scope not in ("local", "local.var"):
+        raise KernelDefinitionError(f"scope={scope!r}; allowed: 'local', 'metal.simdgroup'",
+                                    construct="T.alloc_local")
     return _alloc(shape, dtype, "local", "T.alloc_local")
 
 

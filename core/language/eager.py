@@ -214,8 +214,9 @@ def annotate_capacity_dims(capacities: dict, lengths: dict | None = None):
                     f"gives {len(dims)} capacity dims for a tensor of rank {rank}",
                     kernel=name, construct=where)
         _STACK[-1].capacity.update(attr)
-    else:  # in a prim_func: the verifier checks names and ranks against the parameters
-        _ir.func_attr({keys.CAPACITY_DIMS: attr})
+    else:  # in a prim_func: an entry's meaning follows the tensor's role, known at
+        # core.compile (core/ir/capacity.py: resolve_declared); names checked at parse
+        _ir.func_attr({keys.CAPACITY_DECLARED: attr})
         if named:
             _ir.func_attr({keys.CAPACITY_LENGTHS: named})
 

@@ -55,6 +55,7 @@ class Kernel:
                 "a Metal compute kernel", construct="T.Kernel")
         self.grid = grid
         self.threads = _threads_tuple(threads)
+        self.reducers = {}   # T.alloc_reducer buffers (handle -> op), for reducer_update
         self._stack = contextlib.ExitStack()
 
     def __enter__(self):

@@ -24,6 +24,7 @@ The lowering (layouts, butterflies, threadgroup staging) is core/transform/lower
 
 from __future__ import annotations
 
+from math import prod
 from numbers import Integral
 
 import tvm
@@ -37,6 +38,7 @@ from core.ir.ops import FRAGMENT
 from core.ir.stmt import as_int
 from core.language.buffers import _shape, alloc_fragment
 from core.language.dtypes import dtype_name
+from core.language.kernel import _current
 from core.language.tileops import _region, copy
 
 KINDS = ("sum", "max", "min", "abssum", "absmax", "bitand", "bitor", "bitxor")
@@ -207,8 +209,57 @@ def alloc_reducer(shape, dtype="float32", op="sum", replication="all"):
     if isinstance(shape, Integral):
         shape = (shape,)
     dims = _shape(shape, construct)
-    return _ir.alloc_buffer(dims, dtype_name(dtype, construct=construct), scope="local",
-                            annotations={REDUCER: tvm.ir.StringImm(op)})
+    buf = _ir.alloc_buffer(dims, dtype_name(dtype, construct=construct), scope="local",
+                           annotations={REDUCER: tvm.ir.StringImm(op)})
+    _current(construct).reducers[buf.__chandle__()] = op   # for reducer_init/_update
+    return buf
+
+
+def _reducer_op(buf, construct) -> str:
+    op = _current(construct).reducers.get(buf.__chandle__())
+    if op is None:
+        raise KernelDefinitionError(f"'{buf.name}' is not a T.alloc_reducer buffer of this "
+                                    "kernel", construct=construct)
+    return op
+
+
+def reducer_init(reducer):
+    """Every element of this thread's copy of `reducer` := the identity of its op
+    (0 for sum, -inf / +inf for max / min; an integer type's lowest / highest value)."""
+    construct = "T.reducer_init"
+    region = ops.decode_region(_region(reducer, construct))
+    buf = region.buffer
+    op = _reducer_op(buf, construct)
+    dt = str(buf.ty.dtype)
+    if op == "sum":
+        value = tvm.tirx.const(0, dt)
+    elif dt.startswith("float") or dt == "bfloat16":
+        value = tvm.tirx.const(float("-inf") if op == "max" else float("inf"), dt)
+    else:
+        value = tvm.tirx.min_value(dt) if op == "max" else tvm.tirx.max_value(dt)
+    shape = [as_int(d) for d in buf.ty.shape]
+    for flat in range(prod(shape)):
+        idx, rest = [], flat
+        for extent in reversed(shape):
+            idx.insert(0, tvm.tirx.const(rest % extent, "int32"))
+            rest //= extent
+        _ir.buffer_store(buf, value, idx)
+
+
+def reducer_update(target, value):
+    """`target` (an element of a reducer, `r[i]`) := op(target, value), this thread's copy."""
+    construct = "T.reducer_update"
+    if not isinstance(target, tvm.ir.TensorLoad):
+        raise KernelDefinitionError(f"{target!r} must be an element of a T.alloc_reducer "
+                                    "buffer (r[i])", construct=construct)
+    op = _reducer_op(target.source, construct)
+    dt = str(target.source.ty.dtype)
+    value = value if tvm.ir.is_prim_expr(value) else tvm.tirx.const(value, dt)
+    if str(value.ty.dtype) != dt:
+        value = tvm.tirx.Cast(dt, value)
+    combined = {"sum": lambda a, b: a + b, "max": tvm.tirx.max,
+                "min": tvm.tirx.min}[op](target, value)
+    _ir.buffer_store(target.source, combined, list(target.indices))
 
 
 def finalize_reducer(reducer, dst=None, batch=1, annotations=None):

@@ -57,8 +57,8 @@ _MATH = ("acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "cosh", "si
          "truncmod", "q_multiply_shift", "fast_")
 _BY_GROUP = {
     "cuda": "a CUDA-only construct of TileLang's default dialect; Metal has no equivalent",
-    "metal": "low-level simdgroup/cooperative-tensor intrinsics are not exposed; T.gemm "
-             "emits simdgroup matrices",
+    "metal": "cooperative tensors are the M5 tensor-op path, out of scope; simdgroup "
+             "matrices are (T.simdgroup_load/store, T.gemm)",
     "dtype": "vector dtypes are not supported (the compiler vectorizes loops itself)",
     "math": "CUDA fast-math/IEEE intrinsics are not exposed; Metal compiles in fast-math "
             "mode (T.exp, T.log, ... )",

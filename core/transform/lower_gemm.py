@@ -156,6 +156,13 @@ class _KernelUses:
         return uses
 
 
+def _touched_buffers(loop) -> list:
+    """The buffers a loop loads from or stores to."""
+    found = [ld.source for ld in loads(loop)]
+    walk(loop, lambda s: found.append(s.buffer) if isinstance(s, tirx.BufferStore) else None)
+    return found
+
+
 def _extents(loop) -> tuple:
     """Extents of a T.Parallel nest (PARALLEL loops directly inside each other)."""
     out = []
@@ -222,10 +229,15 @@ class GemmLowering:
         device_c = self._device_c_stages(uses.gemms)
         fixed = uses.shared_bytes + operand_bytes + sum(full[a] for a in need_full) + \
             sum(device_c.values())
-        chunked = [a for a in accs if a not in need_full]
+        # accumulators that need no stage at all: only gemm'd, filled and copied straight
+        # into float32 tiles (the MoE epilogue's T.copy(Cg, Cg_sh)); they take no bytes
+        in_loops = {b for loop in uses.chunkable for b in _touched_buffers(loop)}
+        stageless = {a for a in accs if a not in need_full and a not in in_loops and
+                     all(self._stageless_copy(a, src, dst) for src, dst in uses.copies)}
+        chunked = [a for a in accs if a not in need_full and a not in stageless]
         # Past the limit with every stage whole, pass merge_threadgroup judges: the stages
-        # may reuse the operands' bytes, dead by then. A chunked stage is sized from what
-        # is left beside the rest, so none may be left over.
+        # may reuse the operands' bytes, dead by then (as may the kernel's own buffers). A
+        # chunked stage is sized from what is left beside the rest, so none may be left over.
         if fixed > METAL.threadgroup_memory_bytes and chunked:
             staged = ", ".join([f"'{a.name}' ({full[a]} bytes)" for a in need_full] +
                                [f"device C '{n}' ({b} bytes)" for n, b in device_c.items()])
@@ -555,11 +567,7 @@ class GemmLowering:
         M, N = acc.layout.shape
         rank = len(dst.buffer.ty.shape)
         dims = _tile_dims(dst)
-        direct = (atomic is None and ops.buffer_dtype(dst.buffer) == "float32"
-                  and dims == (rank - 2, rank - 1)
-                  and (dst.scope == "shared"
-                       or (dst.scope == "global" and self.inside(dst, dims, (M, N)))))
-        if direct:
+        if atomic is None and self._direct_target(dst, (M, N)):
             self.ctx.decide("gemm.store", "direct")
             return self.store_all(acc, dst)
         if (atomic is None and ops.buffer_dtype(dst.buffer) == "float32" and
@@ -584,6 +592,24 @@ class GemmLowering:
             part = ops.Region(dst.buffer, tuple(mins), extents)
             out += [self.store_all(acc, stage, chunk=c), self.ctx.copy(stage, part, atomic)]
         return seq(out)
+
+    def _stageless_copy(self, acc, src, dst) -> bool:
+        """Whether T.copy(src, dst) needs no stage of accumulator `acc`: it does not touch
+        acc, or stores acc straight into a float32 tile (copy_out's direct case)."""
+        if not src.buffer.same_as(acc) and not dst.buffer.same_as(acc):
+            return True
+        return src.buffer.same_as(acc) and \
+            self._direct_target(dst, tuple(int(d) for d in acc.ty.shape))
+
+    def _direct_target(self, dst, shape) -> bool:
+        """Whether T.copy(C, dst) of a C of `shape` stores its matrices straight into dst:
+        a float32 tile in dst's last two dimensions, in threadgroup memory or wholly
+        inside its device tensor."""
+        rank = len(dst.buffer.ty.shape)
+        dims = _tile_dims(dst)
+        return (ops.buffer_dtype(dst.buffer) == "float32" and dims == (rank - 2, rank - 1)
+                and (dst.scope == "shared"
+                     or (dst.scope == "global" and self.inside(dst, dims, shape))))
 
     def store_edges_staged(self, acc, dst, dims):
         """T.copy(C, dst) into float32 device memory that may end inside the tile: each 8x8

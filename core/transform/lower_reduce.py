@@ -48,10 +48,11 @@ buffers (then consecutive reductions need no barrier between them), else all sha
 A local destination of a fragment source needs every output on every thread: when the
 destination layout has one holder, acc is the result; else the owners write the outputs
 to `red_buf` and every thread reads them all. A local source reduces per thread in
-serial loops.
+serial loops, and so does a fragment every thread holds whole (one holder, all threads its
+replicas: TileLang's replicated value), into a destination held whole the same way.
 
 Errors (LoweringError, before any code runs): a destination layout that does not match
-the source's (set elsewhere), a source that is itself replicated or held as simdgroup
+the source's (set elsewhere), a source replicated over part of the threads or held as simdgroup
 matrices, a thread count the combining groups do not fit evenly (a group over a thread
 count that is not a power of two needs whole simdgroups). Stages beyond the 32 KiB of
 threadgroup memory are pass merge_threadgroup's to judge: it lets the stage reuse the bytes
@@ -415,6 +416,8 @@ class ReduceLowering:
         plan = next(p for p in self.plans if p.call.same_as(call))
         if plan.src_layout is None:
             return self.serial(plan)
+        if plan.src_layout.replicated and plan.src_layout.threads == 1:
+            return self.serial(plan, whole=True)
         return self.distributed(plan)
 
     def loop(self, extent, make_body, start=0):
@@ -441,10 +444,19 @@ class ReduceLowering:
         dtype = ops.buffer_dtype(plan.dst)
         return result if dtype == plan.acc_dtype else tirx.Cast(dtype, result)
 
-    def serial(self, plan):
-        """Local source: each thread reduces its own array into its own destination."""
-        self.ctx.decide("reduce.serial", "local_source")
+    def serial(self, plan, whole=False):
+        """Local source: each thread reduces its own array into its own destination. With
+        `whole`, a fragment source every thread holds whole (one holder, every thread a
+        replica: element f at slot f of its local array) into a destination held so too."""
+        self.ctx.decide("reduce.serial", "replicated_source" if whole else "local_source")
         shape = [int(d) for d in plan.src.ty.shape]
+        src, src_at = plan.src, list
+        dst, dst_at = plan.dst, list
+        if whole:
+            src, src_at = self.ctx.fragments[plan.src][0], _flat_at(shape)
+            if plan.dst in self.ctx.fragments:
+                dst = self.ctx.fragments[plan.dst][0]
+                dst_at = _flat_at([int(d) for d in plan.dst.ty.shape])
         acc = tirx.decl_buffer((1,), plan.acc_dtype, "red_acc", scope="local")
         zero = [i32(0)]
         idx = [self.ctx.fresh("i") for _ in shape]
@@ -453,17 +465,17 @@ class ReduceLowering:
         else:
             out = [v for d, v in enumerate(idx) if d != plan.dim] or zero
         step = tirx.BufferStore(acc, combine(plan.kind, tirx.BufferLoad(acc, zero), self.value(
-            plan, tirx.BufferLoad(plan.src, idx))), zero)
-        result = self.finish(plan, tirx.BufferLoad(plan.dst, out), tirx.BufferLoad(acc, zero))
+            plan, tirx.BufferLoad(src, src_at(idx)))), zero)
+        result = self.finish(plan, tirx.BufferLoad(dst, dst_at(out)), tirx.BufferLoad(acc, zero))
         body = seq([tirx.BufferStore(acc, identity(plan.kind, plan.acc_dtype), zero),
                     _serial(idx[plan.dim], shape[plan.dim], step),
-                    tirx.BufferStore(plan.dst, result, out)])
+                    tirx.BufferStore(dst, result, dst_at(out))])
         for d in reversed(range(len(shape))):
             if d != plan.dim:
                 body = _serial(idx[d], shape[d], body)
         return seq([tirx.AllocBuffer(acc), body])
 
-    def distributed(self, plan):
+    def distributed(self, plan):  # noqa: D401
         """Fragment source: partials, butterfly, cross-simdgroup stage, store (docstring)."""
         src_local, src_layout = self.ctx.fragments[plan.src]
         slots = plan.dst_layout.slots
@@ -725,6 +737,16 @@ class ReduceLowering:
         return seq([self.loop(layout.slots, publish),
                     self.loop(layout.size, lambda o: store(o, lambda f: tirx.BufferLoad(
                         stage, [plan.stage_offset + plan.broadcast_offset + f])))])
+
+
+def _flat_at(shape):
+    """Indices of a row-major element of `shape` -> its one index in a flat array."""
+    def at(idx):
+        flat = i32(0)
+        for d, v in zip(shape, idx):
+            flat = flat * d + v
+        return [flat]
+    return at
 
 
 def _serial(var, extent, body):

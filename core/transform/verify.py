@@ -20,6 +20,8 @@ and what is allowed):
     read with a subset of the loop variables, in order, and 0 on its unit dims (`mx[i]` in
     T.Parallel(bM, N), `mx[0]` of a (1,) fragment; whether its layout allows that is
     checked by lower_tile_ops);
+  - simdgroup matrices (scope "metal.simdgroup", T.alloc_local) are reached only by the
+    matrix intrinsics (T.simdgroup_load/store, ...), which are not inside T.Parallel;
   - every tile op's operands are compatible (ranks, extents, partial on-chip tiles);
     T.gemm's A and B are shared, fragment or device tiles of one float dtype, C a whole float32
     fragment, a float32 shared tile or a float32/float16/bfloat16 device tile, and the
@@ -47,6 +49,17 @@ from core.ir.liveness import lives, nbytes, peak, threadgroup_allocs, top_level
 from core.ir.ops import FRAGMENT
 from core.ir.stmt import as_int, children, is_kernel_attr, loads, visit_nodes
 from core.target import METAL, SCALAR_PARAM_DTYPES, SUPPORTED, bits
+
+
+# the DSL's names of the matrix intrinsics (core/language/simdgroup.py)
+_MATRIX_NAMES = {"tl.simdgroup_fill": "make_filled_simdgroup_matrix",
+                 "tl.simdgroup_load": "simdgroup_load", "tl.simdgroup_store": "simdgroup_store",
+                 "tl.simdgroup_mma": "simdgroup_multiply_accumulate"}
+
+
+def _is_matrix_call(node) -> bool:
+    return isinstance(node, tvm.ir.Call) and isinstance(node.op, tvm.ir.Op) and \
+        node.op.name in _MATRIX_NAMES
 
 
 class _Verifier:
@@ -160,6 +173,8 @@ class _Verifier:
             self.exprs([s.value, *s.indices], parallel, "store")
         elif isinstance(s, tirx.IfThenElse):
             self.exprs([s.condition], parallel, "if condition")
+        elif isinstance(s, tirx.Evaluate) and _is_matrix_call(s.value):
+            self.matrix_call(s.value, parallel)
         elif isinstance(s, tirx.Evaluate):
             self.exprs([s.value], parallel, "expression")
         for k in children(s):
@@ -206,7 +221,24 @@ class _Verifier:
                             f"'{_short(bad[0])}'; cast to an integer type first "
                             "(T.cast(x, \"int32\")) or use logical and/or/not")
 
+    def matrix_call(self, call, parallel):
+        """T.simdgroup_load/store/... : the simdgroup's collective operation, so not one
+        element of a T.Parallel; its matrix operands are the only way to a matrix."""
+        construct = "T." + _MATRIX_NAMES[call.op.name]
+        if parallel is not None:
+            self.fail(construct, "is an operation of the whole simdgroup and cannot be one "
+                                 "element of T.Parallel; call it at kernel level")
+        for a in call.args:
+            is_matrix = isinstance(a, tvm.ir.TensorLoad) and \
+                ops.buffer_scope(a.source) == matrix.MATRIX_SCOPE
+            self.exprs(list(a.indices) if is_matrix else [a], parallel, construct)
+
     def access(self, buf, indices, parallel, write):
+        if ops.buffer_scope(buf) == matrix.MATRIX_SCOPE:
+            self.fail(f"simdgroup matrix '{buf.name}'",
+                      f"is {'written' if write else 'read'} element-wise; an 8x8 simdgroup "
+                      "matrix's elements are spread over its simdgroup's lanes in an "
+                      "undocumented layout; use T.simdgroup_store to memory and read that")
         for idx in indices:
             if isinstance(idx, tvm.ir.Expr) and not str(idx.ty.dtype).startswith("int"):
                 self.fail(f"buffer '{buf.name}'",

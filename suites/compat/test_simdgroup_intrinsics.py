@@ -1,0 +1,155 @@
+"""TileLang's low-level simdgroup matrix intrinsics (TVM's Metal builtins, exported by
+`tilelang.metal.language`): T.alloc_local(..., scope="metal.simdgroup"),
+T.make_filled_simdgroup_matrix, T.simdgroup_load/store, T.simdgroup_multiply_accumulate,
+with T.access_ptr / T.address_of pointers into device and threadgroup memory; results
+against torch on every backend, and each misuse a clear error. The barrier tests of the
+seed PR that use them are in test_seed_threadsync.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import core
+import core.language as T
+from core.errors import KernelDefinitionError
+from harness.check.compare import assert_close
+from harness.gen.inputs import random_tensor
+from harness.gen.strategies import FLOATS
+
+
+def _matmul(M, N, K, dtype, transpose_b=False, via_shared=False):
+    """C = A @ B (B given as (N, K) when transpose_b), one simdgroup per 8x8 tile of C
+    computed by hand: the k loop loads an 8x8 tile of each operand and accumulates."""
+    groups = (M // 8) * (N // 8)
+    b_shape = (N, K) if transpose_b else (K, N)
+
+    @T.prim_func
+    def hand_mma(A: T.Tensor((M, K), dtype), B: T.Tensor(b_shape, dtype),
+                 C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=32 * groups) as _bx:
+            tid = T.get_thread_binding()
+            g = tid // 32
+            r0 = g // (N // 8) * 8
+            c0 = g % (N // 8) * 8
+            B_s = T.alloc_shared(b_shape, dtype)
+            a = T.alloc_local((64,), dtype, scope="metal.simdgroup")
+            b = T.alloc_local((64,), dtype, scope="metal.simdgroup")
+            c = T.alloc_local((64,), "float32", scope="metal.simdgroup")
+            if via_shared:
+                T.copy(B, B_s)
+            T.make_filled_simdgroup_matrix(c.data, 0, 0.0)
+            for k in T.serial(K // 8):
+                T.simdgroup_load(a.data, 0, T.access_ptr(A[r0, k * 8], "r"), K)
+                if via_shared:
+                    if transpose_b:
+                        T.simdgroup_load(b.data, 0, T.address_of(B_s[c0, k * 8]), K, 8, 8, True)
+                    else:
+                        T.simdgroup_load(b.data, 0, T.address_of(B_s[k * 8, c0]), N)
+                elif transpose_b:
+                    T.simdgroup_load(b.data, 0, T.access_ptr(B[c0, k * 8], "r"), K, 8, 8,
+                                     T.bool(True))
+                else:
+                    T.simdgroup_load(b.data, 0, T.access_ptr(B[k * 8, c0], "r"), N)
+                T.simdgroup_multiply_accumulate(c.data, 0, a.data, 0, b.data, 0, c.data, 0)
+            T.simdgroup_store(c.data, 0, T.access_ptr(C[r0, c0], "w"), N)
+    return hand_mma
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("transpose_b", [False, True])
+@pytest.mark.parametrize("via_shared", [False, True])
+def test_hand_written_matmul(run, dtype, transpose_b, via_shared):
+    M, N, K = 16, 24, 32
+    kernel = core.compile(_matmul(M, N, K, dtype, transpose_b, via_shared), out_idx=[2])
+    a = random_tensor((M, K), dtype, 1)
+    b = random_tensor((N, K) if transpose_b else (K, N), dtype, 2)
+    want = a.double() @ (b.double().T if transpose_b else b.double())
+    assert_close(run(kernel, a, b), want, dtype, reduction_length=K, op_class="accumulation")
+    assert "simdgroup_multiply_accumulate(c[0], a[0], b[0], c[0])" in kernel.msl
+
+
+def test_several_matrices_in_one_buffer(run):
+    """A buffer of 128 elements holds two matrices; each is addressed by its number."""
+    @T.prim_func
+    def two(X: T.Tensor((8, 16), "float32"), Y: T.Tensor((8, 16), "float32")):
+        with T.Kernel(1, threads=32) as _bx:
+            m = T.alloc_local((128,), "float32", scope="metal.simdgroup")
+            T.simdgroup_load(m.data, 1, T.access_ptr(X[0, 0], "r"), 16)   # left half
+            T.simdgroup_load(m.data, 0, T.access_ptr(X[0, 8], "r"), 16)   # right half
+            T.simdgroup_store(m.data, 0, T.access_ptr(Y[0, 0], "w"), 16)
+            T.simdgroup_store(m.data, 1, T.access_ptr(Y, "w", offset=8), 16)
+    kernel = core.compile(two, out_idx=[1])
+    assert "simdgroup_float8x8 m[2];" in kernel.msl
+    x = random_tensor((8, 16), "float32", 3)
+    assert_close(run(kernel, x), torch.cat([x[:, 8:], x[:, :8]], dim=1), "float32",
+                 op_class="exact")
+
+
+def _compile_error(body):
+    with pytest.raises(KernelDefinitionError) as info:
+        core.compile(body())
+    return str(info.value)
+
+
+def _one(stmt):
+    def make():
+        @T.prim_func
+        def misuse(X: T.Tensor((16, 16), "float32"), H: T.Tensor((16, 16), "float16")):
+            with T.Kernel(1, threads=32) as _bx:
+                m = T.alloc_local((64,), "float32", scope="metal.simdgroup")
+                stmt(m, X, H)
+        return make
+    return make()
+
+
+@pytest.mark.parametrize("stmt,parts", [
+    (lambda m, X, H: T.simdgroup_load(m.data, 0, T.access_ptr(X[0, 0], "r"), 16, 16, 16),
+     ["T.simdgroup_load", "16x16", "8x8 only"]),
+    (lambda m, X, H: T.simdgroup_load(m.data, 1, T.access_ptr(X[0, 0], "r"), 16),
+     ["T.simdgroup_load", "matrix index 1 is outside buffer 'm' of 1 matrices"]),
+    (lambda m, X, H: T.simdgroup_load(m.data, 0, T.access_ptr(H[0, 0], "r"), 16),
+     ["T.simdgroup_load", "'m' is float32 but 'H' is float16", "do not convert"]),
+    (lambda m, X, H: T.simdgroup_store(X.data, 0, T.access_ptr(X[0, 0], "w"), 16),
+     ["T.simdgroup_store", "is not a simdgroup matrix buffer", "scope=\"metal.simdgroup\""]),
+    (lambda m, X, H: T.simdgroup_store(m.data, 0, X[0, 0] + 1.0, 16),
+     ["T.simdgroup_store", "must be T.access_ptr(buf[...], mode) or T.address_of"]),
+    (lambda m, X, H: T.access_ptr(X[0, 0], "x"),
+     ["T.access_ptr", "access_type='x'", "'r', 'w', 'rw'"]),
+    (lambda m, X, H: T.alloc_local((48,), "float32", scope="metal.simdgroup"),
+     ["T.alloc_local", "48 elements", "multiple of 64"]),
+    (lambda m, X, H: T.alloc_local((64,), "int32", scope="metal.simdgroup"),
+     ["T.alloc_local", "dtype int32", "float32, float16, bfloat16"]),
+    (lambda m, X, H: T.alloc_local((64,), "float32", scope="shared"),
+     ["T.alloc_local", "scope='shared'", "'metal.simdgroup'"]),
+])
+def test_misuse_is_a_clear_error(stmt, parts):
+    text = _compile_error(lambda: _one(stmt))
+    for part in parts:
+        assert part in text, f"{part!r} not in {text!r}"
+
+
+def test_element_access_of_a_matrix_is_refused():
+    def make():
+        @T.prim_func
+        def misuse(X: T.Tensor((16, 16), "float32")):
+            with T.Kernel(1, threads=32) as _bx:
+                m = T.alloc_local((64,), "float32", scope="metal.simdgroup")
+                m[0] = 1.0
+                T.simdgroup_store(m.data, 0, T.access_ptr(X[0, 0], "w"), 16)
+        return misuse
+    text = _compile_error(make)
+    assert "kernel 'misuse', simdgroup matrix 'm': is written element-wise" in text
+
+
+def test_matrix_call_inside_parallel_is_refused():
+    def make():
+        @T.prim_func
+        def misuse(X: T.Tensor((16, 16), "float32")):
+            with T.Kernel(1, threads=32) as _bx:
+                m = T.alloc_local((64,), "float32", scope="metal.simdgroup")
+                for _i in T.Parallel(32):
+                    T.simdgroup_store(m.data, 0, T.access_ptr(X[0, 0], "w"), 16)
+        return misuse
+    text = _compile_error(make)
+    assert "T.simdgroup_store: is an operation of the whole simdgroup" in text
