@@ -13,6 +13,7 @@ from harness.bench.cases import CASES
 from harness.check.compare import assert_close
 from harness.check.power import case_power, describe, doctorings, output_power
 from harness.gen import family
+from harness.gen.inputs import random_tensor
 from oracles import bounds
 
 FAMILIES = [f.name for f in family.families() if not f.skip_reason]
@@ -131,8 +132,8 @@ def test_a_correct_softmax_in_float32_is_inside_its_bound():
 def test_a_float32_output_of_bfloat16_rounded_values_resolves_as_bfloat16():
     """The scaling a check must reject follows the narrowest dtype the result was rounded
     through, and that dtype is recorded, not assumed."""
-    h = bounds.round_to(bounds.exact_input(torch.randn(4, 64)), "bfloat16")
-    w = bounds.exact_input(torch.randn(64, 8))
+    h = bounds.round_to(bounds.exact_input(random_tensor((4, 64), "float32", 7)), "bfloat16")
+    w = bounds.exact_input(random_tensor((64, 8), "float32", 8))
     out = bounds.expected(bounds.matmul(h, w, "float32"), "float32")
     assert out.precision == "bfloat16"
     assert output_power(out).ok
