@@ -889,10 +889,11 @@ def write_reports(results: BenchRun, changes: list, baseline: Baseline | None, o
 
 # -- the oracle's power --------------------------------------------------------------------
 
-POWER_NOTE = ("The smallest d for which the case's check rejects its output scaled by 1 + d "
-              "(every output; bisected on what a perfect kernel stores), against the d it "
-              "must reject by the output's precision (1e-3 float32, 2e-2 float16, 5e-2 "
-              "bfloat16). docs/tolerance.md.")
+POWER_NOTE = ("For the case's weakest float output (the largest ratio of the two): the "
+              "smallest d for which its check rejects the output scaled by 1 + d (bisected "
+              "on what a perfect kernel stores), against the d it must reject by the "
+              "output's precision (1e-3 float32, 2e-2 float16, 5e-2 bfloat16). "
+              "docs/tolerance.md.")
 
 
 def power_rows(results: BenchRun) -> list[list[str]]:

@@ -196,18 +196,22 @@ def describe(powers: list[OutputPower]) -> str:
 
 
 def summary(expected: list) -> dict:
-    """The bench's record of a case's check: the smallest scaling d rejected for every
-    output (the largest of the outputs' smallest ones; None when some output rejects no
-    scaling), the d required of it (SCALING of its precision), the doctorings some output
-    accepts ("weak": the describe lines), and which were indistinguishable."""
-    powers = [output_power(e, i) for i, e in enumerate(expected) if isinstance(e, Expected)]
-    scalings = [p.smallest_scaling for p in powers if p.dtype != "bool"
-                and not p.dtype.startswith(("int", "uint"))]
-    floats = [e for e in expected if isinstance(e, Expected) and e.dtype.is_floating_point]
+    """The bench's record of a case's check, from its weakest float output (the one whose
+    smallest rejected scaling is the largest fraction of the scaling it must reject): that
+    smallest d ("rejects_scaling"; None when some output rejects no scaling at all), the d
+    required of it ("required_scaling", SCALING of its precision) and its index; the
+    doctorings some output accepts ("weak": the describe lines), and which were
+    indistinguishable."""
+    pairs = [(output_power(e, i), e) for i, e in enumerate(expected)
+             if isinstance(e, Expected)]
+    floats = [(p, scaling_for(e)) for p, e in pairs if e.dtype.is_floating_point]
+    weakest = max(floats, key=lambda f: float("inf") if f[0].smallest_scaling is None
+                  else f[0].smallest_scaling / f[1], default=None)
     return {
-        "rejects_scaling": None if not scalings or None in scalings else max(scalings),
-        "required_scaling": min((scaling_for(e) for e in floats), default=None),
-        "weak": describe([p for p in powers if not p.ok]),
-        "indistinguishable": {str(p.index): sorted(p.indistinguishable) for p in powers
+        "rejects_scaling": None if weakest is None else weakest[0].smallest_scaling,
+        "required_scaling": None if weakest is None else weakest[1],
+        "weakest_output": None if weakest is None else weakest[0].index,
+        "weak": describe([p for p, _ in pairs if not p.ok]),
+        "indistinguishable": {str(p.index): sorted(p.indistinguishable) for p, _ in pairs
                               if p.indistinguishable},
     }
