@@ -393,14 +393,21 @@ def measure_hand_tuned(case: BenchCase, built, generated: "CaseMeasurement",
     out["counters"] = counters
     out["modeled"] = modeled(counters, generated.minimum, generated.flops, chip_names, half,
                              roofline.buffer_traffic([res.stats]), case.full_scale)
+    set_reference_ratios(out, generated)
+    return out
+
+
+def set_reference_ratios(out: dict, generated: "CaseMeasurement") -> None:
+    """generated / reference per counter (RATIO_COUNTERS) and per chip's modeled time, into
+    a reference record (`out`: a hand-tuned kernel's or a peer's) that has its counters and
+    modeled times."""
     if generated.counters:
         out["ratios"] = {k: generated_over_reference(generated.counters.get(k, 0),
-                                                     counters.get(k, 0))
+                                                     out["counters"].get(k, 0))
                          for k in RATIO_COUNTERS}
     if generated.modeled:
         out["modeled_ratios"] = {chip: generated.modeled[chip]["seconds"] / m["seconds"]
                                  for chip, m in out["modeled"].items()}
-    return out
 
 
 def _measure_peers(case: BenchCase, built, out: CaseMeasurement, chip_names, peers,

@@ -46,8 +46,7 @@ def measure_peer(case, built, generated, chip_names, half: bool, peer: str = "ml
 
     from core.errors import MetaltileError
     from core.runtime.emu import run_msl
-    from harness.bench.measure import (RATIO_COUNTERS, SEED, aggregate,
-                                       generated_over_reference, modeled)
+    from harness.bench.measure import SEED, aggregate, modeled, set_reference_ratios
     from harness.check.compare import assert_outputs_close
 
     out = {"peer": peer, "version": MLX_VERSION, "kernel": "", "headers": [],
@@ -121,11 +120,5 @@ def measure_peer(case, built, generated, chip_names, half: bool, peer: str = "ml
     out["counters"] = counters
     out["modeled"] = modeled(counters, generated.minimum, generated.flops, chip_names, half,
                              roofline.buffer_traffic(stats), case.full_scale)
-    if generated.counters:
-        out["ratios"] = {k: generated_over_reference(generated.counters.get(k, 0),
-                                                     counters.get(k, 0))
-                         for k in RATIO_COUNTERS}
-    if generated.modeled:
-        out["modeled_ratios"] = {chip: generated.modeled[chip]["seconds"] / m["seconds"]
-                                 for chip, m in out["modeled"].items()}
+    set_reference_ratios(out, generated)
     return out
