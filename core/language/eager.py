@@ -39,6 +39,7 @@ import functools
 import inspect
 import re
 import textwrap
+from pathlib import Path
 from dataclasses import dataclass, field
 from numbers import Integral
 
@@ -801,6 +802,10 @@ def trace(rewritten, name: str, signature: inspect.Signature, tensor_params, sca
                     if consts is not None:
                         raise
                     return Traced(None, dict(tr.tensors), (), (), False, dict(tr.const_vars))
+                except TypeError as err:
+                    if "TensorRegion" not in str(err):
+                        raise
+                    _slice_arithmetic(tr, err)
                 outputs, single = _outputs(tr, ret)
                 missing = [p for p in tensor_params if p not in tr.tensors]
                 if missing:
@@ -838,6 +843,23 @@ def trace(rewritten, name: str, signature: inspect.Signature, tensor_params, sca
         return Traced(None, dict(tr.tensors), (), (), False, dict(tr.const_vars))
     return Traced(func, dict(tr.tensors), tuple(inputs), tuple(b.name for b in outputs),
                   single, dict(tr.const_vars))
+
+
+def _slice_arithmetic(tr: Trace, err: TypeError):
+    """Arithmetic on a buffer slice (`A[0:N] * 2`): Python evaluates it before the store
+    sees it, and a slice is a region, not a value. Named with the user's line."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(err.__traceback__)
+              if not f.filename.startswith(_PACKAGE_DIR)]
+    where = f"line {frames[-1].lineno}: {frames[-1].line}" if frames else "a slice expression"
+    tr.fail(where, f"computes with a buffer slice ({err}); in an eager kernel a slice is a "
+            "region, stored or copied whole (`B[a:b] = A[a:b]`, `B[a:b] = 0.0`); write "
+            "element-wise arithmetic as a T.Parallel loop (prim_func bodies take "
+            "`B[a:b] = A[a:b] * 2` as written)")
+
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
 
 
 def _outputs(tr: Trace, ret):

@@ -58,3 +58,20 @@ def test_slices_must_match_one_by_one():
             with T.Kernel(1, threads=8):
                 B[0:8] = A[0:8, 0:8] * 2.0
     assert "a slice of the value has 2 sliced dims, the target 'B' 1" in str(info.value)
+
+
+def test_an_eager_kernel_computing_with_a_slice_is_a_clear_error():
+    """In an eager kernel Python evaluates `A[0:N] * 2` before the store sees it; the answer
+    is a KernelDefinitionError naming the kernel and the user's line, not TVM's TypeError."""
+    @core.jit
+    def doubled(A, B):
+        A: T.Tensor((64,), "float32")
+        B: T.Tensor((64,), "float32")
+        with T.Kernel(1, threads=64) as bx:  # noqa: F841 - the launch, as TileLang writes it
+            B[0:64] = A[0:64] * 2
+
+    a = random_tensor((64,), "float32", 0)
+    with pytest.raises(KernelDefinitionError,
+                       match=r"kernel 'doubled', line \d+: B\[0:64\] = A\[0:64\] \* 2: "
+                             r"computes with a buffer slice.*T\.Parallel"):
+        doubled(a, a.clone(), backend="emu")
