@@ -287,33 +287,22 @@ def run_power_checks(seed: int = 0, bench: bool = True) -> list[CheckResult]:
     from harness.check.power import case_power
     from harness.gen import family
 
+    checks = [(f"power {fam.name}", f"doctored outputs rejected at {POWER_EXAMPLES} drawn "
+               "params", lambda fam=fam: _drawn_power(fam, seed))
+              for fam in family.families() if not fam.skip_reason]
+    checks += [(f"power {case.name}", "doctored outputs rejected at the bench shape",
+                lambda case=case: case_power(family.get(case.family).build(dict(case.params)),
+                                             seed))
+               for case in (CASES if bench else ())
+               if not family.get(case.family).skip_reason]
     results = []
-    for fam in family.families():
-        if fam.skip_reason:
-            continue
+    for name, what, powers_of in checks:
         start = time.perf_counter()
         try:
-            powers = _drawn_power(fam, seed)
+            powers = powers_of()
         except Exception as err:  # noqa: BLE001 - a family that breaks is this check's failure
-            results.append(CheckResult(f"power {fam.name}", "doctored outputs rejected",
-                                       False, time.perf_counter() - start, 0,
+            results.append(CheckResult(name, what, False, time.perf_counter() - start, 0,
                                        f"{type(err).__name__}: {err}"))
             continue
-        results.append(_power_result(f"power {fam.name}", f"doctored outputs rejected at "
-                                     f"{POWER_EXAMPLES} drawn params", powers,
-                                     time.perf_counter() - start))
-    for case in CASES if bench else ():
-        fam = family.get(case.family)
-        if fam.skip_reason:
-            continue
-        start = time.perf_counter()
-        try:
-            powers = case_power(fam.build(dict(case.params)), seed)
-        except Exception as err:  # noqa: BLE001
-            results.append(CheckResult(f"power {case.name}", "doctored outputs rejected",
-                                       False, time.perf_counter() - start, 0,
-                                       f"{type(err).__name__}: {err}"))
-            continue
-        results.append(_power_result(f"power {case.name}", "doctored outputs rejected at "
-                                     "the bench shape", powers, time.perf_counter() - start))
+        results.append(_power_result(name, what, powers, time.perf_counter() - start))
     return results

@@ -164,8 +164,17 @@ def negate(x) -> Bounded:
 
 def maximum(x, y) -> Bounded:
     """max is exact; the result carries the larger operand error (either may be chosen)."""
+    return _extremum(torch.maximum, x, y)
+
+
+def minimum(x, y) -> Bounded:
+    """min is exact; the result carries the larger operand error (either may be chosen)."""
+    return _extremum(torch.minimum, x, y)
+
+
+def _extremum(pick, x, y) -> Bounded:
     x, y = _lift(x), _lift(y)
-    return Bounded(torch.maximum(x.value, y.value), torch.maximum(x.det, y.det),
+    return Bounded(pick(x.value, y.value), torch.maximum(x.det, y.det),
                    torch.maximum(x.stat, y.stat), max(x.u, y.u))
 
 

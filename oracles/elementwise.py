@@ -58,9 +58,7 @@ def binary_expected(op: str, a, b, dtype: str, out_dtype: str) -> B.Expected:
         return B.exact(binary(op, a, b, out_dtype), out_dtype, f"integer {op}")
     x, y = B.exact_input(a), B.exact_input(b)
     if op in ("max", "min"):
-        both = torch.stack((x.value, y.value))
-        pick = both.argmax(0) if op == "max" else both.argmin(0)
-        v = B.where(pick == 0, x, y)
+        v = (B.maximum if op == "max" else B.minimum)(x, y)
     else:
         v = {"add": B.add, "sub": B.sub, "mul": B.mul}[op](x, y, dtype) if _computed(dtype) \
             else B.exact_input(OPS[op](a.long(), b.long()))

@@ -72,7 +72,5 @@ def reduce_expected(x, kind: str, dim: int = -1, out=None, out_dtype=None,
         if kind.endswith("sum"):
             r = B.add(old, r, acc)
         else:
-            both = torch.stack((old.value, r.value))
-            pick = both.argmax(0) if kind.endswith("max") else both.argmin(0)
-            r = B.where(pick == 0, old, r)
+            r = (B.maximum if kind.endswith("max") else B.minimum)(old, r)
     return B.expected(r, dtype, f"{kind} over {x.shape[dim]} terms in {acc}")

@@ -149,9 +149,7 @@ class OutputPower:
 
 
 def output_power(expected: Expected, index: int = 0, scaling: bool = True) -> OutputPower:
-    correct = _store(expected.value.double(), expected.dtype) if expected.exact else \
-        expected.rounded()
-    message = _rejects(correct, expected)
+    message = _rejects(_store(expected.value.double(), expected.dtype), expected)
     power = OutputPower(index, _name(expected.dtype), expected.how, message is None,
                         message or "")
     for name, bad in doctorings(expected).items():

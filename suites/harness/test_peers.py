@@ -49,7 +49,7 @@ def _headers_or_skip():
     try:
         mlx_wheel.headers()
     except mlx_wheel.PeerUnavailable as err:
-        pytest.skip(str(err))
+        pytest.skip(f"MLX's kernel headers are not available here: {err}")
 
 
 def _measured(family, params, peers=("mlx",)):
