@@ -174,6 +174,47 @@ class MetalTarget:
 METAL = MetalTarget()
 
 
+@dataclass(frozen=True)
+class CoreCosts:
+    """What on-chip work costs one Apple7/8 GPU core, for the lowering decisions that weigh
+    two schedules of the same work (core/transform/lower_reduce.py: who combines the
+    cross-simdgroup partials; harness/gen/gemv.py: staging the vector or reading it from
+    device memory). The same figures as the bench's roofline model (harness/bench/roofline.py,
+    `OnChip` of apple7/8, which cites each: metal-benchmarks for the measured ones; the
+    threadgroup bandwidth and the barrier are estimates there too); a test keeps them equal
+    (suites/unit/test_target.py). Costs are in core cycles per threadgroup: a simd reduction
+    occupies one of the core's schedulers for `simd_reduce_cycles`, threadgroup and L2 bytes
+    move at their bandwidth per cycle, and a barrier's latency is hidden by the other
+    threadgroups resident on the core."""
+    schedulers: int = 4                  # per core, each issues for one simdgroup
+    simd_reduce_cycles: float = 14.54    # simd_sum / simd_max, per scheduler (throughput)
+    threadgroup_bytes_per_cycle: int = 64
+    l2_bytes_per_cycle: int = 32
+    barrier_cycles: int = 32
+    max_threads: int = 3072              # resident threads per core
+    threadgroup_memory_bytes: int = 60 * 1024   # per core, shared by resident threadgroups
+
+    def resident_groups(self, threads: int, threadgroup_bytes: int) -> int:
+        """Threadgroups a core holds at once by their threads and threadgroup memory (the
+        register file, which the compiler does not see here, can allow fewer)."""
+        by_threads = self.max_threads // max(1, threads)
+        by_memory = self.threadgroup_memory_bytes // threadgroup_bytes if threadgroup_bytes \
+            else by_threads
+        return max(1, min(by_threads, by_memory))
+
+    def simd(self, reductions: float) -> float:
+        return reductions * self.simd_reduce_cycles / self.schedulers
+
+    def threadgroup(self, nbytes: float) -> float:
+        return nbytes / self.threadgroup_bytes_per_cycle
+
+    def barriers(self, n: float, resident: int) -> float:
+        return n * self.barrier_cycles / max(1, resident)
+
+
+COSTS = CoreCosts()
+
+
 def c_header() -> str:
     """The emulator's view of the target: `mt_target.h`, generated from this module.
 

@@ -72,7 +72,7 @@ from core.ir.layout import FragmentLayout, NoLayout, reduce_layout
 from core.ir.ops import FRAGMENT
 from core.ir.stmt import i32, seq, walk
 from core.transform.layout_inference import fragment_layout
-from core.target import DTYPES, METAL, bits
+from core.target import COSTS, DTYPES, METAL, bits
 
 SIMD_BITS = METAL.simd_width.bit_length() - 1   # thread-id bits below it select the lane
 # The hardware's reduction over a whole simdgroup, per kind (|x| is taken per element before)
@@ -171,6 +171,8 @@ class _Plan:
     stage_elems: int = 0            # red_buf elements this reduction needs
     stage_offset: int = 0
     broadcast_offset: int = 0       # of the outputs a local dst reads, within the region
+    once: bool = False              # the first simdgroup of each group combines (broadcast)
+    result_offset: int = 0          # of its combined results, within the region
 
     @property
     def construct(self) -> str:
@@ -195,6 +197,14 @@ class _Plan:
         (896 threads: 28 simdgroups)."""
         c_lo, _ = self.cross_bits
         return self.dst_layout.replicas >> (c_lo - self.dst_layout.rep_lo)
+
+    @property
+    def by_lanes(self) -> bool:
+        """Whole simdgroups combine whole simdgroups: lane c can read partial c and one
+        simd reduction combine them (MSL's simd reductions take 32-bit types)."""
+        lo, ibits = self.simd_bits
+        return (lo, ibits, self.cross_bits[0]) == (0, SIMD_BITS, SIMD_BITS) and \
+            DTYPES[self.acc_dtype].bits <= 32
 
     @property
     def broadcast_to_local(self) -> bool:
@@ -242,13 +252,15 @@ class ReduceLowering:
                                                  layouts))
                 continue
             run_max, run_sum, mx, sm = (ops.decode_region(a).buffer for a in call.args)
-            pm = self._plan_one(call, run_max, mx, "max", 1, True, layouts)
-            ps = self._plan_one(call, run_sum, sm, "sum", 1, True, layouts)
+            pm = self._plan_one(call, run_max, mx, "max", 1, True, layouts, online=True)
+            ps = self._plan_one(call, run_sum, sm, "sum", 1, True, layouts, online=True)
             if pm.dst_layout != ps.dst_layout:
                 self.fail("T.reduce_online", f"'{run_max.name}' and '{run_sum.name}' are laid "
                                              "out differently; they must share one layout")
             pm.stage_elems += ps.stage_elems    # one region: the maxima, then the sums
             ps.stage_elems = 0
+            if pm.cross_bits[1]:
+                self._plan_once(pm, pairs=2)
             self.plans += [pm, ps]
         need = {}
         for p in self.plans:
@@ -265,7 +277,7 @@ class ReduceLowering:
             size = max(p.stage_elems for p in ps) if overlap else offset
             self.stages[dtype] = tirx.decl_buffer((size,), dtype, STAGE, scope="shared")
 
-    def _plan_one(self, call, src, dst, kind, dim, clear, layouts) -> _Plan:
+    def _plan_one(self, call, src, dst, kind, dim, clear, layouts, online=False) -> _Plan:
         plan = _Plan(call, kind, dim, clear, src, dst, None, None,
                      accumulator_dtype(ops.buffer_dtype(src)))
         if ops.buffer_scope(src) == "local":
@@ -301,10 +313,47 @@ class ReduceLowering:
         if cbits:
             _, ibits = plan.simd_bits
             plan.stage_elems = expected.slots * (threads >> ibits)
+            if not online:
+                self._plan_once(plan, pairs=1)
         if plan.broadcast_to_local:     # its own region: no barrier after the cross stage
             plan.broadcast_offset = plan.stage_elems
             plan.stage_elems += expected.size
         return plan
+
+    def groups(self, plan) -> int:
+        """Groups of simdgroups that combine apart in the cross-simdgroup step of a
+        whole-simdgroup reduction (`by_lanes`)."""
+        return -(-(self.ctx.threads >> SIMD_BITS) // (1 << plan.cross_bits[1]))
+
+    def _plan_once(self, plan, pairs):
+        """Whether the first simdgroup of each group combines its group's partials and
+        broadcasts the result through red_buf (one more barrier), or every simdgroup
+        combines them itself (no broadcast): the cheaper by the cost of on-chip work
+        (core.target.COSTS, the bench roofline's figures), in core cycles per threadgroup.
+        Every simdgroup: (simdgroups x slots) simd reductions, each simdgroup's lanes below
+        the partial count reading one partial. The first simdgroup: (groups x slots)
+        reductions, its lanes reading the partials, its lane 0 writing the result, every
+        thread reading it back, and a barrier, hidden in part by the other threadgroups
+        the core holds (by threads and threadgroup memory). `pairs` = 2 for a softmax's
+        (max, sum) pairs, which share the barrier. The choice is noted at lowering
+        (`reduce.across_simdgroups`)."""
+        if not plan.by_lanes:
+            return
+        threads, slots = self.ctx.threads, plan.dst_layout.slots
+        simdgroups, groups, n = threads >> SIMD_BITS, self.groups(plan), plan.partials
+        size = DTYPES[plan.acc_dtype].bytes
+        results = pairs * slots * groups
+        resident = COSTS.resident_groups(
+            threads, self.shared_bytes + (plan.stage_elems + results) * size)
+        every = COSTS.simd(pairs * slots * simdgroups) + \
+            COSTS.threadgroup(pairs * slots * simdgroups * n * size)
+        first = COSTS.simd(pairs * slots * groups) + COSTS.threadgroup(
+            pairs * slots * (groups * n + groups + threads) * size) + \
+            COSTS.barriers(1, resident)
+        if first < every:
+            plan.once = True
+            plan.result_offset = plan.stage_elems
+            plan.stage_elems += results
 
     def finalize(self, buf, kind):
         """T.finalize_reducer: every element of the reducer `buf` (a local array on every
@@ -565,14 +614,47 @@ class ReduceLowering:
                 acc, combine(plan.kind, tirx.BufferLoad(acc, [k]), part(k, c)), [k]), start=1)
             return seq([first, rest])
 
-        by_lanes = (lo, ibits, c_lo) == (0, SIMD_BITS, SIMD_BITS) and \
-            DTYPES[plan.acc_dtype].bits <= 32   # MSL's simd reductions take 32-bit types
-        self.ctx.decide("reduce.across_simdgroups", "lanes_read_partials" if by_lanes
+        by_lanes = plan.by_lanes
+        self.ctx.decide("reduce.across_simdgroups", "first_simdgroup_combines" if plan.once
+                        else "lanes_read_partials" if by_lanes
                         else "every_thread_reads_partials")
         self.ctx.decide("reduce.top_range", "partial" if plan.partials < 1 << cbits
                         else "whole")
-        return [self.loop(slots, publish),
-                self.loop(slots, gather_by_lanes if by_lanes else gather)]
+        stmts = [self.loop(slots, publish)]
+        if plan.once:
+            result = self._once(plan, [(stage, acc, plan.result_offset)], gather_by_lanes)
+            return stmts + result
+        return stmts + [self.loop(slots, gather_by_lanes if by_lanes else gather)]
+
+    def _once(self, plan, values, combine_slot):
+        """The first simdgroup of each group runs `combine_slot(k)` for every slot k
+        (which leaves the group's result in each (stage, acc, offset) of `values`, acc[k]),
+        its lane 0 writes the results to red_buf at offset + k * groups + group, and every
+        thread reads its group's back (thread_sync puts the barrier between). The
+        condition is uniform over each simdgroup, so the simd reductions inside it run on
+        whole simdgroups."""
+        tid, slots, groups = self.ctx.tid, plan.dst_layout.slots, self.groups(plan)
+        cbits = plan.cross_bits[1]
+        simdgroup = tirx.floordiv(tid, 1 << SIMD_BITS)
+        group = tirx.floordiv(simdgroup, 1 << cbits) if groups > 1 else i32(0)
+        first = tirx.floormod(simdgroup, 1 << cbits) == 0 if groups > 1 else simdgroup == 0
+        lane0 = tirx.floormod(tid, 1 << SIMD_BITS) == 0
+
+        def slot_at(offset, k):
+            return plan.stage_offset + offset + k * groups + group
+
+        def combine_and_write(k):
+            writes = seq([tirx.BufferStore(stage, tirx.BufferLoad(acc, [k]),
+                                           [slot_at(offset, k)])
+                          for stage, acc, offset in values])
+            return seq([combine_slot(k), tirx.IfThenElse(lane0, writes, None)])
+
+        def read_back(k):
+            return seq([tirx.BufferStore(acc, tirx.BufferLoad(stage, [slot_at(offset, k)]),
+                                         [k]) for stage, acc, offset in values])
+
+        return [tirx.IfThenElse(first, self.loop(slots, combine_and_write), None),
+                self.loop(slots, read_back)]
 
     def _stage_slots(self, plan):
         """(partials per slot, this thread's partial w, w with its simdgroup bits cleared,
@@ -681,10 +763,17 @@ class ReduceLowering:
                                              "simdgroups are not combined; the groups must "
                                              "be whole simdgroups")
             self.ctx.decide("reduce.online", "across_simdgroups")
-            self.ctx.decide("reduce.across_simdgroups", "lanes_read_partials")
+            self.ctx.decide("reduce.across_simdgroups", "first_simdgroup_combines" if pm.once
+                            else "lanes_read_partials")
             self.ctx.decide("reduce.top_range", "partial" if pm.partials < 1 << cbits
                             else "whole")
-            stmts += [self.loop(slots, publish), self.loop(slots, gather_by_lanes)]
+            stmts.append(self.loop(slots, publish))
+            if pm.once:    # the maxima's results, then the sums'
+                stmts += self._once(pm, [(stage, acc_m, pm.result_offset),
+                                         (stage, acc_s, pm.result_offset +
+                                          slots * self.groups(pm))], gather_by_lanes)
+            else:
+                stmts.append(self.loop(slots, gather_by_lanes))
         stmts += [self.store(pm, acc_m), self.store(ps, acc_s)]
         return seq(stmts)
 

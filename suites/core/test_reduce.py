@@ -187,17 +187,29 @@ def test_a_group_smaller_than_a_simdgroup_keeps_the_butterfly(run):
     assert "simd_sum" not in kernel.msl and "simd_max" not in kernel.msl
 
 
-def test_the_cross_simdgroup_step_reads_each_partial_once_per_simdgroup(run_family):
-    # 256 threads hold 2 rows (a slot each); a row's partials are the 8 simdgroups'. Lane
-    # c < 8 of each simdgroup reads partial c and one simd reduction combines them: no
-    # thread reads all partials (that was 8 loads per thread per slot), no 2nd barrier.
-    M, N, bM, threads = 4, 1024, 2, 256
+@pytest.mark.parametrize("threads,combine", [(256, "first_simdgroup_combines"),
+                                             (64, "lanes_read_partials")])
+def test_the_cross_simdgroup_step_combines_once_when_the_cost_says_so(threads, combine,
+                                                                     run_family):
+    # `threads` threads hold 2 rows (a slot each); a row's partials are the simdgroups'.
+    # 8 simdgroups: the first one's lanes c < 8 read partial c, one simd reduction
+    # combines them and every thread reads the result back behind a 2nd barrier (7 fewer
+    # simd reductions per slot than every simdgroup combining, worth the barrier). 2
+    # simdgroups: each combines the 2 partials itself, one barrier per reduction (the
+    # barrier and the read-back cost more than the one reduction they save).
+    M, N, bM = 4, 1024, 2
     kernel, _, _ = run_family("softmax", softmax_params(M, N, bM, threads, "float32"))
-    assert kernel.msl.count("threadgroup_barrier") == 2                   # one per reduction
+    assert f"reduce.across_simdgroups={combine}" in kernel.decisions
+    once = combine == "first_simdgroup_combines"
+    assert kernel.msl.count("threadgroup_barrier") == (4 if once else 2)  # per reduction
     stats = kernel.last_run.stats[0]
     groups, reductions, simdgroups = M // bM, 2, threads // 32
-    assert stats["threadgroup_load_ops"] == groups * reductions * bM * simdgroups * simdgroups
-    assert stats["simd_ops"] == groups * reductions * bM * simdgroups * 2   # 2 per slot
+    # the first simdgroup's lanes read the partials of each slot, then every thread reads
+    # its bM results back in one vector load (they are consecutive in red_buf)
+    loads = bM * simdgroups + threads if once else bM * simdgroups * simdgroups
+    assert stats["threadgroup_load_ops"] == groups * reductions * loads
+    assert stats["simd_ops"] == groups * reductions * bM * (
+        simdgroups + (1 if once else simdgroups))
 
 
 # ---- where the operands live ----------------------------------------------------------------
@@ -473,15 +485,16 @@ def test_infinity_and_the_identities_of_max_and_min(run):
 
 @pytest.mark.parametrize("build,args,count", [
     (lambda: softmax_kernel(8, 1024, 4, 256, "float32"), lambda: [rand((8, 1024), "float32", 16)],
-     2),
+     4),
     (lambda: running_sum(4, 1000, 1, 512, 256, "float32"),
      lambda: [rand((4, 1000), "float32", 17)], 2),
 ], ids=["softmax-across-simdgroups", "running-sum-in-a-loop"])
 def test_every_reduction_barrier_is_necessary(build, args, count, run):
-    # One barrier per reduction across simdgroups: each has its own region of the stage,
-    # so the next reduction needs no barrier before writing; a lone reduction in a loop
-    # also needs one before its next iteration overwrites the partials just read. Removing
-    # any one lets the race checker find a race.
+    # Across 8 simdgroups, two barriers per reduction: the partials' and the first
+    # simdgroup's result's (core/transform/lower_reduce.py `_plan_once`); each reduction has
+    # its own region of the stage, so the next one needs no barrier before writing; a lone
+    # reduction in a loop also needs one before its next iteration overwrites the partials
+    # just read. Removing any one lets the race checker find a race.
     func, inputs = build(), args()
     kernel = core.compile(func, out_idx=[1])
     run(kernel, *inputs)

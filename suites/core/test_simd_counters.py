@@ -30,8 +30,14 @@ def test_whole_simdgroup_rows_count_reductions_not_shuffles(run):
     stats = kernel.last_run.stats[0]
     groups, simdgroups = M // bM, threads // 32
     sites = _calls(kernel.msl, ("simd_sum", "simd_max"))
-    assert sites and _calls(kernel.msl, ("simd_shuffle_xor",)) == 0
-    assert stats["simd_reduce_ops"] == stats["simd_ops"] == groups * simdgroups * sites * bM
+    assert _calls(kernel.msl, ("simd_shuffle_xor",)) == 0
+    # per reduction (max, sum) and slot (bM rows), one simd reduction in every simdgroup,
+    # then one in the first, which combines the 8 partials for all (kernel.decisions)
+    reductions = 2
+    assert sites == 2 * reductions
+    assert "reduce.across_simdgroups=first_simdgroup_combines" in kernel.decisions
+    assert stats["simd_reduce_ops"] == stats["simd_ops"] == \
+        groups * reductions * bM * (simdgroups + 1)
     assert stats["simd_shuffle_ops"] == stats["simd_broadcast_ops"] == 0
 
 

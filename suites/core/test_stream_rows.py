@@ -149,7 +149,10 @@ def test_every_barrier_of_the_streamed_softmax_is_necessary(run):
     a = rand((2, 32000), "float32")
     kernel = core.compile(softmax_kernel(2, 32000, 1, 512, "float32"), out_idx=[1])
     run(kernel, a)
-    assert kernel.msl.count("threadgroup_barrier") == 1     # (max, sum) pairs combine at once
+    # (max, sum) pairs combine at once: the partials' barrier and, as the first of the 16
+    # simdgroups combines them, the results'
+    assert kernel.msl.count("threadgroup_barrier") == 2
+    assert "reduce.across_simdgroups=first_simdgroup_combines" in kernel.decisions
     report = check_barriers(kernel, [a])
     assert report.ok, report.summary()
 
