@@ -33,12 +33,18 @@ under thread-dependent control flow):
                         not a power of two: 28 at 896 threads; every replica gets the same
                         bits): when lo == 0 and the partials sit in bits [5, hi), lane c
                         reads partial c if c is below their count, else the identity, and
-                        one simd reduction combines them in every simdgroup;
+                        one simd reduction combines them, either in every simdgroup, or
+                        (`_plan_once`: when the cost of on-chip work, core.target.COSTS,
+                        says so) only in the first simdgroup of each group, whose lane 0
+                        writes the result to red_buf for every thread to read behind one
+                        more barrier (MLX's combine: 1 simd reduction per group, not one
+                        per simdgroup);
                         else every thread reads them all, in a fixed order
     for k (existing slots only): dst[k] = cast(acc[k])   or   cast(op(dst[k], acc[k]))
 
-Each choice above (simd reduction or butterfly, lanes reading partials or every thread
-reading them, a whole or partial top range, the online pairs, serial) is noted as a
+Each choice above (simd reduction or butterfly, lanes reading partials in every simdgroup
+or in the first one only, every thread reading them, a whole or partial top range, the
+online pairs, serial) is noted as a
 lowering decision (`reduce.*`, core/ir/decisions.py) through the KernelContext.
 
 `red_buf` is an ordinary "shared" buffer: thread_sync places the barrier between its
@@ -682,7 +688,9 @@ class ReduceLowering:
         every simdgroup's maximum and then its sum, so one barrier for both, after which
         lane c reads pair c if c is below the number of simdgroups (28 at 896 threads, not
         the 32 their bits span), else the identity pair, and one simd_max and one simd_sum
-        combine them. The maximum's identity
+        combine them: in every simdgroup, or in the first only, which writes the pair to
+        red_buf for every thread behind one more barrier (`_plan_once`, pairs = 2). The
+        maximum's identity
         is the lowest finite float, not -inf: exp(-inf) need not be 0 under fast math."""
         pm, ps = [p for p in self.plans if p.call.same_as(call)]
         max_local, layout = self.ctx.fragments[pm.src]

@@ -79,3 +79,22 @@ def test_frontend_rejects_threads_past_the_target_limit():
             with T.Kernel(1, threads=METAL.max_threads_per_group + 32) as bx:
                 A[bx] = T.float32(0)
         core.compile(too_many)
+
+
+def test_the_compilers_costs_are_the_bench_models_figures():
+    # the lowering decisions weigh on-chip work with core.target.COSTS; the bench's roofline
+    # model (harness/bench/roofline.py) prices the same work with its apple7/8 figures
+    from harness.bench import roofline
+    from core.target import COSTS
+
+    chip = roofline._APPLE7
+    assert COSTS.schedulers == chip.schedulers
+    assert COSTS.simd_reduce_cycles == chip.simd_cost("reduce")
+    assert COSTS.threadgroup_bytes_per_cycle == chip.threadgroup_bytes_per_cycle
+    assert COSTS.l2_bytes_per_cycle == chip.l2_bytes_per_cycle
+    assert COSTS.barrier_cycles == chip.barrier_cycles
+    assert COSTS.max_threads == chip.max_threads
+    assert COSTS.threadgroup_memory_bytes == chip.threadgroup_memory_bytes
+    # a core holds the threadgroups its threads and its threadgroup memory allow
+    assert COSTS.resident_groups(1024, 0) == 3
+    assert COSTS.resident_groups(64, 30 * 1024) == 2
