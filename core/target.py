@@ -190,6 +190,10 @@ class CoreCosts:
     simd_reduce_cycles: float = 14.54    # simd_sum / simd_max, per scheduler (throughput)
     threadgroup_bytes_per_cycle: int = 64
     l2_bytes_per_cycle: int = 32
+    # DRAM bytes per core cycle of the M2 (100 GB/s over 10 cores at 1398 MHz), the chip the
+    # bench reports its ratios on: where a kernel streams a weight matrix, what its on-chip
+    # work hides under
+    dram_bytes_per_cycle: float = 100e9 / (10 * 1398e6)
     barrier_cycles: int = 32
     max_threads: int = 3072              # resident threads per core
     threadgroup_memory_bytes: int = 60 * 1024   # per core, shared by resident threadgroups
@@ -207,6 +211,12 @@ class CoreCosts:
 
     def threadgroup(self, nbytes: float) -> float:
         return nbytes / self.threadgroup_bytes_per_cycle
+
+    def l2(self, nbytes: float) -> float:
+        return nbytes / self.l2_bytes_per_cycle
+
+    def dram(self, nbytes: float) -> float:
+        return nbytes / self.dram_bytes_per_cycle
 
     def barriers(self, n: float, resident: int) -> float:
         return n * self.barrier_cycles / max(1, resident)

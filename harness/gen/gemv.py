@@ -29,10 +29,14 @@ Params:
                 contiguous K elements per step (128 per simdgroup, bK unused), and a
                 thread keeps only its rows' float32 partials (bM x rows) and one 4-element
                 lane of X and of each weight row: bM * rows floats, not bM * bN * 4. The
-                X tile of a step is staged once in threadgroup memory when several
-                simdgroups share it; T.reduce_sum over a tile of the lanes' partials
-                combines them with simd_sum. Draws threads up to 512 (16 simdgroups for
-                bN 16: one row per simdgroup)
+                X tile of a step (bM x 128) is shared by the simdgroups: staged once in
+                threadgroup memory (2 barriers a step) or read by each simdgroup from
+                device memory, as `stage_x` says; T.reduce_sum over a tile of the lanes'
+                partials combines them with simd_sum. Draws threads up to 512 (16
+                simdgroups for bN 16: one row per simdgroup)
+    stage_x     lanes form: True stages the X tile, False reads it from device memory in
+                every simdgroup (as MLX's gemv does), None (default) lets the cost of a step
+                decide (`stages_vector`); one simdgroup always reads it from device memory
 
 Signature: (X, W, Y).
 
@@ -113,11 +117,42 @@ def allreduce_kernel(M, N, K, bM, bN, threads, dtype, out_dtype):
     return gemv
 
 
-def lanes_kernel(M, N, K, bM, bN, threads, dtype, out_dtype):
+def lanes_geometry(bN, threads):
+    """(simdgroups, weight rows per simdgroup, K elements per step) of the lanes form."""
     lanes = METAL.simd_width
     groups = max(1, min(threads // lanes, bN))     # simdgroups; each owns bN / groups rows
-    rows = bN // groups
-    step = 4 * lanes                                # K elements per step of a simdgroup
+    return groups, bN // groups, 4 * lanes
+
+
+def stages_vector(bM, bN, threads, dtype) -> bool:
+    """Whether the lanes form stages the X tile of a step in threadgroup memory: the cheaper
+    by the bench roofline's reckoning of one step of one threadgroup, in core cycles
+    (core.target.COSTS, its figures): the weight tile streams from DRAM; every device byte
+    crosses the L2 (X's repeats are served there: the activation rows are small); the
+    throughput terms overlap (max), and a barrier adds its latency, hidden by the other
+    resident threadgroups. Staged: X read once, written to and read from threadgroup
+    memory by every simdgroup, 2 barriers (after the copy, and before the next one).
+    From device: every simdgroup reads X, no threadgroup traffic, no barrier. So
+    staging pays where many simdgroups would re-read a wide X tile (16 simdgroups, 8
+    rows), not at 4 simdgroups or one row of X."""
+    from core.target import COSTS, DTYPES
+
+    groups, rows, step = lanes_geometry(bN, threads)
+    if groups == 1:
+        return False
+    size = DTYPES[dtype].bytes
+    x, w = bM * step * size, bN * step * size
+    staged = max(COSTS.dram(w), COSTS.l2(w + x), COSTS.threadgroup(x + groups * x)) + \
+        COSTS.barriers(2, COSTS.resident_groups(groups * METAL.simd_width, x))
+    direct = max(COSTS.dram(w), COSTS.l2(w + groups * x))
+    return staged < direct
+
+
+def lanes_kernel(M, N, K, bM, bN, threads, dtype, out_dtype, stage_x=None):
+    lanes = METAL.simd_width
+    groups, rows, step = lanes_geometry(bN, threads)
+    staged = groups > 1 and (stages_vector(bM, bN, threads, dtype) if stage_x is None
+                             else bool(stage_x))
 
     @T.prim_func
     def gemv(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), dtype),
@@ -135,14 +170,14 @@ def lanes_kernel(M, N, K, bM, bN, threads, dtype, out_dtype):
             part = T.alloc_fragment((bM, rows, groups, lanes, 1), "float32")
             y = T.alloc_fragment((bM, rows, groups, 1), "float32")
             T.clear(acc)
-            if groups > 1:
+            if staged:
                 xs = T.alloc_shared((bM, step), dtype)
             for ko in T.serial(T.ceildiv(K, step)):
-                if groups > 1:
+                if staged:
                     T.copy(X[by * bM, ko * step], xs)
                 T.copy(W[bx * bN + g * rows, ko * step + lane * 4], w)
                 for m in T.serial(bM):
-                    if groups > 1:
+                    if staged:
                         T.copy(xs[m, lane * 4], x)
                     else:
                         T.copy(X[by * bM + m, ko * step + lane * 4], x)
@@ -163,7 +198,8 @@ def build(p: dict) -> Built:
     if form == "allreduce":
         func = allreduce_kernel(M, N, K, p["bM"], p["bN"], p["threads"], dtype, out_dtype)
     elif form == "lanes":
-        func = lanes_kernel(M, N, K, p["bM"], p["bN"], p["threads"], dtype, out_dtype)
+        func = lanes_kernel(M, N, K, p["bM"], p["bN"], p["threads"], dtype, out_dtype,
+                            p.get("stage_x"))
     else:
         func = kernel(M, N, K, p["bM"], p["bN"], p["bK"], p["threads"], dtype, out_dtype)
 
@@ -187,7 +223,7 @@ def _drawn(draw):
         "bM": draw(S.tile(ROWS)), "bN": draw(S.tile(COLS)), "bK": draw(S.tile(STEPS)),
         "threads": draw(S.threads(LANES_THREADS if form == "lanes" else THREADS)),
         "dtype": dtype, "out_dtype": draw(st.sampled_from(("float32", dtype))),
-        "form": form,
+        "form": form, "stage_x": draw(st.sampled_from((None, True, False))),
     }
 
 

@@ -13,6 +13,7 @@ from harness.check import barriers
 from harness.bench.cases import CASES
 from harness.check.case import Status, run_case
 from harness.gen import family as families
+from harness.gen import gemv
 from harness.bench.roofline import local_array_bytes
 
 
@@ -51,6 +52,26 @@ def test_gemv_lanes_form_against_the_oracle(run_family, M, N, K, bM, bN, threads
     assert "simd_sum(" in kernel.msl and "simdgroup_" not in kernel.msl
 
 
+@pytest.mark.parametrize("M, bM, bN, threads, staged", [
+    (9, 8, 16, 512, True),       # 16 simdgroups re-reading 8 rows: staging is cheaper
+    (9, 8, 16, 128, False),      # 4 simdgroups (MLX's 128 threads): reading X is
+    (3, 1, 16, 512, False),      # one row of X: 256 bytes a step, no barrier worth it
+])
+def test_gemv_lanes_form_stages_x_where_the_cost_says_so(run_family, M, bM, bN, threads,
+                                                        staged):
+    params = {"M": M, "N": 40, "K": 301, "bM": bM, "bN": bN, "bK": 64, "threads": threads,
+              "dtype": "float16", "out_dtype": "float16", "form": "lanes"}
+    assert gemv.stages_vector(bM, bN, threads, "float16") is staged
+    kernel, _, _ = run_family("gemv", params)
+    assert ("(threadgroup half4*)(xs" in kernel.msl) is staged
+    assert (kernel.msl.count("threadgroup_barrier") == 2) is staged    # else none
+    stats = kernel.last_run.stats[0]
+    assert (stats["threadgroup_bytes_read"] > 0) is staged
+    # forced the other way, the same result (run_family compares with the oracle)
+    other, _, _ = run_family("gemv", {**params, "stage_x": not staged})
+    assert ("(threadgroup half4*)(xs" in other.msl) is not staged
+
+
 @pytest.mark.parametrize("case", [c for c in CASES if c.family == "gemv"], ids=lambda c: c.name)
 def test_gemv_bench_cases_keep_their_state_in_registers(case):
     """The decode bench GEMVs: every thread array fits the register budget the cost model
@@ -70,7 +91,7 @@ def test_gemv_bench_cases_keep_their_state_in_registers(case):
 
 BARRIERED = [
     ("gemv", {**GEMV, "bK": 256, "threads": 128}),           # a row spans simdgroups
-    ("gemv", {**LANES, "threads": 256}),                    # X staged for 8 simdgroups
+    ("gemv", {**LANES, "threads": 256, "stage_x": True}),   # X staged for 8 simdgroups
     # block scales staged in threadgroup memory (the gemv path):
     ("qmm_fp8", {"M": 3, "N": 20, "K": 200, "scale": "block", "G": 64, "bM": 2, "bN": 4,
                  "bK": 64, "threads": 32, "dtype": "float16", "out_dtype": "float32"}),

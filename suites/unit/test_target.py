@@ -95,6 +95,8 @@ def test_the_compilers_costs_are_the_bench_models_figures():
     assert COSTS.barrier_cycles == chip.barrier_cycles
     assert COSTS.max_threads == chip.max_threads
     assert COSTS.threadgroup_memory_bytes == chip.threadgroup_memory_bytes
+    m2 = roofline.CHIPS["M2"]
+    assert COSTS.dram_bytes_per_cycle == pytest.approx(m2.bandwidth / m2.cycles_per_second)
     # a core holds the threadgroups its threads and its threadgroup memory allow
     assert COSTS.resident_groups(1024, 0) == 3
     assert COSTS.resident_groups(64, 30 * 1024) == 2
