@@ -327,9 +327,12 @@ class ReduceLowering:
         return plan
 
     def groups(self, plan) -> int:
-        """Groups of simdgroups that combine apart in the cross-simdgroup step of a
-        whole-simdgroup reduction (`by_lanes`)."""
-        return -(-(self.ctx.threads >> SIMD_BITS) // (1 << plan.cross_bits[1]))
+        """Results per slot of the cross-simdgroup step: the combining groups (of whole
+        simdgroups for `by_lanes`), the partials' index w with the group's bits removed."""
+        _, ibits = plan.simd_bits
+        c_lo, cbits = plan.cross_bits
+        c_at = c_lo - ibits
+        return -(-(self.ctx.threads >> ibits) // (1 << (c_at + cbits))) * (1 << c_at)
 
     def _plan_once(self, plan, pairs):
         """Whether the first simdgroup of each group combines its group's partials and
@@ -341,9 +344,16 @@ class ReduceLowering:
         reductions, its lanes reading the partials, its lane 0 writing the result, every
         thread reading it back, and a barrier, hidden in part by the other threadgroups
         the core holds (by threads and threadgroup memory). `pairs` = 2 for a softmax's
-        (max, sum) pairs, which share the barrier. The choice is noted at lowering
-        (`reduce.across_simdgroups`)."""
-        if not plan.by_lanes:
+        (max, sum) pairs, which share the barrier. Groups that are not whole simdgroups
+        (a column reduction: the partials in bits above the lane's) have no simd
+        reduction to save but reads: every thread folding its group's n partials, or only
+        the threads of the group's first simdgroup (its cross-simdgroup bits 0) folding
+        them, one per in-simdgroup group writing the result and every thread reading it
+        back behind a barrier. The choice is noted at lowering
+        (`reduce.across_simdgroups`). A local destination that every thread reads whole
+        from red_buf anyway (`broadcast_to_local`) keeps every thread combining: its
+        outputs' own publication is the broadcast."""
+        if plan.broadcast_to_local:
             return
         threads, slots = self.ctx.threads, plan.dst_layout.slots
         simdgroups, groups, n = threads >> SIMD_BITS, self.groups(plan), plan.partials
@@ -351,11 +361,16 @@ class ReduceLowering:
         results = pairs * slots * groups
         resident = COSTS.resident_groups(
             threads, self.shared_bytes + (plan.stage_elems + results) * size)
-        every = COSTS.simd(pairs * slots * simdgroups) + \
-            COSTS.threadgroup(pairs * slots * simdgroups * n * size)
-        first = COSTS.simd(pairs * slots * groups) + COSTS.threadgroup(
-            pairs * slots * (groups * n + groups + threads) * size) + \
-            COSTS.barriers(1, resident)
+        if plan.by_lanes:
+            every = COSTS.simd(pairs * slots * simdgroups) + \
+                COSTS.threadgroup(pairs * slots * simdgroups * n * size)
+            first = COSTS.simd(pairs * slots * groups) + COSTS.threadgroup(
+                pairs * slots * (groups * n + groups + threads) * size)
+        else:
+            every = COSTS.threadgroup(pairs * slots * threads * n * size)
+            first = COSTS.threadgroup(pairs * slots * (threads // n * n + groups + threads)
+                                      * size)
+        first += COSTS.barriers(1, resident)
         if first < every:
             plan.once = True
             plan.result_offset = plan.stage_elems
@@ -621,30 +636,35 @@ class ReduceLowering:
             return seq([first, rest])
 
         by_lanes = plan.by_lanes
-        self.ctx.decide("reduce.across_simdgroups", "first_simdgroup_combines" if plan.once
-                        else "lanes_read_partials" if by_lanes
+        self.ctx.decide("reduce.across_simdgroups",
+                        ("first_simdgroup_combines" if by_lanes else "first_simdgroup_folds")
+                        if plan.once else "lanes_read_partials" if by_lanes
                         else "every_thread_reads_partials")
         self.ctx.decide("reduce.top_range", "partial" if plan.partials < 1 << cbits
                         else "whole")
         stmts = [self.loop(slots, publish)]
         if plan.once:
-            result = self._once(plan, [(stage, acc, plan.result_offset)], gather_by_lanes)
+            result = self._once(plan, [(stage, acc, plan.result_offset)],
+                                gather_by_lanes if by_lanes else gather)
             return stmts + result
         return stmts + [self.loop(slots, gather_by_lanes if by_lanes else gather)]
 
     def _once(self, plan, values, combine_slot):
-        """The first simdgroup of each group runs `combine_slot(k)` for every slot k
-        (which leaves the group's result in each (stage, acc, offset) of `values`, acc[k]),
-        its lane 0 writes the results to red_buf at offset + k * groups + group, and every
-        thread reads its group's back (thread_sync puts the barrier between). The
-        condition is uniform over each simdgroup, so the simd reductions inside it run on
-        whole simdgroups."""
+        """The threads of each group's first simdgroup (their cross-simdgroup bits 0) run
+        `combine_slot(k)` for every slot k (which leaves the group's result in each
+        (stage, acc, offset) of `values`, acc[k]), the first of each in-simdgroup group
+        writes the results to red_buf at offset + k * groups + (the group's index: w
+        without the group's bits), and every thread reads its group's back (thread_sync
+        puts the barrier between). The condition is uniform over each simdgroup, so the
+        simd reductions inside it run on whole simdgroups."""
         tid, slots, groups = self.ctx.tid, plan.dst_layout.slots, self.groups(plan)
-        cbits = plan.cross_bits[1]
-        simdgroup = tirx.floordiv(tid, 1 << SIMD_BITS)
-        group = tirx.floordiv(simdgroup, 1 << cbits) if groups > 1 else i32(0)
-        first = tirx.floormod(simdgroup, 1 << cbits) == 0 if groups > 1 else simdgroup == 0
-        lane0 = tirx.floormod(tid, 1 << SIMD_BITS) == 0
+        lo, ibits = plan.simd_bits
+        c_lo, cbits = plan.cross_bits
+        _, w, _, c_at = self._stage_slots(plan)
+        group = _compress(w, c_at, cbits) if groups > 1 else i32(0)
+        first = tirx.floordiv(tid, 1 << c_lo) == 0 if self.ctx.threads <= 1 << (c_lo + cbits) \
+            else _bits_of(tid, c_lo, cbits) == 0
+        lane0 = _bits_of(tid, lo, ibits) == 0 if ibits else tirx.const(True, "bool")
 
         def slot_at(offset, k):
             return plan.stage_offset + offset + k * groups + group

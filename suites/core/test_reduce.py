@@ -212,6 +212,29 @@ def test_the_cross_simdgroup_step_combines_once_when_the_cost_says_so(threads, c
         simdgroups + (1 if once else simdgroups))
 
 
+@pytest.mark.backend("emu")
+@pytest.mark.parametrize("threads,combine", [(128, "first_simdgroup_folds"),
+                                             (64, "every_thread_reads_partials")])
+def test_column_partials_are_folded_once_when_the_cost_says_so(threads, combine, run):
+    # a 64 x 16 tile reduced over its rows (dim 0): 4 threads a row, so a column's partials
+    # sit in thread bits [2, 5) of each simdgroup (a butterfly) and above them across
+    # simdgroups. 4 simdgroups: only the first simdgroup's threads fold the 4 partials of
+    # each of their 4 columns, its lanes 0-3 write the 16 results, every thread reads its
+    # 4 back behind a 2nd barrier. 2 simdgroups: each thread folds its 2 partials itself.
+    M, N = 64, 16
+    kernel = check_reductions(run, M, N, M, threads, "float32", 0)
+    assert f"reduce.across_simdgroups={combine}" in kernel.decisions
+    once = combine == "first_simdgroup_folds"
+    reductions, slots, partials = 5, 4, threads // 32
+    assert kernel.msl.count("threadgroup_barrier") == reductions * (2 if once else 1)
+    stats = kernel.last_run.stats[0]
+    every_thread = reductions * threads * slots * partials * 4
+    read = stats["threadgroup_bytes_read"]
+    assert (read < every_thread) if once else (read == every_thread)
+    report = check_barriers(kernel, [rand((M, N), "float32", 3), rand((1, N), "float32", 4)])
+    assert report.ok, report.summary()
+
+
 # ---- where the operands live ----------------------------------------------------------------
 
 def test_local_source_and_destination(run):
