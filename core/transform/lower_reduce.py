@@ -39,12 +39,14 @@ under thread-dependent control flow):
                         writes the result to red_buf for every thread to read behind one
                         more barrier (MLX's combine: 1 simd reduction per group, not one
                         per simdgroup);
-                        else every thread reads them all, in a fixed order
+                        else every thread reads them all, in a fixed order, or (by the
+                        same cost) only the threads of the group's first simdgroup do,
+                        and every thread reads the result back behind one more barrier
     for k (existing slots only): dst[k] = cast(acc[k])   or   cast(op(dst[k], acc[k]))
 
 Each choice above (simd reduction or butterfly, lanes reading partials in every simdgroup
-or in the first one only, every thread reading them, a whole or partial top range, the
-online pairs, serial) is noted as a
+or in the first one only, every thread or the first simdgroup's threads folding them, a
+whole or partial top range, the online pairs, serial) is noted as a
 lowering decision (`reduce.*`, core/ir/decisions.py) through the KernelContext.
 
 `red_buf` is an ordinary "shared" buffer: thread_sync places the barrier between its
