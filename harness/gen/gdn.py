@@ -20,6 +20,12 @@ Params:
                 ragged against bV
     dtype       q, k, v and o: float32, float16, bfloat16 (state, gate and beta float32)
     bV          value columns per threadgroup; threads per threadgroup
+    state       how the slice is held: "columns" (default) a d_k x bV fragment, so the
+                reductions over d_k run down its columns (a butterfly over the lanes
+                holding a column, then across simdgroups); "rows" transposed, bV x d_k,
+                d_k along the lanes as MLX's gated_delta holds it: a row of 128 is one
+                simdgroup's, each reduction one simd_sum per row, no threadgroup stage;
+                the state is then read and written down the columns of S0 / S1
 
 Signature: (Q (T, HK, DK), K (T, HK, DK), V (T, HV, DV), G (T, HV), Beta (T, HV),
 S0 (HV, DK, DV) float32, O (T, HV, DV), S1 (HV, DK, DV) float32); O and S1 are outputs.
@@ -38,6 +44,7 @@ from oracles import gdn as oracle
 DTYPES = S.FLOATS
 THREADS = (32, 64, 128, 256)
 BLOCKS = (8, 16, 32, 4)
+STATES = ("columns", "rows")
 
 
 def kernel(tokens, HK, groups, DK, DV, dtype, bV, threads):
@@ -95,6 +102,62 @@ def kernel(tokens, HK, groups, DK, DV, dtype, bV, threads):
     return gdn_decode
 
 
+def rows_kernel(tokens, HK, groups, DK, DV, dtype, bV, threads):
+    """`kernel` with the slice held transposed (bV x d_k: d_k along the lanes)."""
+    HV = HK * groups
+    scale = DK ** -0.5
+    eps = oracle.EPS
+
+    @T.prim_func
+    def gdn_decode(Q: T.Tensor((tokens, HK, DK), dtype), K: T.Tensor((tokens, HK, DK), dtype),
+                   V: T.Tensor((tokens, HV, DV), dtype), G: T.Tensor((tokens, HV), "float32"),
+                   Beta: T.Tensor((tokens, HV), "float32"),
+                   S0: T.Tensor((HV, DK, DV), "float32"), O: T.Tensor((tokens, HV, DV), dtype),
+                   S1: T.Tensor((HV, DK, DV), "float32")):
+        with T.Kernel(T.ceildiv(DV, bV), HV, threads=threads) as (bx, by):
+            s = T.alloc_fragment((bV, DK), "float32")        # this block's state slice, transposed
+            prod = T.alloc_fragment((bV, DK), "float32")
+            kq = T.alloc_fragment((2, DK), "float32")         # row 0: k, row 1: q
+            sq = T.alloc_fragment((2, DK), "float32")
+            norm = T.alloc_fragment((2,), "float32")
+            col = T.alloc_fragment((bV,), "float32")          # k S, then q S
+            kq_s = T.alloc_shared((2, DK), "float32")
+            v_s = T.alloc_shared((bV,), "float32")
+            decay_beta = T.alloc_shared((2, tokens), "float32")   # exp(g_t), beta_t
+            for j, i in T.Parallel(bV, DK):
+                s[j, i] = T.if_then_else(bx * bV + j < DV, S0[by, i, bx * bV + j], 0.0)
+            for r, t in T.Parallel(2, tokens):
+                decay_beta[r, t] = T.if_then_else(r == 0, T.exp(G[t, by]), Beta[t, by])
+            for t in T.serial(tokens):
+                for r, i in T.Parallel(2, DK):
+                    kq[r, i] = T.cast(T.if_then_else(r == 0, K[t, by // groups, i],
+                                                     Q[t, by // groups, i]), "float32")
+                for r, i in T.Parallel(2, DK):
+                    sq[r, i] = kq[r, i] * kq[r, i]
+                T.reduce_sum(sq, norm, dim=1)
+                for r, i in T.Parallel(2, DK):
+                    kq_s[r, i] = kq[r, i] * T.rsqrt(norm[r] + eps) * \
+                        T.if_then_else(r == 0, 1.0, scale)
+                for j in T.Parallel(bV):
+                    v_s[j] = T.if_then_else(bx * bV + j < DV,
+                                            T.cast(V[t, by, bx * bV + j], "float32"), 0.0)
+                for j, i in T.Parallel(bV, DK):
+                    s[j, i] = s[j, i] * decay_beta[0, t]
+                    prod[j, i] = s[j, i] * kq_s[0, i]
+                T.reduce_sum(prod, col, dim=1)
+                for j, i in T.Parallel(bV, DK):
+                    s[j, i] = s[j, i] + kq_s[0, i] * (decay_beta[1, t] * (v_s[j] - col[j]))
+                    prod[j, i] = s[j, i] * kq_s[1, i]
+                T.reduce_sum(prod, col, dim=1)
+                for j in T.Parallel(bV):
+                    if bx * bV + j < DV:
+                        O[t, by, bx * bV + j] = T.cast(col[j], dtype)
+            for j, i in T.Parallel(bV, DK):
+                if bx * bV + j < DV:
+                    S1[by, i, bx * bV + j] = s[j, i]
+    return gdn_decode
+
+
 def make_inputs(p: dict, seed: int) -> list:
     """Q, K, V normal; the log gate g in [-1, 0) (decay exp(g) in (0.37, 1], as
     -exp(A_log) * softplus(.) gives), beta in (0, 1) (a sigmoid), the state ~0.1 N(0, 1)."""
@@ -109,8 +172,9 @@ def make_inputs(p: dict, seed: int) -> list:
 
 
 def build(p: dict) -> Built:
-    func = kernel(p["tokens"], p["HK"], p["groups"], p["DK"], p["DV"], p["dtype"], p["bV"],
-                  p["threads"])
+    make = rows_kernel if p.get("state", "columns") == "rows" else kernel
+    func = make(p["tokens"], p["HK"], p["groups"], p["DK"], p["DV"], p["dtype"], p["bV"],
+                p["threads"])
 
     def expected(args):
         return oracle.gdn_decode_expected(*args, out_dtype=p["dtype"])
@@ -129,6 +193,7 @@ def params(draw):
         "groups": draw(st.integers(1, 2)), "DK": draw(S.extent(1, 48)),
         "DV": draw(S.extent(1, 48)), "dtype": draw(S.dtype(DTYPES)),
         "bV": draw(S.tile(BLOCKS)), "threads": draw(S.threads(THREADS)),
+        "state": draw(st.sampled_from(STATES)),
     }
 
 

@@ -40,6 +40,21 @@ def test_ragged_value_blocks_and_odd_key_dim(run):
                         dtype="float16"))
 
 
+@pytest.mark.parametrize("p", [
+    _params(tokens=4, dtype="float16", bV=16, state="rows"),
+    _params(tokens=2, HK=2, groups=1, DK=37, DV=40, bV=16, threads=64, dtype="bfloat16",
+            state="rows"),
+], ids=["qwen3-next-dims", "ragged-odd-key-dim"])
+def test_the_state_held_transposed(run, p):
+    # bV x d_k: a row of 128 d_k is one simdgroup's 32 lanes x 4, so each reduction over
+    # d_k is a simd_sum per row the thread holds, no threadgroup stage (only the staged
+    # k/q, v and gates need barriers); the state is read down S0's columns
+    kernel, *_ = _check(run, p)
+    if p["DK"] == 128:
+        assert "red_buf" not in kernel.msl
+        assert "simd_sum" in kernel.msl and "simd_shuffle_xor" not in kernel.msl
+
+
 def test_one_token_launches_chain_to_the_multi_token_launch(run):
     # The state written by a one-token launch, fed to the next, gives what one launch over
     # all the tokens keeps on chip.
