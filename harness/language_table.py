@@ -115,10 +115,13 @@ LIMITS = {
     "alloc_fragment": "compile-time shapes; indexed by T.Parallel loop variables",
     "prim_func": "TVMScript's parser; a string annotation is rejected with the T type to "
                  "write",
-    "serial": "positive constant steps",
+    "serial": "positive constant steps; a short loop (a constant trip count of at most "
+              f"{METAL.auto_unroll_trips}, at most {METAL.auto_unroll_steps} bodies in its "
+              "nest) is printed with `#pragma unroll` (TileLang's Metal default, #3195); "
+              "`unroll=True/k/False` as T.unroll",
     "unroll": "positive constant steps; printed as `#pragma clang loop unroll(full)` "
-              "(`unroll_factor=k`: `unroll_count(k)`); `explicit` leaves the unrolling to "
-              "Apple's compiler",
+              "(`unroll_factor=k`: `unroll_count(k)`; `T.serial(unroll=False)`: "
+              "`unroll(disable)`); `explicit` leaves the unrolling to Apple's compiler",
     "get_thread_binding": "dims the kernel does not launch read as 0",
     "dtype": "the dtype object works everywhere; kernels accept " + ", ".join(SUPPORTED),
     "vectorized": "a per-thread loop of a constant extent, handed to the vectorize pass: "
