@@ -27,6 +27,10 @@ from core.target import METAL, SUPPORTED
 DOC = Path(__file__).resolve().parent.parent / "docs" / "language.md"
 
 _HINTS = "TileLang's tuning keywords ({}) are accepted and have no effect on Metal"
+_WHOLE_SIMDGROUP = ("run by every lane of a simdgroup: not inside T.Parallel, and an `if`, "
+                    "loop bound or while condition around it the same on each simdgroup's "
+                    "lanes (`tid // 32 < 3`, data every lane reads alike), else a clear "
+                    "error naming the lanes that differ")
 # Supported constructs with a limit: what is rejected (with a clear error) or not honoured.
 LIMITS = {
     "Kernel": "1-3 grid dimensions; threads: an int or a tuple of 1-3 ints, at most 1024 "
@@ -165,10 +169,11 @@ LIMITS = {
     "simdgroup_load": "8x8 tiles only, origin 0, a compile-time `transpose_matrix`; the "
                       "pointer a T.access_ptr/T.address_of element of device or threadgroup "
                       "memory of the matrix's dtype; the barrier planner sees the whole "
-                      "tile (rows `stride` apart); not inside T.Parallel",
-    "make_filled_simdgroup_matrix": "8x8 only; the value converted to the matrix's dtype",
+                      "tile (rows `stride` apart); " + _WHOLE_SIMDGROUP,
+    "make_filled_simdgroup_matrix": "8x8 only; the value converted to the matrix's dtype; "
+                                    + _WHOLE_SIMDGROUP,
     "simdgroup_multiply_accumulate": "d = a @ b + c on 8x8 simdgroup matrices (MSL "
-                                     "simdgroup_multiply_accumulate)",
+                                     "simdgroup_multiply_accumulate); " + _WHOLE_SIMDGROUP,
     "access_ptr": "the address of one element (or a buffer's first), moved by `offset`; "
                   "`access_type` 'r'/'w'/'rw' checked (tile ops take their footprint from "
                   "their own arguments); `ignore_last_ndim` rejected",

@@ -153,3 +153,72 @@ def test_matrix_call_inside_parallel_is_refused():
         return misuse
     text = _compile_error(make)
     assert "T.simdgroup_store: is an operation of the whole simdgroup" in text
+
+
+# ---- a matrix operation under a condition: every lane of its simdgroup must run it ------
+
+def _guarded(guard):
+    """Simdgroup g of 4 copies the 8x8 tile g of X (rows 8g..8g+7) to Y under `guard`."""
+    @T.prim_func
+    def copy_tiles(X: T.Tensor((32, 8), "float32"), Y: T.Tensor((32, 8), "float32"),
+                   flag: T.Tensor((1,), "int32")):
+        with T.Kernel(1, threads=128) as bx:
+            tid = T.get_thread_binding()
+            m = T.alloc_local((64,), "float32", scope="metal.simdgroup")
+            g = tid // 32
+            if guard(tid, g, bx, flag):
+                T.simdgroup_load(m.data, 0, T.access_ptr(X[g * 8, 0], "r"), 8)
+                T.simdgroup_store(m.data, 0, T.access_ptr(Y[g * 8, 0], "w"), 8)
+    return copy_tiles
+
+
+@pytest.mark.parametrize("name, guard, groups", [
+    ("simdgroup index", lambda tid, g, bx, flag: g < 3, [0, 1, 2]),
+    ("whole simdgroups of the thread index", lambda tid, g, bx, flag: tid >= 64, [2, 3]),
+    ("uniform data", lambda tid, g, bx, flag: flag[0] > 0, [0, 1, 2, 3]),
+    ("block index", lambda tid, g, bx, flag: tid // 32 + bx < 2, [0, 1]),
+])
+def test_a_condition_the_same_on_a_simdgroups_lanes_is_accepted(run, name, guard, groups):
+    x = random_tensor((32, 8), "float32", 21)
+    flag = torch.ones(1, dtype=torch.int32)
+    want = torch.zeros(32, 8, dtype=torch.float64)
+    for g in groups:
+        want[8 * g:8 * g + 8] = x.double()[8 * g:8 * g + 8]
+    out = torch.zeros(32, 8)
+    run(core.compile(_guarded(guard)), x, out, flag)
+    assert_close(out, want, "float32")
+
+
+def test_a_matrix_op_under_an_if_splitting_a_simdgroup_is_a_clear_error():
+    with pytest.raises(KernelDefinitionError, match=r"T.simdgroup_load: is an operation of the "
+                       r"whole simdgroup .* under `if .*`, which splits a simdgroup: lanes "
+                       r"0-15 of simdgroup 0 take it and lanes 16-31 do not"):
+        core.compile(_guarded(lambda tid, g, bx, flag: tid < 16))
+
+
+def test_a_condition_split_only_in_a_later_simdgroup_names_it():
+    with pytest.raises(KernelDefinitionError, match=r"lanes 0-7 of simdgroup 2 take it and "
+                                                    r"lanes 8-31 do not"):
+        core.compile(_guarded(lambda tid, g, bx, flag: tid < 72))
+
+
+def test_a_condition_on_per_lane_data_cannot_be_proven_uniform():
+    with pytest.raises(KernelDefinitionError, match=r"cannot be proven the same on all lanes "
+                                                    r"of simdgroup 0"):
+        core.compile(_guarded(lambda tid, g, bx, flag: flag[tid % 1 + tid // 64] + tid > 0))
+
+
+def test_a_loop_with_a_lane_dependent_trip_count_is_a_clear_error():
+    @T.prim_func
+    def k(X: T.Tensor((8, 8), "float32"), Y: T.Tensor((8, 8), "float32")):
+        with T.Kernel(1, threads=32) as _bx:
+            tid = T.get_thread_binding()
+            m = T.alloc_local((64,), "float32", scope="metal.simdgroup")
+            for _ in T.serial(tid % 2 + 1):
+                T.simdgroup_load(m.data, 0, T.access_ptr(X[0, 0], "r"), 8)
+            T.simdgroup_store(m.data, 0, T.access_ptr(Y[0, 0], "w"), 8)
+
+    with pytest.raises(KernelDefinitionError, match=r"T.simdgroup_load: .* under the bounds of "
+                       r"loop '.*', which splits a simdgroup: lane 0 of simdgroup 0 computes 1 "
+                       r"and lane 1 2"):
+        core.compile(k)
