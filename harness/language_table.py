@@ -175,8 +175,11 @@ LIMITS = {
     "simdgroup_multiply_accumulate": "d = a @ b + c on 8x8 simdgroup matrices (MSL "
                                      "simdgroup_multiply_accumulate); " + _WHOLE_SIMDGROUP,
     "access_ptr": "the address of one element (or a buffer's first), moved by `offset`; "
-                  "`access_type` 'r'/'w'/'rw' checked (tile ops take their footprint from "
-                  "their own arguments); `ignore_last_ndim` rejected",
+                  "`access_type` 'r'/'w'/'rw': a simdgroup load through a 'w' pointer (a "
+                  "store through an 'r' one) is an error, the tile op's footprint is its "
+                  "tile; passed to T.call_extern, a read and/or write for the barrier "
+                  "planner of the `extent` (or product of `extents`) elements from it, of "
+                  "any element of the buffer without one; `ignore_last_ndim` rejected",
     "address_of": "of a buffer element A[i, j]",
 }
 for _alias, _of in (("reduce_max", "reduce_sum"), ("reduce_min", "reduce_sum"),

@@ -870,6 +870,7 @@ CALLS = {
     "tirx.sigmoid": _KernelPrinter.sigmoid,
     "tirx.reinterpret": lambda p, e, a: f"as_type<{msl_type(e.ty.dtype)}>({p.expr(a[0])})",
     "tirx.address_of": lambda p, e, a: f"&{p.expr(a[0])}",
+    "tl.access_ptr": lambda p, e, a: p.expr(a[0]),   # the address; mask, extent: planner's
     "prim.likely": lambda p, e, a: p.expr(a[0]),    # a branch hint: the condition itself
     "tl.atomic": lambda p, e, a: p.atomic(ops.decode_atomic(e)),
     # a simd_vote as its 64-bit lane mask (vote_t is ulong)

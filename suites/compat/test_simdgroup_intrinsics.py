@@ -222,3 +222,88 @@ def test_a_loop_with_a_lane_dependent_trip_count_is_a_clear_error():
                        r"loop '.*', which splits a simdgroup: lane 0 of simdgroup 0 computes 1 "
                        r"and lane 1 2"):
         core.compile(k)
+
+
+# ---- T.access_ptr's access mask ----------------------------------------------------------
+
+@pytest.mark.parametrize("intrinsic, mode, use", [("simdgroup_load", "w", "reads"),
+                                                  ("simdgroup_store", "r", "writes")])
+def test_a_mask_that_contradicts_the_tile_op_is_a_clear_error(intrinsic, mode, use):
+    with pytest.raises(KernelDefinitionError, match=rf"T.{intrinsic} \(at .*\): the pointer is "
+                       rf"T.access_ptr\(X\[...\], \"{mode}\"\), .*-only, but {intrinsic} "
+                       rf"{use} the tile through it"):
+        @T.prim_func
+        def k(X: T.Tensor((8, 8), "float32")):
+            with T.Kernel(1, threads=32) as _bx:
+                m = T.alloc_local((64,), "float32", scope="metal.simdgroup")
+                getattr(T, intrinsic)(m.data, 0, T.access_ptr(X[0, 0], mode), 8)
+
+
+def test_rw_pointers_serve_both_tile_ops(run):
+    @T.prim_func
+    def k(X: T.Tensor((8, 8), "float32"), Y: T.Tensor((8, 8), "float32")):
+        with T.Kernel(1, threads=32) as _bx:
+            m = T.alloc_local((64,), "float32", scope="metal.simdgroup")
+            T.simdgroup_load(m.data, 0, T.access_ptr(X[0, 0], "rw"), 8)
+            T.simdgroup_store(m.data, 0, T.access_ptr(Y[0, 0], 3), 8)
+
+    x = random_tensor((8, 8), "float32", 31)
+    assert_close(run(core.compile(k, out_idx=[1]), x), x.double(), "float32")
+
+
+WRITE_THROUGH = """
+inline void put(threadgroup float* p, float v) { *p = v; }
+inline void put_pair(threadgroup float* p, float v) { p[0] = v; p[1] = v + 1.0f; }
+"""
+
+
+def _extern_writes(mode, extent=None, pair=False):
+    """Each thread writes S[2 * tid] (and S[2 * tid + 1] with `pair`) through a pointer
+    handed to user MSL, then reads its neighbour's S[2 * ((tid + 1) % 64)]: only a barrier
+    between them, placed because the mask says the pointer writes, makes it right."""
+    n = 64
+    kwargs = {} if extent is None else {"extent": extent}
+
+    @T.prim_func
+    def k(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
+        with T.Kernel(1, threads=n) as _bx:
+            T.import_source(WRITE_THROUGH)
+            tx = T.get_thread_binding()
+            S = T.alloc_shared((2 * n,), "float32")
+            T.call_extern("handle", "put_pair" if pair else "put",
+                          T.access_ptr(S[2 * tx], mode, **kwargs), A[tx])
+            B[tx] = S[2 * ((tx + 1) % n)]
+    return k
+
+
+@pytest.mark.parametrize("mode, extent, pair", [("w", None, False), ("w", 1, False),
+                                                ("rw", None, True), ("w", 2, True)])
+def test_a_write_pointer_handed_to_user_msl_is_a_write_for_the_barrier_planner(
+        run, mode, extent, pair):
+    kernel = core.compile(_extern_writes(mode, extent, pair), out_idx=[1])
+    assert kernel.msl.count("threadgroup_barrier(") == 1
+    a = random_tensor((64,), "float32", 32)
+    assert_close(run(kernel, a), a.double().roll(-1), "float32")
+
+
+def test_a_read_pointer_handed_to_user_msl_after_the_writes_gets_its_barrier(run):
+    """T.access_ptr(S[...], "r", extent=2) read by user MSL after other threads wrote
+    those elements: the read is ordered after the writes."""
+    n = 64
+
+    @T.prim_func
+    def k(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
+        with T.Kernel(1, threads=n) as _bx:
+            T.import_source("inline float sum2(threadgroup const float* p) "
+                            "{ return p[0] + p[1]; }\n")
+            tx = T.get_thread_binding()
+            S = T.alloc_shared((n + 1,), "float32")
+            S[tx] = A[tx]
+            if tx == 0:
+                S[n] = A[0]
+            B[tx] = T.call_extern("float32", "sum2", T.access_ptr(S[tx], "r", extent=2))
+
+    kernel = core.compile(k, out_idx=[1])
+    assert kernel.msl.count("threadgroup_barrier(") == 1
+    a = random_tensor((n,), "float32", 33)
+    assert_close(run(kernel, a), a.double() + a.double().roll(-1), "float32")
