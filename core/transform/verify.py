@@ -7,7 +7,8 @@ and what is allowed):
     values around them, host scalar bindings (`Bind`, from the host_program pass); no
     other statement outside a kernel, no nested kernels, no T.Parallel at the host level;
   - `tl.capacity_dims` (T.annotate_capacity_dims) names tensor parameters, one entry per
-    dim, each a non-negative int or None;
+    dim, each a non-negative int or None; `tilelang_capacity_dims` names tensor
+    parameters, with dims in range;
   - scalar parameters have a supported dtype, buffers a supported dtype and scope;
   - T.Parallel extents are constants, T.Parallel loops are not nested and contain no
     tile ops or T.Kernel;
@@ -43,7 +44,7 @@ from tvm.tirx import is_buffer_var
 
 from core.errors import KernelDefinitionError
 from core.ir import matrix, ops
-from core.ir.capacity import check_capacity_dims
+from core.ir.capacity import check_capacity_dims, input_capacity_dims
 from core.ir.invariance import replicated_fragments
 from core.ir.kernel import func_name, unwrap
 from core.ir.layout import broadcast_dims
@@ -121,6 +122,7 @@ class _Verifier:
 
     def capacity(self, func):
         check_capacity_dims(func, self.name)
+        input_capacity_dims(func, self.name)   # TileLang's: tensor names, dims in range
 
     # ---- kernel level ---------------------------------------------------------------
     def kernel(self, nest):
