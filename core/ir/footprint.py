@@ -371,3 +371,13 @@ def _eval(e, env, ndim):
     if name == "Cast" and str(e.ty.dtype).startswith("int"):
         return _eval(e.value, env, ndim)
     return None
+
+
+def exact_elements(index, thread_axes, loops, guards=()) -> np.ndarray | None:
+    """The elements an access makes, over every thread and point of `loops` (LoopRange)
+    where all `guards` hold, when the index and every guard can be enumerated; else None
+    (never an over-estimate: a guard that cannot be enumerated is an unknown answer)."""
+    guards = tuple(guards)
+    points = _points(index, tuple(thread_axes), _used_loops(index, loops, guards), guards,
+                     strict=True)
+    return None if points is None else points[0]
