@@ -250,8 +250,9 @@ def _elementwise(self, node, target):
 
 
 def install() -> None:
-    """Wrap TVMScript's tirx Assign: a store to a slice is a T.copy or T.fill (once per
-    process)."""
+    """Wrap TVMScript's tirx Assign (a store to a slice is a T.copy, a T.fill or an
+    expression store) and AugAssign (`B[a:b] += v`, an expression store), once per
+    process."""
     global _installed
     if _installed:
         return
@@ -281,4 +282,23 @@ def install() -> None:
         return original(self, node)
 
     dispatch.register(token="tirx", type_name="Assign")(visit_assign)
+    original_aug = dispatch.get(token="tirx", type_name="AugAssign")
+
+    def visit_aug_assign(self, node):
+        """`B[a:b] += v`: the expression store `B[a:b] = B[a:b] + v`."""
+        target = node.target
+        if not (isinstance(target, doc.Subscript) and _sliced(target)):
+            return original_aug(self, node)
+        read = doc.Subscript(**_at(target, value=target.value, slice=target.slice,
+                                   ctx=doc.Load()))
+        value = doc.BinOp(**_at(node, left=read, op=node.op, right=node.value))
+        assign = doc.Assign(**_at(node, targets=[target], value=value))
+        try:
+            return _elementwise(self, assign, target)
+        except KernelDefinitionError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported at the statement
+            self.report_error(node, exc)
+
+    dispatch.register(token="tirx", type_name="AugAssign")(visit_aug_assign)
     _installed = True

@@ -53,6 +53,21 @@ def test_two_dims_through_threadgroup_memory(run):
     assert_close(run(core.compile(through_shared, out_idx=[1]), a), s.exp() + s, "float32")
 
 
+@T.prim_func
+def accumulated(A: T.Tensor((4, 64), "float32"), B: T.Tensor((64,), "float32")):
+    with T.Kernel(1, threads=64):
+        B[0:64] = A[0, 0:64] * 2.0
+        for r in T.serial(1, 4):
+            B[0:64] += A[r, 0:64] * T.float32(r + 1)
+
+
+def test_augmented_stores_to_a_slice(run):
+    a = random_tensor((4, 64), "float32", 8)
+    want = (a.double() * torch.arange(1, 5, dtype=torch.float64)[:, None]).sum(0) + a.double()[0]
+    assert_close(run(core.compile(accumulated, out_idx=[1]), a), want, "float32",
+                 reduction_length=4, op_class="accumulation")
+
+
 def test_slices_must_match_one_by_one():
     with pytest.raises(KernelDefinitionError) as info:
         @T.prim_func
