@@ -48,7 +48,7 @@ from core import options as compile_options
 from core.cache import cache_root
 from core.codegen.msl import print_program
 from core.errors import LaunchError, MetaltileError
-from core.ir.capacity import input_capacity_dims, resolve_declared
+from core.ir.capacity import resolve_declared
 from core.ir.kernel import func_name
 from core.ir.program import evaluate, launch_sequence
 from core.language import eager
@@ -244,7 +244,6 @@ def lower(func, *, disable=(), replace=None, timings: dict | None = None) -> Com
     """Run the pipeline and the printer (no cache). `timings`, a dict, receives the wall
     seconds of each pass by name (core/transform/pipeline.py) and of the printer
     ("print_msl")."""
-    input_capacity = input_capacity_dims(func, func_name(func))
     program = pipeline.run(func, disable=disable, replace=replace, timings=timings)
     start = time.perf_counter()
     msl, specs = print_program(program)
@@ -254,7 +253,7 @@ def lower(func, *, disable=(), replace=None, timings: dict | None = None) -> Com
         specs[site.kernel] = replace_fields(specs[site.kernel], grid=site.grid)
     return CompiledProgram(program.name, msl, specs, program.params, program.symbols,
                            program.launches, program.host, program.workspaces,
-                           program.capacity, program.lengths, input_capacity,
+                           program.capacity, program.lengths, program.input_capacity,
                            program.decisions)
 
 

@@ -118,6 +118,14 @@ class MetalTarget:
     # (philipturner/metal-benchmarks): 208 KB / 768 = ~277 bytes per thread, of which 192
     # (48 32-bit registers) go to fragments and the rest to indices, addresses, scalars.
     fragment_register_budget_bytes: int = 192
+    # Short constant loops the printer marks `#pragma unroll` (core/codegen/msl.py): a trip
+    # count of at most `auto_unroll_trips` whose whole nest runs at most `auto_unroll_steps`
+    # bodies. Apple's compiler leaves rolled the loops around simdgroup matrix ops, and a
+    # rolled loop indexes the fragments by a runtime variable, which moves them out of
+    # registers (TileLang #3195 measured a Qwen3.5-4B prefill at 333 ms rolled, 56 ms
+    # unrolled, with these two limits); the step bound keeps code growth at 64 bodies.
+    auto_unroll_trips: int = 4
+    auto_unroll_steps: int = 64
     matrix_dtypes: tuple = ("float32", "float16", "bfloat16")
     simd_shuffle_dtypes: tuple = ("float32", "float16", "int32", "uint32", "int16",
                                   "uint16", "int8", "uint8", "bool")  # not bfloat

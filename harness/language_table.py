@@ -27,6 +27,10 @@ from core.target import METAL, SUPPORTED
 DOC = Path(__file__).resolve().parent.parent / "docs" / "language.md"
 
 _HINTS = "TileLang's tuning keywords ({}) are accepted and have no effect on Metal"
+_WHOLE_SIMDGROUP = ("run by every lane of a simdgroup: not inside T.Parallel, and an `if`, "
+                    "loop bound or while condition around it the same on each simdgroup's "
+                    "lanes (`tid // 32 < 3`, data every lane reads alike), else a clear "
+                    "error naming the lanes that differ")
 # Supported constructs with a limit: what is rejected (with a clear error) or not honoured.
 LIMITS = {
     "Kernel": "1-3 grid dimensions; threads: an int or a tuple of 1-3 ints, at most 1024 "
@@ -115,10 +119,13 @@ LIMITS = {
     "alloc_fragment": "compile-time shapes; indexed by T.Parallel loop variables",
     "prim_func": "TVMScript's parser; a string annotation is rejected with the T type to "
                  "write",
-    "serial": "positive constant steps",
+    "serial": "positive constant steps; a short loop (a constant trip count of at most "
+              f"{METAL.auto_unroll_trips}, at most {METAL.auto_unroll_steps} bodies in its "
+              "nest) is printed with `#pragma unroll` (TileLang's Metal default, #3195); "
+              "`unroll=True/k/False` as T.unroll",
     "unroll": "positive constant steps; printed as `#pragma clang loop unroll(full)` "
-              "(`unroll_factor=k`: `unroll_count(k)`); `explicit` leaves the unrolling to "
-              "Apple's compiler",
+              "(`unroll_factor=k`: `unroll_count(k)`; `T.serial(unroll=False)`: "
+              "`unroll(disable)`); `explicit` leaves the unrolling to Apple's compiler",
     "get_thread_binding": "dims the kernel does not launch read as 0",
     "dtype": "the dtype object works everywhere; kernels accept " + ", ".join(SUPPORTED),
     "vectorized": "a per-thread loop of a constant extent, handed to the vectorize pass: "
@@ -162,13 +169,17 @@ LIMITS = {
     "simdgroup_load": "8x8 tiles only, origin 0, a compile-time `transpose_matrix`; the "
                       "pointer a T.access_ptr/T.address_of element of device or threadgroup "
                       "memory of the matrix's dtype; the barrier planner sees the whole "
-                      "tile (rows `stride` apart); not inside T.Parallel",
-    "make_filled_simdgroup_matrix": "8x8 only; the value converted to the matrix's dtype",
+                      "tile (rows `stride` apart); " + _WHOLE_SIMDGROUP,
+    "make_filled_simdgroup_matrix": "8x8 only; the value converted to the matrix's dtype; "
+                                    + _WHOLE_SIMDGROUP,
     "simdgroup_multiply_accumulate": "d = a @ b + c on 8x8 simdgroup matrices (MSL "
-                                     "simdgroup_multiply_accumulate)",
+                                     "simdgroup_multiply_accumulate); " + _WHOLE_SIMDGROUP,
     "access_ptr": "the address of one element (or a buffer's first), moved by `offset`; "
-                  "`access_type` 'r'/'w'/'rw' checked (tile ops take their footprint from "
-                  "their own arguments); `ignore_last_ndim` rejected",
+                  "`access_type` 'r'/'w'/'rw': a simdgroup load through a 'w' pointer (a "
+                  "store through an 'r' one) is an error, the tile op's footprint is its "
+                  "tile; passed to T.call_extern, a read and/or write for the barrier "
+                  "planner of the `extent` (or product of `extents`) elements from it, of "
+                  "any element of the buffer without one; `ignore_last_ndim` rejected",
     "address_of": "of a buffer element A[i, j]",
 }
 for _alias, _of in (("reduce_max", "reduce_sum"), ("reduce_min", "reduce_sum"),

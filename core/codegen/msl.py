@@ -190,18 +190,55 @@ def carrier_of(dtype) -> str | None:
 def _unroll_pragma(loop) -> str | None:
     """The clang loop pragma Apple's compiler takes for a loop's unroll request (TVMScript's
     `serial(unroll=...)` annotations, which T.unroll and T.serial(unroll=) set): full unroll
-    for `True` (MLX's STEEL_PRAGMA_UNROLL spelling), a count for an int, disable for False."""
+    for `True` (MLX's STEEL_PRAGMA_UNROLL spelling), a count for an int, disable for False.
+    A loop without a request gets `#pragma unroll` when it is short (_short_nest_steps)."""
     ann = loop.annotations or {}
     if "disable_unroll" in ann:
         return "#pragma clang loop unroll(disable)"
     if "pragma_unroll" not in ann:
-        return None
+        short = _short_nest_steps(loop) is not None and _trips(loop) >= 2
+        return "#pragma unroll" if short else None
     value = ann["pragma_unroll"]
     if isinstance(value, bool) or str(getattr(value, "dtype", "")) == "bool":
         return "#pragma clang loop unroll(full)" if bool(as_int(value)) else None
     count = as_int(value)
     return f"#pragma clang loop unroll_count({count})" if count and count > 1 else \
         "#pragma clang loop unroll(full)"
+
+
+def _short_nest_steps(loop) -> int | None:
+    """The innermost bodies a loop nest runs when it is short enough to unroll without being
+    asked (at most METAL.auto_unroll_trips trips per loop, METAL.auto_unroll_steps bodies in
+    all, every loop of the nest of a constant trip count), else None. Clang (Apple's compiler
+    is clang) reads `#pragma unroll` before a loop of constant trip count as "unroll it
+    whole"; an inner loop of the nest gets its own pragma."""
+    trips = _trips(loop)
+    if trips is None or trips > METAL.auto_unroll_trips:
+        return None
+    inner = 0
+    for sub in _outermost_loops(loop.body):
+        steps = _short_nest_steps(sub)
+        if steps is None:
+            return None
+        inner += steps
+    steps = trips * max(inner, 1)
+    return steps if steps <= METAL.auto_unroll_steps else None
+
+
+def _outermost_loops(stmt) -> list:
+    """The loops in `stmt` not inside another loop of it."""
+    if isinstance(stmt, tirx.For):
+        return [stmt]
+    return [f for k in children(stmt) for f in _outermost_loops(k)]
+
+
+def _trips(loop) -> int | None:
+    """A loop's constant trip count, else None."""
+    extent, step = as_int(loop.extent), getattr(loop, "step", None)
+    step = 1 if step is None else as_int(step)
+    if extent is None or step is None or step <= 0:
+        return None
+    return -(-extent // step)
 
 
 # ---- kernel spec ----------------------------------------------------------------------------
@@ -833,6 +870,7 @@ CALLS = {
     "tirx.sigmoid": _KernelPrinter.sigmoid,
     "tirx.reinterpret": lambda p, e, a: f"as_type<{msl_type(e.ty.dtype)}>({p.expr(a[0])})",
     "tirx.address_of": lambda p, e, a: f"&{p.expr(a[0])}",
+    "tl.access_ptr": lambda p, e, a: p.expr(a[0]),   # the address; mask, extent: planner's
     "prim.likely": lambda p, e, a: p.expr(a[0]),    # a branch hint: the condition itself
     "tl.atomic": lambda p, e, a: p.atomic(ops.decode_atomic(e)),
     # a simd_vote as its 64-bit lane mask (vote_t is ulong)

@@ -10,8 +10,11 @@ verifier (core/transform/verify.py). split_host_device carries them into the lau
 TileLang's `tilelang_capacity_dims` (tensor name -> dim indices: "dim 0 of input a is a
 capacity dimension", the tensor given may differ from the declaration along it; TileLang
 PR #2969) is written by `T.annotate_capacity_dims` for an input tensor of an eager
-function, or on a prim_func by `func.with_attr(...)`; `input_capacity_dims` checks it and
-core.jit hands it to the binding (core/runtime/binding.py).
+function, or on a prim_func by `func.with_attr(...)`; `input_capacity_dims` checks it (the
+verifier) and split_host_device carries it into the LoweredProgram, which core.jit hands
+to the binding (core/runtime/binding.py). `resolve_declared` gives the entries a prim_func
+body declared their meaning by role, in core.compile and again at the start of
+pipeline.run (the same out_idx: a no-op the second time).
 """
 
 from __future__ import annotations

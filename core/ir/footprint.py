@@ -120,6 +120,17 @@ class Footprint:
             fp.single = _Points(lambda: _single_thread(thread_axes, loops, guards))
         return fp
 
+    @classmethod
+    def anywhere(cls, buffer, write, thread_axes, loops, guards=()) -> "Footprint":
+        """An access that may touch any element of `buffer` (unknown points), by the
+        threads its guards leave (a pointer handed to user MSL with no extent)."""
+        fp = cls(buffer, write, size=_flat_size(buffer))
+        if guards:
+            thread_axes, guards = tuple(thread_axes), tuple(guards)
+            loops = _used_loops(tirx.const(0, "int32"), loops, guards)
+            fp.single = _Points(lambda: _single_thread(thread_axes, loops, guards))
+        return fp
+
     def single_thread(self) -> int | None:
         """The one thread making this access (known from its guards), or None."""
         if self.single is None:
@@ -360,3 +371,13 @@ def _eval(e, env, ndim):
     if name == "Cast" and str(e.ty.dtype).startswith("int"):
         return _eval(e.value, env, ndim)
     return None
+
+
+def exact_elements(index, thread_axes, loops, guards=()) -> np.ndarray | None:
+    """The elements an access makes, over every thread and point of `loops` (LoopRange)
+    where all `guards` hold, when the index and every guard can be enumerated; else None
+    (never an over-estimate: a guard that cannot be enumerated is an unknown answer)."""
+    guards = tuple(guards)
+    points = _points(index, tuple(thread_axes), _used_loops(index, loops, guards), guards,
+                     strict=True)
+    return None if points is None else points[0]

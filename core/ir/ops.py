@@ -81,6 +81,7 @@ INTRINSICS = ("tl.threadgroup_barrier",
               "tl.simd_prefix_inclusive_sum",  # T.cumsum (core/language/scan.py)
               "tl.loop_break",        # T.loop_break (core/language/control.py)
               "tl.import_source",     # T.import_source (core/language/extern.py)
+              "tl.access_ptr",        # T.access_ptr (core/language/simdgroup.py)
               "tl.atomic")            # T.atomic_add/max/min (core/language/atomic.py)
 _OPAQUE = 3  # CallEffectKind.Opaque: never removed or reordered by TVM's passes
 
@@ -193,3 +194,23 @@ def decode_atomic(expr) -> Atomic | None:
         return None
     kind, element, value = expr.args
     return Atomic(str(kind.value), element, value)
+
+
+@dataclass(frozen=True)
+class AccessPointer:
+    """A pointer made by T.access_ptr: `tl.access_ptr(address_of(element), mask, extent)`,
+    printed as the address. `mask` 1 read, 2 write, 3 both (TileLang's access mask);
+    `extent` the elements from `element` on that the pointer's user touches, 0 when the
+    kernel did not say (then any element of the buffer)."""
+    element: object          # the BufferLoad the pointer points at
+    reads: bool
+    writes: bool
+    extent: int
+
+
+def access_pointer(node) -> AccessPointer | None:
+    """The AccessPointer of a `tl.access_ptr` call, else None."""
+    if not is_tile_call_any(node, "tl.access_ptr"):
+        return None
+    mask, extent = int(node.args[1].value), int(node.args[2].value)
+    return AccessPointer(node.args[0].args[0], bool(mask & 1), bool(mask & 2), extent)

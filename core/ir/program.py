@@ -150,6 +150,8 @@ class LoweredProgram:
     capacity: tuple = ()       # (tensor name, (capacity int or None per dim)), allocation sizes
     lengths: tuple = ()        # (tensor name, tensor whose values are its reported lengths)
     decisions: tuple = ()      # "point=choice": the lowering decisions (core/ir/decisions.py)
+    # (tensor name, (dim, ...)): TileLang's capacity dims, not checked against the declaration
+    input_capacity: tuple = ()
 
 
 def launch_sequence(host: tuple, env: dict):

@@ -16,7 +16,9 @@ Tracing (`trace`) runs the function body as Python under TVMScript's IR builder,
 `for` over a TIR loop (`T.Parallel`, `T.serial`, `T.Pipelined`, `range`) enters the loop's
 frame once, `if` on a TIR condition emits an IfThenElse (a Python condition runs as
 Python, so control flow on compile-time parameters is evaluated at trace time),
-`a[i, j] = v` / `a[i] += v` emit buffer stores, an assignment to a `T.alloc_var` stores,
+`a[i, j] = v` / `a[i] += v` emit buffer stores (`B[0:N] = A[0:N] * 2`, an expression
+over slices, and `B[0:N] += ...` a T.Parallel over B's slice: slice_store.expression_store),
+an assignment to a `T.alloc_var` stores,
 `and`/`or`/`not`/`x if c else y` on TIR values build TIR, and a body annotation
 `A: T.Tensor(...)` of a parameter declares that parameter a tensor.
 
@@ -238,6 +240,14 @@ def _tensor_name(buf, where, kernel) -> str:
                                 construct=where)
 
 
+def _traced_name(buf) -> str:
+    """A buffer's name in errors: a tensor parameter's or T.empty's, else its own."""
+    try:
+        return _tensor_name(buf, "", None)
+    except KernelDefinitionError:
+        return buf.name
+
+
 def macro(func=None, *, hygienic=True):
     """`@T.macro`: a function inlined where it is called, from an eager function, a
     prim_func or another macro (TVMScript's macro in a prim_func)."""
@@ -442,6 +452,13 @@ class Helpers:
         _ir.buffer_store(buf, _expr(value), [_expr(i) for i in idx])
 
     @staticmethod
+    def expression_store(buf, index, value_of, where):
+        if isinstance(buf, TensorParam):
+            current("store").fail(f"tensor '{buf.name}'", "is stored to before its "
+                                  f"`{buf.name}: T.Tensor(...)` declaration")
+        slice_store.expression_store(buf, index, value_of, where, name_of=_traced_name)
+
+    @staticmethod
     def aug_store(op, buf, index, value):
         idx = index if isinstance(index, tuple) else (index,)
         Helpers.store(buf, index, _BINOPS[op](buf[idx], _expr(value)))
@@ -520,9 +537,48 @@ def _target_names(t):
     return [""]
 
 
+def _sliced(sub) -> bool:
+    """A subscript whose index has a slice (`A[0:N]`, `A[k, 0:N]`)."""
+    s = sub.slice
+    return isinstance(s, ast.Slice) or (
+        isinstance(s, ast.Tuple) and any(isinstance(e, ast.Slice) for e in s.elts))
+
+
+def _reads_slices(node) -> bool:
+    return any(isinstance(n, ast.Subscript) and _sliced(n) for n in ast.walk(node))
+
+
+_READER = "__mt_slice_reader__"
+
+
+class _ThroughReader(ast.NodeTransformer):
+    """`A[0:N]` -> `__mt_slice_reader__(A)[0:N]`: the value of an expression store reads
+    each slice at the T.Parallel's element (slice_store.SliceReader)."""
+
+    def visit_Subscript(self, sub):
+        sub = self.generic_visit(sub)
+        if not _sliced(sub):
+            return sub
+        return ast.Subscript(value=ast.Call(func=ast.Name(_READER, ast.Load()),
+                                            args=[sub.value], keywords=[]),
+                             slice=sub.slice, ctx=ast.Load())
+
+
 class _Rewriter(ast.NodeTransformer):
-    def __init__(self, params):
+    def __init__(self, params, line_offset=0):
         self.params = set(params)
+        self.line_offset = line_offset
+
+    def _expression_store(self, node, target, value):
+        """`B[0:N] = A[0:N] * 2` -> slice_store.expression_store(B, index, value_of,
+        where): a T.Parallel over B's slice, `value_of(reader)` the value at one element."""
+        where = f"line {node.lineno + self.line_offset}: {ast.unparse(node)}"
+        value_of = ast.Lambda(args=ast.arguments(posonlyargs=[], args=[ast.arg(_READER)],
+                                                 vararg=None, kwonlyargs=[], kw_defaults=[],
+                                                 kwarg=None, defaults=[]),
+                              body=_ThroughReader().visit(value))
+        return ast.Expr(_call("expression_store", target.value, target.slice, value_of,
+                              ast.Constant(where)))
 
     def visit_FunctionDef(self, node):  # nested defs (macros) are rewritten when called
         return node
@@ -584,10 +640,14 @@ class _Rewriter(ast.NodeTransformer):
                        body=[py_if], orelse=[tir_if])]
 
     def visit_Assign(self, node):
+        t = node.targets[0] if len(node.targets) == 1 else None
+        if isinstance(t, ast.Subscript) and _sliced(t) and _reads_slices(node.value) and \
+                not (isinstance(node.value, ast.Subscript) and _sliced(node.value)):
+            self.generic_visit(node)
+            return self._expression_store(node, t, node.value)
         self.generic_visit(node)
         if len(node.targets) != 1:
             return node
-        t = node.targets[0]
         if isinstance(t, ast.Subscript):
             return ast.Expr(_call("store", t.value, t.slice, node.value))
         if isinstance(t, ast.Name):
@@ -600,8 +660,13 @@ class _Rewriter(ast.NodeTransformer):
         return node
 
     def visit_AugAssign(self, node):
-        self.generic_visit(node)
         t = node.target
+        if isinstance(t, ast.Subscript) and _sliced(t):   # `B[0:N] += A[0:N]`
+            self.generic_visit(node)
+            read = ast.Subscript(value=t.value, slice=t.slice, ctx=ast.Load())
+            return self._expression_store(node, t, ast.BinOp(left=read, op=node.op,
+                                                             right=node.value))
+        self.generic_visit(node)
         op = type(node.op).__name__
         if isinstance(t, ast.Subscript):
             return ast.Expr(_call("aug_store", ast.Constant(op), t.value, t.slice, node.value))
@@ -667,7 +732,7 @@ def rewrite_function(fn):
     for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
         a.annotation = None
     try:
-        node.body = [_Rewriter(params).visit(s) for s in node.body]
+        node.body = [_Rewriter(params, first - 1).visit(s) for s in node.body]
         flat = []
         for s in node.body:
             flat.extend(s if isinstance(s, list) else [s])
@@ -853,10 +918,9 @@ def _slice_arithmetic(tr: Trace, err: TypeError):
     frames = [f for f in traceback.extract_tb(err.__traceback__)
               if not f.filename.startswith(_PACKAGE_DIR)]
     where = f"line {frames[-1].lineno}: {frames[-1].line}" if frames else "a slice expression"
-    tr.fail(where, f"computes with a buffer slice ({err}); in an eager kernel a slice is a "
-            "region, stored or copied whole (`B[a:b] = A[a:b]`, `B[a:b] = 0.0`); write "
-            "element-wise arithmetic as a T.Parallel loop (prim_func bodies take "
-            "`B[a:b] = A[a:b] * 2` as written)")
+    tr.fail(where, f"computes with a buffer slice ({err}) outside a store to a slice; a "
+            "slice is a region: store an expression over slices directly "
+            "(`B[a:b] = A[a:b] * 2`, an element-wise T.Parallel) or write the loop")
 
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[1])

@@ -10,9 +10,10 @@ TileLang's pair for hand-written device code (its import_source puts C++ into th
 module). The source is MSL and must compile with the kernels: the emulator translates it
 like the kernels' own text, so functions that touch memory take address-space-qualified
 pointers (`device float*`, `threadgroup float*`). metaltile sees a call as opaque: its
-arguments are evaluated, but what the function reads and writes through pointers is
-unknown to the barrier planner, so pass element values, not pointers, where threadgroup
-memory is involved.
+arguments are evaluated; a pointer argument made by T.access_ptr tells the barrier planner
+what the function does through it (its access mask, "r"/"w"/"rw", and `extent=` the
+elements from the one it points at; without an extent, any element of the buffer). Other
+pointers (T.address_of) count as a read of the one element.
 """
 
 from __future__ import annotations

@@ -14,7 +14,9 @@ holds 64 elements per matrix; `i` is the matrix's number; only 8x8 tiles). They 
 matrix intrinsics of core/ir/matrix.py, which T.gemm's lowering uses too, so the barrier
 planner sees each load and store as the whole 8x8 tile it touches (rows `stride` elements
 apart from the pointer), whatever pointer form the kernel used; what a tile op does (read
-or write) comes from the op, the access mask of T.access_ptr is not needed for it.
+or write) comes from the op, and a T.access_ptr mask that contradicts it (a load through
+a "w" pointer) is an error. A T.access_ptr passed elsewhere (T.call_extern) keeps its mask
+and extent for the barrier planner (core/ir/ops.py: AccessPointer).
 Matrix buffers are scope MATRIX_SCOPE with one element per matrix; the kernel reaches them
 only through these intrinsics (element access is an error: an 8x8 matrix's per-lane
 layout is not documented).
@@ -29,7 +31,7 @@ from tvm import tirx
 from tvm.tirx.script.builder import ir as _ir
 
 from core.errors import KernelDefinitionError
-from core.ir import matrix
+from core.ir import matrix, ops
 from core.language.dtypes import dtype_name
 from core.language.kernel import _current
 
@@ -92,10 +94,21 @@ def _shape_is_8x8(col, row, construct):
                 construct=construct)
 
 
-def _pointer(ptr, construct):
-    """The BufferLoad an element pointer (T.access_ptr / T.address_of) points at."""
+def _pointer(ptr, construct, use):
+    """The BufferLoad an element pointer (T.access_ptr / T.address_of) points at; a
+    T.access_ptr's mask must allow `use` ("read" or "write")."""
     if isinstance(ptr, tvm.ir.TensorLoad):
         return ptr
+    pointer = ops.access_pointer(ptr)
+    if pointer is not None:
+        if not (pointer.reads if use == "read" else pointer.writes):
+            mode = "r" if pointer.reads else "w"
+            raise KernelDefinitionError(
+                f"the pointer is T.access_ptr({pointer.element.source.name}[...], "
+                f"\"{mode}\"), {'write' if mode == 'w' else 'read'}-only, but "
+                f"{construct[2:]} {use}s the tile through it; pass \"{use[0]}\" or \"rw\"",
+                construct=construct)
+        return pointer.element
     if isinstance(ptr, tvm.ir.Call) and ptr.op.name == "tirx.address_of" and \
             isinstance(ptr.args[0], tvm.ir.TensorLoad):
         return ptr.args[0]
@@ -128,7 +141,7 @@ def _tile(construct, build, d, index, ptr, stride, col, row, transpose_matrix):
     _current(construct)
     _shape_is_8x8(col, row, construct)
     mat = _matrix(d, index, construct)
-    target = _pointer(ptr, construct)
+    target = _pointer(ptr, construct, "read" if build is matrix.load else "write")
     if str(target.source.ty.storage_scope) not in ("global", "", "shared"):
         raise KernelDefinitionError(
             f"pointer into '{target.source.name}' ({target.source.ty.storage_scope}): "
@@ -166,13 +179,18 @@ _MASKS = {"r": 1, "w": 2, "rw": 3}
 
 def access_ptr(base, access_type="r", *extents, offset=0, extent=None, ignore_last_ndim=0):
     """The address of element `base` (`A[r, c]`, or a buffer: its first element), moved on
-    by `offset` elements; `access_type` ("r", "w", "rw" or 1-3) is checked and then not
-    needed: tile ops take their footprint from their own arguments."""
+    by `offset` elements, as `tl.access_ptr` (core/ir/ops.py: AccessPointer) carrying the
+    access mask ("r", "w", "rw" or 1-3) and the elements touched from there (`extent`, or
+    the product of `extents`; unknown when neither is a constant). A simdgroup load or
+    store takes its pointer's footprint from its own tile and refuses a mask that
+    contradicts it; any other use (T.call_extern) is, for the barrier planner, a read
+    and/or a write, as the mask says, of those elements (of any element when unknown)."""
     construct = "T.access_ptr"
     mask = _MASKS.get(access_type, access_type)
     if isinstance(mask, bool) or mask not in (1, 2, 3):
         raise KernelDefinitionError(f"access_type={access_type!r}; allowed: 'r', 'w', 'rw' "
                                     "(or 1, 2, 3)", construct=construct)
+    touched = _touched(extent, extents)
     if ignore_last_ndim:
         raise KernelDefinitionError(f"ignore_last_ndim={ignore_last_ndim}: only the "
                                     "element's own address (0) is supported", construct=construct)
@@ -187,7 +205,20 @@ def access_ptr(base, access_type="r", *extents, offset=0, extent=None, ignore_la
     if not (isinstance(offset, Integral) and offset == 0):
         *lead, last = load.indices
         load = tirx.BufferLoad(load.source, [*lead, last + offset])
-    return tirx.address_of(load)
+    return ops.call("tl.access_ptr", tirx.address_of(load), tirx.const(mask, "int32"),
+                    tirx.const(touched, "int32"))
+
+
+def _touched(extent, extents) -> int:
+    """The constant element count `extent` (or the product of `extents`) gives, else 0."""
+    dims = [extent] if extent is not None else list(extents)
+    total = 1 if dims else 0
+    for d in dims:
+        d = int(d.value) if isinstance(d, tirx.IntImm) else d
+        if not isinstance(d, Integral) or isinstance(d, bool) or d <= 0:
+            return 0
+        total *= int(d)
+    return total
 
 
 def address_of(obj):

@@ -11,8 +11,12 @@ eager functions call `store` directly):
                                        the target's sliced extents (constants) whose body
                                        stores the expression with each slice of the value
                                        read at its own start plus the loop index (the
-                                       value's slices, in order, match the target's)
-and anything else is a KernelDefinitionError naming the store.
+                                       value's slices, in order, match the target's: as
+                                       many sliced dims, equal extents)
+and anything else is a KernelDefinitionError naming the store. `expression_store` is the
+one lowering of the third form: prim_func bodies reach it through the parser (the value's
+sliced subscripts read through a SliceReader bound in the var table), eager kernels
+through core/language/eager.py's rewrite of the statement.
 """
 
 from __future__ import annotations
@@ -91,95 +95,164 @@ def _at(node, **fields):
     return pos | fields
 
 
-def _elementwise(self, node, target):
-    """`B[slices] = expr(A[slices'], ...)` as a T.Parallel over B's sliced extents."""
-    from core.language.loops import Parallel
-    construct = "B[a:b] = <expression>"
-    buf = self.eval_expr(target.value)
-    idx = _index_values(self, target)
-    idx = list(idx) if isinstance(idx, (list, tuple)) else [idx]
+def target_slices(buf, idx, construct):
+    """(starts, extents) of the sliced dims of the store target `buf[idx]`; each extent a
+    constant (the T.Parallel an expression store runs as has constant extents)."""
     shape = list(buf.ty.shape)
     starts, extents = [], []
     for d, i in enumerate(idx):
-        if isinstance(i, slice):
-            if i.step not in (None, 1):
-                raise KernelDefinitionError(f"slice step {i.step} of '{buf.name}': only "
-                                            "step 1", construct=construct)
-            lo = 0 if i.start is None else i.start
-            hi = shape[d] if i.stop is None else i.stop
-            extent = tvm.arith.Analyzer().simplify(hi - lo) if tvm.ir.is_prim_expr(hi) or \
-                tvm.ir.is_prim_expr(lo) else hi - lo
-            if not isinstance(extent, int):
-                extent = int(extent.value) if isinstance(extent, tvm.tirx.IntImm) else None
-            if extent is None:
+        if not isinstance(i, slice):
+            continue
+        lo, extent = _span(buf, d, i, shape, construct)
+        if extent is None:
+            raise KernelDefinitionError(
+                f"the slice {d} of '{buf.name}' has no constant extent; an expression "
+                "stored to a slice runs as a T.Parallel, whose extents are constants",
+                construct=construct)
+        starts.append(lo)
+        extents.append(extent)
+    return starts, extents
+
+
+def _span(buf, d, i: slice, shape, construct):
+    """(start, constant extent or None) of slice `i` of dim `d` of `buf`."""
+    if i.step not in (None, 1) and not (isinstance(i.step, tvm.tirx.IntImm) and
+                                        int(i.step.value) == 1):
+        raise KernelDefinitionError(f"slice step {i.step} of '{buf.name}': only step 1",
+                                    construct=construct)
+    lo = 0 if i.start is None else var_value(i.start)
+    hi = shape[d] if i.stop is None else var_value(i.stop)
+    extent = hi - lo
+    if tvm.ir.is_prim_expr(extent):
+        extent = tvm.arith.Analyzer().simplify(extent)
+        extent = int(extent.value) if isinstance(extent, tvm.tirx.IntImm) else None
+    return lo, extent
+
+
+class SliceReader:
+    """Reads the value side of an expression store at one element: `reader(A)[0:64]` is
+    `A[0 + i]` for the T.Parallel's loop variable `i`. Each slice of a value must have as
+    many sliced dims as the target and, dim by dim, the same extent."""
+
+    def __init__(self, target, loop_vars, extents, construct, name_of=None):
+        self.target, self.loop_vars, self.extents = target, loop_vars, extents
+        self.construct = construct
+        self.name_of = name_of or (lambda b: b.name)
+
+    def __call__(self, buf):
+        return _SlicedOperand(self, buf) if is_buffer_var(buf) else buf
+
+    def element(self, buf, index):
+        idx = list(index) if isinstance(index, (tuple, list)) else [index]
+        if not has_slice(idx):
+            return buf[tuple(idx)]
+        sliced = [d for d, i in enumerate(idx) if isinstance(i, slice)]
+        if len(sliced) != len(self.extents):
+            raise KernelDefinitionError(
+                f"a slice of the value has {len(sliced)} sliced dims, the target "
+                f"'{self.name_of(self.target)}' {len(self.extents)}; they must match one by "
+                "one",
+                construct=self.construct)
+        shape = list(buf.ty.shape)
+        out, k = [], 0
+        for d, i in enumerate(idx):
+            if not isinstance(i, slice):
+                out.append(var_value(i))
+                continue
+            lo, extent = _span(buf, d, i, shape, self.construct)
+            if extent != self.extents[k]:
+                got = "no constant extent" if extent is None else f"extent {extent}"
                 raise KernelDefinitionError(
-                    f"the slice {d} of '{buf.name}' has no constant extent; an expression "
-                    "stored to a slice runs as a T.Parallel, whose extents are constants",
-                    construct=construct)
-            starts.append(lo)
-            extents.append(extent)
-    names = [f"__mt_slice{k}" for k in range(len(extents))]
+                    f"the value's slice of '{self.name_of(buf)}' has {got} in its sliced dim "
+                    f"{k}, the target '{self.name_of(self.target)}' {self.extents[k]}; the "
+                    "slices of an element-wise store must have equal extents",
+                    construct=self.construct)
+            v = self.loop_vars[k]
+            out.append(v if isinstance(lo, int) and lo == 0 else lo + v)
+            k += 1
+        return buf[tuple(out)]
+
+
+class _SlicedOperand:
+    """A buffer on the value side of an expression store; indexing it reads one element."""
+
+    def __init__(self, reader, buf):
+        self.reader, self.buf = reader, buf
+
+    def __getitem__(self, index):
+        return self.reader.element(self.buf, index)
+
+    def __getattr__(self, name):   # `A.shape`, `A.dtype`: the buffer's own
+        return getattr(self.buf, name)
+
+
+def expression_store(buf, index, value_of, construct="B[a:b] = <expression>", name_of=None):
+    """`buf[index] = value` where the value reads buffer slices: a T.Parallel over the
+    target's sliced extents; `value_of(reader)` builds the value at one element, every
+    buffer it indexes passed through `reader` (SliceReader). `name_of(buffer)`: the name
+    errors give a buffer (an eager kernel's parameters are named after tracing)."""
+    from core.language.loops import Parallel
+    idx = list(index) if isinstance(index, (tuple, list)) else [index]
+    starts, extents = target_slices(buf, idx, construct)
+    with Parallel(*extents) as loop_vars:
+        loop_vars = [loop_vars] if tvm.ir.is_prim_expr(loop_vars) else list(loop_vars)
+        value = var_value(value_of(SliceReader(buf, loop_vars, extents, construct, name_of)))
+        if isinstance(value, tvm.ir.TensorRegion) or is_buffer_var(value):
+            raise KernelDefinitionError(
+                f"the value stored to the slice of '{buf.name}' is a whole region inside an "
+                "expression; each slice it reads must be indexed (`A[0:N]`), not passed "
+                "whole", construct=construct)
+        it = iter(zip(starts, loop_vars))
+        indices = []
+        for i in idx:
+            if isinstance(i, slice):
+                lo, v = next(it)
+                indices.append(v if isinstance(lo, int) and lo == 0 else lo + v)
+            else:
+                indices.append(var_value(i))
+        if not tvm.ir.is_prim_expr(value):
+            value = tvm.tirx.const(value, str(buf.ty.dtype))
+        elif str(value.ty.dtype) != str(buf.ty.dtype):
+            value = tvm.tirx.Cast(str(buf.ty.dtype), value)
+        _ir.buffer_store(buf, value, indices)
+
+
+_READER = "__mt_slice_reader"
+
+
+def _elementwise(self, node, target):
+    """`B[slices] = expr(A[slices'], ...)` in a prim_func body: expression_store, with the
+    value's subscripts read through the reader (bound in the parser's var table)."""
+    construct = "B[a:b] = <expression>"
+    buf = self.eval_expr(target.value)
+    idx = _index_values(self, target)
 
     class Rewrite(doc.NodeTransformer):
         def visit_Subscript(self, sub):  # noqa: N802 - doc's visitor naming
+            sub = self.generic_visit(sub)
             if not _sliced(sub):
-                return self.generic_visit(sub)
-            elts = list(sub.slice.elts) if isinstance(sub.slice, doc.Tuple) else [sub.slice]
-            count = sum(isinstance(e, doc.Slice) for e in elts)
-            if count != len(names):
-                raise KernelDefinitionError(
-                    f"a slice of the value has {count} sliced dims, the target "
-                    f"'{buf.name}' {len(names)}; they must match one by one",
-                    construct=construct)
-            k, out = 0, []
-            for e in elts:
-                if isinstance(e, doc.Slice):
-                    if e.step is not None and not (isinstance(e.step, doc.Constant) and
-                                                   e.step.value == 1):
-                        raise KernelDefinitionError("a slice of the value has a step; only "
-                                                    "step 1", construct=construct)
-                    name = doc.Name(**_at(e, id=names[k], ctx=doc.Load()))
-                    lower = e.lower if e.lower is not None else \
-                        doc.Constant(**_at(e, value=0, kind=None))
-                    out.append(doc.BinOp(**_at(e, left=lower, op=doc.Add(), right=name)))
-                    k += 1
-                else:
-                    out.append(e)
-            if isinstance(sub.slice, doc.Tuple):
-                index = copy.copy(sub.slice)
-                index.elts = out
-            else:
-                index = out[0]
+                return sub
             new = copy.copy(sub)
-            new.slice = index
+            new.value = doc.Call(**_at(sub, func=doc.Name(**_at(sub, id=_READER,
+                                                                ctx=doc.Load())),
+                                       args=[sub.value], keywords=[]))
             return new
 
     value_ast = Rewrite().visit(node.value)
-    with Parallel(*extents) as loop_vars:
-        loop_vars = [loop_vars] if tvm.ir.is_prim_expr(loop_vars) else list(loop_vars)
+
+    def value_of(reader):
         with self.var_table.with_frame():
-            for name, v in zip(names, loop_vars):
-                self.var_table.add(name, v)
-            value = var_value(self.eval_expr(value_ast))
-            it = iter(zip(starts, loop_vars))
-            indices = []
-            for i in idx:
-                if isinstance(i, slice):
-                    lo, v = next(it)
-                    indices.append(v if isinstance(lo, int) and lo == 0 else lo + v)
-                else:
-                    indices.append(i)
-            if not tvm.ir.is_prim_expr(value):
-                value = tvm.tirx.const(value, str(buf.ty.dtype))
-            elif str(value.ty.dtype) != str(buf.ty.dtype):
-                value = tvm.tirx.Cast(str(buf.ty.dtype), value)
-            _ir.buffer_store(buf, value, indices)
+            self.var_table.add(_READER, reader)
+            return self.eval_expr(value_ast)
+
+    expression_store(buf, idx, value_of, construct)
     return None
 
 
 def install() -> None:
-    """Wrap TVMScript's tirx Assign: a store to a slice is a T.copy or T.fill (once per
-    process)."""
+    """Wrap TVMScript's tirx Assign (a store to a slice is a T.copy, a T.fill or an
+    expression store) and AugAssign (`B[a:b] += v`, an expression store), once per
+    process."""
     global _installed
     if _installed:
         return
@@ -209,4 +282,23 @@ def install() -> None:
         return original(self, node)
 
     dispatch.register(token="tirx", type_name="Assign")(visit_assign)
+    original_aug = dispatch.get(token="tirx", type_name="AugAssign")
+
+    def visit_aug_assign(self, node):
+        """`B[a:b] += v`: the expression store `B[a:b] = B[a:b] + v`."""
+        target = node.target
+        if not (isinstance(target, doc.Subscript) and _sliced(target)):
+            return original_aug(self, node)
+        read = doc.Subscript(**_at(target, value=target.value, slice=target.slice,
+                                   ctx=doc.Load()))
+        value = doc.BinOp(**_at(node, left=read, op=node.op, right=node.value))
+        assign = doc.Assign(**_at(node, targets=[target], value=value))
+        try:
+            return _elementwise(self, assign, target)
+        except KernelDefinitionError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported at the statement
+            self.report_error(node, exc)
+
+    dispatch.register(token="tirx", type_name="AugAssign")(visit_aug_assign)
     _installed = True

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import time
 
+from core.ir.capacity import resolve_declared
+from core.ir.kernel import func_name
 from core.transform.block_swizzle import block_swizzle
 from core.transform.flatten_simplify import flatten_simplify
 from core.transform.fold_temporaries import fold_temporaries
@@ -59,15 +61,23 @@ def pass_names() -> tuple:
     return tuple(name for name, _ in PASSES)
 
 
-def run(func, *, disable=(), replace=None, stop_after=None, timings: dict | None = None):
+def run(func, *, out_idx=None, disable=(), replace=None, stop_after=None,
+        timings: dict | None = None):
     """Apply the pipeline to a parsed PrimFunc; returns a LoweredProgram (or the
     intermediate PrimFunc when `stop_after` names a pass). With `timings`, a dict, each
-    pass run records `timings[name] = seconds` (wall clock)."""
+    pass run records `timings[name] = seconds` (wall clock).
+
+    Before the passes, the capacity entries a prim_func body declared
+    (T.annotate_capacity_dims) get their meaning by role (core/ir/capacity.py,
+    `resolve_declared`): allocation sizes for the outputs `out_idx` names (as core.compile's
+    `out_idx`) or that report a length, TileLang's capacity dim indices for the other
+    tensors; core.compile resolves them the same way first, so this is then a no-op."""
     replace = replace or {}
     unknown = (set(disable) | set(replace) | ({stop_after} if stop_after else set())) \
         - set(pass_names())
     if unknown:
         raise ValueError(f"unknown pass name(s) {sorted(unknown)}; passes: {pass_names()}")
+    func = resolve_declared(func, out_idx, func_name(func))
     for name, fn in PASSES:
         if name in disable:
             if name in REQUIRED:

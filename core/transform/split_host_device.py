@@ -17,10 +17,12 @@ named uniquely in the plan: distinct variables that share a name (two `T.dynamic
 stay distinct dims (`N`, `N_1`), as TileLang binds symbols by identity. Workspaces
 (`tl.workspaces`), capacity dims (`tl.capacity_dims`, -1 = none) and the tensors that
 report an output's length (`tl.capacity_lengths`) are copied from the function's
-attributes, and so are the lowering decisions the passes noted (`tl.decisions`,
-core/ir/decisions.py), with this pass's own: the host program's shape (one launch or
-several, host loops, ifs, workspaces, host scalars) and each atomic's kind, address space
-and form (one MSL atomic, or a compare-exchange loop: METAL.atomic_is_native).
+attributes, TileLang's capacity dims of the tensors given by the caller
+(`tilelang_capacity_dims`, core/ir/capacity.py) too, and so are the lowering decisions the
+passes noted (`tl.decisions`, core/ir/decisions.py), with this pass's own: the host
+program's shape (one launch or several, host loops, ifs, workspaces, host scalars) and
+each atomic's kind, address space and form (one MSL atomic, or a compare-exchange loop:
+METAL.atomic_is_native).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from core.ir import annotations as keys
 from core.ir import decisions as D
 from core.ir import matrix, ops
 from core.ir import program as P
+from core.ir.capacity import input_capacity_dims
 from core.ir.kernel import func_name, top_level, unwrap, with_attr
 from core.ir.stmt import atomics_in, free_vars, is_kernel_attr, seq, walk
 from core.target import DTYPES, METAL, MSL_KEYWORDS
@@ -222,7 +225,8 @@ class _Split:
         return P.LoweredProgram(self.name, params,
                                 tuple((self.names[v], str(v.ty)) for v in self.symbols),
                                 self.device, tuple(sites), host, workspaces, capacity,
-                                lengths, tuple(sorted(self.decided)))
+                                lengths, tuple(sorted(self.decided)),
+                                input_capacity_dims(func, self.name))
 
 
 def split_host_device(func: tirx.PrimFunc) -> P.LoweredProgram:

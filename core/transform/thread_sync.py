@@ -28,6 +28,9 @@ A simdgroup_load/store is one access of its whole 8x8 tile by its simdgroup as a
 (Footprint.of_tile): two tile accesses of one simdgroup are ordered, a tile access and
 a plain access of another thread are not.
 An atomic update (T.atomic_*) is a write that needs no barrier against other atomics.
+A T.access_ptr pointer handed to user MSL (T.call_extern) is a read and/or a write, as its
+access mask says, of the `extent` elements from the one it points at, or of any element of
+its buffer when the kernel gave no extent (core/ir/ops.py: AccessPointer).
 A statement that names no threadgroup buffer and holds no barrier adds no access and
 orders none, so the planner passes what is pending over it without planning inside it
 (found once per kernel, `_inert_statements`): most of a kernel's statements are of that
@@ -126,7 +129,11 @@ class _Planner:
 
         def visit(s, loops, guards):
             def add(buf, index, write, atomic=False):
-                if ops.buffer_scope(buf) == "shared":
+                if ops.buffer_scope(buf) != "shared":
+                    return
+                if index is None:   # a pointer to user MSL: any element
+                    out.append(Footprint.anywhere(buf, write, self.thread_axes, loops, guards))
+                else:
                     out.append(Footprint.of(buf, index, write, self.thread_axes, loops,
                                             guards, atomic=atomic))
 
@@ -170,6 +177,16 @@ class _Planner:
                 # an atomic update: a write ordered among atomics
                 add(a.buffer, a.element.indices[0], True, atomic=True)
                 updated.append(a.element)
+            for p in filter(None, map(ops.access_pointer, calls)):
+                # T.access_ptr handed to user MSL: its mask says read and/or write, its
+                # extent which elements (none given: any)
+                first = p.element.indices[0]
+                index = None if not p.extent else first if p.extent == 1 else \
+                    tirx.Ramp(first, tirx.const(1, str(first.ty.dtype)), p.extent)
+                for write in (False, True):
+                    if (p.writes if write else p.reads):
+                        add(p.element.source, index, write)
+                updated.append(p.element)
             for ld in lds:
                 if is_buffer_var(ld.source) and not any(ld.same_as(u) for u in updated):
                     add(ld.source, ld.indices[0], False)

@@ -7,7 +7,8 @@ and what is allowed):
     values around them, host scalar bindings (`Bind`, from the host_program pass); no
     other statement outside a kernel, no nested kernels, no T.Parallel at the host level;
   - `tl.capacity_dims` (T.annotate_capacity_dims) names tensor parameters, one entry per
-    dim, each a non-negative int or None;
+    dim, each a non-negative int or None; `tilelang_capacity_dims` names tensor
+    parameters, with dims in range;
   - scalar parameters have a supported dtype, buffers a supported dtype and scope;
   - T.Parallel extents are constants, T.Parallel loops are not nested and contain no
     tile ops or T.Kernel;
@@ -21,7 +22,9 @@ and what is allowed):
     T.Parallel(bM, N), `mx[0]` of a (1,) fragment; whether its layout allows that is
     checked by lower_tile_ops);
   - simdgroup matrices (scope "metal.simdgroup", T.alloc_local) are reached only by the
-    matrix intrinsics (T.simdgroup_load/store, ...), which are not inside T.Parallel;
+    matrix intrinsics (T.simdgroup_load/store, ...), which are not inside T.Parallel nor
+    under an `if`, loop bound or while condition that splits a simdgroup (one whose lanes
+    may disagree: core/ir/simd_uniformity.py);
   - every tile op's operands are compatible (ranks, extents, partial on-chip tiles);
     T.gemm's A and B are shared, fragment or device tiles of one float dtype, C a whole float32
     fragment, a float32 shared tile or a float32/float16/bfloat16 device tile, and the
@@ -41,11 +44,12 @@ from tvm.tirx import is_buffer_var
 
 from core.errors import KernelDefinitionError
 from core.ir import matrix, ops
-from core.ir.capacity import check_capacity_dims
+from core.ir.capacity import check_capacity_dims, input_capacity_dims
 from core.ir.invariance import replicated_fragments
 from core.ir.kernel import func_name, unwrap
 from core.ir.layout import broadcast_dims
 from core.ir.liveness import lives, nbytes, peak, threadgroup_allocs, top_level
+from core.ir.simd_uniformity import simdgroup_split
 from core.ir.ops import FRAGMENT
 from core.ir.stmt import as_int, children, is_kernel_attr, loads, visit_nodes
 from core.target import METAL, SCALAR_PARAM_DTYPES, SUPPORTED, bits
@@ -118,6 +122,7 @@ class _Verifier:
 
     def capacity(self, func):
         check_capacity_dims(func, self.name)
+        input_capacity_dims(func, self.name)   # TileLang's: tensor names, dims in range
 
     # ---- kernel level ---------------------------------------------------------------
     def kernel(self, nest):
@@ -126,6 +131,7 @@ class _Verifier:
             self.fail("T.Kernel", "T.Kernel blocks cannot be nested; write them one after "
                                   "another to launch several kernels")
         self.shared_bytes = 0
+        self.nest, self.guards, self.splits = nest, [], {}
         self.replicated, per_thread = replicated_fragments(nest)
         self.stmt(nest.body, parallel=None)
         for st in per_thread:
@@ -161,6 +167,12 @@ class _Verifier:
             return
         elif isinstance(s, tirx.For):
             self.exprs([s.min, s.extent], parallel, "loop bounds")
+            self.guarded(s, parallel, [(f"the bounds of loop '{s.loop_var.name}'", e)
+                                       for e in (s.min, s.extent)])
+            return
+        elif isinstance(s, tirx.While):
+            self.guarded(s, parallel, [("the condition of a while loop", s.condition)])
+            return
         elif isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value):
             if parallel is not None:
                 self.fail(f"T.{s.value.op.name[3:]}",
@@ -173,12 +185,21 @@ class _Verifier:
             self.exprs([s.value, *s.indices], parallel, "store")
         elif isinstance(s, tirx.IfThenElse):
             self.exprs([s.condition], parallel, "if condition")
+            self.guarded(s, parallel, [(f"`if {_short(s.condition)}`", s.condition)])
+            return
         elif isinstance(s, tirx.Evaluate) and _is_matrix_call(s.value):
             self.matrix_call(s.value, parallel)
         elif isinstance(s, tirx.Evaluate):
             self.exprs([s.value], parallel, "expression")
         for k in children(s):
             self.stmt(k, parallel)
+
+    def guarded(self, s, parallel, guards):
+        """The children of `s` under its condition or loop bounds (`guards`: (what, expr))."""
+        self.guards.extend(guards)
+        for k in children(s):
+            self.stmt(k, parallel)
+        del self.guards[len(self.guards) - len(guards):]
 
     def alloc(self, buf):
         scope = ops.buffer_scope(buf)
@@ -228,6 +249,18 @@ class _Verifier:
         if parallel is not None:
             self.fail(construct, "is an operation of the whole simdgroup and cannot be one "
                                  "element of T.Parallel; call it at kernel level")
+        for what, expr in self.guards:
+            key = expr.__chandle__()   # one answer per guard, however many calls it holds
+            if key not in self.splits:
+                self.splits[key] = simdgroup_split(expr, self.nest)
+            split = self.splits[key]
+            if split is not None:
+                self.fail(construct, f"is an operation of the whole simdgroup (its 32 lanes "
+                          f"hold the 8x8 matrices together) under {what}, which splits a "
+                          f"simdgroup: {split.describe()}. Every lane of a simdgroup must run "
+                          "it: make the condition the same on a simdgroup's lanes (e.g. "
+                          "depend on the simdgroup index, thread // 32) or move the "
+                          "operation out of it")
         for a in call.args:
             is_matrix = isinstance(a, tvm.ir.TensorLoad) and \
                 ops.buffer_scope(a.source) == matrix.MATRIX_SCOPE

@@ -170,3 +170,52 @@ def test_unknown_names_are_errors():
     with pytest.raises(KernelDefinitionError, match=r"unknown tensor parameter name\(s\) "
                        r"\['B'\]"):
         core.compile(valid.with_attr("tilelang_capacity_dims", {"B": (0,)}), out_idx=[1])
+
+
+def _output_capacity():
+    N, M = tirx.Var("N", "int32"), tirx.Var("M", "int32")
+
+    @T.prim_func
+    def f(A: T.Tensor((N,), "float32"), OUT: T.Tensor((M,), "float32")):
+        T.annotate_capacity_dims({"OUT": (40,)})
+        with T.Kernel(N) as bx:
+            OUT[bx] = A[bx] * 2.0
+    return f
+
+
+def test_pipeline_run_alone_resolves_body_declared_capacity():
+    """pipeline.run without core.compile gives body-declared entries the same meaning by
+    role, into the launch plan: an output's allocation (out_idx as core.compile's), an
+    input's capacity dims; nothing is left unresolved or dropped."""
+    from core.ir import annotations as keys
+    from core.transform import pipeline
+
+    out = pipeline.run(_output_capacity(), out_idx=[1])
+    assert out.capacity == (("OUT", (40,)),) == core.compile(
+        _output_capacity(), out_idx=[1]).compiled.capacity
+    assert out.input_capacity == ()
+    inp = pipeline.run(_body_marked())
+    assert inp.input_capacity == (("W", (0,)),) == \
+        core.compile(_body_marked()).compiled.input_capacity
+    assert inp.capacity == ()
+    legalized = pipeline.run(_body_marked(), stop_after="legalize")
+    assert keys.CAPACITY_DECLARED not in (legalized.attrs or {})
+
+
+def test_pipeline_run_refuses_an_allocation_entry_on_an_input():
+    """Without out_idx OUT is a tensor the caller passes in: its (None,)-style entry
+    (an allocation size) is refused by name, as core.compile refuses it."""
+    from core.transform import pipeline
+
+    N = tirx.Var("N", "int32")
+
+    @T.prim_func
+    def f(A: T.Tensor((N,), "float32"), OUT: T.Tensor((N,), "float32")):
+        T.annotate_capacity_dims({"OUT": (None,)})
+        with T.Kernel(N) as bx:
+            OUT[bx] = A[bx] * 2.0
+
+    with pytest.raises(KernelDefinitionError, match=r"T.annotate_capacity_dims\('OUT'\): "
+                                                    r"'OUT' is an input tensor"):
+        pipeline.run(f)
+

@@ -190,6 +190,17 @@ def _extern_kernel():
     return user_msl
 
 
+def _access_ptr_kernel():
+    @T.prim_func
+    def through_pointer(A: T.Tensor((64,), "int32"), B: T.Tensor((64,), "int32")):
+        with T.Kernel(1, threads=64):
+            T.import_source("inline int twice_at(const device int* p, int y) "
+                            "{ return 2 * p[0] + y; }")
+            tx = T.get_thread_binding()
+            B[tx] = T.call_extern("int32", "twice_at", T.access_ptr(A[tx], "r"), tx)
+    return through_pointer
+
+
 def _twice_plus(x):
     return 2 * x + torch.arange(64)
 
@@ -200,6 +211,7 @@ STATEMENT_CALLS = {
     "tirx.call_extern": (_extern_kernel, _twice_plus, "twice_plus(A[tx], tx)"),
     "tl.import_source": (_extern_kernel, _twice_plus,
                          "inline int twice_plus(int x, int y)"),
+    "tl.access_ptr": (_access_ptr_kernel, _twice_plus, "twice_at(&A[tx], tx)"),
     "tl.loop_break": (_loop_break_kernel, lambda x: torch.tensor(
         [next(k for k in range(64) if (int(v) + k) % 7 == 0) for v in x]), "break;"),
 }

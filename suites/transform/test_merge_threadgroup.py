@@ -1,12 +1,14 @@
 """Pass `merge_threadgroup`: a kernel whose threadgroup buffers total more than 32 KiB gets
 one arena in which buffers whose lives do not overlap share bytes, with a barrier between
-an old buffer's last statement and the first of a buffer reusing its bytes; a kernel
-within the limit is left as it was; live bytes past the limit are refused, naming the
-buffers."""
+an old buffer's last statement and the first of a buffer reusing its bytes; lives are
+counted inside a top-level loop's body too, for buffers whose values never cross an
+iteration; a kernel within the limit is left as it was; live bytes past the limit are
+refused, naming the buffers."""
 
 import pytest
 from tvm import tirx
 
+import core
 import core.language as T
 from core.errors import LoweringError
 from core.ir import annotations as keys
@@ -14,6 +16,9 @@ from core.ir import ops
 from core.ir.kernel import kernels
 from core.ir.stmt import items
 from core.transform import pipeline
+from harness.check import barriers
+from harness.check.compare import assert_close
+from harness.gen.inputs import random_tensor
 
 from .irq import allocs
 
@@ -132,3 +137,68 @@ def test_user_tiles_never_live_together_share_bytes():
     last = max(i for i, s in enumerate(stmts) if names_buffer(s, "S1"))
     first = min(i for i, s in enumerate(stmts) if names_buffer(s, "S2"))
     assert first == last + 2 and ops.is_barrier(stmts[last + 1])
+
+
+def chunked(carry=False):
+    """Per chunk c: a 32 KiB tile A_s filled and read (rows reversed, by other threads than
+    wrote them), then a row sum whose cross-simdgroup stage red_buf (64 bytes) is written
+    after A_s's last read in the iteration. With `carry` the tile is filled in the first
+    iteration only and read in every one: its values cross iterations."""
+    @T.prim_func
+    def chunks(A: T.Tensor((256, 256), "float16"), X: T.Tensor((32, 256), "float32"),
+               B: T.Tensor((256, 256), "float16"), S: T.Tensor((32,), "float32")):
+        with T.Kernel(1, threads=256):
+            A_s = T.alloc_shared((64, 256), "float16")
+            x = T.alloc_fragment((8, 256), "float32")
+            s = T.alloc_fragment((8,), "float32")
+            for c in T.serial(4):
+                if carry:
+                    if c == 0:
+                        T.copy(A[0, 0], A_s)
+                else:
+                    T.copy(A[c * 64, 0], A_s)
+                for i, j in T.Parallel(64, 256):
+                    B[c * 64 + i, j] = A_s[63 - i, j]
+                T.copy(X[c * 8, 0], x)
+                T.reduce_sum(x, s, dim=1)
+                T.copy(s, S[c * 8])
+    return chunks
+
+
+def test_buffers_dead_within_one_loop_iteration_share_bytes(run):
+    """Over whole top-level statements the loop holds A_s and red_buf at once (32832 bytes,
+    refused before); inside one iteration A_s is dead before the stage is first written,
+    and neither carries a value to the next iteration, so they share bytes. Two barriers
+    are added in the body: before the stage's first write (A_s's last reads) and at the
+    iteration's start (the stage's last reads of the previous iteration); every barrier of
+    the kernel is necessary (removing one makes the emulator report a race) and the
+    results are right."""
+    after = pipeline.run(chunked(), stop_after="merge_threadgroup")
+    found = allocs(after)
+    assert int(found["tg_arena"].annotations[keys.THREADGROUP_ARENA]) == 32768
+    assert {n: int(found[n].annotations[keys.ARENA_OFFSET]) for n in ("A_s", "red_buf")} == \
+        {"A_s": 0, "red_buf": 0}
+    [loop] = [s for s in top_level(after) if isinstance(s, tirx.For)]
+    body = items(loop.body.seq)
+    assert ops.is_barrier(body[0]) and names_buffer(body[1], "A_s")
+    stage = min(j for j, s in enumerate(body) if names_buffer(s, "red_buf"))
+    last_tile = max(j for j, s in enumerate(body) if names_buffer(s, "A_s"))
+    assert [ops.is_barrier(s) for s in body[last_tile + 1:stage]].count(True) == 1
+
+    kernel = core.compile(chunked(), out_idx=[2, 3])
+    a, x = random_tensor((256, 256), "float16", 41), random_tensor((32, 256), "float32", 42)
+    b, s = run(kernel, a, x)
+    assert_close(b, a.reshape(4, 64, 256).flip(1).reshape(256, 256), "float16",
+                 op_class="exact")
+    assert_close(s, x.double().sum(1), "float32", reduction_length=256,
+                 op_class="accumulation")
+    report = barriers.check_barriers(kernel, [a, x])
+    assert not report.missing and not report.redundant and len(report.barriers) == 4
+
+
+def test_a_buffer_whose_values_cross_iterations_keeps_its_bytes_for_the_loop():
+    """The tile filled only when c == 0 is read in every iteration: the stage may not
+    reuse its bytes, so the kernel is refused as before, naming both."""
+    with pytest.raises(LoweringError, match=r"'A_s' \(32768 bytes\), 'red_buf' \(64 bytes\), "
+                                            r"total 32832 bytes"):
+        pipeline.run(chunked(carry=True), stop_after="merge_threadgroup")
