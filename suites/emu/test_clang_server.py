@@ -93,3 +93,26 @@ def test_compiles_go_on_without_a_server_that_died():
         assert_close(y, x[::-1] * 3.0 + 1.0)
     finally:
         clang_server._servers.clear()   # later tests in this process get a new server
+
+
+def test_a_forked_process_compiles_through_a_server_of_its_own():
+    builder = build.default_builder()
+    parent = builder.clang_server()
+    assert parent.run([builder.toolchain.cxx, "--version"], None, 60).returncode == 0
+    parent_server = parent.proc.pid
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # the child: its own server, none of the parent's pipes
+        try:
+            mine = builder.clang_server()
+            ok = mine is not parent and mine.run([builder.toolchain.cxx, "--version"],
+                                                 None, 60).returncode == 0
+            os.write(write, b"1" if ok and mine.proc.pid != parent_server else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1)
+    os.waitpid(pid, 0)
+    assert answer == b"1"
+    assert parent.proc.pid == parent_server      # the parent's server is untouched
+    assert parent.run([builder.toolchain.cxx, "--version"], None, 60).returncode == 0

@@ -146,9 +146,27 @@ _servers: dict[tuple, ClangServer] = {}
 _servers_lock = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    """A forked child drops its copies of the parent's server pipes (so the parent's server
+    still sees its end when the parent closes it) and starts servers of its own."""
+    for server in _servers.values():
+        proc, server.proc, server.broken = server.proc, None, True
+        if proc is not None:
+            for pipe in (proc.stdin, proc.stdout):
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+    _servers.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def for_compiler(cxx: str, library: Path) -> ClangServer:
-    """This process's server for `cxx` (a forked child does not share its parent's)."""
-    key = (cxx, str(library), os.getpid())
+    """This process's server for `cxx` (a forked child starts its own)."""
+    key = (cxx, str(library))
     with _servers_lock:
         server = _servers.get(key)
         if server is None:
