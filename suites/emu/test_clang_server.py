@@ -61,6 +61,21 @@ def test_a_served_compile_reads_its_input_and_reports_clangs_errors(tmp_path):
     assert bad.returncode == 1 and "use of undeclared identifier 'nope'" in bad.stderr
 
 
+def test_a_served_compile_sees_the_environment_of_the_time_of_the_compile(tmp_path,
+                                                                         monkeypatch):
+    # an environment variable clang reads (an include path), set after the server started
+    server = build.default_builder().clang_server()
+    cxx = build.default_builder().toolchain.cxx
+    assert server.run([cxx, "--version"], None, 60).returncode == 0
+    (tmp_path / "mt_only_here.h").write_text("inline int only_here() { return 1; }\n")
+    code = '#include "mt_only_here.h"\nint f() { return only_here(); }\n'
+    missing = server.run([cxx, "-fsyntax-only", "-x", "c++", "-"], code, 60)
+    assert missing.returncode == 1 and "'mt_only_here.h' file not found" in missing.stderr
+    monkeypatch.setenv("CPLUS_INCLUDE_PATH", str(tmp_path))
+    found = server.run([cxx, "-fsyntax-only", "-x", "c++", "-"], code, 60)
+    assert found.returncode == 0, found.stderr
+
+
 def test_kernels_built_through_the_server_run_and_fail_as_before(monkeypatch):
     x = random_tensor((64,), "float32", seed=3).numpy()
     results = []

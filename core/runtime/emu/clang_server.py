@@ -1,6 +1,7 @@
 """A clang that stays loaded between compiles (Linux with glibc): `preload/clang_server.c`,
 preloaded into the clang driver, serves compiles from one process, each in a forked child
-that runs clang's own `main` with the compile's arguments. A compile then does not pay
+that runs clang's own `main` with the compile's arguments and this process's environment
+and working directory at the time of the compile. A compile then does not pay
 clang's start-up (mapping and relocating libLLVM and libclang-cpp and running their static
 initializers: about half the CPU of a fuzz kernel's compile on the 2-core machine,
 docs/emulator.md); the child is a fresh copy of the loaded program, so the object it writes
@@ -99,7 +100,8 @@ class ClangServer:
             if stdin is not None:
                 Path(files[2]).write_text(stdin)
             strings = [os.getcwd(), files[2] if stdin is not None else "", files[0],
-                       files[1], *cmd]
+                       files[1], str(len(cmd)), *cmd,
+                       *(f"{k}={v}" for k, v in os.environ.items())]
             request = b"".join(os.fsencode(s) + b"\0" for s in strings)
             try:
                 self.proc.stdin.write(struct.pack("=I", len(request)) + request)

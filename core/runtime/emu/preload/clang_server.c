@@ -11,8 +11,9 @@
  * so programs clang starts (none for `-c`) are plain. Protocol on stdin/stdout (the pipes of
  * the Python side), all integers native uint32:
  *   request:  total length, then NUL-terminated strings: working directory, stdin path
- *             (empty: /dev/null), stdout path, stderr path, then the arguments (argv[0]
- *             first)
+ *             (empty: /dev/null), stdout path, stderr path, the number of arguments in
+ *             decimal, the arguments (argv[0] first), then the environment (NAME=value,
+ *             the caller's at the time of the request, as a new process would get it)
  *   reply:    the child's pid (0: fork failed, no status follows), then its wait status
  * The child's stdout and stderr are the given files. EOF on stdin ends the server. */
 #define _GNU_SOURCE
@@ -56,13 +57,21 @@ static int write_all(int fd, const void *buf, size_t n) {
     return 0;
 }
 
-static void child(char *request, uint32_t length, char **envp) {
-    char *strings[4096];
+static void child(char *request, uint32_t length) {
+    static char *strings[1 << 16];
     int count = 0;
-    for (char *p = request; p < request + length && count < 4095; p += strlen(p) + 1)
+    for (char *p = request; p < request + length && count < (1 << 16) - 2; p += strlen(p) + 1)
         strings[count++] = p;
-    if (count < 5) _exit(127);
+    if (count < 6) _exit(127);
     strings[count] = NULL;
+    int argc = atoi(strings[4]);
+    if (argc < 1 || argc > count - 5) _exit(127);
+    char **argv = strings + 5, **envp = strings + 5 + argc + 1;
+    /* the arguments end with a NULL: the environment's first entry moves one up */
+    memmove(envp, envp - 1, (size_t)(count - 5 - argc) * sizeof *envp);
+    strings[count + 1] = NULL;
+    argv[argc] = NULL;
+    environ = envp;
     int in = open(strings[1][0] ? strings[1] : "/dev/null", O_RDONLY);
     int out = open(strings[2], O_WRONLY | O_CREAT | O_TRUNC, 0600);
     int err = open(strings[3], O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -74,10 +83,10 @@ static void child(char *request, uint32_t length, char **envp) {
     close(out);
     close(err);
     signal(SIGPIPE, SIG_DFL);
-    exit(real_main(count - 4, strings + 4, envp));
+    exit(real_main(argc, argv, envp));
 }
 
-static int serve(char **envp) {
+static int serve(void) {
     int requests = dup(0), replies = dup(1);
     int null = open("/dev/null", O_RDWR);
     dup2(null, 0);   /* nothing the server's children inherit reads or writes the pipes */
@@ -95,7 +104,7 @@ static int serve(char **envp) {
         if (pid == 0) {
             close(requests);
             close(replies);
-            child(request, length, envp);
+            child(request, length);
         }
         free(request);
         /* the pid first: the caller kills a compile that runs past its timeout */
@@ -114,7 +123,7 @@ static int entry(int argc, char **argv, char **envp) {
         unsetenv("MT_CLANG_SERVER");
         unsetenv("LD_PRELOAD");
         unsetenv("LD_BIND_NOW");
-        return serve(environ);
+        return serve();
     }
     return real_main(argc, argv, envp);
 }
