@@ -155,7 +155,7 @@ class Kernel:
         # completed); a host step that reads a device value calls backends.synchronize.
         for site, grid, buffers in plans:
             launch(backend, self.msl, site, grid, buffers, checks=checks, schedule=schedule,
-                   seed=seed, record=record)
+                   seed=seed, record=record, declared=tuple(self.compiled.specs.values()))
         self.last_run = record
         if self.raise_on_findings and record.findings:
             kinds = sorted({f.kind for f in record.findings})

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import tvm
 from tvm import tirx
@@ -61,9 +61,9 @@ TYPE_BYTES = {name: d.bytes for name, d in DTYPES.items()}
 # Names a kernel variable cannot take: the printer's own and MSL words, the type names.
 RESERVED_NAMES = {"args", "tgid", "tpos"} | MSL_KEYWORDS | set(TYPES.values())
 ADDRESS_SPACES = {"global": "device", "shared": "threadgroup", "local": "thread"}
-BUILTINS = {  # launch tag prefix -> (parameter declaration, variable)
-    "blockIdx": ("uint3 tgid [[threadgroup_position_in_grid]]", "tgid"),
-    "threadIdx": ("uint3 tpos [[thread_position_in_threadgroup]]", "tpos"),
+BUILTINS = {  # launch tag prefix -> (parameter type, variable, attribute)
+    "blockIdx": ("uint3", "tgid", "threadgroup_position_in_grid"),
+    "threadIdx": ("uint3", "tpos", "thread_position_in_threadgroup"),
 }
 BINARY = {
     "Add": "+", "Sub": "-", "Mul": "*", "Div": "/", "Mod": "%",
@@ -132,7 +132,7 @@ ATOMIC_PACKING = {  # element bits -> (unpack the element from `old`, pack `next
          "(old & ~(0xFFFFu << shift)) | (uint(as_type<ushort>(next)) << shift)"),
 }
 KERNEL_ATTRS = "[[kernel, max_total_threads_per_threadgroup({n})]]"
-ARGS_PARAM = "constant {struct}& args [[buffer({index})]]"
+ARGS_TYPE = "constant {struct}&"     # the scalars' parameter, `args [[buffer(K)]]`
 PRELUDE = """#include <metal_stdlib>
 using namespace metal;
 """
@@ -271,6 +271,17 @@ class ArgsStruct:
 
 
 @dataclass(frozen=True)
+class ParamDeclaration:
+    """One kernel parameter as printed: `{type} {name} [[{attribute}({index})]]` on MSL
+    line `line` of the library (`index` None for a thread-position attribute)."""
+    name: str
+    type: str                  # MSL, e.g. "const device half*", "constant k_args&", "uint3"
+    attribute: str             # "buffer" or a thread-position attribute
+    index: int | None
+    line: int
+
+
+@dataclass(frozen=True)
 class KernelSpec:
     name: str
     buffers: tuple             # BufferSpecs in [[buffer(i)]] order
@@ -278,6 +289,11 @@ class KernelSpec:
     threadgroup: tuple         # (x, y, z)
     max_total_threads: int
     grid: tuple = ()           # (x, y, z) HostExprs of the launch (filled by core.jit)
+    # The kernel's declaration as printed: its MSL line in the library (that of its name)
+    # and its parameters; the emulator takes them instead of reading the source's
+    # declarations with clang (core/runtime/emu/signature.py, `declared`).
+    line: int = 0
+    params: tuple = ()         # ParamDeclarations in order
 
     @property
     def scalars(self) -> tuple:
@@ -363,26 +379,32 @@ class _KernelPrinter:
         for i, p in enumerate(buffers):
             ro = p.name in self.readonly
             qual = "const device" if ro else "device"
-            sig.append(f"{qual} {msl_type(p.ty.dtype)}* {self.ident(p)} [[buffer({i})]]")
+            sig.append((f"{qual} {msl_type(p.ty.dtype)}*", self.ident(p), "buffer", i))
             specs.append(BufferSpec(p.name, str(p.ty.dtype), i, ro, self.align.get(p, 0)))
         args = None
         if scalars:
             fields = tuple(ScalarField(self.ident(s), str(s.ty.dtype), SLOT_BYTES * k)
                            for k, s in enumerate(scalars))
             args = ArgsStruct(f"{self.name}_args", len(buffers), fields)
-            sig.append(ARGS_PARAM.format(struct=args.name, index=args.index))
+            sig.append((ARGS_TYPE.format(struct=args.name), "args", "buffer", args.index))
         for prefix in ("blockIdx", "threadIdx"):
             if prefix in self.builtins:
-                sig.append(BUILTINS[prefix][0])
+                ptype, var, attribute = BUILTINS[prefix]
+                sig.append((ptype, var, attribute, None))
         n = math.prod(self.threads)
         head = [KERNEL_ATTRS.format(n=n) + f" void {self.name}("]
-        head += [f"    {s}{',' if i + 1 < len(sig) else ') {'}" for i, s in enumerate(sig)]
+        head += [f"    {t} {name} [[{a}{'' if i is None else f'({i})'}]]"
+                 f"{',' if k + 1 < len(sig) else ') {'}" for k, (t, name, a, i) in enumerate(sig)]
         if not sig:
             head[-1] += ") {"
         prologue = [f"  const {msl_type(s.ty.dtype)} {self.ident(s)} = args.{self.ident(s)};"
                     for s in scalars]
         text = "\n".join(head + prologue + body_lines + ["}"])
-        spec = KernelSpec(self.name, tuple(specs), args, tuple(self.threads), n)
+        # lines counted from the kernel's first line (print_program adds where it starts)
+        params = tuple(ParamDeclaration(name, t, a, i, k + 2)
+                       for k, (t, name, a, i) in enumerate(sig))
+        spec = KernelSpec(self.name, tuple(specs), args, tuple(self.threads), n, line=1,
+                          params=params)
         return text, spec
 
     def _body(self):
@@ -952,14 +974,18 @@ def print_program(program) -> tuple[str, dict]:
         text, spec = printer.print()
         needs_floor |= printer.needs_floor
         helpers.update(printer.helpers)
-        kernels.append((spec, text))
-        specs[name] = spec
+        kernels.append((name, spec, text))
     parts = [PRELUDE]
     if needs_floor:
         parts.append(FLOOR_HELPERS)
     parts.extend(helpers[k] for k in sorted(helpers))
-    for spec, text in kernels:
+    for name, spec, text in kernels:
         if spec.args is not None:
             parts.append(_args_struct_decl(spec.args) + "\n")
+        # the library is the parts joined by newlines: this one starts on the line after
+        # the ones so far
+        start = sum(part.count("\n") for part in parts) + len(parts) + 1
+        specs[name] = replace(spec, line=start, params=tuple(
+            replace(p, line=p.line + start - 1) for p in spec.params))
         parts.append(text + "\n")
     return "\n".join(parts), specs

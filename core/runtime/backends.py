@@ -60,16 +60,18 @@ class RunRecord:
     stats: list = field(default_factory=list)
 
 
-def launch(backend, msl, site, grid, buffers, *, checks, schedule, seed, record):
+def launch(backend, msl, site, grid, buffers, *, checks, schedule, seed, record,
+           declared=None):
     """Run one launch site; `buffers` are bound to [[buffer(i)]] in order. On "emu" the
     launch has finished when this returns; on "mps" it is queued (core/runtime/mps.py
     keeps `buffers` alive until it completes): call `synchronize` before the host reads
-    a result other than through PyTorch."""
+    a result other than through PyTorch. `declared`: the library's KernelSpecs, whose
+    declarations spare the emulator reading the kernels' signatures with clang."""
     if backend == "emu":
         from core.runtime import emu
         res = emu.run_msl(msl, site.kernel, grid=grid, threadgroup=site.threadgroup,
                           buffers=buffers, schedule=schedule, seed=seed, checks=checks,
-                          math_mode=METAL.math_mode_in_effect())
+                          math_mode=METAL.math_mode_in_effect(), declared=declared)
         record.findings.extend(res.findings)
         record.stats.append(res.stats)
         return

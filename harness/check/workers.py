@@ -26,7 +26,8 @@ import sys
 # which the server skips): a family module with a bug must fail in the worker, with its
 # traceback, not here.
 PRELOAD = ["harness.check.regressions", "harness.check.case", "harness.check.compare",
-           "harness.check.barriers", "hypothesis", "core.jit", "core.language"]
+           "harness.check.barriers", "hypothesis", "core.jit", "core.language",
+           "harness.check.warm_emulator"]
 
 
 def worker_context():

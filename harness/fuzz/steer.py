@@ -4,7 +4,8 @@ Every compiled kernel says which decisions its lowering took (`kernel.decisions`
 "point=choice" strings, core/ir/decisions.py). The parent counts, per family, how many
 cases reached each decision and each pair of decisions made together (`keys`), and hands
 the counts to every task (`Task.reached`). A worker then draws `candidates` params for a
-case, compiles each (DSL -> MSL only, uncached, a few ms: no emulator build), and runs the
+case, compiles each (DSL -> MSL only, uncached, a few ms: no emulator build; a candidate
+drawn again is not compiled again), and runs the
 one whose decisions score highest: first the number of decisions and pairs no case has
 reached, then the mean of 1 / (1 + n) over them (n: the cases that reached each), so a
 kernel that reaches something new wins, and among familiar ones the rarer combination
@@ -19,6 +20,7 @@ time-sliced fuzz task never reaches.
 
 from __future__ import annotations
 
+import json
 from itertools import combinations
 
 PAIR = " & "
@@ -56,9 +58,30 @@ def choose(candidates: list, decisions_of, reached: dict) -> int:
     return best
 
 
+# (family, params, disable, pass configs) -> decisions, in this worker process: Hypothesis
+# draws the same candidate again often (half of the steering compiles of a fuzz worker
+# were of params it had compiled before), and the decisions of one are a pure function of
+# these. Not the compiler's cache: the cases' own compiles never see it.
+_DECIDED: dict = {}
+_DECIDED_MAX = 4096
+
+
 def compiled_decisions(fam, params: dict, disable=(), pass_configs=None):
     """The decisions of the family's kernel at `params` (compiled without the cache, so
-    the steering leaves no trace in it), or None when it does not build or compile."""
+    the steering leaves no trace in it; remembered per worker), or None when it does not
+    build or compile."""
+    key = (fam.name, json.dumps(params, sort_keys=True, default=repr), tuple(disable),
+           json.dumps(pass_configs, sort_keys=True, default=repr))
+    if key in _DECIDED:
+        return _DECIDED[key]
+    decided = _compiled_decisions(fam, params, disable, pass_configs)
+    if len(_DECIDED) >= _DECIDED_MAX:
+        _DECIDED.clear()
+    _DECIDED[key] = decided
+    return decided
+
+
+def _compiled_decisions(fam, params: dict, disable, pass_configs):
     import core
 
     try:

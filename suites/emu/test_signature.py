@@ -232,3 +232,55 @@ def test_kernel_bodies_are_kept_where_blanking_could_change_the_reading():
     short = signature.without_kernel_bodies(templated)
     assert "twice(in[i].a)" in short and "y[k] = float(lane)" not in short
     assert signature.without_kernel_bodies(cpp + "\n}\n") is None   # unbalanced
+
+
+def _bench_libraries():
+    """(case name, MSL, KernelSpecs) of every bench case, compiled without a cache."""
+    import core
+    from harness.bench.cases import CASES
+    from harness.gen import family as families
+
+    for case in CASES:
+        built = families.get(case.family).build(dict(case.params))
+        compiled = core.compile(built.func, out_idx=built.out_idx, cache=False).compiled
+        yield case.name, compiled.msl, tuple(compiled.specs.values())
+
+
+def test_the_printers_declarations_are_clangs_signatures_on_every_bench_kernel():
+    # A generated library carries its kernels' declarations (core/codegen/msl.py), which the
+    # emulator takes instead of clang's AST: on every bench kernel they must give the very
+    # signatures clang reads (types as clang spells them, lines, bindings, max threads).
+    from core.runtime.emu import signature
+    from core.runtime.emu.translate import translate
+
+    seen = 0
+    for name, msl, specs in _bench_libraries():
+        read = translate(msl)                    # clang's reading
+        declared = signature.declared_kernels(specs, read)
+        assert declared is not None, name
+        assert declared == read.kernels, name
+        assert translate(msl, declared=specs).kernels == read.kernels, name
+        seen += len(declared)
+    assert seen >= 39
+
+
+def test_declarations_that_do_not_match_the_source_are_not_taken():
+    # An edited library (a line added above a kernel, a kernel renamed, a parameter
+    # dropped) no longer matches its printer's declarations: clang reads it instead.
+    import dataclasses
+
+    from core.runtime.emu import signature
+    from core.runtime.emu.translate import translate
+
+    name, msl, specs = next(_bench_libraries())
+    kernel = specs[0].name
+    for edited in ("// a comment line\n" + msl, msl.replace(f" void {kernel}(", " void other(")):
+        assert signature.declared_kernels(specs, translate(edited)) is None
+    t = translate(msl)
+    first = specs[0]
+    for stale in ((dataclasses.replace(first, params=first.params[1:]), *specs[1:]),
+                  (dataclasses.replace(first, params=first.params[:-1]), *specs[1:]),
+                  (dataclasses.replace(first, line=first.line + 1), *specs[1:]),
+                  specs[1:]):
+        assert signature.declared_kernels(stale, t) is None
+    assert signature.declared_kernels(specs, t) == t.kernels

@@ -31,3 +31,20 @@ def test_decisions_come_from_the_compiler():
     decided = steer.compiled_decisions(fam, params)
     assert "threads=whole_simdgroups" in decided and "stream_rows=online_softmax" in decided
     assert steer.compiled_decisions(fam, {**params, "threads": 0}) is None
+
+
+def test_a_candidate_drawn_again_is_not_compiled_again(monkeypatch):
+    # Hypothesis draws the same candidate again often; its decisions are a pure function
+    # of the family, params and options, so the worker compiles it once.
+    import core
+
+    fam = families.get("softmax")
+    params = {"M": 2, "N": 700, "dtype": "float16", "bM": 1, "threads": 64, "scale": 1.0}
+    compiles = []
+    real = core.compile
+    monkeypatch.setattr(core, "compile", lambda *a, **k: compiles.append(k) or real(*a, **k))
+    first = steer.compiled_decisions(fam, params)
+    again = steer.compiled_decisions(fam, dict(reversed(list(params.items()))))
+    assert first == again and "threads=power_of_two" in first and len(compiles) == 1
+    other = steer.compiled_decisions(fam, params, disable=("vectorize",))
+    assert len(compiles) == 2 and compiles[1]["disable"] == ("vectorize",) and other

@@ -41,7 +41,7 @@ from core.cache import cache_root
 from core.errors import MSLCompileError, ToolchainError
 from core.target import METAL
 
-from . import admission, cross, launcher, stages
+from . import admission, clang_server, cross, launcher, stages
 from .toolchain import Toolchain, find_toolchain
 from .translation import SOURCE_NAME, Translation
 
@@ -175,11 +175,15 @@ COMPILE_TIMEOUT = 300.0   # seconds one clang invocation may take
 
 
 def _run_compiler(cmd: list[str], what: str, kernel: str | None = None,
-                  stdin: str | None = None) -> subprocess.CompletedProcess:
-    """Run clang; a clang that cannot start is a ToolchainError, one past COMPILE_TIMEOUT an
-    MSLCompileError naming the kernel (for a kernel's build) or a ToolchainError (for the
-    shared artifacts)."""
+                  stdin: str | None = None, server=None) -> subprocess.CompletedProcess:
+    """Run clang (through `server`, a clang_server.ClangServer, where it serves); a clang
+    that cannot start is a ToolchainError, one past COMPILE_TIMEOUT an MSLCompileError
+    naming the kernel (for a kernel's build) or a ToolchainError (for the shared
+    artifacts)."""
     try:
+        served = server.run(cmd, stdin, COMPILE_TIMEOUT) if server is not None else None
+        if served is not None:
+            return served
         return subprocess.run(cmd, input=stdin, capture_output=True, text=True,
                               timeout=COMPILE_TIMEOUT, check=False)
     except OSError as e:
@@ -231,6 +235,7 @@ class Builder:
         self._runtime = _files_digest((*RUNTIME_SOURCES, Path(admission.__file__)))
         self._runtime_symbols: frozenset[str] | None = None   # what the runtime defines
         self._linkers: dict[tuple, list[str] | None] = {}      # see _link_command
+        self._server_library: Path | bool | None = None        # see clang_server
 
     # -- shared artifacts ---------------------------------------------------------------
 
@@ -286,11 +291,31 @@ class Builder:
 
     def prepare(self) -> None:
         """Build what every kernel build shares (the runtime objects, both flavours'
-        precompiled headers) now: `harness fuzz` calls it while its workers start, so
-        their first cases on an empty cache do not wait for it one after the other."""
+        precompiled headers, the clang server's library) now: `harness fuzz` calls it while
+        its workers start, so their first cases on an empty cache do not wait for it one
+        after the other."""
         self.runtime_objects()
         for checked in (True, False):
             self.precompiled_header(checked)
+        self.clang_server()
+
+    def clang_server(self):
+        """This process's clang server (clang_server.py), None where compiles are not
+        served (not Linux with glibc, switched off, or its library does not build)."""
+        if self._server_library is False or not clang_server.supported():
+            return None
+        if self._server_library is None:
+            key = _digest("clang-server", self._tool_tag, clang_server.SOURCE.read_bytes())
+            target = cache_dir() / f"clang-server-{key}.so"
+            try:
+                with stages.stage("shared"):
+                    self._server_library = self._shared_artifact(
+                        target, "clang server library",
+                        lambda tmp: clang_server.build_command(self.toolchain.cxx, str(tmp)))
+            except ToolchainError:
+                self._server_library = False   # clang runs on its own, as before
+                return None
+        return clang_server.for_compiler(self.toolchain.cxx, self._server_library)
 
     def precompiled_header(self, checked: bool, math_mode: str = METAL.math_mode) -> Path:
         flags = self._flags(checked, math_mode)
@@ -316,7 +341,8 @@ class Builder:
                "-include-pch", str(pch), "-fsyntax-only", "-Xclang", "-ast-dump=json",
                "-x", "c++", "-"]
         with stages.stage("signatures"):
-            res = _run_compiler(cmd, "MSL signatures", kernel, stdin=cpp)
+            res = _run_compiler(cmd, "MSL signatures", kernel, stdin=cpp,
+                                server=self.clang_server())
         return res.returncode, res.stdout, res.stderr
 
     def cache_key(self, *parts: str) -> str:
@@ -372,7 +398,8 @@ class Builder:
                        str(pch), "-x", "c++", str(src), "-c", "-o", str(obj)]
         try:
             with stages.stage("compile"):
-                res = _run_compiler(compile_cmd, "MSL compile", kernel_hint)
+                res = _run_compiler(compile_cmd, "MSL compile", kernel_hint,
+                                    server=self.clang_server())
             if res.returncode != 0:
                 raise compile_error(res.stderr, unit, translation, kernel_hint)
             with stages.stage("symbols"):

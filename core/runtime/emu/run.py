@@ -124,14 +124,14 @@ _translations_lock = threading.Lock()
 
 def _translate_cached(source: str, kernel: str | None = None,
                       function_constants: dict | None = None,
-                      threadgroup_memory: dict | None = None) -> Translation:
+                      threadgroup_memory: dict | None = None, declared=None) -> Translation:
     key = (source, tuple(sorted((function_constants or {}).items())),
            tuple(sorted((threadgroup_memory or {}).items())))
     with _translations_lock:
         t = _translations.get(key)
     if t is None:
         with stages.stage("translate"):
-            t = translate(source, kernel, function_constants, threadgroup_memory)
+            t = translate(source, kernel, function_constants, threadgroup_memory, declared)
         with _translations_lock:
             if len(_translations) > 256:
                 _translations.clear()
@@ -208,7 +208,7 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
             max_findings: int = 64, instrument: bool = True,
             function_constants: dict[int, bool | int | float] | None = None,
             threadgroup_memory: dict[int, int] | None = None,
-            math_mode: str | None = None) -> EmuResult:
+            math_mode: str | None = None, declared=None) -> EmuResult:
     """Run `kernel_name` from the MSL `source` over `grid` threadgroups of `threadgroup`
     threads, with `buffers[i]` bound to `[[buffer(i)]]` (updated in place).
 
@@ -221,7 +221,10 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
     byte length of each `[[threadgroup(i)]]` parameter by index (Metal's
     setThreadgroupMemoryLength:atIndex:, a multiple of 16); math_mode: the Metal math
     mode the MSL is compiled in ("safe", "relaxed", "fast"; default `METAL.math_mode`),
-    which decides where a*b + c is one fused multiply-add (core/target.py)."""
+    which decides where a*b + c is one fused multiply-add (core/target.py); declared:
+    the kernels' declarations as the program that printed `source` states them
+    (metaltile's KernelSpecs: signature.declared_kernels), which spare reading them with
+    clang; ignored where they do not match the source."""
     grid3 = _dims(grid, "grid", kernel_name)
     tg3 = _dims(threadgroup, "threadgroup", kernel_name)
     if schedule not in jobfile.SCHEDULES:
@@ -246,7 +249,8 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
             raise LaunchError(f"threadgroup memory length {length} for [[threadgroup({index})]] "
                               "must be a positive multiple of 16 bytes", kernel=kernel_name,
                               construct="threadgroup_memory")
-    translation = _translate_cached(source, kernel_name, function_constants, lengths)
+    translation = _translate_cached(source, kernel_name, function_constants, lengths,
+                                    declared)
     sig = translation.kernels.get(kernel_name)
     if sig is not None:
         _check_constants(sig, translation, source)

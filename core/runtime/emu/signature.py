@@ -38,8 +38,14 @@ _READER_VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 _SCOPES = {"NamespaceDecl", "LinkageSpecDecl"}
 
 
-def read_kernels(translation: Translation,
-                 kernel_hint: str | None = None) -> dict[str, KernelSignature]:
+def read_kernels(translation: Translation, kernel_hint: str | None = None,
+                 declared=None) -> dict[str, KernelSignature]:
+    """`declared`: the kernels' declarations as the program that printed the MSL states
+    them (see declared_kernels); taken instead of clang's AST when they check out."""
+    if declared:
+        kernels = declared_kernels(declared, translation)
+        if kernels is not None:
+            return kernels
     builder = default_builder()
     key = builder.cache_key(_READER_VERSION, translation.cpp)
     path = cache_dir() / f"signature-{key}.json"
@@ -54,6 +60,81 @@ def read_kernels(translation: Translation,
         raise compile_error(err, translation.cpp, translation, kernel_hint)
     kernels = _kernels(json.loads(out), translation)
     _store(path, kernels)
+    return kernels
+
+
+# -- declarations stated by the MSL's printer ----------------------------------------------
+
+# MSL's address spaces as clang spells them in a parameter's type (include/metal_stdlib.h:
+# `device` is opencl_global, `threadgroup` opencl_local, `constant` const opencl_private,
+# `thread` nothing).
+_SPELLED_SPACES = {"device": ("__global",), "threadgroup": ("__local",),
+                   "constant": ("const", "__private"), "thread": ()}
+_DECLARED_TYPE = re.compile(r"(const\s+)?(?:(device|threadgroup|constant|thread)\s+)?"
+                            r"(const\s+)?([A-Za-z_]\w*)\s*([*&]?)")
+
+
+def _clang_spelling(msl_type: str) -> tuple[str, bool] | None:
+    """(clang's spelling of an MSL parameter type, whether it is a reference) for the
+    forms `[const] [space] [const] T[*|&]`; None for any other."""
+    m = _DECLARED_TYPE.fullmatch(msl_type.strip())
+    if m is None:
+        return None
+    const, space, const_after, base, declarator = m.groups()
+    words = ["const"] if const or const_after else []
+    for w in _SPELLED_SPACES.get(space, ()):
+        if w not in words:
+            words.append(w)
+    words.append(base)
+    return " ".join(words) + (f" {declarator}" if declarator else ""), declarator == "&"
+
+
+def declared_kernels(declared, translation: Translation) -> dict[str, KernelSignature] | None:
+    """The signatures of kernels whose declarations the program that printed the MSL
+    states (metaltile's printer, core/codegen/msl.py: `KernelSpec.line` and `.params`),
+    without running clang: `declared` is a sequence of objects with `name`,
+    `max_total_threads`, `line` (the MSL line of the kernel's name) and `params`, each
+    with `name`, `type` (as written in MSL), `attribute` ("buffer" or a thread-position
+    attribute), `index` and `line`. They give the same signatures as clang's AST
+    (suites/emu/test_signature.py checks every bench kernel). None -- read them with
+    clang -- unless every kernel of the source is declared and each declaration is where
+    it says in the source (a kernel's name on its line, each parameter's name and
+    attribute on the following lines, one each, the last one closing the list), in a
+    source without function constants or macros, and every
+    type is of a form spelled here; so a declaration that does not belong to the source
+    (the MSL was edited after printing) is never taken."""
+    source = translation.source
+    if translation.function_constants or "#define" in source:
+        return None
+    lines = source.splitlines()
+    kernels: dict[str, KernelSignature] = {}
+    for k in declared:
+        n = len(k.params)
+        if not 0 < k.line <= len(lines) - n or f" void {k.name}(" not in lines[k.line - 1] \
+                or (n == 0 and not lines[k.line - 1].rstrip().endswith("() {")):
+            return None
+        params = []
+        for j, p in enumerate(k.params):
+            spelled = _clang_spelling(p.type)
+            index = "" if p.index is None else f"({p.index})"
+            # the printer's layout: one parameter per line after the kernel's name, the
+            # last one closing the list, so a parameter left out is noticed too
+            text = lines[k.line + j].rstrip()
+            if spelled is None or p.line != k.line + 1 + j or \
+                    f" {p.name} [[{p.attribute}{index}]]" not in text or \
+                    not text.endswith("," if j + 1 < n else ") {"):
+                return None
+            ctype, reference = spelled
+            if p.attribute == "buffer" and p.index is not None:
+                params.append(KernelParam(p.name, ctype, p.index, None, p.line, reference))
+            elif p.attribute in POSITION_ATTRIBUTES and p.index is None and not reference:
+                params.append(KernelParam(p.name, ctype, None, p.attribute, p.line))
+            else:
+                return None
+        kernels[k.name] = KernelSignature(k.name, tuple(params), k.max_total_threads,
+                                          k.line, "&::" + k.name)
+    if len(kernels) != len(_KERNEL_HEAD.findall(translation.cpp)):
+        return None   # a kernel the declarations leave out (or name twice)
     return kernels
 
 

@@ -585,12 +585,14 @@ def _refuse(source: str, line: int, reason: str, kernels: dict[str, KernelSignat
 
 def translate(source: str, kernel_hint: str | None = None,
               function_constants: dict | None = None,
-              threadgroup_memory: dict | None = None) -> Translation:
+              threadgroup_memory: dict | None = None, declared=None) -> Translation:
     """Rewrite MSL `source` into the C++ the emulator compiles (see the module docstring)
     and read its kernel signatures from clang's AST (signature.py). `kernel_hint` names
     the kernel in a compile error when the source has no readable signatures;
     `function_constants` gives the values of `[[function_constant(i)]]` by index and
-    `threadgroup_memory` the byte lengths of `[[threadgroup(i)]]` parameters by index."""
+    `threadgroup_memory` the byte lengths of `[[threadgroup(i)]]` parameters by index;
+    `declared`, the kernels' declarations as the MSL's printer states them, replaces
+    clang's reading of them where they check out (signature.declared_kernels)."""
     code = strip_comments(source)
     refuse_host_access(code, source, kernel_hint)
     cast = _VECTOR_CAST.search(code)
@@ -650,7 +652,7 @@ def translate(source: str, kernel_hint: str | None = None,
                            if len(names) == 1 and array in tg_vars.values()},
         function_constants=constants)
     try:
-        translation.kernels = read_kernels(translation, kernel_hint)
+        translation.kernels = read_kernels(translation, kernel_hint, declared)
     except MSLCompileError as unreadable:
         if not cast:
             raise
