@@ -44,7 +44,7 @@ from oracles import attention as oracle
 
 DTYPES = S.FLOATS
 THREADS = (32, 64, 128, 256)
-BLOCKS = (4, 8, 16, 2)
+BLOCKS = (1, 4, 8, 16, 2)
 
 
 def chunk_of(N: int, splits: int) -> int:
@@ -58,6 +58,33 @@ def check_params(p: dict) -> None:
         raise ValueError(f"attention_decode: splits={splits} leaves a split with no key at "
                          f"N={N} (each of ceil(N / splits) = {chunk_of(N, max(splits, 1))} "
                          "keys); pick splits with (splits - 1) * ceil(N / splits) < N")
+
+
+@T.macro
+def _combine(Acc, Max, Sum, O, HQ, D, dtype, splits, combine_threads):
+    """Launch 2 (both forms): per query head, the splits' outputs weighted by
+    exp(m_s - max m) over the weighted sums."""
+    with T.Kernel(HQ, threads=combine_threads) as h:
+        ms = T.alloc_fragment((splits,), "float32")
+        top = T.alloc_fragment((1,), "float32")
+        w = T.alloc_shared((splits,), "float32")           # read in (splits, D) too
+        wl = T.alloc_fragment((splits,), "float32")
+        total = T.alloc_shared((1,), "float32")            # read by every thread
+        out = T.alloc_fragment((D,), "float32")
+        for i in T.Parallel(splits):
+            ms[i] = Max[i, h]
+        T.reduce_max(ms, top, dim=0)
+        for i in T.Parallel(splits):
+            w[i] = T.exp(ms[i] - top[0])
+        for i in T.Parallel(splits):
+            wl[i] = w[i] * Sum[i, h]
+        T.reduce_sum(wl, total, dim=0)
+        T.fill(out, 0.0)
+        for i in T.serial(splits):
+            for d in T.Parallel(D):
+                out[d] = out[d] + w[i] * Acc[i, h, d]
+        for d in T.Parallel(D):
+            O[h, d] = T.cast(out[d] / total[0], dtype)
 
 
 def kernel(HK, groups, N, D, dtype, splits, bN, threads, combine_threads):
@@ -123,27 +150,62 @@ def kernel(HK, groups, N, D, dtype, splits, bN, threads, combine_threads):
             for g in T.Parallel(G):
                 Max[bs, bh * G + g] = m[g]
                 Sum[bs, bh * G + g] = l[g]
-        with T.Kernel(HQ, threads=combine_threads) as h:
-            ms = T.alloc_fragment((splits,), "float32")
-            top = T.alloc_fragment((1,), "float32")
-            w = T.alloc_shared((splits,), "float32")           # read in (splits, D) too
-            wl = T.alloc_fragment((splits,), "float32")
-            total = T.alloc_shared((1,), "float32")            # read by every thread
-            wacc = T.alloc_fragment((splits, D), "float32")
-            out = T.alloc_fragment((D,), "float32")
-            for i in T.Parallel(splits):
-                ms[i] = Max[i, h]
-            T.reduce_max(ms, top, dim=0)
-            for i in T.Parallel(splits):
-                w[i] = T.exp(ms[i] - top[0])
-            for i in T.Parallel(splits):
-                wl[i] = w[i] * Sum[i, h]
-            T.reduce_sum(wl, total, dim=0)
-            for i, d in T.Parallel(splits, D):
-                wacc[i, d] = w[i] * Acc[i, h, d]
-            T.reduce_sum(wacc, out, dim=0)
-            for d in T.Parallel(D):
-                O[h, d] = T.cast(out[d] / total[0], dtype)
+        _combine(Acc, Max, Sum, O, HQ, D, dtype, splits, combine_threads)
+    return attention_decode
+
+
+def lanes_kernel(HK, groups, N, D, dtype, splits, threads, combine_threads):
+    """bN = 1, the register form: a split reads one key at a time, straight from device
+    memory; the online softmax state is kept per (query head, element) in (groups, D)
+    fragments (m and l repeated along D), so nothing goes through threadgroup memory: the
+    only exchange per key is the reduction of q k over D."""
+    G = groups
+    HQ = HK * G
+    chunk = chunk_of(N, splits)
+    scale = D ** -0.5
+    neg_inf = -T.infinity("float32")
+
+    @T.prim_func
+    def attention_decode(Q: T.Tensor((HQ, D), dtype), K: T.Tensor((HK, N, D), dtype),
+                         V: T.Tensor((HK, N, D), dtype), O: T.Tensor((HQ, D), dtype)):
+        Acc = T.alloc_global((splits, HQ, D), "float32")
+        Max = T.alloc_global((splits, HQ), "float32")
+        Sum = T.alloc_global((splits, HQ), "float32")
+        with T.Kernel(splits, HK, threads=threads) as (bs, bh):
+            q = T.alloc_fragment((G, D), "float32")
+            kt = T.alloc_fragment((D,), dtype)                 # one key row, read once
+            vt = T.alloc_fragment((D,), dtype)
+            prod = T.alloc_fragment((G, D), "float32")
+            s = T.alloc_fragment((G,), "float32")
+            m = T.alloc_fragment((G,), "float32")            # the running max
+            l = T.alloc_fragment((G,), "float32")            # the running sum
+            alpha = T.alloc_fragment((G,), "float32")
+            acc = T.alloc_fragment((G, D), "float32")
+            for g, d in T.Parallel(G, D):
+                q[g, d] = T.cast(Q[bh * G + g, d], "float32") * scale
+            T.fill(acc, 0.0)
+            T.fill(l, 0.0)
+            T.fill(m, neg_inf)
+            for t in T.serial(T.min(chunk, N - bs * chunk)):
+                T.copy(K[bh, bs * chunk + t, 0:D], kt)
+                T.copy(V[bh, bs * chunk + t, 0:D], vt)
+                for g, d in T.Parallel(G, D):
+                    prod[g, d] = q[g, d] * T.cast(kt[d], "float32")
+                T.reduce_sum(prod, s, dim=1)
+                for g in T.Parallel(G):
+                    m_new = T.max(m[g], s[g])
+                    alpha[g] = T.exp(m[g] - m_new)
+                    s[g] = T.exp(s[g] - m_new)
+                    l[g] = l[g] * alpha[g] + s[g]
+                    m[g] = m_new
+                for g, d in T.Parallel(G, D):
+                    acc[g, d] = acc[g, d] * alpha[g] + s[g] * T.cast(vt[d], "float32")
+            for g, d in T.Parallel(G, D):
+                Acc[bs, bh * G + g, d] = acc[g, d]
+            for g in T.Parallel(G):
+                Max[bs, bh * G + g] = m[g]
+                Sum[bs, bh * G + g] = l[g]
+        _combine(Acc, Max, Sum, O, HQ, D, dtype, splits, combine_threads)
     return attention_decode
 
 
@@ -159,8 +221,13 @@ def make_inputs(p: dict, seed: int) -> list:
 
 def build(p: dict) -> Built:
     check_params(p)
-    func = kernel(p["HK"], p["groups"], p["N"], p["D"], p["dtype"], p["splits"], p["bN"],
-                  p["threads"], p.get("combine_threads", p["threads"]))
+    combine = p.get("combine_threads", p["threads"])
+    if p["bN"] == 1:
+        func = lanes_kernel(p["HK"], p["groups"], p["N"], p["D"], p["dtype"], p["splits"],
+                            p["threads"], combine)
+    else:
+        func = kernel(p["HK"], p["groups"], p["N"], p["D"], p["dtype"], p["splits"], p["bN"],
+                      p["threads"], combine)
     N, D, splits = p["N"], p["D"], p["splits"]
 
     def expected(args):
