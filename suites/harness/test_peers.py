@@ -38,6 +38,12 @@ PEER_CASES = [
                  "threads": 256}, "looped_softmax_float32"),
     ("gdn_decode", {"tokens": 3, "HK": 1, "groups": 2, "DK": 32, "DV": 8,
                     "dtype": "bfloat16", "bV": 8, "threads": 64}, "gated_delta_seq"),
+    ("attention_decode", {"HK": 1, "groups": 2, "N": 100, "D": 64, "dtype": "float16",
+                          "splits": 4, "bN": 1, "threads": 64, "combine_threads": 32},
+     "sdpa_vector_float16_64_64"),      # N < 4096: one pass
+    ("attention_decode", {"HK": 1, "groups": 4, "N": 4096, "D": 64, "dtype": "bfloat16",
+                          "splits": 32, "bN": 1, "threads": 64, "combine_threads": 32},
+     "sdpa_vector_2pass_1_bfloat16_64_64"),   # GQA, N >= 4096: two passes, 64 blocks
     ("gemm", {**GEMM, "M": 8, "N": 64, "K": 512, "dtype": "float16",
               "out_dtype": "float16"}, "steel_gemm_splitk_nt"),
     ("gemm", {**GEMM, "M": 72, "N": 96, "K": 64, "dtype": "bfloat16",
@@ -89,6 +95,24 @@ def test_a_wrong_launch_is_a_mismatch(monkeypatch):
     _, m = _measured("softmax", params)
     assert m.peers["mlx"]["status"] == "mismatch"
     assert "output 0" in m.peers["mlx"]["message"]
+
+
+def test_a_wrong_attention_launch_is_a_mismatch(monkeypatch):
+    # the 2-pass kernel told the key length is one key short: the oracle must catch it
+    _headers_or_skip()
+    from harness.bench.peers import mlx_sdpa
+    params = {"HK": 1, "groups": 4, "N": 4096, "D": 64, "dtype": "float16", "splits": 32,
+              "bN": 1, "threads": 64, "combine_threads": 32}
+
+    def short(p, inputs, outputs):
+        first, second = mlx_sdpa.launch(p, inputs, outputs)
+        first.buffers[7][0] -= 1
+        return [first, second]
+
+    monkeypatch.setattr("harness.bench.peers.run.mlx_families",
+                        lambda: {"attention_decode": short})
+    _, m = _measured("attention_decode", params)
+    assert m.peers["mlx"]["status"] == "mismatch", m.peers["mlx"]["message"]
 
 
 def test_params_mlx_has_no_kernel_for_are_not_applicable():
