@@ -14,8 +14,16 @@ keeps the running max m, the running sum l and the unnormalized output acc per q
 
 and the split's (acc, m, l) go to float32 workspaces (T.alloc_global). Launch 2, a
 threadgroup per query head: M = max over splits of m, w_s = exp(m_s - M),
-O = (sum_s w_s acc_s) / (sum_s w_s l_s), stored in the input dtype. Oracle:
-oracles/attention.py.
+O = (sum_s w_s acc_s) / (sum_s w_s l_s) (a serial loop over the splits), stored in the input
+dtype. Oracle: oracles/attention.py.
+
+Two forms of launch 1. bN > 1 (`kernel`): the scores of a step go through threadgroup
+memory, since the max over the keys reduces a fragment that is itself a reduction's result
+(the layouts forbid reducing it again in registers), and the rescale factors are read in
+loops of two shapes. bN = 1 (`lanes_kernel`, the bench's): one key a step, its row read
+once into a (D,) fragment, the online state per (query head, element), nothing through
+threadgroup memory and no barrier: the form of MLX's sdpa_vector, with the query heads of
+a KV head in one threadgroup.
 
 Params:
     HK, groups  KV heads and query heads per KV head (HQ = HK * groups); Qwen2.5-7B: 4 x 7,
@@ -25,7 +33,7 @@ Params:
     dtype       Q, K, V and O: float32, float16, bfloat16 (computed in float32)
     splits      key splits (launch 1's first grid dim); every split holds at least one key
                 (splits <= N and (splits - 1) * ceil(N / splits) < N)
-    bN          keys per step of a split's serial loop
+    bN          keys per step of a split's serial loop (1: the register form)
     threads     threads per threadgroup of launch 1; `combine_threads` of launch 2
 
 Signature: (Q (HQ, D), K (HK, N, D), V (HK, N, D), O (HQ, D)); O is the output. Q is the
