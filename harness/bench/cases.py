@@ -343,6 +343,18 @@ CASES = (
                         per=64, omits="the latency of the token loop's reductions and "
                         "barriers (their throughput is charged, and the state's register "
                         "spills, as often as the MSL touches them: an estimate)")),
+    # Decode attention: one query token over a 4096-token KV cache, 32 query heads sharing
+    # 8 KV heads of 128 (Llama-3-8B / Qwen3-8B), split-K over the keys, then a combine.
+    BenchCase("attention_decode/gqa-4096-f16", "attention_decode",
+              {"HK": 8, "groups": 4, "N": 4096, "D": 128, "dtype": "float16",
+               "splits": 64, "bN": 1, "threads": 64, "combine_threads": 32},
+              "decode attention, one query token, key length 4096, 32 query heads over 8 "
+              "KV heads of 128 (GQA 4), f16", "the real shape, one layer", 1.0),
+    BenchCase("attention_decode/gqa-4096-bf16", "attention_decode",
+              {"HK": 8, "groups": 4, "N": 4096, "D": 128, "dtype": "bfloat16",
+               "splits": 64, "bN": 1, "threads": 64, "combine_threads": 32},
+              "decode attention, one query token, key length 4096, 32 query heads over 8 "
+              "KV heads of 128 (GQA 4), bf16", "the real shape, one layer", 1.0),
     # Qwen3-30B-A3B MoE block: hidden 2048, 128 experts of intermediate 768, top-8 with
     # renormalized weights, bf16. Expert weight traffic and FLOPs scale with the expert
     # intermediate size; the router's (E x hidden) do not, so the linear extrapolation

@@ -298,3 +298,43 @@ def test_a_butterfly_counts_shuffles_and_simd_sum_one_reduction(form, shuffles, 
     assert res.stats["simd_shuffle_ops"] == 4 * shuffles
     assert res.stats["simd_reduce_ops"] == 4 * reductions
     assert res.stats["simd_ops"] == 4 * (shuffles + reductions)
+
+
+QUADS = r"""
+kernel void quads(device const int* x [[buffer(0)]], device int* out [[buffer(1)]],
+                  uint tid [[thread_index_in_threadgroup]]) {
+  int v = x[tid];
+  device int* o = out + tid * 9;
+  o[0] = quad_sum(v);
+  o[1] = quad_max(v);
+  o[2] = quad_min(v);
+  o[3] = quad_shuffle(v, 2);
+  o[4] = quad_shuffle_xor(v, 1);
+  o[5] = quad_shuffle_up(v, 1);
+  o[6] = quad_shuffle_down(v, 1);
+  o[7] = quad_broadcast(v, 3);
+  o[8] = quad_prefix_inclusive_sum(v);
+}
+"""
+
+
+@pytest.mark.parametrize("schedule", ["forward", "random"])
+def test_quad_functions_work_within_groups_of_four_lanes(schedule, rng):
+    """MSL's quad-group functions (MLX's quantized kernels reduce with quad_sum): each quad
+    of 4 consecutive lanes combines and exchanges on its own."""
+    n = 64
+    x = rng.integers(-1000, 1000, n).astype(np.int32)
+    out = np.zeros((n, 9), np.int32)
+    clean(QUADS, "quads", 1, n, x, out, schedule=schedule, seed=3)
+    q = np.arange(n) % 4
+    base = np.arange(n) - q
+    quads = x.reshape(-1, 4)
+    np.testing.assert_array_equal(out[:, 0], np.repeat(quads.sum(1), 4))
+    np.testing.assert_array_equal(out[:, 1], np.repeat(quads.max(1), 4))
+    np.testing.assert_array_equal(out[:, 2], np.repeat(quads.min(1), 4))
+    np.testing.assert_array_equal(out[:, 3], x[base + 2])
+    np.testing.assert_array_equal(out[:, 4], x[base + (q ^ 1)])
+    np.testing.assert_array_equal(out[:, 5], np.where(q >= 1, x[np.maximum(base + q - 1, 0)], x))
+    np.testing.assert_array_equal(out[:, 6], np.where(q < 3, x[np.minimum(base + q + 1, n - 1)], x))
+    np.testing.assert_array_equal(out[:, 7], x[base + 3])
+    np.testing.assert_array_equal(out[:, 8], np.cumsum(quads, 1).reshape(-1))

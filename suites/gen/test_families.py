@@ -23,7 +23,7 @@ EXAMPLES = {"elementwise": 20, "cast": 20, "copy": 20, "conditional": 20, "multi
             "scalars": 15, "reduce": 20, "softmax": 12, "rmsnorm": 12, "layernorm": 12,
             "gemm": 15, "gemv": 15,
             "qmm_fp8": 15, "qmm_fp4": 12,
-            "gdn_decode": 10, "moe": 8}
+            "gdn_decode": 10, "moe": 8, "attention_decode": 10}
 
 # LLM-sized params (Qwen-like rows of 4096): every family must build and compile at these
 # sizes, which harness/bench/ relies on; compiling runs no clang, so this is cheap.
@@ -63,6 +63,8 @@ LARGE = {
                 "dtype": "bfloat16", "out_dtype": "bfloat16"},
     "gdn_decode": {"tokens": 64, "HK": 16, "groups": 2, "DK": 128, "DV": 128,
                    "dtype": "bfloat16", "bV": 32, "threads": 128},
+    "attention_decode": {"HK": 8, "groups": 4, "N": 32768, "D": 128, "dtype": "bfloat16",
+                         "splits": 128, "bN": 1, "threads": 64, "combine_threads": 32},
     "moe": {"M": 512, "D": 2048, "I": 768, "E": 128, "topk": 8, "renorm": True,
             "dtype": "bfloat16", "fused": True, "bM": 4, "bE": 32, "rthreads": 256,
             "bN": 64, "bK": 32, "threads": 256},

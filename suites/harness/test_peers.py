@@ -38,6 +38,18 @@ PEER_CASES = [
                  "threads": 256}, "looped_softmax_float32"),
     ("gdn_decode", {"tokens": 3, "HK": 1, "groups": 2, "DK": 32, "DV": 8,
                     "dtype": "bfloat16", "bV": 8, "threads": 64}, "gated_delta_seq"),
+    ("attention_decode", {"HK": 1, "groups": 2, "N": 100, "D": 64, "dtype": "float16",
+                          "splits": 4, "bN": 1, "threads": 64, "combine_threads": 32},
+     "sdpa_vector_float16_64_64"),      # N < 4096: one pass
+    ("attention_decode", {"HK": 1, "groups": 4, "N": 4096, "D": 64, "dtype": "bfloat16",
+                          "splits": 32, "bN": 1, "threads": 64, "combine_threads": 32},
+     "sdpa_vector_2pass_1_bfloat16_64_64"),   # GQA, N >= 4096: two passes, 64 blocks
+    ("qmm_fp8", {"M": 1, "N": 40, "K": 512, "scale": "block", "G": 128, "bM": 1, "bN": 16,
+                 "bK": 128, "threads": 32, "dtype": "bfloat16", "out_dtype": "bfloat16"},
+     "mxfp8_qmv_fast_bfloat16"),        # N % 8 == 0, K % 256 == 0: the fast kernel
+    ("qmm_fp8", {"M": 1, "N": 36, "K": 288, "scale": "row", "bM": 1, "bN": 8, "bK": 64,
+                 "threads": 64, "dtype": "float16", "out_dtype": "float16"},
+     "mxfp8_qmv_float16"),
     ("gemm", {**GEMM, "M": 8, "N": 64, "K": 512, "dtype": "float16",
               "out_dtype": "float16"}, "steel_gemm_splitk_nt"),
     ("gemm", {**GEMM, "M": 72, "N": 96, "K": 64, "dtype": "bfloat16",
@@ -91,6 +103,24 @@ def test_a_wrong_launch_is_a_mismatch(monkeypatch):
     assert "output 0" in m.peers["mlx"]["message"]
 
 
+def test_a_wrong_attention_launch_is_a_mismatch(monkeypatch):
+    # the 2-pass kernel told the key length is one key short: the oracle must catch it
+    _headers_or_skip()
+    from harness.bench.peers import mlx_sdpa
+    params = {"HK": 1, "groups": 4, "N": 4096, "D": 64, "dtype": "float16", "splits": 32,
+              "bN": 1, "threads": 64, "combine_threads": 32}
+
+    def short(p, inputs, outputs):
+        first, second = mlx_sdpa.launch(p, inputs, outputs)
+        first.buffers[7][0] -= 1
+        return [first, second]
+
+    monkeypatch.setattr("harness.bench.peers.run.mlx_families",
+                        lambda: {"attention_decode": short})
+    _, m = _measured("attention_decode", params)
+    assert m.peers["mlx"]["status"] == "mismatch", m.peers["mlx"]["message"]
+
+
 def test_params_mlx_has_no_kernel_for_are_not_applicable():
     _headers_or_skip()
     _, m = _measured("softmax", {"M": 2, "N": 256, "dtype": "float32", "scale": 0.5,
@@ -99,6 +129,35 @@ def test_params_mlx_has_no_kernel_for_are_not_applicable():
     assert peer["status"] == "not_applicable" and "no input scale" in peer["message"]
     assert not gate_failed(compare(measure.BenchRun("t", {}, {}, "", {"cases": None},
                                                     {}, 0.0, [m]), None))
+
+
+def test_mxfp8_requantization_keeps_the_weights_within_e4m3s_rounding():
+    """The qmv peer's weights: e8m0 scales (powers of two) per 32, codes that fit e4m3; the
+    re-quantized weights decode to within e4m3's rounding of the case's."""
+    import torch
+
+    from harness.bench.peers.mlx_qmv import E4M3_MAX, requantize_mxfp8
+    from harness.check.compare import assert_close
+    from harness.gen.inputs import random_tensor
+    from oracles import bounds
+
+    w = random_tensor((8, 96), "float32", 5).double() * 3.0
+    codes, scales, wq = requantize_mxfp8(w)
+    assert codes.shape == (8, 96) and scales.shape == (8, 3)
+    decoded = codes.view(torch.float8_e4m3fn).double().reshape(8, 3, 32)
+    assert bool((decoded.abs() <= E4M3_MAX).all())
+    step = torch.exp2(scales.double() - 127)
+    assert torch.equal((decoded * step[..., None]).reshape(8, 96), wq)
+    # e4m3 keeps 3 mantissa bits: within 2^-4 of each weight, relative
+    within = bounds.Expected(w, torch.float64, w.abs() * 2.0 ** -4, torch.zeros_like(w))
+    assert_close(wq, within)
+
+
+def test_the_prefill_fp8_case_has_no_qmv_peer():
+    from harness.bench.peers import NotApplicable, mlx_qmv
+    with pytest.raises(NotApplicable, match="decode"):
+        mlx_qmv.launch({"M": 64, "N": 64, "K": 256, "scale": "row", "path": "gemm",
+                        "dtype": "bfloat16", "out_dtype": "bfloat16"}, [None] * 3, [None])
 
 
 def test_offline_without_the_wheel_the_peer_is_skipped_with_the_reason(tmp_path, monkeypatch):

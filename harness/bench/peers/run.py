@@ -8,13 +8,16 @@ set as generated / peer per counter (RATIO_COUNTERS) and per chip's modeled time
 
 The record (`CaseMeasurement.peers[name]`):
 {peer, version, kernel, headers, host_code, grid, threadgroup, geometry, formats, status,
-message, findings, counters, modeled, ratios, modeled_ratios}; status is "pass",
+message, findings, counters, modeled, ratios, modeled_ratios, emulator_seconds (the wall
+time of its emulator runs, build included: what the peer costs the bench, not a GPU
+time)}; status is "pass",
 "mismatch", "finding", "launch_error", "unavailable" (the headers cannot be had: offline,
 not cached) or "not_applicable" (MLX has no kernel for the params).
 """
 
 from __future__ import annotations
 
+import time
 
 from harness.bench import roofline
 from harness.bench.peers import NotApplicable, mlx_families
@@ -52,7 +55,7 @@ def measure_peer(case, built, generated, chip_names, half: bool, peer: str = "ml
     out = {"peer": peer, "version": MLX_VERSION, "kernel": "", "headers": [],
            "host_code": "", "grid": None, "threadgroup": None, "geometry": "", "formats": "",
            "status": "pass", "message": "", "findings": [], "counters": None,
-           "modeled": None, "ratios": {}, "modeled_ratios": {}}
+           "modeled": None, "ratios": {}, "modeled_ratios": {}, "emulator_seconds": 0.0}
     inputs = built.inputs(SEED)
     expected = built.oracle(inputs)
     outputs = [torch.full(tuple(e.shape), float("nan"), dtype=e.dtype)
@@ -80,6 +83,7 @@ def measure_peer(case, built, generated, chip_names, half: bool, peer: str = "ml
         except PeerUnavailable as err:
             out["status"], out["message"] = "unavailable", str(err)
             return out
+        started = time.perf_counter()
         try:
             res = run_msl(msl, one.kernel, grid=one.grid, threadgroup=one.threadgroup,
                           buffers=one.buffers, seed=SEED,
@@ -90,6 +94,7 @@ def measure_peer(case, built, generated, chip_names, half: bool, peer: str = "ml
             out["message"] = (f"MLX peer '{one.kernel}' of case '{case.name}': "
                               f"{type(err).__name__}: {err}")
             return out
+        out["emulator_seconds"] += time.perf_counter() - started
         findings.extend(res.findings)
         if not res.stats:          # a bounds halt: no counters
             out["status"] = "finding"

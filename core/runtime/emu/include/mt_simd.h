@@ -206,4 +206,71 @@ __MT_UNCHECKED bool simd_is_first(__mt_site at) {
   return t.lane == __mt::simd_first_lane(t);
 }
 
+// Quad-group functions (MSL Specification, "Quad-group functions"): a quad is 4 consecutive
+// lanes of a simdgroup (lanes 4q .. 4q + 3), and each function works within the caller's
+// quad as the simd function of the same name does within the simdgroup (indices and
+// masks are quad lanes, 0..3). They meet as the simd functions do (every active lane of
+// the simdgroup at the same call); a reduction combines the active lanes of the caller's
+// quad in increasing lane order, in the value's own type.
+namespace __mt {
+constexpr unsigned QUAD = 4;
+template <class Op, class T>
+__MT_INLINE T quad_reduce(__mt_site at, T v) {
+  __mt_simd_table t = simd_meet(at, v, __MT_SIMD_REDUCE);
+  const unsigned base = t.lane & ~(QUAD - 1);
+  bool any = false;
+  T acc = v;
+  for (unsigned i = base; i < base + QUAD; ++i) {
+    if (!((t.active >> i) & 1u)) continue;
+    T x = simd_lane_value<T>(t, i);
+    acc = any ? Op::apply(acc, x) : x;
+    any = true;
+  }
+  return acc;
+}
+template <class Op, class T>
+__MT_INLINE T quad_scan(__mt_site at, T v, bool inclusive, T identity) {
+  __mt_simd_table t = simd_meet(at, v, __MT_SIMD_SCAN);
+  T acc = identity;
+  for (unsigned i = t.lane & ~(QUAD - 1); i < t.lane; ++i)
+    if ((t.active >> i) & 1u) acc = Op::apply(acc, simd_lane_value<T>(t, i));
+  return inclusive ? Op::apply(acc, v) : acc;
+}
+__MT_INLINE unsigned quad_lane(const __mt_simd_table& t, unsigned quad_index) {
+  return (t.lane & ~(QUAD - 1)) + quad_index;
+}
+}  // namespace __mt
+
+template <class T> __MT_UNCHECKED T quad_sum(__mt_site at, T v) { return __mt::quad_reduce<__mt::op_sum>(at, v); }
+template <class T> __MT_UNCHECKED T quad_product(__mt_site at, T v) { return __mt::quad_reduce<__mt::op_product>(at, v); }
+template <class T> __MT_UNCHECKED T quad_min(__mt_site at, T v) { return __mt::quad_reduce<__mt::op_min>(at, v); }
+template <class T> __MT_UNCHECKED T quad_max(__mt_site at, T v) { return __mt::quad_reduce<__mt::op_max>(at, v); }
+template <class T> __MT_UNCHECKED T quad_and(__mt_site at, T v) { return __mt::quad_reduce<__mt::op_and>(at, v); }
+template <class T> __MT_UNCHECKED T quad_or(__mt_site at, T v) { return __mt::quad_reduce<__mt::op_or>(at, v); }
+template <class T> __MT_UNCHECKED T quad_xor(__mt_site at, T v) { return __mt::quad_reduce<__mt::op_xor>(at, v); }
+template <class T> __MT_UNCHECKED T quad_prefix_inclusive_sum(__mt_site at, T v) { return __mt::quad_scan<__mt::op_sum>(at, v, true, T(0)); }
+template <class T> __MT_UNCHECKED T quad_prefix_exclusive_sum(__mt_site at, T v) { return __mt::quad_scan<__mt::op_sum>(at, v, false, T(0)); }
+template <class T> __MT_UNCHECKED T quad_shuffle(__mt_site at, T v, ushort quad_lane) {
+  __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_SHUFFLE);
+  return __mt::simd_read(t, __mt::quad_lane(t, quad_lane % __mt::QUAD), v, __MT_SIMD_SHUFFLE);
+}
+template <class T> __MT_UNCHECKED T quad_shuffle_xor(__mt_site at, T v, ushort mask) {
+  __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_SHUFFLE);
+  return __mt::simd_read(t, t.lane ^ (unsigned(mask) % __mt::QUAD), v, __MT_SIMD_SHUFFLE);
+}
+template <class T> __MT_UNCHECKED T quad_shuffle_up(__mt_site at, T v, ushort delta) {
+  __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_SHUFFLE);
+  if ((t.lane % __mt::QUAD) < delta) return v;
+  return __mt::simd_read(t, t.lane - delta, v, __MT_SIMD_SHUFFLE);
+}
+template <class T> __MT_UNCHECKED T quad_shuffle_down(__mt_site at, T v, ushort delta) {
+  __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_SHUFFLE);
+  if ((t.lane % __mt::QUAD) + delta >= __mt::QUAD) return v;
+  return __mt::simd_read(t, t.lane + delta, v, __MT_SIMD_SHUFFLE);
+}
+template <class T> __MT_UNCHECKED T quad_broadcast(__mt_site at, T v, ushort quad_lane) {
+  __mt_simd_table t = __mt::simd_meet(at, v, __MT_SIMD_BROADCAST);
+  return __mt::simd_read(t, __mt::quad_lane(t, quad_lane % __mt::QUAD), v, __MT_SIMD_BROADCAST);
+}
+
 }  // namespace metal
