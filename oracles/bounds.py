@@ -266,9 +266,12 @@ def _propagated(aa, ab, ea, eb, like):
 def matmul(a, b, acc, products=None, partials=None) -> Bounded:
     """a @ b (batched over leading dims) accumulated in `acc`; `products`: the dtype the
     products are rounded in when it is not exact (None: exact or fused into the
-    accumulation, as float32 products of half/bfloat operands are); `partials`: (dtype, n)
-    when the running sum is stored in `dtype` n times on the way (a GEMM accumulating in
-    its output tile), each storing a partial sum bounded by |a| @ |b|."""
+    accumulation, as float32 products of half/bfloat operands are); `partials`: (dtype,
+    chunk) when the running sum is stored in `dtype` after every `chunk` of K (a GEMM
+    accumulating in its output tile, one k step a chunk). Each intermediate store rounds
+    that partial sum, so its error is the rounding of the exact partial sum over the first
+    j chunks (first order, worst case: det); the last store is the output's own, which
+    the caller's `expected` adds."""
     a, b = _lift(a), _lift(b)
     aa, ab = a.value.abs(), b.value.abs()
     k = a.value.shape[-1]
@@ -278,8 +281,12 @@ def matmul(a, b, acc, products=None, partials=None) -> Bounded:
     stat = _propagated(aa, ab, a.stat, b.stat, absprod) + math.sqrt(max(k, 1)) * _u(acc) * absprod
     u = max(a.u, b.u, _u(acc), _u(products) if products is not None else 0.0)
     if partials is not None:
-        dtype, stores = partials
-        stat = stat + math.sqrt(max(stores, 1)) * _u(dtype) * absprod
+        dtype, chunk = partials
+        running = torch.zeros_like(absprod)
+        for start in range(0, k - chunk, chunk):     # the stores before the last chunk
+            running = running + a.value[..., start:start + chunk] @ \
+                b.value[..., start:start + chunk, :]
+            det = det + rounding(running, dtype)
         u = max(u, _u(dtype))
     return Bounded(a.value @ b.value, det, stat, u)
 

@@ -35,7 +35,8 @@ def gemm_bounded(a, b, transpose_a: bool = False, transpose_b: bool = False,
                  acc: str = "float32", products=None, partials=None):
     """op(a) @ op(b) as an `oracles.bounds.Bounded`: the exact product with the error
     bound of a dot product over K accumulated in `acc` (docs/tolerance.md); `partials`:
-    (dtype, n) when the running sum is stored in dtype n times (`bounds.matmul`)."""
+    (dtype, chunk) when the running sum is stored in dtype after every chunk of K
+    (`bounds.matmul`)."""
     a, b = bounds.exact_input(a), bounds.exact_input(b)
     if transpose_a:
         a = a.map(lambda t: t.T)

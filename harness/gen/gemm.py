@@ -153,7 +153,7 @@ def build(p: dict) -> Built:
     # the epilogue in float32, one rounding on the store; a "global" accumulator is C's own
     # tile, which stores the running sum in C's dtype after every k step
     steps = -(-K // bK)
-    partials = (out_dtype, steps) if global_acc else None
+    partials = (out_dtype, bK) if global_acc else None
     how = f"dot over K={K}, float32 accumulation" + \
         (f", {steps} partial sum(s) stored in {out_dtype}" if global_acc else "")
 
