@@ -159,6 +159,10 @@ def inputs_for(p: dict, seed: int) -> list:
 
 def build(p: dict) -> Built:
     M, N, K = p["M"], p["N"], p["K"]
+    if p["scale"] == "block" and p["G"] % p["bK"]:
+        # a k step would straddle two scale blocks, and the kernel applies one scale a step
+        raise ValueError(f"qmm_fp8: block scales of edge G={p['G']} need G to be a multiple "
+                         f"of the k step bK={p['bK']} (each step lies in one block)")
     # the gemm path stores block-scaled weights in the activation dtype; the others form
     # code x scale in float32
     rounded = p.get("path") == "gemm" and p["scale"] == "block"

@@ -128,3 +128,13 @@ def test_staged_fp4_loads_four_weight_bytes_per_lane():
     msl = _msl("qmm_fp4", {"E": 2, "T": 3, "N": 20, "K": 64, "bM": 4, "bN": 8, "threads": 32,
                            "dtype": "float16", "out_dtype": "float16", "x": "shared"})
     assert "(const device uchar4*)(W" in msl
+
+
+def test_fp8_block_scales_straddling_a_k_step_are_refused():
+    """The kernel applies one block scale a k step: G=128 with bK=256 would take one scale
+    for two blocks and compute a wrong result (it did: a mismatch, not an error)."""
+    params = {"M": 1, "N": 64, "K": 512, "scale": "block", "G": 128, "bM": 1, "bN": 8,
+              "bK": 256, "threads": 64, "dtype": "bfloat16", "out_dtype": "bfloat16"}
+    with pytest.raises(ValueError, match=r"qmm_fp8: block scales of edge G=128 need G to be "
+                                         r"a multiple of the k step bK=256"):
+        families.get("qmm_fp8").build(params)
