@@ -192,6 +192,41 @@ def test_mxfp4_requantization_keeps_the_weights_within_e2m1s_rounding():
     assert_close(wq, bounds.Expected(w, torch.float64, err, torch.zeros_like(w)))
 
 
+def test_mxfp4_requantization_is_mlxs_own_quantizer():
+    """MLX's fp_quantize<float, 32, 4> (its `mx.quantize(mode="mxfp4")` kernel) run on the
+    emulator gives the very codes and e8m0 bytes the peer feeds gather_qmv, for the case's
+    weights and for e2m1's ties (MLX rounds them to the even code)."""
+    import numpy as np
+    import torch
+
+    from core.runtime.emu import run_msl
+    from harness.bench.peers.mlx_gather_qmv import requantize_mxfp4
+    from harness.gen.inputs import random_tensor
+    from oracles import qmm as oracle
+
+    _headers_or_skip()
+    packed, scales = oracle.quantize_e2m1(random_tensor((2, 16, 128), "float32", 7), 32)
+    w = oracle.dequant_e2m1(packed, scales, 32)
+    ties = torch.tensor([6.0, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 0.1, 5.5] * 3 + [0, 0],
+                        dtype=torch.float64)
+    w[0, 0, :32], w[1, 3, 32:64] = ties, -ties * 2.0 ** -3
+    name = "mxfp4_quantize_float_gs_32_b_4_hgs_false"
+    inst = (f'template [[host_name("{name}")]] [[kernel]] decltype(fp_quantize<float, 32, 4, '
+            'false>) fp_quantize<float, 32, 4, false>;\n')
+    msl = mlx_wheel.source(("utils.h", "steel/gemm/gemm.h", "quantized_utils.h",
+                            "fp_quantized.h"), inst)
+    codes = torch.zeros(w.numel() // 2, dtype=torch.uint8)
+    e8m0 = torch.zeros(w.numel() // 32, dtype=torch.uint8)
+    # quantized.cpp quantize_impl: one thread a weight, buffers w, codes, scales, the
+    # global scale (unset); threadgroups of 256 here (any multiple of 32 quantizes alike)
+    res = run_msl(msl, name, grid=(w.numel() // 256, 1, 1), threadgroup=(256, 1, 1),
+                  buffers=[w.float().flatten(), codes, e8m0, np.zeros(1, np.float32)])
+    assert res.findings == []
+    ours_codes, ours_e8m0, _ = requantize_mxfp4(w)
+    assert torch.equal(codes, ours_codes.flatten())
+    assert torch.equal(e8m0, ours_e8m0.flatten())
+
+
 def test_a_doctored_mxfp4_requantization_is_a_mismatch(monkeypatch):
     # the kernel gets one group's e8m0 scale one step too large (twice the weights) while
     # the oracle is evaluated on the right re-quantization: the comparison must catch it

@@ -8,7 +8,9 @@ weights of a row (absmax / 6: not a power of two); MLX's mxfp4 has the same e2m1
 group of 32 but its scale is e8m0 (a power of two, one byte). The peer re-quantizes the
 case's weights (decoded in float64) into mxfp4: per group the scale 2^e with e the
 smallest integer such that the group's absmax / 2^e <= 6 (e2m1's largest value), the codes
-the nearest e2m1 value of w / 2^e (ties to the even code, as MLX's `fp4_e2m1` rounds), and
+the nearest e2m1 value of w / 2^e (ties to the even code, as MLX's `fp4_e2m1` rounds; the
+bytes are those of MLX's own `fp_quantize<float, 32, 4>`, which picks the smallest e8m0 at
+or above absmax / 6: suites/harness/test_peers.py runs it), and
 the oracle (the case's own, oracles/qmm.py) is evaluated on the re-quantized weights: the
 same x, the same kind of float32 dot over K, other weights (coarser: a power-of-two scale
 leaves up to half of e2m1's range unused in a group). The scale bytes read differ too (one
@@ -72,7 +74,7 @@ def requantize_mxfp4(w: torch.Tensor):
     # even index by nudging odd ones)
     dist = dist + (torch.arange(8) % 2).double() * 1e-12
     mag = dist.argmin(-1)
-    codes = (mag | torch.where(q < 0, 8, 0)).to(torch.uint8)
+    codes = (mag | torch.where(torch.signbit(q), 8, 0)).to(torch.uint8)   # -0: 8, as MLX
     wq = grid[mag] * torch.sign(q) * scale[..., None]
     codes = codes.reshape(*lead, k)
     packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
