@@ -20,8 +20,8 @@ What MLX would run, from its host code, mlx/backend/metal/quantized.cpp (MLX 846
 case's work as `gather_qmm(x, w, scales, lhs_indices, rhs_indices, transpose=True,
 group_size=32, bits=4, mode="mxfp4")` with x (E, T, K), w (E, N, K) quantized and the index
 arrays arange(E) (expert e's rows multiply expert e's weights). GatherQMM::eval_gpu: M = T
-rows per batch, B = E batches; not `gather_qmm_rhs` (that needs M = 1 and sorted indices:
-mlx-lm's SwitchGLU form with one row per routed token, not this layout); M below
+rows per batch, B = E batches; not `gather_qmm_rhs` (that needs M = 1, B >= 16, B / E >= 4
+and sorted indices: one row per routed token, not this layout); M below
 get_qmv_batch_limit(K, N) (>= 6 on every GPU family) so not `gather_qmm`; transposed, so
 `gather_qmv`: bn = 8, bk = 32, threads (32, 2, 1) a threadgroup, threadgroups
 (M, ceil(N / 8), B); `fast` when N % 8 == 0 and K % qmv_fast_k_alignment(4) =
