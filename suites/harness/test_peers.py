@@ -50,6 +50,12 @@ PEER_CASES = [
     ("qmm_fp8", {"M": 1, "N": 36, "K": 288, "scale": "row", "bM": 1, "bN": 8, "bK": 64,
                  "threads": 64, "dtype": "float16", "out_dtype": "float16"},
      "mxfp8_qmv_float16"),
+    ("qmm_fp4", {"E": 2, "T": 2, "N": 16, "K": 512, "bM": 2, "bN": 8, "threads": 64,
+                 "dtype": "bfloat16", "out_dtype": "bfloat16", "x": "shared"},
+     "mxfp4_gather_qmv_fast_bfloat16"),  # N % 8 == 0, K % 512 == 0: the fast kernel
+    ("qmm_fp4", {"E": 2, "T": 3, "N": 12, "K": 96, "bM": 2, "bN": 8, "threads": 64,
+                 "dtype": "float16", "out_dtype": "float16", "x": "fragment"},
+     "mxfp4_gather_qmv_float16"),       # N = 12: a partial threadgroup of rows
     ("gemm", {**GEMM, "M": 8, "N": 64, "K": 512, "dtype": "float16",
               "out_dtype": "float16"}, "steel_gemm_splitk_nt"),
     ("gemm", {**GEMM, "M": 72, "N": 96, "K": 64, "dtype": "bfloat16",
@@ -151,6 +157,105 @@ def test_mxfp8_requantization_keeps_the_weights_within_e4m3s_rounding():
     # e4m3 keeps 3 mantissa bits: within 2^-4 of each weight, relative
     within = bounds.Expected(w, torch.float64, w.abs() * 2.0 ** -4, torch.zeros_like(w))
     assert_close(wq, within)
+
+
+FP4 = {"E": 2, "T": 2, "N": 16, "K": 512, "bM": 2, "bN": 8, "threads": 64,
+       "dtype": "bfloat16", "out_dtype": "bfloat16", "x": "shared"}
+
+
+def test_mxfp4_requantization_keeps_the_weights_within_e2m1s_rounding():
+    """The gather_qmv peer's weights: e8m0 scales, the smallest power of two per 32 that
+    fits the group into e2m1; codes packed as MLX reads them (element 2j low nibble); the
+    re-quantized weights within half an e2m1 step of the case's."""
+    import torch
+
+    from harness.bench.peers.mlx_gather_qmv import E2M1_MAX, requantize_mxfp4
+    from harness.check.compare import assert_close
+    from harness.gen.inputs import random_tensor
+    from oracles import bounds
+    from oracles import qmm as oracle
+
+    packed, scales = oracle.quantize_e2m1(random_tensor((2, 8, 96), "float32", 7), 32)
+    w = oracle.dequant_e2m1(packed, scales, 32)          # the case's weights
+    mx, e8m0, wq = requantize_mxfp4(w)
+    assert mx.shape == (2, 8, 48) and e8m0.shape == (2, 8, 3)
+    step = torch.exp2(e8m0.double() - 127)
+    # decoded as MLX decodes: the e2m1 nibbles times the e8m0 power of two
+    assert torch.equal(oracle.dequant_e2m1(mx, step, 32), wq)
+    amax = w.reshape(2, 8, 3, 32).abs().amax(-1)
+    assert bool((amax <= E2M1_MAX * step).all()) and bool((amax > E2M1_MAX * step / 2).all())
+    # the case's float16 scales are not powers of two: the weights do change
+    assert not torch.equal(wq, w)
+    # e2m1 has one mantissa bit: within a quarter of the weight, or a quarter of the scale
+    # below 1 (the 0 / 0.5 step)
+    err = torch.maximum(w.abs() / 4, step.repeat_interleave(32, -1) / 4)
+    assert_close(wq, bounds.Expected(w, torch.float64, err, torch.zeros_like(w)))
+
+
+def test_mxfp4_requantization_is_mlxs_own_quantizer():
+    """MLX's fp_quantize<float, 32, 4> (its `mx.quantize(mode="mxfp4")` kernel) run on the
+    emulator gives the very codes and e8m0 bytes the peer feeds gather_qmv, for the case's
+    weights and for e2m1's ties (MLX rounds them to the even code)."""
+    import numpy as np
+    import torch
+
+    from core.runtime.emu import run_msl
+    from harness.bench.peers.mlx_gather_qmv import requantize_mxfp4
+    from harness.gen.inputs import random_tensor
+    from oracles import qmm as oracle
+
+    _headers_or_skip()
+    packed, scales = oracle.quantize_e2m1(random_tensor((2, 16, 128), "float32", 7), 32)
+    w = oracle.dequant_e2m1(packed, scales, 32)
+    ties = torch.tensor([6.0, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 0.1, 5.5] * 3 + [0, 0],
+                        dtype=torch.float64)
+    w[0, 0, :32], w[1, 3, 32:64] = ties, -ties * 2.0 ** -3
+    name = "mxfp4_quantize_float_gs_32_b_4_hgs_false"
+    inst = (f'template [[host_name("{name}")]] [[kernel]] decltype(fp_quantize<float, 32, 4, '
+            'false>) fp_quantize<float, 32, 4, false>;\n')
+    msl = mlx_wheel.source(("utils.h", "steel/gemm/gemm.h", "quantized_utils.h",
+                            "fp_quantized.h"), inst)
+    codes = torch.zeros(w.numel() // 2, dtype=torch.uint8)
+    e8m0 = torch.zeros(w.numel() // 32, dtype=torch.uint8)
+    # quantized.cpp quantize_impl: one thread a weight, buffers w, codes, scales, the
+    # global scale (unset); threadgroups of 256 here (any multiple of 32 quantizes alike)
+    res = run_msl(msl, name, grid=(w.numel() // 256, 1, 1), threadgroup=(256, 1, 1),
+                  buffers=[w.float().flatten(), codes, e8m0, np.zeros(1, np.float32)])
+    assert res.findings == []
+    ours_codes, ours_e8m0, _ = requantize_mxfp4(w)
+    assert torch.equal(codes, ours_codes.flatten())
+    assert torch.equal(e8m0, ours_e8m0.flatten())
+
+
+def test_a_doctored_mxfp4_requantization_is_a_mismatch(monkeypatch):
+    # the kernel gets one group's e8m0 scale one step too large (twice the weights) while
+    # the oracle is evaluated on the right re-quantization: the comparison must catch it
+    _headers_or_skip()
+    from harness.bench.peers import mlx_gather_qmv
+
+    real = mlx_gather_qmv.requantize_mxfp4
+
+    def doctored(w):
+        packed, e8m0, wq = real(w)
+        e8m0 = e8m0.clone()
+        e8m0[1, 5, 7] += 1
+        return packed, e8m0, wq
+
+    monkeypatch.setattr(mlx_gather_qmv, "requantize_mxfp4", doctored)
+    _, m = _measured("qmm_fp4", FP4)
+    peer = m.peers["mlx"]
+    assert m.status == "pass" and peer["status"] == "mismatch", peer["message"]
+    assert "output 0" in peer["message"]
+
+
+def test_ragged_fp4_experts_have_no_gather_qmv_peer():
+    from harness.bench.peers import NotApplicable, mlx_gather_qmv
+    with pytest.raises(NotApplicable, match="ragged"):
+        mlx_gather_qmv.launch({**FP4, "counts": "ragged"}, [None] * 4, [None])
+    with pytest.raises(NotApplicable, match="activation type"):
+        mlx_gather_qmv.launch({**FP4, "out_dtype": "float32"}, [None] * 4, [None])
+    with pytest.raises(NotApplicable, match="gather_qmm"):
+        mlx_gather_qmv.launch({**FP4, "T": 8}, [None] * 4, [None])
 
 
 def test_the_prefill_fp8_case_has_no_qmv_peer():

@@ -74,11 +74,12 @@ class PeerLaunch:
 
 def mlx_families() -> dict[str, Callable]:
     """Kernel family name -> its MLX peer's `launch`."""
-    from harness.bench.peers import (mlx_gdn, mlx_gemm, mlx_gemv, mlx_qmv, mlx_sdpa,
-                                     mlx_softmax)
+    from harness.bench.peers import (mlx_gather_qmv, mlx_gdn, mlx_gemm, mlx_gemv, mlx_qmv,
+                                     mlx_sdpa, mlx_softmax)
     return {"gemv": mlx_gemv.launch, "softmax": mlx_softmax.launch,
             "gdn_decode": mlx_gdn.launch, "gemm": mlx_gemm.launch,
-            "attention_decode": mlx_sdpa.launch, "qmm_fp8": mlx_qmv.launch}
+            "attention_decode": mlx_sdpa.launch, "qmm_fp8": mlx_qmv.launch,
+            "qmm_fp4": mlx_gather_qmv.launch}
 
 
 PEERS = ("mlx",)
