@@ -31,16 +31,26 @@ kernel void scale(device float* y [[buffer(0)]], const device float* x [[buffer(
 """
 
 
+@pytest.fixture
+def own_server():
+    """A server of the test's own: the process's shared one may be busy with another
+    thread's compile (run() then declines, None) or left broken by another test."""
+    shared = build.default_builder().clang_server()
+    assert shared is not None
+    server = clang_server.ClangServer(shared.cxx, shared.library)
+    yield server
+    server.close()
+
+
 def _compile_command(builder, unit: Path, obj: Path) -> list[str]:
     flags = builder._flags(True)
     return [builder.toolchain.cxx, *flags, "-I", str(build.INCLUDE_DIR), "-include-pch",
             str(builder.precompiled_header(True)), "-x", "c++", str(unit), "-c", "-o", str(obj)]
 
 
-def test_a_served_compile_writes_the_object_clang_writes(tmp_path):
+def test_a_served_compile_writes_the_object_clang_writes(tmp_path, own_server):
     builder = build.default_builder()
-    server = builder.clang_server()
-    assert server is not None
+    server = own_server
     t = translate(SCALE)
     unit = tmp_path / "scale.cpp"
     unit.write_text(t.cpp + build.launcher.generate(t.kernels))
@@ -52,8 +62,8 @@ def test_a_served_compile_writes_the_object_clang_writes(tmp_path):
     assert (tmp_path / "served.o").read_bytes() == (tmp_path / "plain.o").read_bytes()
 
 
-def test_a_served_compile_reads_its_input_and_reports_clangs_errors(tmp_path):
-    server = build.default_builder().clang_server()
+def test_a_served_compile_reads_its_input_and_reports_clangs_errors(tmp_path, own_server):
+    server = own_server
     cxx = build.default_builder().toolchain.cxx
     ok = server.run([cxx, "-fsyntax-only", "-x", "c++", "-"], "int main() { return 0; }", 60)
     assert ok is not None and ok.returncode == 0 and ok.stderr == ""
@@ -62,9 +72,10 @@ def test_a_served_compile_reads_its_input_and_reports_clangs_errors(tmp_path):
 
 
 def test_a_served_compile_sees_the_environment_of_the_time_of_the_compile(tmp_path,
-                                                                         monkeypatch):
+                                                                         monkeypatch,
+                                                                         own_server):
     # an environment variable clang reads (an include path), set after the server started
-    server = build.default_builder().clang_server()
+    server = own_server
     cxx = build.default_builder().toolchain.cxx
     assert server.run([cxx, "--version"], None, 60).returncode == 0
     (tmp_path / "mt_only_here.h").write_text("inline int only_here() { return 1; }\n")
