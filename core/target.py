@@ -122,8 +122,11 @@ class MetalTarget:
     # count of at most `auto_unroll_trips` whose whole nest runs at most `auto_unroll_steps`
     # bodies. Apple's compiler leaves rolled the loops around simdgroup matrix ops, and a
     # rolled loop indexes the fragments by a runtime variable, which moves them out of
-    # registers (TileLang #3195 measured a Qwen3.5-4B prefill at 333 ms rolled, 56 ms
-    # unrolled, with these two limits); the step bound keeps code growth at 64 bodies.
+    # registers (TileLang #3195 reports a Qwen3.5-4B prefill kernel at 333 ms rolled, 56 ms
+    # unrolled; TileLang's UnrollLoop pass takes the same two limits, auto_max_extent and
+    # auto_max_step). The values are ours: they unroll the 4 x 4 fragment loops around
+    # simdgroup_multiply_accumulate in a 64 x 64 GEMM and keep its k loop rolled; the step
+    # bound keeps code growth at 64 bodies. Unmeasured on a GPU (none here).
     auto_unroll_trips: int = 4
     auto_unroll_steps: int = 64
     matrix_dtypes: tuple = ("float32", "float16", "bfloat16")

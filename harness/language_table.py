@@ -121,7 +121,8 @@ LIMITS = {
                  "write",
     "serial": "positive constant steps; a short loop (a constant trip count of at most "
               f"{METAL.auto_unroll_trips}, at most {METAL.auto_unroll_steps} bodies in its "
-              "nest) is printed with `#pragma unroll` (TileLang's Metal default, #3195); "
+              "nest) is printed with `#pragma unroll` (as TileLang #3195 unrolls short loops "
+              "on Metal); "
               "`unroll=True/k/False` as T.unroll",
     "unroll": "positive constant steps; printed as `#pragma clang loop unroll(full)` "
               "(`unroll_factor=k`: `unroll_count(k)`; `T.serial(unroll=False)`: "
