@@ -123,8 +123,10 @@ kernel void over(device float* out [[buffer(0)]], uint tid [[thread_index_in_thr
     res = run(src, "over", 1, 32, np.zeros(64, np.float32))
     assert [f.kind for f in res.findings] == ["bounds"], "\n".join(map(str, res.findings))
     f = res.findings[0]
+    # the first element outside, tile row 7 column 0, is lane 22's on the GPU (r = 7:
+    # bits 1, 2 and 4 of the lane), and the finding names that lane
     assert (f.address_space, f.line, f.thread, f.count) == (
-        "threadgroup", line_of(src, "simdgroup_load"), (0, 0, 0), 8)
+        "threadgroup", line_of(src, "simdgroup_load"), (22, 0, 0), 8)
     assert f.detail == ("4-byte read at byte offset 256 of threadgroup variable #0, "
                         "which holds 256 bytes")
 

@@ -69,6 +69,16 @@ typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
 typedef simdgroup_matrix<bfloat, 8, 8> simdgroup_bfloat8x8;
 
 namespace __mt {
+// The lane holding element (r, c) of an 8x8 tile in the layout above (lane l: row
+// (q & 4) + (l / 2) % 4, columns (q & 2) * 2 + (l % 2) * 2 and the next, q = l / 4),
+// solved for l.
+constexpr unsigned matrix_lane(int r, int c) {
+  return unsigned(((c >> 1) & 1) | ((r & 1) << 1) | (((r >> 1) & 1) << 2) |
+                  (((c >> 2) & 1) << 3) | (((r >> 2) & 1) << 4));
+}
+}  // namespace __mt
+
+namespace __mt {
 
 // Tags: top two bits say what named the value (fill 10, load 01, multiply 11).
 constexpr ulong kTagFill = ulong(2) << 62, kTagLoad = ulong(1) << 62, kTagMultiply = ulong(3) << 62;
@@ -263,7 +273,12 @@ __MT_INLINE void simdgroup_load(__mt_site at, simdgroup_matrix<T, Cols, Rows>& d
   }
   if (!m.records) __mt_hooks_suppress(1);
   for (int r = 0; r < Rows; ++r)
-    for (int c = 0; c < Cols; ++c) d.e[r][c] = src[__mt::matrix_offset(a, r, c)];
+    for (int c = 0; c < Cols; ++c) {   // each element read by its lane, as a store writes it
+      void* recording = m.records && Rows == 8 && Cols == 8
+                            ? __mt_matrix_attribute(__mt::matrix_lane(r, c)) : nullptr;
+      d.e[r][c] = src[__mt::matrix_offset(a, r, c)];
+      __mt_matrix_attribute_end(recording);
+    }
   if (!m.records) __mt_hooks_suppress(0);
   if (m.share) __mt::share_tile(m, &d.e[0][0], sizeof d.e);
 }
@@ -279,8 +294,15 @@ __MT_INLINE void simdgroup_store(__mt_site at, const simdgroup_matrix<T, Cols, R
   if (!__mt::matrix_meet(at, a, __MT_SIMD_MATRIX_STORE, nullptr, 0).records) return;
   // Element by element, instrumented: clang may merge the stores (a tile of one value,
   // stored contiguously, becomes one wide write), and the counters count what it emits.
+  // Each element's write is attributed to the lane that holds it (matrix_lane): a lane
+  // reading an element another lane of its simdgroup stored needs a barrier on the GPU.
   for (int r = 0; r < Rows; ++r)
-    for (int c = 0; c < Cols; ++c) dst[__mt::matrix_offset(a, r, c)] = m.e[r][c];
+    for (int c = 0; c < Cols; ++c) {
+      void* recording = Rows == 8 && Cols == 8 ? __mt_matrix_attribute(__mt::matrix_lane(r, c))
+                                               : nullptr;
+      dst[__mt::matrix_offset(a, r, c)] = m.e[r][c];
+      __mt_matrix_attribute_end(recording);
+    }
 }
 
 namespace __mt {

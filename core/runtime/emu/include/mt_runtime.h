@@ -105,6 +105,13 @@ __mt_memo_tile __mt_matrix_memo_slot(uint64_t k0, uint64_t k1, uint64_t k2, uint
 // one lane records a simdgroup-wide matrix access).
 void __mt_hooks_suppress(int on);
 
+// The lane recording a simdgroup matrix store writes element by element; each element's
+// write is the lane's that holds it on the GPU (mt_matrix.h, matrix_lane): between these
+// two calls the checker sees the calling thread as lane `lane` of its simdgroup (where
+// that lane runs; else as itself). Returns what the second call restores.
+void* __mt_matrix_attribute(unsigned lane);
+void __mt_matrix_attribute_end(void* recording);
+
 // A simdgroup matrix load made by the lane that records it, in checked builds: copies the
 // 8x8 tile of `elem`-byte elements (element (r, c) at MSL's offset for elements_per_row,
 // origin and transpose) into `tile`, row-major, and records each element's read as a hook

@@ -22,6 +22,14 @@ __attribute__((always_inline)) inline void on_access(uintptr_t a, unsigned n, bo
     tg_access(w, a, n, write, pc);
 }
 
+// The lane holding element (r, c) of an 8x8 simdgroup matrix (include/mt_matrix.h's
+// __mt::matrix_lane: lane l holds row (q & 4) + (l / 2) % 4, columns (q & 2) * 2 + (l % 2) * 2
+// and the next, q = l / 4).
+constexpr unsigned matrix_lane(unsigned r, unsigned c) {
+  return ((c >> 1) & 1) | ((r & 1) << 1) | (((r >> 1) & 1) << 2) | (((c >> 2) & 1) << 3) |
+         (((r >> 2) & 1) << 4);
+}
+
 // One element of a matrix tile (2 or 4 bytes in MSL; any size works).
 inline void copy_element(unsigned char* to, const unsigned char* from, unsigned n) {
   switch (n) {
@@ -40,6 +48,25 @@ extern "C" {
 void __mt_hooks_suppress(int on) {
   Worker* w = t_worker;
   if (w && w->current) w->current->suppress = on != 0;
+}
+
+void* __mt_matrix_attribute(unsigned lane) {
+  Worker* w = t_worker;
+  if (!w || !w->current) return nullptr;
+  Fiber* cur = w->current;
+  if (cur->suppress || lane == cur->lane) return nullptr;
+  const uint32_t t = cur->tid - cur->lane + lane;
+  if (t >= w->fibers.size()) return nullptr;
+  Fiber* owner = &w->fibers[t];
+  // A lane that already left the kernel still owns its elements: under a schedule that runs
+  // the higher lanes first, they finish before the recording lane makes a last store.
+  if (owner->simdgroup != cur->simdgroup) return nullptr;
+  w->current = owner;
+  return cur;
+}
+
+void __mt_matrix_attribute_end(void* recording) {
+  if (recording) t_worker->current = static_cast<Fiber*>(recording);
 }
 
 void __mt_atomic_access(const void* p, unsigned size, int kind) {
@@ -81,13 +108,15 @@ int __mt_matrix_load(void* tile, const void* p, unsigned elem, uint64_t elements
   unsigned char* t = static_cast<unsigned char*>(tile);
   for (unsigned r = 0; r < kTile; ++r) {
     const uintptr_t row = first + r * row_step;
-    if (!device && !transpose) {
-      tg_access_run(w, row, elem, kTile, false, pc);
-    } else {
-      for (unsigned c = 0; c < kTile; ++c) {
-        if (device) device_access(w, row + c * col_step, elem, false, pc);
-        else tg_access(w, row + c * col_step, elem, false, pc);
+    // Each element is read by the lane that holds it on the GPU (matrix_lane, mt_matrix.h),
+    // as the recording lane's store writes it: lanes 2 apart share a row's pairs
+    for (unsigned c = 0; c < kTile; c += 2) {
+      void* recording = __mt_matrix_attribute(matrix_lane(r, c));
+      for (unsigned k = c; k < c + 2; ++k) {
+        if (device) device_access(w, row + k * col_step, elem, false, pc);
+        else tg_access(w, row + k * col_step, elem, false, pc);
       }
+      __mt_matrix_attribute_end(recording);
     }
     unsigned char* mine = t + r * kTile * elem;
     const unsigned char* theirs = reinterpret_cast<const unsigned char*>(row);
