@@ -20,8 +20,10 @@
 // simd operation), after
 // which every lane holds the whole tile again, tagged as a uniform load is. Load and store are
 // collectives: the lanes meet, check that pointer, stride, origin and transpose agree, and
-// one lane (the lowest active) performs the recorded memory accesses for the simdgroup;
-// the other lanes do not record, and do not store.
+// one lane (the lowest active) performs the recorded memory accesses for the simdgroup,
+// each element's as the access of the lane that holds it (matrix_lane, __mt_matrix_attribute:
+// the checker then sees which lane wrote what); the other lanes do not record, and do not
+// store.
 //
 // One operation per simdgroup, not per lane: every tile carries a tag naming its value
 // (0: unknown). A uniform load is tagged with its meeting; a fill with its type and value;
