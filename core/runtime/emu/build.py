@@ -1,14 +1,20 @@
-"""Build an MSL library into an emulator executable, with a content-hash cache.
+"""Build an MSL library into what the emulator runs, with a content-hash cache.
 
-Three artifacts, each cached under the user cache directory by the hash of everything that
-goes into it (toolchain, flags, shim headers, runtime sources, translated MSL):
+Artifacts, each cached under the user cache directory by the hash of everything that goes
+into it (toolchain, flags, shim headers, runtime sources, translated MSL):
 
 - the runtime objects (src/*.cpp: job loading, scheduler, checker, hooks, results; one
-  object per file), built once per toolchain;
+  object per file, and one per program entry in src/entry/), built once per toolchain;
+- the launch host (Linux, host CPU): the runtime objects and src/entry/host.cpp linked
+  once into the program that runs every kernel (src/launch.cpp), exporting the runtime's
+  symbols;
 - the precompiled shim header (include/metal_stdlib.h), built once per flavour; it is what
   brings a kernel build to about half a second;
-- the kernel executable: the translated MSL plus its launcher, compiled against the PCH
-  and linked with the runtime object.
+- the kernel: the translated MSL plus its launcher, compiled against the PCH, its object
+  checked (admission.py), then linked on its own into a shared object the host loads
+  (`kernel-KEY.so`: no library on its link line, its undefined symbols are the host's),
+  or, where the host is not used (`Builder.loads_libraries`: another CPU under qemu-user,
+  macOS), with the runtime objects into an executable (`kernel-KEY.bin`).
 
 Flavours: "checked" builds add clang's thread-sanitizer instrumentation (no sanitizer
 runtime: src/hooks.cpp defines the hooks) and line tables for mapping findings to MSL
@@ -49,8 +55,14 @@ HERE = Path(__file__).resolve().parent
 INCLUDE_DIR = HERE / "include"
 RUNTIME_DIR = HERE / "src"
 RUNTIME_UNITS = tuple(sorted(RUNTIME_DIR.glob("*.cpp")))  # one object each
-RUNTIME_SOURCES = (*RUNTIME_UNITS, *sorted(RUNTIME_DIR.glob("*.h")),
+# The `main` of each program made of the runtime objects (src/launch.cpp).
+HOST_ENTRY, EXECUTABLE_ENTRY = RUNTIME_DIR / "entry" / "host.cpp", RUNTIME_DIR / "entry" / "executable.cpp"
+RUNTIME_SOURCES = (*RUNTIME_UNITS, HOST_ENTRY, EXECUTABLE_ENTRY,
+                   *sorted(RUNTIME_DIR.glob("*.h")),
                    INCLUDE_DIR / "mt_runtime.h", INCLUDE_DIR / "mt_target.h")
+# Kernels are shared objects loaded by the launch host where it runs (Linux, this CPU);
+# tests switch it off to run the executable path (cross targets, macOS) here.
+LAUNCH_HOST = True
 
 # MSL semantics the flags implement: no double (literals are rewritten to float), 32-bit
 # integer wraparound (-fwrapv), half and bfloat rounding after every operation (excess
@@ -131,6 +143,17 @@ def _link_flags() -> list[str]:
     return ["-no-pie", "-pthread"] if sys.platform.startswith("linux") else ["-pthread"]
 
 
+# A kernel's shared object: no C or C++ library (-nodefaultlibs: the host has them, and
+# its symbols are what the kernel's undefined ones bind to), every reference the kernel's
+# code makes to a function it defines itself bound to its own (-Bsymbolic: an inline
+# function of the C++ headers, exported with default visibility, would otherwise bind to
+# the host's uninstrumented copy), and every binding made when it is loaded (-z now).
+_LIBRARY_LINK_FLAGS = ["-shared", "-nodefaultlibs", "-Wl,-Bsymbolic", "-Wl,-z,now"]
+# The launch host: the runtime's symbols exported for the kernels (-rdynamic), the math
+# library kept even though the runtime calls little of it (a kernel's sinf binds to it).
+_HOST_LINK_FLAGS = ["-rdynamic", "-Wl,--no-as-needed", "-lm", "-ldl"]
+
+
 @functools.lru_cache(maxsize=None)
 def _fast_linker() -> list[str]:
     """The driver flag choosing a faster linker than GNU ld where one is installed (Linux,
@@ -154,9 +177,13 @@ def cache_dir() -> Path:
 
 @dataclass(frozen=True)
 class Executable:
+    """A built kernel library: `path` is the kernel's shared object, which the launch host
+    `host` loads, or (host None) an executable holding the kernels and the runtime."""
+
     path: Path
     translation: Translation
     checked: bool
+    host: Path | None = None
 
 
 def _digest(*parts: bytes | str) -> str:
@@ -234,14 +261,29 @@ class Builder:
         # more than the rest of a launch's Python side.
         self._runtime = _files_digest((*RUNTIME_SOURCES, Path(admission.__file__)))
         self._runtime_symbols: frozenset[str] | None = None   # what the runtime defines
+        self._host: Path | None = None                         # see launch_host
         self._linkers: dict[tuple, list[str] | None] = {}      # see _link_command
         self._server_library: Path | bool | None = None        # see clang_server
 
     # -- shared artifacts ---------------------------------------------------------------
 
+    @staticmethod
+    def loads_libraries() -> bool:
+        """Whether kernels are shared objects the launch host loads (Linux, this CPU), not
+        executables of their own (another CPU under qemu-user, whose launches are
+        processes of their own; macOS, whose loading the host does not know)."""
+        return LAUNCH_HOST and sys.platform.startswith("linux") and not cross.target()
+
     def _flags(self, checked: bool, math_mode: str = METAL.math_mode) -> list[str]:
         # a*b + c fused as Metal's compiler fuses it in that math mode (core/target.py)
         common = [*COMMON_FLAGS, f"-ffp-contract={METAL.contraction(math_mode)}"]
+        if self.loads_libraries():
+            # A shared object's code is position-independent; hidden by default, the
+            # kernel's own functions and data are reached directly, as in an executable
+            # (the launcher's table is exported by name: launcher.py). Only the addressing
+            # changes: the outputs, findings and counters are the executable's
+            # (`harness emu-against`).
+            common = [f for f in common if f != "-fno-pie"] + ["-fPIC", "-fvisibility=hidden"]
         if _arm64():
             # clang's driver takes -fexcess-precision=16 only for x86; the cc1 options
             # behind it say the same (every half and bfloat operation rounded) on arm64.
@@ -269,16 +311,18 @@ class Builder:
             os.replace(tmp, target)
         return target
 
-    def runtime_objects(self) -> list[Path]:
-        """One object per runtime source file; every one is keyed by all the sources (they
-        share runtime.h). Missing ones are compiled in parallel, one clang per core."""
+    def runtime_objects(self, entry: Path | None = None) -> list[Path]:
+        """One object per runtime source file, and with `entry` (HOST_ENTRY or
+        EXECUTABLE_ENTRY) that program's `main` last; every one is keyed by all the sources
+        (they share runtime.h). Missing ones are compiled in parallel, one clang per core."""
         sources = self._runtime
         jobs = []
-        for unit in RUNTIME_UNITS:
+        for unit in (*RUNTIME_UNITS, *([entry] if entry else [])):
             # the arch flags too: -mfma follows the CPU, and the objects are built with it
             key = _digest("rt", self._tool_tag, sources, unit.name, *RUNTIME_FLAGS,
                           *_arch_flags())
-            jobs.append((cache_dir() / f"runtime-{unit.stem}-{key}.o",
+            stem = f"entry-{unit.stem}" if unit.parent != RUNTIME_DIR else unit.stem
+            jobs.append((cache_dir() / f"runtime-{stem}-{key}.o",
                          f"emulator runtime ({unit.name})",
                          lambda tmp, unit=unit: [self.toolchain.cxx, *RUNTIME_FLAGS,
                                                  *_arch_flags(), "-c", str(unit), "-o",
@@ -295,9 +339,30 @@ class Builder:
         its workers start, so their first cases on an empty cache do not wait for it one
         after the other."""
         self.runtime_objects()
+        if self.loads_libraries():
+            self.launch_host()
         for checked in (True, False):
             self.precompiled_header(checked)
         self.clang_server()
+
+    def launch_host(self) -> Path:
+        """The launch host program (src/entry/host.cpp), linked once from the runtime
+        objects (the runtime's key covers them)."""
+        if self._host is not None and self._host.exists():
+            return self._host
+        objects = self.runtime_objects(HOST_ENTRY)
+        key = _digest("host", self._tool_tag, self._runtime, *RUNTIME_FLAGS, *_arch_flags(),
+                      *_HOST_LINK_FLAGS)
+        target = cache_dir() / f"launch-host-{key}"
+        if not target.exists():
+            with stages.stage("shared"):
+                self._shared_artifact(
+                    target, "emulator launch host",
+                    lambda tmp: [self.toolchain.cxx, *map(str, objects), *_link_flags(),
+                                 *_fast_linker(), *_arch_flags(), *_HOST_LINK_FLAGS, "-o",
+                                 str(tmp)])
+        self._host = target
+        return target
 
     def clang_server(self):
         """This process's clang server (clang_server.py), None where compiles are not
@@ -354,27 +419,30 @@ class Builder:
     def build(self, translation: Translation, checked: bool = True,
               kernel_hint: str | None = None,
               math_mode: str = METAL.math_mode) -> Executable:
-        """The executable for a translated MSL library (every kernel in it), compiled as
-        Metal compiles it in `math_mode` (its contraction of a*b + c)."""
+        """The kernel library for a translated MSL library (every kernel in it), compiled
+        as Metal compiles it in `math_mode` (its contraction of a*b + c): a shared object
+        for the launch host, or an executable (see `loads_libraries`)."""
         flags = self._flags(checked, math_mode)
         unit = translation.cpp + launcher.generate(translation.kernels,
                                                      translation.threadgroup_params)
         key = _digest("kernel", self._tool_tag, self._headers,
                       self._runtime, *flags, unit)
-        target = cache_dir() / f"kernel-{key}.bin"
+        host = self.launch_host() if self.loads_libraries() else None
+        target = cache_dir() / f"kernel-{key}.{'so' if host else 'bin'}"
         if not target.exists():  # under the current cache root, as for shared artifacts
             self._compile(unit, target, flags, checked, translation, kernel_hint, math_mode)
-        return Executable(target, translation, checked)
+        return Executable(target, translation, checked, host)
 
     def _link_command(self, flags: list[str], checked: bool, runtime: list[Path], obj: Path,
                       exe: Path) -> list[str]:
-        """The command linking kernel object `obj` with the runtime into `exe`: the linker
-        the clang driver would run (asked once per flags and runtime with `-###`), called
-        directly, since a driver process per kernel costs a third of the link; the driver
-        itself where its plan cannot be read. Called once `obj` exists (the driver checks
-        its inputs)."""
-        driver = [self.toolchain.cxx, *flags, str(obj), *map(str, runtime), *_link_flags(),
-                  *_fast_linker(),
+        """The command linking kernel object `obj` into `exe`: on its own into a shared
+        object (`runtime` empty), or with the runtime objects into an executable. It is the
+        linker the clang driver would run (asked once per flags and runtime with `-###`),
+        called directly, since a driver process per kernel costs a third of the link; the
+        driver itself where its plan cannot be read. Called once `obj` exists (the driver
+        checks its inputs)."""
+        driver = [self.toolchain.cxx, *flags, str(obj), *map(str, runtime),
+                  *(_link_flags() if runtime else _LIBRARY_LINK_FLAGS), *_fast_linker(),
                   *_arch_flags(), *(["-fno-sanitize-link-runtime"] if checked else []),
                   "-o", str(exe)]
         key = (tuple(flags), checked, tuple(map(str, runtime)))
@@ -389,6 +457,7 @@ class Builder:
                  translation: Translation, kernel_hint: str | None, math_mode: str) -> None:
         pch = self.precompiled_header(checked, math_mode)
         runtime = self.runtime_objects()
+        linked = [] if target.suffix == ".so" else self.runtime_objects(EXECUTABLE_ENTRY)
         tmp = _atomic_target(target)
         src, obj = tmp.with_suffix(".cpp"), tmp.with_suffix(".o")
         src.write_text(unit)
@@ -408,7 +477,7 @@ class Builder:
                 admission.check_symbols(obj, self._runtime_symbols, translation.source,
                                         kernel_hint)
             with stages.stage("link"):
-                res = _run_compiler(self._link_command(flags, checked, runtime, obj, tmp),
+                res = _run_compiler(self._link_command(flags, checked, linked, obj, tmp),
                                     "MSL link", kernel_hint)
             if res.returncode != 0:
                 raise compile_error(res.stderr, unit, translation, kernel_hint)

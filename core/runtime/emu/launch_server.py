@@ -1,19 +1,21 @@
-"""Launch servers: one long-lived emulator process per kernel executable, forking each launch.
+"""Launch servers: long-lived emulator processes that fork each launch.
 
 A launch used to start its executable afresh (`kernel.bin JOB KERNEL RESULT`): exec,
 dynamic loading of the C++ runtime and Python's process spawn, paid on every call. A
-launch server is the same executable started once as `kernel.bin --serve`
-(src/launch.cpp): for each request it forks a child that runs the launch exactly as the
-one-launch form would, so every launch starts from the state the program had before its
-first one (nothing carries over: arenas, shadows, counters and findings are the child's
-own), and a crash or a hang ends only that child.
+launch server is a program started once as `PROGRAM --serve` (src/launch.cpp): for each
+request it forks a child that runs the launch, so every launch starts from the state the
+program had before its first one (nothing carries over: arenas, shadows, counters and
+findings are the child's own), and a crash or a hang ends only that child. On Linux the
+program is the launch host, one for every kernel, each request naming the kernel's shared
+object (build.py, src/entry/host.cpp); elsewhere it is the kernel's own executable, and
+the request names no library.
 
-Contract with run.py: `launch(exe, job, kernel, result, timeout)` returns the child's
-`Outcome` (exit status or signal, and what it wrote on stderr), or raises
+Contract with run.py: `launch(program, library, job, kernel, result, timeout)` returns
+the child's `Outcome` (exit status or signal, and what it wrote on stderr), or raises
 `LaunchTimeout` after killing the child when it ran past `timeout` seconds. A server
 that misbehaves (died, protocol out of step) is discarded and the launch is retried once
 on a fresh one; the caller never sees the difference. Idle servers are kept per
-executable, at most `MAX_IDLE` in all (least recently used first out), ended and reaped
+program, at most `MAX_IDLE` in all (least recently used first out), ended and reaped
 when the interpreter exits (also a multiprocessing worker's exit); a forked Python process
 (pytest workers, the fuzzer's fork server) starts its own and never touches its parent's.
 The server also maps each launch's fiber stacks before forking it (src/launch.cpp), kept
@@ -57,7 +59,7 @@ class ServerError(Exception):
 
 
 class _Server:
-    """One `kernel.bin --serve` process and its pipes. Used by one launch at a time."""
+    """One `PROGRAM --serve` process and its pipes. Used by one launch at a time."""
 
     def __init__(self, exe: Path):
         self.exe = exe
@@ -96,13 +98,14 @@ class _Server:
         self.stderr.seek(0)
         return self.stderr.read().decode(errors="replace").strip()[-2000:]
 
-    def launch(self, job: str, kernel: str, result: str, timeout: float) -> Outcome:
-        if any(c in part for part in (job, kernel, result) for c in "\t\n"):
+    def launch(self, library: str, job: str, kernel: str, result: str,
+               timeout: float) -> Outcome:
+        if any(c in part for part in (library, job, kernel, result) for c in "\t\n"):
             raise ServerError("a path or kernel name holds a tab or newline")
         start = self.stderr.seek(0, os.SEEK_END)
         deadline = time.monotonic() + timeout
         try:
-            self.proc.stdin.write(f"{job}\t{kernel}\t{result}\n".encode())
+            self.proc.stdin.write(f"{library}\t{job}\t{kernel}\t{result}\n".encode())
         except OSError as err:
             said = self._said()
             raise ServerError(f"launch server of {self.exe.name}: {err}"
@@ -181,12 +184,15 @@ def _give_back(server: _Server) -> None:
         s.close()
 
 
-def launch(exe: Path, job: str, kernel: str, result: str, timeout: float) -> Outcome:
-    """Run one launch of `exe` on a launch server (see the module docstring)."""
+def launch(program: Path, library: str, job: str, kernel: str, result: str,
+           timeout: float) -> Outcome:
+    """Run one launch of `kernel` from `library` (a kernel's shared object; "" when
+    `program` is the kernel's executable) on a server of `program` (see the module
+    docstring)."""
     for attempt in (0, 1):
-        server = _take(exe)
+        server = _take(program)
         try:
-            outcome = server.launch(job, kernel, result, timeout)
+            outcome = server.launch(library, job, kernel, result, timeout)
         except LaunchTimeout:
             if server.proc.returncode is None:
                 _give_back(server)   # it reaped the killed launch: in step, reusable

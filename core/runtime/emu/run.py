@@ -1,9 +1,9 @@
 """`run_msl`: run an MSL compute kernel on the CPU and check it.
 
 The public entry point of the emulator (docs/architecture.md, "Public interfaces"). One call:
-translate the MSL (translate.py), build or fetch the executable (build.py), write the
-launch and the buffers to a shared job file (job.py), run the launch in a child process
-under a watchdog (forked by the executable's launch server, launch_server.py), then copy
+translate the MSL (translate.py), build or fetch the kernel's library (build.py), write
+the launch and the buffers to a shared job file (job.py), run the launch in a child process
+under a watchdog (forked by a launch server, launch_server.py), then copy
 the buffers back in place and return the findings (with MSL lines) and the counters. The
 kernel always runs in a child process, so a kernel that crashes or hangs never takes the
 caller down: the caller gets a `KernelCrashError` or `KernelTimeoutError` naming the
@@ -303,7 +303,7 @@ def _run_launch(exe, sig, translation, views, grid3, tg3, kernel_name, schedule,
     result_path = job.path + ".result.json"
     try:
         try:
-            outcome = _launch(exe.path, job.path, kernel_name, result_path, timeout)
+            outcome = _launch(exe, job.path, kernel_name, result_path, timeout)
         except (subprocess.TimeoutExpired, launch_server.LaunchTimeout):
             raise KernelTimeoutError(
                 f"did not finish within {timeout:g} s (watchdog); an endless loop, or a "
@@ -346,14 +346,17 @@ def _check_constants(sig, translation: Translation, source: str) -> None:
             kernel=sig.name, line=c.line, source_line=source_line(source, c.line))
 
 
-def _launch(exe: Path, job: str, kernel: str, result: str,
+def _launch(exe, job: str, kernel: str, result: str,
             timeout: float) -> launch_server.Outcome:
-    """Run one launch in a child process: forked by the executable's launch server on the
-    host, a process of its own under another CPU's emulator (cross.py)."""
+    """Run one launch in a child process: forked by the launch host with the kernel's
+    shared object, or by the kernel executable's own launch server, on this CPU; a process
+    of its own under another CPU's emulator (cross.py)."""
+    if exe.host is not None:
+        return launch_server.launch(exe.host, str(exe.path), job, kernel, result, timeout)
     prefix = cross.run_prefix()
     if not prefix:
-        return launch_server.launch(exe, job, kernel, result, timeout)
-    proc = subprocess.run([*prefix, str(exe), job, kernel, result], capture_output=True,
+        return launch_server.launch(exe.path, "", job, kernel, result, timeout)
+    proc = subprocess.run([*prefix, str(exe.path), job, kernel, result], capture_output=True,
                           text=True, timeout=timeout)
     return launch_server.Outcome(proc.returncode, proc.stderr)
 

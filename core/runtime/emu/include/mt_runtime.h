@@ -136,7 +136,9 @@ struct __mt_kernel_desc {
   uint32_t nparams;
   const __mt_param_desc* params;
 };
-extern const __mt_kernel_desc __mt_kernels[];
-extern const uint32_t __mt_kernel_count;
+// Exported by name (kernels are compiled with hidden visibility): the launch host finds a
+// kernel library's table with dlsym (src/entry/host.cpp).
+extern __attribute__((visibility("default"))) const __mt_kernel_desc __mt_kernels[];
+extern __attribute__((visibility("default"))) const uint32_t __mt_kernel_count;
 
 }  // extern "C"

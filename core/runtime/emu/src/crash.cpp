@@ -54,7 +54,7 @@ void crash_handler(int sig, siginfo_t* info, void* uctx) {
   int n = snprintf(buf, sizeof buf,
                    "{\"status\":\"crash\",\"message\":\"%s%s\",\"pc\":%" PRIuPTR
                    ",\"address\":%" PRIuPTR ",\"group\":%" PRIu64 ",\"thread\":%d}\n",
-                   what, overflow ? ": fiber stack overflow (large local arrays?)" : "", pc, addr,
+                   what, overflow ? ": fiber stack overflow (large local arrays?)" : "", file_pc(pc), addr,
                    w ? w->group : 0, w && w->current ? int(w->current->tid) : -1);
   write_report(buf, size_t(n));
   _exit(4);
@@ -101,7 +101,7 @@ extern "C" [[noreturn]] void __ubsan_handle_out_of_bounds_abort(void* data, void
   int n = snprintf(buf, sizeof buf,
                    "{\"status\":\"bounds\",\"message\":\"%s\",\"pc\":%" PRIuPTR
                    ",\"group\":%" PRIu64 ",\"thread\":%d}\n",
-                   detail, reinterpret_cast<uintptr_t>(__builtin_return_address(0)),
+                   detail, file_pc(reinterpret_cast<uintptr_t>(__builtin_return_address(0))),
                    w ? w->group : 0, w && w->current ? int(w->current->tid) : -1);
   write_report(buf, size_t(n));
   _exit(4);

@@ -1,17 +1,22 @@
-// launch.cpp: one dispatch, from the job file to the result.
+// launch.cpp: one dispatch, from the job file to the result, and the launch server.
 //
-// Built once per toolchain WITHOUT instrumentation, with the other files of src/, and
-// linked into every kernel binary. run.py runs it in one of two ways:
-//   `kernel.bin JOB KERNEL RESULT`: one launch, then exit;
-//   `kernel.bin --serve`: a launch server (core/runtime/emu/launch_server.py). It reads
-//           one request per line on stdin, `JOB<TAB>KERNEL<TAB>RESULT`, forks a child
-//           that runs that launch exactly as the one-launch form would, writes
-//           `pid PID` on stdout as the child starts and `exit CODE` or `signal SIG`
-//           when it ends. The server itself never runs a kernel: every launch starts
-//           from the state the program had before its first one (nothing carries over
-//           between launches), a crash or a hang ends only that child, and the exec,
-//           the dynamic loading and the C++ runtime's start are paid once per server.
-// The arguments:
+// Built once per toolchain WITHOUT instrumentation, with the other files of src/. Two
+// programs are made of these objects, each with its own `main` (src/entry/):
+//   the launch host (entry/host.cpp, Linux): built once, holding no kernel; every kernel
+//           is a shared object it loads (build.py links each kernel's object into one);
+//   a kernel executable (entry/executable.cpp: the kernel linked in, `kernel.bin`), where
+//           the host is not used (another CPU under qemu-user, macOS).
+// Either runs as `PROGRAM --serve`, a launch server (core/runtime/emu/launch_server.py). It
+// reads one request per line on stdin, `LIBRARY<TAB>JOB<TAB>KERNEL<TAB>RESULT`, forks a
+// child that runs that launch, writes `pid PID` on stdout as the child starts and `exit
+// CODE` or `signal SIG` when it ends. The server itself never runs a kernel: every launch
+// starts from the state the program had before its first one (nothing carries over
+// between launches), a crash or a hang ends only that child, and the exec, the dynamic
+// loading and the C++ runtime's start are paid once per server. A kernel executable also
+// runs one launch and exits as `kernel.bin JOB KERNEL RESULT` (under qemu-user).
+// The request's fields:
+//   LIBRARY the kernel's shared object for the host (entry/host.cpp: how and when it is
+//           loaded); empty for a kernel executable, which holds its kernels;
 //   JOB     a file (job.py writes it; layout in job.h) holding the launch header and every
 //           buffer, mapped shared so the caller sees the kernel's writes;
 //   KERNEL  the kernel function to launch (the launcher's __mt_kernels table);
@@ -36,6 +41,11 @@ namespace mt {
 
 Launch g_launch;
 std::vector<Worker*> g_workers;
+KernelLibrary g_library;
+
+uintptr_t file_pc(uintptr_t pc) {
+  return pc >= g_library.lo && pc < g_library.hi ? pc - g_library.bias : 0;
+}
 
 // Zeroed shadow memory, mapped lazily. Large maps ask for transparent huge pages: a
 // checked run touches much of the shadow of the buffers it reads, and 2 MiB pages turn
@@ -56,10 +66,6 @@ void* map_shadow(size_t bytes, bool touched_first_by_reads) {
   return p;
 }
 
-}  // namespace mt
-
-using namespace mt;
-
 // ---------------------------------------------------------------------------------------
 
 namespace {
@@ -71,9 +77,13 @@ uint32_t launch_workers(const JobHeader& job) {
   return n ? n : 1;
 }
 
-// One launch: the job file `job_path`, the kernel `kernel`, the result document
-// `result_path`. Returns the exit status (launch errors and crashes exit from inside).
-int run_launch(const char* job_path, const char* kernel, const char* result_path) {
+}  // namespace
+
+// One launch: the kernels of `library` (entry/: open_library), the job file `job_path`,
+// the kernel `kernel`, the result document `result_path`. Returns the exit status (launch
+// errors and crashes exit from inside).
+int run_launch(const char* library, const char* job_path, const char* kernel,
+               const char* result_path) {
   // Opened first and kept: every report (results, launch errors, crashes) goes through
   // this descriptor, since the sandbox lets the kernel open no file.
   g_result_fd = open(result_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -82,6 +92,10 @@ int run_launch(const char* job_path, const char* kernel, const char* result_path
     _exit(5);
   }
   install_crash_handlers();
+  // Before the job and the sandbox: a library that cannot be loaded is a launch error, and
+  // its static initializers run under the whole program's filter (sandbox.cpp).
+  std::string error;
+  if (!open_library(library, &g_library, &error)) fail_launch("%s", error.c_str());
 
   int fd = open(job_path, O_RDWR);
   if (fd < 0) fail_launch("cannot open job file %s", job_path);
@@ -96,8 +110,8 @@ int run_launch(const char* job_path, const char* kernel, const char* result_path
   g_launch.job = job;
   if (memcmp(job->magic, kJobMagic, 8) != 0) fail_launch("job file has a wrong format version");
 
-  for (uint32_t k = 0; k < __mt_kernel_count; ++k)
-    if (strcmp(__mt_kernels[k].name, kernel) == 0) g_launch.kernel = &__mt_kernels[k];
+  for (uint32_t k = 0; k < g_library.count; ++k)
+    if (strcmp(g_library.kernels[k].name, kernel) == 0) g_launch.kernel = &g_library.kernels[k];
   if (!g_launch.kernel) fail_launch("no kernel function named '%s' in the MSL source", kernel);
 
   const __mt_kernel_desc* kd = g_launch.kernel;
@@ -154,6 +168,8 @@ int run_launch(const char* job_path, const char* kernel, const char* result_path
   write_results();
   return 0;
 }
+
+namespace {
 
 // Writes all of `text` to `fd` (the server's replies; no stdio buffer to inherit).
 bool write_all(int fd, const char* text, size_t n) {
@@ -214,6 +230,8 @@ void prepare_for(const char* job_path) {
   prepare_stacks(workers, uint32_t(threads), job.stack_bytes);
 }
 
+}  // namespace
+
 // The launch server (see the top of this file). Requests are read a byte at a time, so
 // nothing past a request's newline is consumed before the child that runs it is forked.
 int serve() {
@@ -237,14 +255,23 @@ int serve() {
       if (c == '\n') break;
       line += c;
     }
-    size_t t1 = line.find('\t'), t2 = t1 == std::string::npos ? t1 : line.find('\t', t1 + 1);
-    if (t2 == std::string::npos) {
+    // LIBRARY, JOB, KERNEL, RESULT: the three tabs
+    size_t tab[3], at = 0;
+    int found = 0;
+    for (; found < 3; ++found, ++at)
+      if ((tab[found] = at = line.find('\t', at)) == std::string::npos) break;
+    if (found < 3) {
       static const char bad[] = "error malformed request\n";
       if (!write_all(1, bad, sizeof bad - 1)) return 1;
       continue;
     }
-    line[t1] = line[t2] = '\0';
-    prepare_for(line.c_str());
+    for (size_t t : tab) line[t] = '\0';
+    const char* library = line.c_str();
+    const char* job = library + tab[0] + 1;
+    const char* kernel = library + tab[1] + 1;
+    const char* result = library + tab[2] + 1;
+    prepare_for(job);
+    prepare_library(library);
     pid_t pid = fork();
     if (pid == 0) {
 #ifdef __linux__
@@ -259,7 +286,7 @@ int serve() {
         dup2(null, 1);
         if (null > 2) close(null);
       }
-      exit(run_launch(line.c_str(), line.c_str() + t1 + 1, line.c_str() + t2 + 1));
+      exit(run_launch(library, job, kernel, result));
     }
     char reply[64];
     int n = pid < 0 ? snprintf(reply, sizeof reply, "error fork failed: errno %d\n", errno)
@@ -274,13 +301,4 @@ int serve() {
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (argc == 2 && strcmp(argv[1], "--serve") == 0) return serve();
-  if (argc != 4) {
-    fprintf(stderr, "usage: %s JOB KERNEL RESULT | %s --serve\n", argv[0], argv[0]);
-    return 2;
-  }
-  return run_launch(argv[1], argv[2], argv[3]);
-}
+}  // namespace mt

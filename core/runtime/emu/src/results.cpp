@@ -198,7 +198,8 @@ void write_results() {
     else fputs("null", out);
     fprintf(out, ",\"space\":\"%s\",\"buffer\":%d,\"offset\":%" PRIu64
                  ",\"pc\":%" PRIuPTR ",\"other_pc\":%" PRIuPTR ",\"count\":%" PRIu64 ",\"detail\":",
-            f.device ? "device" : "threadgroup", f.buffer, f.offset, f.pc, f.other_pc, f.count);
+            f.device ? "device" : "threadgroup", f.buffer, f.offset, file_pc(f.pc),
+            file_pc(f.other_pc), f.count);
     json_string(out, f.detail);
     fputc('}', out);
   }

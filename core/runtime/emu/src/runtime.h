@@ -3,7 +3,8 @@
 // One launch (Launch, g_launch: the job, the kernel, buffers and the device shadow), one
 // worker per OS thread (Worker: the fibers of its current threadgroup, their arena and
 // shadow, its findings and counters), and the functions one file of src/ calls in another.
-// Every file is compiled without instrumentation (build.py) and linked into each kernel.
+// Every file is compiled without instrumentation (build.py) and linked into the launch
+// host and each kernel executable (launch.cpp).
 #pragma once
 
 #include <fcntl.h>
@@ -229,10 +230,31 @@ void install_crash_handlers();
 
 // sandbox.cpp
 extern int g_result_fd;                      // the launch's result file, opened first
+extern bool g_loading_library;               // a launch loading its kernel library (entry/host.cpp)
 void write_report(const char* text, size_t n);   // replaces the result file's content
 void enter_sandbox();                        // before any kernel code runs
 
 // launch.cpp
 void* map_shadow(size_t bytes, bool touched_first_by_reads = false);
+int run_launch(const char* library, const char* job_path, const char* kernel,
+               const char* result_path);
+int serve();
+
+// The kernels a launch can run: the launcher's table (launcher.py) in the file that holds
+// them, and where that file's code is mapped, so a report gives each pc as the symbolizer
+// reads the file (`pc - bias`; 0 for a pc outside it: the runtime's, the C library's).
+struct KernelLibrary {
+  const __mt_kernel_desc* kernels = nullptr;
+  uint32_t count = 0;
+  uintptr_t bias = 0, lo = 0, hi = UINTPTR_MAX;
+};
+extern KernelLibrary g_library;
+uintptr_t file_pc(uintptr_t pc);   // launch.cpp
+
+// entry/host.cpp or entry/executable.cpp, whichever the program is built with:
+// prepare_library(path) runs in the server before it forks the launch of `path`'s kernels;
+// open_library(path, ...) in the launch, before its job is read and the sandbox entered.
+void prepare_library(const char* path);
+bool open_library(const char* path, KernelLibrary* library, std::string* error);
 
 }  // namespace mt

@@ -40,6 +40,7 @@
 namespace mt {
 
 int g_result_fd = -1;
+bool g_loading_library = false;
 
 // A whole report replaces whatever the result file held (async-signal-safe: the crash
 // handlers call it).
@@ -123,11 +124,14 @@ void refused(int, siginfo_t* info, void*) {
   const long nr = info->si_syscall;
   Worker* w = t_worker;
   const char* name = syscall_name(nr);
-  if (g_result_fd < 0) {  // no launch yet: the kernel's static initializers
-    int n = snprintf(buf, sizeof buf,
-                     "the emulator's sandbox refused system call %s%snumber %ld%s before any "
-                     "launch (a static initializer of the MSL source): MSL kernels cannot "
-                     "reach the host\n", name, *name ? " (" : "", nr, *name ? ")" : "");
+  if (g_result_fd < 0 || g_loading_library) {  // no launch yet: the kernel's static initializers
+    const char* format_ = g_result_fd < 0
+        ? "the emulator's sandbox refused system call %s%snumber %ld%s before any launch (a "
+          "static initializer of the MSL source): MSL kernels cannot reach the host\n"
+        : "{\"status\":\"crash\",\"message\":\"the emulator's sandbox refused system call "
+          "%s%snumber %ld%s before any launch (a static initializer of the MSL source): MSL "
+          "kernels cannot reach the host\",\"pc\":0,\"address\":0,\"group\":0,\"thread\":-1}\n";
+    int n = snprintf(buf, sizeof buf, format_, name, *name ? " (" : "", nr, *name ? ")" : "");
     write_report(buf, size_t(n));
     _exit(4);
   }
@@ -136,7 +140,7 @@ void refused(int, siginfo_t* info, void*) {
                    "call %s%snumber %ld%s: MSL kernels cannot reach the host\",\"pc\":%" PRIuPTR
                    ",\"address\":0,\"group\":%" PRIu64 ",\"thread\":%d}\n",
                    name, *name ? " (" : "", nr, *name ? ")" : "",
-                   reinterpret_cast<uintptr_t>(info->si_call_addr),
+                   file_pc(reinterpret_cast<uintptr_t>(info->si_call_addr)),
                    w ? w->group : 0, w && w->current ? int(w->current->tid) : -1);
   write_report(buf, size_t(n));
   _exit(4);

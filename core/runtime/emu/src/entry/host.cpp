@@ -1,0 +1,127 @@
+// entry/host.cpp: `main` of the launch host (launch.cpp), the one program that runs every
+// kernel of a process on Linux.
+//
+//   launch-host --serve   a launch server; each request names the kernel's shared object.
+//
+// The host is the runtime with no kernel in it, built once and linked with the C and C++
+// libraries, exporting every symbol it defines (-rdynamic). A kernel is its own small
+// shared object (build.py): its translation unit and launcher, no library on its link
+// line, its undefined symbols (the checker's hooks, the runtime's functions, the math
+// library and the few C++ ABI functions of admission.PROVIDED) bound to the host's when it
+// is loaded (RTLD_NOW: all at once, none later inside the sandbox; RTLD_LOCAL: one
+// kernel's symbols never bind another's).
+//
+// Where it is loaded (LOAD_IN_LAUNCH): METALTILE_EMU_HOST_LOAD=launch loads it in each
+// launch child, after the fork; otherwise the host loads it before forking and keeps it
+// (the last kMaxLoaded libraries), so the children start with it mapped and bound.
+
+#include <dlfcn.h>
+#include <link.h>
+
+#include "../runtime.h"
+
+namespace mt {
+namespace {
+
+constexpr size_t kMaxLoaded = 64;
+
+struct Loaded {
+  std::string path;
+  void* handle;
+  KernelLibrary library;
+};
+std::vector<Loaded> g_loaded;  // least recently used first
+
+bool load_in_launch() {
+  const char* v = getenv("METALTILE_EMU_HOST_LOAD");
+  return v && strcmp(v, "launch") == 0;
+}
+
+struct Extent {
+  uintptr_t bias, lo, hi;
+};
+
+// The address range of the loaded object whose load bias is `bias` (its PT_LOAD segments).
+int find_extent(dl_phdr_info* info, size_t, void* data) {
+  Extent* e = static_cast<Extent*>(data);
+  if (info->dlpi_addr != e->bias || !info->dlpi_name || !*info->dlpi_name) return 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD) continue;
+    e->lo = std::min<uintptr_t>(e->lo, e->bias + ph.p_vaddr);
+    e->hi = std::max<uintptr_t>(e->hi, e->bias + ph.p_vaddr + ph.p_memsz);
+  }
+  return 1;
+}
+
+bool load(const char* path, Loaded* out, std::string* error) {
+  void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    const char* why = dlerror();
+    *error = format("cannot load the kernel library %s: %s", path, why ? why : "dlopen failed");
+    return false;
+  }
+  const auto* kernels = static_cast<const __mt_kernel_desc*>(dlsym(handle, "__mt_kernels"));
+  const auto* count = static_cast<const uint32_t*>(dlsym(handle, "__mt_kernel_count"));
+  link_map* map = nullptr;
+  if (!kernels || !count || dlinfo(handle, RTLD_DI_LINKMAP, &map) != 0 || !map) {
+    *error = format("the kernel library %s has no launcher table (__mt_kernels)", path);
+    dlclose(handle);
+    return false;
+  }
+  Extent extent{map->l_addr, UINTPTR_MAX, 0};
+  dl_iterate_phdr(find_extent, &extent);
+  out->path = path;
+  out->handle = handle;
+  out->library.kernels = kernels;
+  out->library.count = *count;
+  out->library.bias = extent.bias;
+  out->library.lo = extent.lo;
+  out->library.hi = extent.hi;
+  return true;
+}
+
+}  // namespace
+
+void prepare_library(const char* path) {
+  if (load_in_launch() || !*path) return;
+  for (size_t i = 0; i < g_loaded.size(); ++i)
+    if (g_loaded[i].path == path) {  // most recently used: to the end
+      std::rotate(g_loaded.begin() + i, g_loaded.begin() + i + 1, g_loaded.end());
+      return;
+    }
+  Loaded loaded;
+  std::string error;
+  if (!load(path, &loaded, &error)) return;  // the launch tries again and reports it
+  if (g_loaded.size() >= kMaxLoaded) {
+    dlclose(g_loaded.front().handle);
+    g_loaded.erase(g_loaded.begin());
+  }
+  g_loaded.push_back(std::move(loaded));
+}
+
+bool open_library(const char* path, KernelLibrary* library, std::string* error) {
+  if (!*path) {
+    *error = "the launch host holds no kernel: the request names no kernel library";
+    return false;
+  }
+  for (const Loaded& l : g_loaded)
+    if (l.path == path) {
+      *library = l.library;
+      return true;
+    }
+  Loaded loaded;
+  g_loading_library = true;  // a refused system call now is a static initializer's
+  const bool ok = load(path, &loaded, error);
+  g_loading_library = false;
+  if (ok) *library = loaded.library;
+  return ok;
+}
+
+}  // namespace mt
+
+int main(int argc, char** argv) {
+  if (argc == 2 && strcmp(argv[1], "--serve") == 0) return mt::serve();
+  fprintf(stderr, "usage: %s --serve\n", argv[0]);
+  return 2;
+}
