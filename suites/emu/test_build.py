@@ -73,7 +73,9 @@ def test_cached_build_is_reused(tmp_path, monkeypatch):
     # (the next test builds everything cold).
     (tmp_path / "emu").mkdir()
     shared_builder = build.default_builder()
-    for shared in (*shared_builder.runtime_objects(), shared_builder.precompiled_header(True),
+    for shared in (*shared_builder.runtime_objects(build.HOST_ENTRY),
+                   *shared_builder.runtime_objects(build.EXECUTABLE_ENTRY)[-1:],
+                   shared_builder.precompiled_header(True),
                    shared_builder.precompiled_header(False)):
         shutil.copy(shared, tmp_path / "emu" / shared.name)
     monkeypatch.setenv("METALTILE_CACHE", str(tmp_path))
@@ -83,7 +85,10 @@ def test_cached_build_is_reused(tmp_path, monkeypatch):
     stamp = first.path.stat().st_mtime_ns
     again = build.Builder().build(tr)  # a fresh builder (new process) finds it on disk
     assert again.path == first.path and again.path.stat().st_mtime_ns == stamp
-    assert len(list(tmp_path.glob("emu/kernel-*.bin"))) == 1
+    # a shared object for the launch host, else an executable (Builder.loads_libraries)
+    assert first.path.suffix == (".so" if builder.loads_libraries() else ".bin")
+    assert (first.host is not None) == builder.loads_libraries()
+    assert len(list(tmp_path.glob("emu/kernel-*"))) == 1
     assert len(list(tmp_path.glob("emu/*.pch"))) == 2  # the copied ones were used
 
 
@@ -103,7 +108,9 @@ def test_two_processes_building_the_same_kernel_both_succeed(tmp_path):
     # objects (built by the same atomic code as the headers, ~5 s of clang -O2 each) come
     # from the current cache.
     (tmp_path / "emu").mkdir()
-    for shared in build.default_builder().runtime_objects():
+    copied = {*build.default_builder().runtime_objects(build.HOST_ENTRY),
+              *build.default_builder().runtime_objects(build.EXECUTABLE_ENTRY)}
+    for shared in copied:
         shutil.copy(shared, tmp_path / "emu" / shared.name)
     # The children build for the same target as this process (the arm64 tox env sets one).
     env = {"METALTILE_CACHE": str(tmp_path), "PYTHONPATH": str(REPO),
@@ -118,7 +125,7 @@ def test_two_processes_building_the_same_kernel_both_succeed(tmp_path):
     assert all(o[0].strip() == "ok" for o in outs)
     assert not list(tmp_path.glob("emu/*.tmp")), "temporary build files left behind"
     assert len(list(tmp_path.glob("emu/*.pch"))) == 2 and len(list(tmp_path.glob("emu/kernel-*")))
-    assert len(list(tmp_path.glob("emu/runtime-*.o"))) == len(build.RUNTIME_UNITS)  # copies used
+    assert len(list(tmp_path.glob("emu/runtime-*.o"))) == len(copied)  # copies used
 
 
 def test_c_style_vector_cast_is_rejected_with_advice():

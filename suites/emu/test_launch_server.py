@@ -1,11 +1,13 @@
-"""Launch servers (core/runtime/emu/launch_server.py): one process per executable forks
-every launch, so nothing of one launch reaches the next.
+"""Launch servers (core/runtime/emu/launch_server.py): a long-lived process forks every
+launch, so nothing of one launch reaches the next.
 
 Each library below holds a clean kernel and one with a defect (a race, an uninitialized
-threadgroup read, an out-of-bounds access, a crash, a hang): one executable, so one
+threadgroup read, an out-of-bounds access, a crash, a hang): one kernel library, so one
 server runs them all. Every result must equal that of the same launch on a server that
 has run nothing before (a fresh process): same findings (kind, buffer, line, thread,
-count), same counters, same outputs, in either order."""
+count), same counters, same outputs, in either order. Both ways a kernel is run are
+tested: a shared object loaded by the launch host (Linux), and the kernel's own
+executable (another CPU, macOS; build.LAUNCH_HOST off)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import numpy as np
 import pytest
 
 from core.errors import KernelCrashError, KernelTimeoutError
-from core.runtime.emu import cross, launch_server
+from core.runtime.emu import build, cross, launch_server
 from emucase import clean, line_of, run
 
 pytestmark = pytest.mark.skipif(
@@ -89,10 +91,14 @@ def _fresh(kernel: str) -> tuple[list, dict, np.ndarray]:
     return _launch(kernel)
 
 
-@pytest.fixture(autouse=True)
-def _own_servers():
+@pytest.fixture(autouse=True, params=["host", "executable"])
+def program(request, monkeypatch):
+    """How kernels run (build.Builder.loads_libraries), on servers of this test's own."""
+    monkeypatch.setattr(build, "LAUNCH_HOST", request.param == "host")
+    if request.param == "host" and not build.Builder.loads_libraries():
+        pytest.skip("the launch host runs on Linux only")
     launch_server.shutdown()
-    yield
+    yield request.param
     launch_server.shutdown()
 
 
@@ -141,7 +147,7 @@ def test_a_crash_ends_only_its_launch():
 
 
 def test_a_server_failing_twice_is_a_crash_error_naming_the_kernel(monkeypatch):
-    def broken(self, job, kernel, result, timeout):
+    def broken(self, library, job, kernel, result, timeout):
         raise launch_server.ServerError(f"launch server of {self.exe.name} answered 'bye'")
 
     monkeypatch.setattr(launch_server._Server, "launch", broken)
@@ -158,7 +164,9 @@ def test_a_hang_is_killed_and_the_next_launch_runs():
     assert findings == [] and y[0] == 64.0
 
 
-def test_idle_servers_are_bounded_least_recently_used_first(monkeypatch):
+def test_idle_servers_are_bounded_least_recently_used_first(monkeypatch, program):
+    if program == "host":
+        pytest.skip("one launch host serves every kernel library")
     monkeypatch.setattr(launch_server, "MAX_IDLE", 1)
     _launch("clean_copy")
     first = _only_server()
@@ -168,6 +176,44 @@ def test_idle_servers_are_bounded_least_recently_used_first(monkeypatch):
     assert np.all(y == 2.0)
     assert launch_server.idle_servers() == 1 and _only_server() is not first
     assert first.proc.poll() is not None  # ended and reaped: no zombie left behind
+
+
+OTHERS = [CLEAN.replace("+ 1.0f", f"+ {k}.0f") for k in (2, 3)]
+
+
+def test_one_host_serves_every_library_each_launch_as_in_a_fresh_process(program):
+    # Libraries loaded one after another (and again) in one host: each launch runs its own
+    # library's kernel with that library's own state, as on a server that ran nothing.
+    if program != "host":
+        pytest.skip("a kernel executable serves its own kernels only")
+    expected = _fresh("racy")
+    launch_server.shutdown()
+    for source, add in ((OTHERS[0], 2.0), (LIBRARY, 1.0), (OTHERS[1], 3.0), (OTHERS[0], 2.0)):
+        y = np.zeros(64, np.float32)
+        clean(source, "clean_copy", 1, 64, np.arange(64, dtype=np.float32), y)
+        np.testing.assert_array_equal(y, np.arange(64)[::-1] + add)
+        assert launch_server.idle_servers() == 1
+    findings, stats, _ = _launch("racy")
+    assert findings == expected[0] and stats == expected[1]
+    assert launch_server.idle_servers() == 1
+
+
+def test_a_library_the_host_cannot_load_is_a_launch_error_naming_it(program, tmp_path):
+    if program != "host":
+        pytest.skip("the launch host's libraries")
+    from core.runtime.emu import job as jobfile
+    exe = build.default_builder().launch_host()
+    job = jobfile.write_job((1, 1, 1), (1, 1, 1), [], schedule="forward", checks=0, seed=0,
+                            workers=1, stack_bytes=65536, max_findings=1, barrier_off=0)
+    result = tmp_path / "result.json"
+    try:
+        outcome = launch_server.launch(exe, str(tmp_path / "missing.so"), job.path, "k",
+                                       str(result), 30)
+    finally:
+        job.release()
+    assert outcome.returncode == 3
+    report = result.read_text()
+    assert "cannot load the kernel library" in report and "missing.so" in report
 
 
 def test_shutdown_ends_and_reaps_every_server():

@@ -15,7 +15,7 @@ the child's `Outcome` (exit status or signal, and what it wrote on stderr), or r
 `LaunchTimeout` after killing the child when it ran past `timeout` seconds. A server
 that misbehaves (died, protocol out of step) is discarded and the launch is retried once
 on a fresh one; the caller never sees the difference. Idle servers are kept per
-program, at most `MAX_IDLE` in all (least recently used first out), ended and reaped
+program and emulator settings (`METALTILE_EMU_*` variables, read when a server starts), at most `MAX_IDLE` in all (least recently used first out), ended and reaped
 when the interpreter exits (also a multiprocessing worker's exit); a forked Python process
 (pytest workers, the fuzzer's fork server) starts its own and never touches its parent's.
 The server also maps each launch's fiber stacks before forking it (src/launch.cpp), kept
@@ -64,6 +64,7 @@ class _Server:
     def __init__(self, exe: Path):
         self.exe = exe
         self.owner = os.getpid()
+        self.environment = _environment()
         # stderr goes to a file: the children inherit it, and a crash's message is read
         # back from where the launch started writing.
         self.stderr = tempfile.TemporaryFile(prefix="metaltile-server-")
@@ -168,10 +169,17 @@ def _take(exe: Path) -> _Server:
         multiprocessing.util.Finalize(None, shutdown, exitpriority=0)
     with _lock:
         for key, (path, server) in reversed(_idle.items()):
-            if path == exe and server.owner == os.getpid():
+            if path == exe and server.owner == os.getpid() \
+                    and server.environment == _environment():
                 del _idle[key]
                 return server
     return _Server(exe)
+
+
+def _environment() -> tuple:
+    """The emulator's settings in this process's environment (METALTILE_EMU_SANDBOX=off):
+    a server reads them when it starts, so one started under others is not reused."""
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("METALTILE_EMU_")))
 
 
 def _give_back(server: _Server) -> None:

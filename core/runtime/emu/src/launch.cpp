@@ -15,8 +15,8 @@
 // loading and the C++ runtime's start are paid once per server. A kernel executable also
 // runs one launch and exits as `kernel.bin JOB KERNEL RESULT` (under qemu-user).
 // The request's fields:
-//   LIBRARY the kernel's shared object for the host (entry/host.cpp: how and when it is
-//           loaded); empty for a kernel executable, which holds its kernels;
+//   LIBRARY the kernel's shared object, which the launch child loads (entry/host.cpp);
+//           empty for a kernel executable, which holds its kernels;
 //   JOB     a file (job.py writes it; layout in job.h) holding the launch header and every
 //           buffer, mapped shared so the caller sees the kernel's writes;
 //   KERNEL  the kernel function to launch (the launcher's __mt_kernels table);
@@ -271,7 +271,6 @@ int serve() {
     const char* kernel = library + tab[1] + 1;
     const char* result = library + tab[2] + 1;
     prepare_for(job);
-    prepare_library(library);
     pid_t pid = fork();
     if (pid == 0) {
 #ifdef __linux__

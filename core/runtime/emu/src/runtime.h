@@ -251,10 +251,8 @@ struct KernelLibrary {
 extern KernelLibrary g_library;
 uintptr_t file_pc(uintptr_t pc);   // launch.cpp
 
-// entry/host.cpp or entry/executable.cpp, whichever the program is built with:
-// prepare_library(path) runs in the server before it forks the launch of `path`'s kernels;
-// open_library(path, ...) in the launch, before its job is read and the sandbox entered.
-void prepare_library(const char* path);
+// entry/host.cpp or entry/executable.cpp, whichever the program is built with: the kernels
+// of `path` for a launch, before its job is read and the sandbox entered.
 bool open_library(const char* path, KernelLibrary* library, std::string* error);
 
 }  // namespace mt

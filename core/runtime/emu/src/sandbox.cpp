@@ -124,13 +124,13 @@ void refused(int, siginfo_t* info, void*) {
   const long nr = info->si_syscall;
   Worker* w = t_worker;
   const char* name = syscall_name(nr);
-  if (g_result_fd < 0 || g_loading_library) {  // no launch yet: the kernel's static initializers
+  if (g_result_fd < 0 || g_loading_library) {  // the kernel's static initializers
     const char* format_ = g_result_fd < 0
         ? "the emulator's sandbox refused system call %s%snumber %ld%s before any launch (a "
           "static initializer of the MSL source): MSL kernels cannot reach the host\n"
         : "{\"status\":\"crash\",\"message\":\"the emulator's sandbox refused system call "
-          "%s%snumber %ld%s before any launch (a static initializer of the MSL source): MSL "
-          "kernels cannot reach the host\",\"pc\":0,\"address\":0,\"group\":0,\"thread\":-1}\n";
+          "%s%snumber %ld%s while the kernel was loaded (a static initializer of the MSL "
+          "source): MSL kernels cannot reach the host\",\"pc\":0,\"address\":0,\"group\":0,\"thread\":-1}\n";
     int n = snprintf(buf, sizeof buf, format_, name, *name ? " (" : "", nr, *name ? ")" : "");
     write_report(buf, size_t(n));
     _exit(4);

@@ -12,8 +12,6 @@
 
 namespace mt {
 
-void prepare_library(const char*) {}
-
 bool open_library(const char* path, KernelLibrary* library, std::string* error) {
   if (*path) {
     *error = format("a kernel executable runs its own kernels, not those of %s", path);
