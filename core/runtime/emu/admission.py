@@ -15,7 +15,9 @@ rejects a kernel that declares `system` and calls it. Two checks keep that so he
    or one of the C and C++ runtime functions the shim headers call (`PROVIDED`: the math
    library, memory copies, the C++ ABI's guards and allocation). Anything else (a `system`,
    `fopen`, `std::system` reached through a header, `syscall`) is refused with the line
-   that names it. Text that evades check 1 cannot evade this one.
+   that names it. Text that evades check 1 cannot evade this one. These are the symbols
+   the kernel's shared object leaves for the launch host to bind when a launch loads it
+   (build.py, src/entry/host.cpp): the check runs on the object before it is linked.
 
 A kernel past both still runs inside the sandbox (src/sandbox.cpp, docs/emulator.md). The
 sandbox's tests switch these checks off (`ENFORCE = False`) to show the sandbox alone

@@ -12,7 +12,7 @@ Stages (exclusive: a stage inside another is not counted twice):
     shared       the runtime objects and precompiled headers (built once per cache)
     compile      clang compiling a kernel's translation unit
     symbols      the check of the kernel object's undefined symbols (admission.py)
-    link         linking the kernel executable
+    link         linking the kernel's shared object (or executable: build.py)
     launch       the launch itself: job file, launch server, the kernel's run, results
     symbolize    MSL lines of findings (llvm-symbolizer)
 

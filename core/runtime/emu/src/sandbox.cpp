@@ -6,11 +6,14 @@
 // with the caller's rights. Defence in depth, on Linux, with the kernel's seccomp filters
 // (no library: the BPF program is written out here, for x86-64 and arm64):
 //
-//   the whole executable, from before any of the kernel's static initializers run: a
-//     deny list (new programs, sockets, tracing, namespaces and mounts, kernel modules,
-//     io_uring, userfaultfd); the launch server itself needs files and fork;
-//   each launch child, once its job is mapped, its result file open and before any kernel
-//     code runs: an allow list of what the runtime needs (memory, threads of this
+//   the whole program (the launch host, or a kernel executable), from its start, so before
+//     any of a kernel's static initializers run (in a kernel executable at its start, under
+//     the host in the launch child that loads the kernel's shared object): a deny list (new
+//     programs, sockets, tracing, namespaces and mounts, kernel modules, io_uring,
+//     userfaultfd); the launch server itself needs files and fork, and the child's loading
+//     of a kernel needs files;
+//   each launch child, once its kernel is loaded, its job mapped and its result file open,
+//     before any of the kernel's functions runs: an allow list of what the runtime needs (memory, threads of this
 //     process, futexes, signals, clocks, reads and writes of descriptors it already
 //     holds). No open, no rename or unlink, no fork or exec, no new process: new threads
 //     only (clone with CLONE_THREAD; clone3 answers ENOSYS, so the C library falls back
@@ -191,8 +194,9 @@ void catch_refusals() {
   sigaction(SIGSYS, &sa, nullptr);
 }
 
-// Priority 101: before every constructor without one, so before the kernel's own static
-// initializers (the translation unit of the MSL source).
+// Priority 101: before every constructor without one, so, in a kernel executable, before
+// the kernel's own static initializers (the translation unit of the MSL source); the launch
+// host's kernels are loaded later, by its launch children.
 __attribute__((constructor(101))) void sandbox_executable() {
   if (sandbox_off()) return;
   catch_refusals();
