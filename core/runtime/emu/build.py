@@ -56,7 +56,8 @@ INCLUDE_DIR = HERE / "include"
 RUNTIME_DIR = HERE / "src"
 RUNTIME_UNITS = tuple(sorted(RUNTIME_DIR.glob("*.cpp")))  # one object each
 # The `main` of each program made of the runtime objects (src/launch.cpp).
-HOST_ENTRY, EXECUTABLE_ENTRY = RUNTIME_DIR / "entry" / "host.cpp", RUNTIME_DIR / "entry" / "executable.cpp"
+HOST_ENTRY = RUNTIME_DIR / "entry" / "host.cpp"
+EXECUTABLE_ENTRY = RUNTIME_DIR / "entry" / "executable.cpp"
 RUNTIME_SOURCES = (*RUNTIME_UNITS, HOST_ENTRY, EXECUTABLE_ENTRY,
                    *sorted(RUNTIME_DIR.glob("*.h")),
                    INCLUDE_DIR / "mt_runtime.h", INCLUDE_DIR / "mt_target.h")

@@ -14,10 +14,11 @@ Contract with run.py: `launch(program, library, job, kernel, result, timeout)` r
 the child's `Outcome` (exit status or signal, and what it wrote on stderr), or raises
 `LaunchTimeout` after killing the child when it ran past `timeout` seconds. A server
 that misbehaves (died, protocol out of step) is discarded and the launch is retried once
-on a fresh one; the caller never sees the difference. Idle servers are kept per
-program and emulator settings (`METALTILE_EMU_*` variables, read when a server starts), at most `MAX_IDLE` in all (least recently used first out), ended and reaped
-when the interpreter exits (also a multiprocessing worker's exit); a forked Python process
-(pytest workers, the fuzzer's fork server) starts its own and never touches its parent's.
+on a fresh one; the caller never sees the difference. Idle servers are kept per program
+and emulator settings (the `METALTILE_EMU_*` variables a server reads when it starts), at
+most `MAX_IDLE` in all (least recently used first out), ended and reaped when the
+interpreter exits (also a multiprocessing worker's exit); a forked Python process (pytest
+workers, the fuzzer's fork server) starts its own and never touches its parent's.
 The server also maps each launch's fiber stacks before forking it (src/launch.cpp), kept
 for the next launch of the same shape.
 """
