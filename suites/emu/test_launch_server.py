@@ -139,7 +139,10 @@ def test_a_clean_launch_after_a_defect_is_clean_as_in_a_fresh_process(defect):
 def test_a_crash_ends_only_its_launch():
     _launch("clean_copy")
     server = _only_server()
-    with pytest.raises(KernelCrashError, match=r"kernel 'wild'.*invalid memory access"):
+    # located on its MSL line: the pc, in the kernel's library, as the symbolizer reads it
+    line = line_of(LIBRARY, "y[tid] = *p;")
+    with pytest.raises(KernelCrashError, match=rf"kernel 'wild'.*invalid memory access "
+                                               rf"\(SIGSEGV\) at MSL line {line} in"):
         _launch("wild")
     assert _only_server() is server and server.proc.poll() is None
     findings, _, y = _launch("clean_copy")

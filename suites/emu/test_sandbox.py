@@ -5,7 +5,9 @@ host is left as it was. METALTILE_EMU_SANDBOX=off shows each kernel really does 
 test says it tries.
 
 These kernels are not MSL (MSL declares no `system` or `open`); they stand for one that got
-past the source checks, so those checks are switched off here where they exist."""
+past the source checks, so those checks are switched off here where they exist. Each test
+runs both ways a kernel is run: a shared object loaded by the launch host's launch child,
+and the kernel's own executable (build.LAUNCH_HOST off: qemu-user's and macOS's way)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import pytest
 
 from core.errors import KernelCrashError
 from core.runtime import emu
+from core.runtime.emu import build, launch_server
 from emucase import HEADER
 
 pytestmark = [
@@ -55,6 +58,14 @@ kernel void starts_a_program(device float* a [[buffer(0)]],
 """
 
 
+@pytest.fixture(autouse=True, params=["host", "executable"])
+def program(request, monkeypatch):
+    monkeypatch.setattr(build, "LAUNCH_HOST", request.param == "host")
+    launch_server.shutdown()
+    yield request.param
+    launch_server.shutdown()
+
+
 @pytest.fixture
 def unchecked_source(monkeypatch):
     """Let a kernel that is not MSL through to the build (the source and symbol checks
@@ -83,10 +94,14 @@ def test_a_kernel_reaching_the_host_is_stopped_and_named(source, kernel, refused
     assert not marker.exists()
 
 
-def test_a_static_initializer_is_stopped_before_any_launch(tmp_path, unchecked_source):
+def test_a_static_initializer_is_stopped_before_any_launch(tmp_path, unchecked_source,
+                                                           program):
     with pytest.raises(KernelCrashError, match=r"refused system call execve .*static "
-                                               r"initializer"):
+                                               r"initializer") as err:
         _run(STATIC, "starts_a_program", tmp_path / "program")
+    if program == "host":   # the launch that loaded it reported it; the host lives on
+        assert "while the kernel was loaded" in str(err.value)
+        assert launch_server.idle_servers() == 1
 
 
 @pytest.mark.parametrize("source,kernel", [(SYSTEM, "calls_system"), (OPEN, "opens_a_file")],
