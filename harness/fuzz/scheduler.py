@@ -71,8 +71,10 @@ from harness.check.workers import kill_group, start_fork_server, worker_context
 DEFAULT_DB = regressions.REPO / "reports" / "out" / "fuzz" / "db"
 SLICE_SECONDS = (3.0, 60.0)     # bounds of one task's time slice
 # Where a run's time goes (FuzzSummary.stages): a case's stages (harness.check.case.STAGES),
-# the cases run while Hypothesis shrinks a failure, and the workers' time between cases.
-STAGES = (*CASE_STAGES, "shrinking", "between cases")
+# the steering's compiles of its candidates (harness/fuzz/steer.py), Hypothesis's own time
+# between two cases of a task (drawing the data, its database), the cases run while
+# Hypothesis shrinks a failure, and the rest of the workers' time between cases.
+STAGES = (*CASE_STAGES, "steering", "hypothesis", "shrinking", "between cases")
 FIRST_SLICE = 3.0               # a family's first task: every family is visited early
 STOP_GRACE = 30.0               # after the budget: how long a running case may finish
 MAX_RESTARTS = 50               # per worker slot: a slot that keeps dying gives up
@@ -172,15 +174,15 @@ class FuzzSummary:
     def stages(self) -> dict:
         """Seconds per stage over every family's cases (worker time, so up to `workers`
         times the elapsed time), in STAGES order, and "between cases": the rest of the
-        workers' time (starting, drawing cases, waiting for a task)."""
+        workers' time (starting, waiting for a task, the messages)."""
         total: dict = {}
         for tally in self.families.values():
             for name, seconds in tally.stages.items():
                 total[name] = total.get(name, 0.0) + seconds
+        spent = sum(total.values())
         out = {n: total.pop(n) for n in STAGES if n in total}
         out.update(total)
         elapsed = self.elapsed or (time.time() - self.started)
-        spent = sum(t.seconds for t in self.families.values())
         out["between cases"] = max(0.0, self.workers * elapsed - spent)
         return out
 
