@@ -105,17 +105,21 @@ class CaseResult:
         return failure_signature(self.status, self.message, self.findings)
 
 
-def check_passes(disable=(), replace=(), error: type = ValueError) -> None:
+def check_passes(disable=(), replace=(), error: type = ValueError, passes=None) -> None:
     """Raise `error` (a usage error of the caller) unless every pass that `disable` and
     `replace` name is in the pipeline and none that `disable` names is a required one: the
-    check `run_case` would otherwise hit only when it compiles."""
-    from core.transform import pipeline
+    check `run_case` would otherwise hit only when it compiles. `passes`: the pipeline's
+    `(pass names, required passes)` when the caller has them (read in another process:
+    the fuzz's parent does not import the compiler)."""
+    if passes is None:
+        from core.transform import pipeline
 
-    unknown = sorted((set(disable) | set(replace)) - set(pipeline.pass_names()))
+        passes = (pipeline.pass_names(), pipeline.REQUIRED)
+    names, required = passes
+    unknown = sorted((set(disable) | set(replace)) - set(names))
     if unknown:
-        raise error(f"unknown pass(es) {', '.join(unknown)}; passes: "
-                    f"{', '.join(pipeline.pass_names())}")
-    required = sorted(set(disable) & set(pipeline.REQUIRED))
+        raise error(f"unknown pass(es) {', '.join(unknown)}; passes: {', '.join(names)}")
+    required = sorted(set(disable) & set(required))
     if required:
         raise error(f"pass(es) {', '.join(required)} cannot be disabled (replace them "
                     "instead)")

@@ -1,6 +1,9 @@
 """What the fuzzing parent (scheduler.py) and its workers (worker.py) send each other.
 
-A worker starts with a `WorkerConfig` and sends `Ready`; the parent answers with a `Task`
+Before any worker, the parent reads the registry in a child of the fork server
+(`Registry`: the families and the pipeline's passes, worker.registry_main), so it never
+imports the families, torch or tvm itself. A worker starts with a `WorkerConfig` and sends
+`Ready`; the parent answers with a `Task`
 (a time slice of one family). During the task the worker sends `CaseStarted` and
 `CaseEnded` around every case, a `FailingExample` for each failing example (the first one
 and every smaller one, then the minimal one with `final`), a `GeneratorError` if the
@@ -41,6 +44,15 @@ class Task:
     avoid: tuple               # canonical params that killed a worker: not run again
     reached: tuple = ()        # (decision or pair of decisions, cases that reached it) of
                                # the family so far: what steering scores candidates with
+
+
+@dataclass(frozen=True)
+class Registry:
+    """worker -> parent, once, from a child of the fork server: what the parent needs to
+    plan a run."""
+    families: tuple            # (name, skip reason or None) of every registered family
+    passes: tuple              # the pipeline's pass names
+    required: tuple            # the passes that cannot be disabled
 
 
 @dataclass(frozen=True)

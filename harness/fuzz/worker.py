@@ -38,7 +38,8 @@ from harness.check import regressions
 from harness.check.case import BARRIER_STATUSES, run_case
 from harness.fuzz import steer
 from harness.fuzz.messages import (CaseEnded, CaseStarted, FailingExample, GeneratorError,
-                                   Halt, Ready, Stop, Task, TaskDone, WorkerConfig)
+                                   Halt, Ready, Registry, Stop, Task, TaskDone,
+                                   WorkerConfig)
 
 SCHEDULES = ("forward", "reverse", "random")
 INPUT_SEEDS = 1 << 16
@@ -94,6 +95,28 @@ def worker_main(conn, config: WorkerConfig) -> None:
             conn.send(TaskDone(message.family))
         elif isinstance(message, Stop):
             return
+
+
+def registry() -> Registry:
+    """The registered families (after the `--import` modules) and the pipeline's passes."""
+    from core.transform import pipeline
+    from harness.gen import family as families
+
+    return Registry(tuple((f.name, f.skip_reason) for f in families.families()),
+                    tuple(pipeline.pass_names()), tuple(pipeline.REQUIRED))
+
+
+def registry_main(conn, imports: tuple) -> None:
+    """A child of the fork server that sends the parent the `registry()` and exits (the
+    server has imported the families: a fork, not seconds of imports in the parent). A
+    family that fails to import sends nothing: the parent imports them itself then, and
+    reports the error as it would."""
+    try:
+        regressions.import_families(imports)
+        conn.send(registry())
+    except BaseException:  # noqa: BLE001 - the parent's own import reports it
+        pass
+    conn.close()
 
 
 def _run_task(conn, config: WorkerConfig, task: Task, database=None) -> None:
