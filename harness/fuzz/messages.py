@@ -89,9 +89,11 @@ class CaseEnded:
     """A case ended; `signature` is None when it passed."""
     family: str
     signature: str | None
-    seconds: float
+    seconds: float             # the case's own time (run_case's)
     barriers: int              # 1 if its barriers were checked
-    stages: tuple = ()         # (stage, seconds) pairs: harness.check.case.STAGES, "shrinking"
+    stages: tuple = ()         # (stage, seconds) pairs: harness.check.case.STAGES, and the
+                               # worker's "steering" and "hypothesis" before it; all of
+                               # it "shrinking" while a failure is shrunk
     decisions: tuple = ()      # the lowering decisions its compile took (kernel.decisions)
 
 
