@@ -244,7 +244,14 @@ def lower(func, *, disable=(), replace=None, timings: dict | None = None) -> Com
     """Run the pipeline and the printer (no cache). `timings`, a dict, receives the wall
     seconds of each pass by name (core/transform/pipeline.py) and of the printer
     ("print_msl")."""
-    program = pipeline.run(func, disable=disable, replace=replace, timings=timings)
+    return finish_lowering(pipeline.run(func, disable=disable, replace=replace,
+                                        timings=timings), timings=timings)
+
+
+def finish_lowering(program, *, timings: dict | None = None) -> CompiledProgram:
+    """The printer's half of `lower`: the CompiledProgram of a program the pipeline
+    lowered (`pipeline.run`), for a caller that needed the pipeline's result first (the
+    fuzz's steering reads its decisions, and prints only the candidate it runs)."""
     start = time.perf_counter()
     msl, specs = print_program(program)
     if timings is not None:

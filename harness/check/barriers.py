@@ -238,16 +238,22 @@ def check_barriers(kernel, args, *, schedules=SCHEDULES, seed: int = 0,
 
 
 def check_case(family: str, params: dict, *, seed: int = 0, disable=(), replace=None,
-               schedules=SCHEDULES, baseline: bool = True) -> BarrierReport:
+               schedules=SCHEDULES, baseline: bool = True, compiled=None) -> BarrierReport:
     """Barrier necessity for one family case (the kernel and inputs `case.run_case`
     runs for the same arguments). Before a barrier is called redundant, other inputs are
     tried too: two more seeds, and the seed's inputs pushed to both extremes (`extremes`),
-    so that a data-dependent store (`if A[i] > t: S[...] = ...`) is taken at least once."""
+    so that a data-dependent store (`if A[i] > t: S[...] = ...`) is taken at least once.
+    `compiled`: the (built, kernel) pair of the case, when the caller ran it already
+    (run_case: the kernel its route gave), instead of building and compiling again."""
     import core
     from harness.gen import family as families
 
-    built = families.get(family).build(dict(params))
-    kernel = core.compile(built.func, out_idx=built.out_idx, disable=disable, replace=replace)
+    if compiled is not None:
+        built, kernel = compiled
+    else:
+        built = families.get(family).build(dict(params))
+        kernel = core.compile(built.func, out_idx=built.out_idx, disable=disable,
+                              replace=replace)
     args = built.inputs(seed)
     more = [built.inputs(seed + 1), built.inputs(seed + 2), *extremes(args)]
     return check_barriers(kernel, args, schedules=schedules, seed=seed, baseline=baseline,

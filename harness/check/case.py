@@ -105,17 +105,21 @@ class CaseResult:
         return failure_signature(self.status, self.message, self.findings)
 
 
-def check_passes(disable=(), replace=(), error: type = ValueError) -> None:
+def check_passes(disable=(), replace=(), error: type = ValueError, passes=None) -> None:
     """Raise `error` (a usage error of the caller) unless every pass that `disable` and
     `replace` name is in the pipeline and none that `disable` names is a required one: the
-    check `run_case` would otherwise hit only when it compiles."""
-    from core.transform import pipeline
+    check `run_case` would otherwise hit only when it compiles. `passes`: the pipeline's
+    `(pass names, required passes)` when the caller has them (read in another process:
+    the fuzz's parent does not import the compiler)."""
+    if passes is None:
+        from core.transform import pipeline
 
-    unknown = sorted((set(disable) | set(replace)) - set(pipeline.pass_names()))
+        passes = (pipeline.pass_names(), pipeline.REQUIRED)
+    names, required = passes
+    unknown = sorted((set(disable) | set(replace)) - set(names))
     if unknown:
-        raise error(f"unknown pass(es) {', '.join(unknown)}; passes: "
-                    f"{', '.join(pipeline.pass_names())}")
-    required = sorted(set(disable) & set(pipeline.REQUIRED))
+        raise error(f"unknown pass(es) {', '.join(unknown)}; passes: {', '.join(names)}")
+    required = sorted(set(disable) & set(required))
     if required:
         raise error(f"pass(es) {', '.join(required)} cannot be disabled (replace them "
                     "instead)")
@@ -124,7 +128,7 @@ def check_passes(disable=(), replace=(), error: type = ValueError) -> None:
 def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
              schedule: str = "forward", checks=None, disable=(), replace=None,
              cache: bool = True, barriers: bool = False, compiled=None,
-             route: dict | None = None) -> CaseResult:
+             route: dict | None = None, reference=None) -> CaseResult:
     """Build `family` at `params`, run it on `backend` with every check, compare each
     output with the oracle, and with `barriers` (for a passing case that has barriers)
     check that each barrier is needed. Never raises for a failing kernel: every failure
@@ -137,6 +141,12 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
     `route` (harness/check/route.py): how the kernel is reached -- call path, compile
     options, math mode, cache state -- as drawn by the fuzz; a kernel other than the one
     lowering gives for its options is "stale_kernel". None: core.compile with `cache`.
+    `reference`: a `(built, program)` pair the caller already made of this family and
+    params, `program` the uncached lowering the route's kernel must be
+    (harness.check.route.reference, for `disable`): the case compiles `built` through its
+    route and compares with `program` instead of lowering it again.
+
+    With `barriers`, the barrier check runs on the case's own kernel and definition.
 
     "rejected" is a clear compile-time error (KernelDefinitionError / LoweringError) for
     params the family generated: a generator bug or a missing feature, reported as such.
@@ -145,29 +155,24 @@ def run_case(family: str, params: dict, *, seed: int = 0, backend: str = "emu",
     import core
     from harness.gen import family as families
 
-    if barriers:
-        result = run_case(family, params, seed=seed, backend=backend, schedule=schedule,
-                          checks=checks, disable=disable, replace=replace, cache=cache,
-                          compiled=compiled, route=route)
-        if result.status != Status.PASS:
-            return result
-        routed = tuple(dict.fromkeys([*disable, *(route or {}).get("disable", ())]))
-        t0 = time.perf_counter()
-        result = _check_barriers(result, routed)
-        result.stages["barriers"] = time.perf_counter() - t0
-        return result
     fam = families.get(family)
     result = CaseResult(family, dict(params), seed, Status.PASS)
     if fam.skip_reason:
         result.status, result.message = Status.SKIP, fam.skip_reason
         return result
+    made = []   # the (built, kernel) the case ran, for the barrier check
     with _Stages(result):
-        return _run(result, fam, core, backend, schedule, checks, disable, replace, cache,
-                    compiled, route)
+        _run(result, fam, core, backend, schedule, checks, disable, replace, cache,
+             compiled, route, reference, made)
+    if barriers and result.status == Status.PASS:
+        t0 = time.perf_counter()
+        result = _check_barriers(result, made[0])
+        result.stages["barriers"] = time.perf_counter() - t0
+    return result
 
 
 def _run(result, fam, core, backend, schedule, checks, disable, replace, cache, compiled,
-         route):
+         route, reference, made):
     """`run_case` without the barrier check, its stages timed by the caller's `_Stages`."""
     from core.errors import (KernelCrashError, KernelDefinitionError, KernelTimeoutError,
                              LaunchError, LoweringError, MetaltileError, MSLCompileError)
@@ -179,17 +184,19 @@ def _run(result, fam, core, backend, schedule, checks, disable, replace, cache, 
     t0 = time.perf_counter()
     try:
         if compiled is None:
-            built = fam.build(dict(params))
+            built, fresh = reference if reference is not None else \
+                (fam.build(dict(params)), None)
             t_trace = time.perf_counter()
             result.stages["trace"] = t_trace - t0
             kernel = core.compile(built.func, out_idx=built.out_idx, disable=disable,
                                   replace=replace, cache=cache) if route is None else \
                 routes.compile_routed(fam, built, params, route, disable=disable,
-                                      replace=replace)
+                                      replace=replace, reference=fresh)
             result.stages["compile"] = time.perf_counter() - t_trace
         else:
             built, kernel = compiled
         result.msl, result.decisions = kernel.msl, kernel.decisions
+        made.append((built, kernel))
     except routes.StaleKernel as err:
         return _failed(result, Status.STALE_KERNEL, err, t0)
     except (KernelDefinitionError, LoweringError) as err:
@@ -285,16 +292,17 @@ def _failed(result, status, err, t0, run=False, trace=False):
     return result
 
 
-def _check_barriers(result: CaseResult, disable) -> CaseResult:
+def _check_barriers(result: CaseResult, compiled) -> CaseResult:
     """A barrier no race needs turns a passing result into "redundant_barrier", or
-    "unreached_barrier" when all such barriers sit in code no thread runs."""
+    "unreached_barrier" when all such barriers sit in code no thread runs. `compiled`:
+    the (built, kernel) the case ran: the check removes the barriers of that kernel."""
     from harness.check import barriers as barrier_check
 
     if not barrier_check.barrier_lines(result.msl):
         return result
     try:
         report = barrier_check.check_case(result.family, result.params, seed=result.seed,
-                                          disable=tuple(disable), baseline=False)
+                                          compiled=compiled, baseline=False)
     except Exception as err:  # noqa: BLE001 - a broken check is a finding, not a crash
         result.status = Status.INTERNAL_ERROR
         result.message = f"{type(err).__name__}: {err} (in the barrier check)\n" + \

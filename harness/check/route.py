@@ -41,13 +41,17 @@ DEFAULT = {"path": "compile", "cache": "cold", "disable": [], "pass_configs": {}
            "math_mode": "safe"}
 
 
-def compile_routed(fam, built, params: dict, route: dict, *, disable=(), replace=None):
+def compile_routed(fam, built, params: dict, route: dict, *, disable=(), replace=None,
+                   reference=None):
     """The case's kernel, reached the way `route` says (module docstring); `disable` (the
     fuzz run's own, checking the checker) is added to the route's. `fam.build(params)`
-    makes the twin. Raises StaleKernel for a kernel other than lowering gives."""
+    makes the twin. Raises StaleKernel for a kernel other than lowering gives.
+
+    `reference`: the CompiledProgram `reference(built, route, disable)` gives, when the
+    caller has lowered it already (the fuzz's steering lowers the candidate it runs with
+    the case's options): compared with instead of lowering again."""
     import core
-    from core import options as compile_options
-    from core.jit import clear_memory_cache, lower
+    from core.jit import clear_memory_cache
 
     route = {**DEFAULT, **route}
     options = _options(route, disable)
@@ -59,16 +63,50 @@ def compile_routed(fam, built, params: dict, route: dict, *, disable=(), replace
         if cache == "disk":
             clear_memory_cache()
     kernel = _by_path(route["path"], built, options, replace, cache=cache != "cold")
-    if cache == "cold" and route["path"] == "compile":
+    if checks_nothing(route):
         return kernel   # nothing between the compile and its options to go wrong
-    resolved = compile_options.resolve(options["pass_configs"], options["disable"], ())[0]
-    fresh = lower(built.func, disable=resolved, replace=replace)
+    fresh = reference if reference is not None else \
+        _lower(built, reference_disable(route, disable), replace)
     if kernel.msl != fresh.msl or tuple(kernel.decisions) != tuple(fresh.decisions):
         raise StaleKernel(
             f"the kernel from path {route['path']!r} with cache {cache!r} (compiled before "
             f"with {route.get('before')}) is not the one its options {options} lower to: "
             f"{_first_difference(kernel.msl, fresh.msl)}")
     return kernel
+
+
+def checks_nothing(route: dict | None) -> bool:
+    """A route whose kernel is a cold core.compile's (or no route: the run's own
+    core.compile): there is no reference to compare it with."""
+    route = {**DEFAULT, **(route or {})}
+    return route["cache"] == "cold" and route["path"] == "compile"
+
+
+def compile_options_of(route: dict | None, disable=()) -> dict:
+    """The options the route's kernel is compiled with (its own and the run's `disable`):
+    core.compile's `disable` and `pass_configs` keywords."""
+    return _options({**DEFAULT, **(route or {})}, disable)
+
+
+def reference_disable(route: dict, disable=()) -> tuple:
+    """The passes the reference lowering switches off: the route's options resolved as
+    core/options.py resolves them (pass_configs that switch a pass off included)."""
+    from core import options as compile_options
+
+    options = compile_options_of(route, disable)
+    return compile_options.resolve(options["pass_configs"], options["disable"], ())[0]
+
+
+def reference(built, route: dict, disable=(), replace=None):
+    """The kernel (CompiledProgram) a routed kernel must be: an uncached `core.jit.lower`
+    of the function with the route's options."""
+    return _lower(built, reference_disable(route, disable), replace)
+
+
+def _lower(built, resolved: tuple, replace):
+    from core.jit import lower
+
+    return lower(built.func, disable=resolved, replace=replace)
 
 
 def _options(part: dict, disable) -> dict:

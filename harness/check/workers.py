@@ -27,7 +27,7 @@ import sys
 # traceback, not here.
 PRELOAD = ["harness.check.regressions", "harness.check.case", "harness.check.compare",
            "harness.check.barriers", "hypothesis", "core.jit", "core.language",
-           "harness.check.warm_emulator"]
+           "harness.check.warm_emulator", "harness.check.warm_worker"]
 
 
 def worker_context():

@@ -1,6 +1,9 @@
 """What the fuzzing parent (scheduler.py) and its workers (worker.py) send each other.
 
-A worker starts with a `WorkerConfig` and sends `Ready`; the parent answers with a `Task`
+Before any worker, the parent reads the registry in a child of the fork server
+(`Registry`: the families and the pipeline's passes, worker.registry_main), so it never
+imports the families, torch or tvm itself. A worker starts with a `WorkerConfig` and sends
+`Ready`; the parent answers with a `Task`
 (a time slice of one family). During the task the worker sends `CaseStarted` and
 `CaseEnded` around every case, a `FailingExample` for each failing example (the first one
 and every smaller one, then the minimal one with `final`), a `GeneratorError` if the
@@ -44,6 +47,15 @@ class Task:
 
 
 @dataclass(frozen=True)
+class Registry:
+    """worker -> parent, once, from a child of the fork server: what the parent needs to
+    plan a run."""
+    families: tuple            # (name, skip reason or None) of every registered family
+    passes: tuple              # the pipeline's pass names
+    required: tuple            # the passes that cannot be disabled
+
+
+@dataclass(frozen=True)
 class Halt:
     """The budget is spent: end the running task after its current case."""
 
@@ -77,9 +89,11 @@ class CaseEnded:
     """A case ended; `signature` is None when it passed."""
     family: str
     signature: str | None
-    seconds: float
+    seconds: float             # the case's own time (run_case's)
     barriers: int              # 1 if its barriers were checked
-    stages: tuple = ()         # (stage, seconds) pairs: harness.check.case.STAGES, "shrinking"
+    stages: tuple = ()         # (stage, seconds) pairs: harness.check.case.STAGES, and the
+                               # worker's "steering" and "hypothesis" before it; all of
+                               # it "shrinking" while a failure is shrunk
     decisions: tuple = ()      # the lowering decisions its compile took (kernel.decisions)
 
 

@@ -10,7 +10,9 @@ a fair share of the time. A case runs through `harness.check.case.run_case` with
 and for 1 in `barrier_every` cases with barriers the barrier-necessity check of
 harness/check/barriers.py. The worker side (the Hypothesis run of one task) is
 harness/fuzz/worker.py; workers (harness/check/workers.py) come from a fork server that has
-imported torch and tvm once (spawn off Linux), so a restarted worker is ready at once.
+imported torch, tvm and the families once (spawn off Linux), so a restarted worker is
+ready at once; the parent reads the families from a child of that server and imports
+neither.
 Those are `LocalWorkers`; with `FuzzOptions.ray` the workers are Ray actors on the nodes
 of a cluster instead (harness/fuzz/ray_backend.py, `RayWorkers`), and everything below holds
 for them alike: a `workers` object spawns and kills them, the loop does not know which.
@@ -64,18 +66,21 @@ from harness.check.case import CASE_TIMEOUT, STAGES as CASE_STAGES, WORKER_CRASH
 from harness.fuzz import steer
 from harness.fuzz.messages import (CaseEnded, CaseStarted, FailingExample, GeneratorError,
                                    Halt, Ready, Stop, Task, TaskDone, WorkerConfig)
-from harness.fuzz.worker import canonical, worker_main
+from harness.fuzz.worker import canonical, registry_main, worker_main
 from harness.check.regressions import RegressionCase
 from harness.check.workers import kill_group, start_fork_server, worker_context
 
 DEFAULT_DB = regressions.REPO / "reports" / "out" / "fuzz" / "db"
 SLICE_SECONDS = (3.0, 60.0)     # bounds of one task's time slice
 # Where a run's time goes (FuzzSummary.stages): a case's stages (harness.check.case.STAGES),
-# the cases run while Hypothesis shrinks a failure, and the workers' time between cases.
-STAGES = (*CASE_STAGES, "shrinking", "between cases")
+# the steering's compiles of its candidates (harness/fuzz/steer.py), Hypothesis's own time
+# between two cases of a task (drawing the data, its database), the cases run while
+# Hypothesis shrinks a failure, and the rest of the workers' time between cases.
+STAGES = (*CASE_STAGES, "steering", "hypothesis", "shrinking", "between cases")
 FIRST_SLICE = 3.0               # a family's first task: every family is visited early
 STOP_GRACE = 30.0               # after the budget: how long a running case may finish
 MAX_RESTARTS = 50               # per worker slot: a slot that keeps dying gives up
+REGISTRY_SECONDS = 300.0        # the fork server's imports and the registry's child
 
 
 @dataclass
@@ -172,15 +177,15 @@ class FuzzSummary:
     def stages(self) -> dict:
         """Seconds per stage over every family's cases (worker time, so up to `workers`
         times the elapsed time), in STAGES order, and "between cases": the rest of the
-        workers' time (starting, drawing cases, waiting for a task)."""
+        workers' time (starting, waiting for a task, the messages)."""
         total: dict = {}
         for tally in self.families.values():
             for name, seconds in tally.stages.items():
                 total[name] = total.get(name, 0.0) + seconds
+        spent = sum(total.values())
         out = {n: total.pop(n) for n in STAGES if n in total}
         out.update(total)
         elapsed = self.elapsed or (time.time() - self.started)
-        spent = sum(t.seconds for t in self.families.values())
         out["between cases"] = max(0.0, self.workers * elapsed - spent)
         return out
 
@@ -253,20 +258,20 @@ class _Run:
     @classmethod
     def build(cls, options: FuzzOptions, view, summary: FuzzSummary, workers) -> _Run:
         """Resolve the families against the registry; FuzzUsageError for unknown names."""
-        from harness.gen import family as families
-
         existing = set(Path(options.out).glob("*.json"))
-        regressions.import_families(options.imports)
-        registered = {f.name: f for f in families.families()}
+        found = getattr(workers, "registry", lambda imports: None)(options.imports) or \
+            _registry(options.imports)
+        registered = dict(found.families)   # name -> skip reason
         names = list(options.families) or sorted(registered)
         unknown = [n for n in names if n not in registered]
         if unknown:
             raise FuzzUsageError(f"unknown famil{'y' if len(unknown) == 1 else 'ies'} "
                                  f"{', '.join(unknown)}; known: {', '.join(sorted(registered))}")
-        check_passes(options.disable, error=FuzzUsageError)
+        check_passes(options.disable, error=FuzzUsageError,
+                     passes=(found.passes, found.required))
         for n in names:
-            summary.families[n] = FamilyTally(n, registered[n].skip_reason)
-        active = [n for n in names if not registered[n].skip_reason]
+            summary.families[n] = FamilyTally(n, registered[n])
+        active = [n for n in names if not registered[n]]
         open_cases = _open_cases(options.out)
         per_worker = math.ceil(max(1, len(active)) / options.workers)
         return cls(options, view, summary, workers,
@@ -560,6 +565,14 @@ def _open_cases(out) -> dict:
     return cases
 
 
+def _registry(imports: tuple):
+    """The registry read in this process (what a worker reads: worker.registry)."""
+    from harness.fuzz.worker import registry
+
+    regressions.import_families(imports)
+    return registry()
+
+
 def _derived_seed(seed: int, family: str, k: int) -> int:
     digest = hashlib.sha256(f"{seed}:{family}:{k}".encode()).digest()
     return int.from_bytes(digest[:8], "big")
@@ -583,6 +596,29 @@ class LocalWorkers:
         """Get ready to spawn; return the number of worker slots."""
         start_fork_server(self.context)   # its imports overlap ours
         return options.workers
+
+    def registry(self, imports: tuple):
+        """The families and passes, read in a child of the fork server (which imported
+        them once for every worker): the parent does not import them (torch, tvm: 4-5 s
+        of CPU while the server and the emulator's build need it). None where workers
+        are spawned (they import everything themselves) or when the child sends nothing
+        (a family that does not import: the parent's own import reports it)."""
+        if self.context.get_start_method() != "forkserver":
+            return None
+        parent, child = self.context.Pipe(duplex=False)
+        process = self.context.Process(target=registry_main, args=(child, tuple(imports)),
+                                       daemon=True, name="harness-fuzz-registry")
+        process.start()
+        child.close()
+        try:
+            return parent.recv() if parent.poll(REGISTRY_SECONDS) else None
+        except EOFError:
+            return None
+        finally:
+            parent.close()
+            process.join(5)
+            if process.is_alive():
+                kill_group(process)
 
     def spawn(self, config: WorkerConfig, name: str):
         """A started worker and the parent's end of its pipe."""

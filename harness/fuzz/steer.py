@@ -21,6 +21,8 @@ time-sliced fuzz task never reaches.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
+from dataclasses import dataclass
 from itertools import combinations
 
 PAIR = " & "
@@ -64,30 +66,95 @@ def choose(candidates: list, decisions_of, reached: dict) -> int:
 # these. Not the compiler's cache: the cases' own compiles never see it.
 _DECIDED: dict = {}
 _DECIDED_MAX = 4096
+# (how, family, params, options) -> Prepared: what the last candidates' compiles made, so
+# the one that runs is not compiled a second time (a few: a kernel's MSL is tens of KB).
+_MADE: OrderedDict = OrderedDict()
+_MADE_MAX = 16
 
 
-def compiled_decisions(fam, params: dict, disable=(), pass_configs=None):
+@dataclass
+class Prepared:
+    """What steering compiled for a candidate, for its case to use instead of compiling
+    again (harness/check/case.py run_case): `kernel`, a core.Kernel, when the case's own
+    compile is a cold core.compile (`run_case(compiled=(built, kernel))`), else
+    `reference`, the uncached lowering the routed kernel is compared with
+    (`run_case(reference=...)`, harness/check/route.py)."""
+    built: object
+    kernel: object = None
+    program: object = None      # the pipeline's LoweredProgram, printed when it runs
+    reference: object = None    # ... and printed: a CompiledProgram
+
+
+def compiled_decisions(fam, params: dict, disable=(), pass_configs=None, route=None):
     """The decisions of the family's kernel at `params` (compiled without the cache, so
     the steering leaves no trace in it; remembered per worker), or None when it does not
-    build or compile."""
+    build or compile. `route`: the case's route (harness/check/route.py), `disable` then
+    the run's own passes switched off (the route's options are its own): the kernel is
+    compiled as the case will compile it -- a cold core.compile for a route that
+    compares with nothing (and for no route), else only the pipeline of the route's
+    reference lowering (the printer runs for the candidate chosen, `prepared`)."""
+    from harness.check import route as routes
+
+    if route is not None:
+        options = routes.compile_options_of(route, disable)
+        disable, pass_configs = options["disable"], options["pass_configs"]
     key = (fam.name, json.dumps(params, sort_keys=True, default=repr), tuple(disable),
            json.dumps(pass_configs, sort_keys=True, default=repr))
+    how = "compile" if routes.checks_nothing(route) else "lower"
     if key in _DECIDED:
         return _DECIDED[key]
-    decided = _compiled_decisions(fam, params, disable, pass_configs)
+    made = _compile(fam, params, disable, pass_configs, how)
+    decided = None if made is None else \
+        (made.kernel if made.kernel is not None else made.program).decisions
+    if made is not None:
+        _MADE[(how, *key)] = made
+        while len(_MADE) > _MADE_MAX:
+            _MADE.popitem(last=False)
     if len(_DECIDED) >= _DECIDED_MAX:
         _DECIDED.clear()
-    _DECIDED[key] = decided
-    return decided
+    _DECIDED[key] = tuple(decided) if decided is not None else None
+    return _DECIDED[key]
 
 
-def _compiled_decisions(fam, params: dict, disable, pass_configs):
+def prepared(fam, params: dict, disable=(), route=None) -> Prepared | None:
+    """What steering compiled for the candidate at `params` (as `compiled_decisions`
+    did), ready for its case, or None when it was not compiled here lately (its
+    decisions came from the memory: the case compiles it itself)."""
+    from harness.check import route as routes
+
+    options = routes.compile_options_of(route, disable) if route is not None else \
+        {"disable": tuple(disable), "pass_configs": None}
+    key = (fam.name, json.dumps(params, sort_keys=True, default=repr),
+           tuple(options["disable"]),
+           json.dumps(options["pass_configs"], sort_keys=True, default=repr))
+    how = "compile" if routes.checks_nothing(route) else "lower"
+    made = _MADE.get((how, *key))
+    if made is None:
+        return None
+    if made.kernel is None and made.reference is None:
+        from core.jit import finish_lowering
+
+        try:
+            made.reference = finish_lowering(made.program)
+        except Exception:  # noqa: BLE001 - the case's own compile reports it
+            del _MADE[(how, *key)]
+            return None
+        made.program = None
+    return made
+
+
+def _compile(fam, params: dict, disable, pass_configs, how) -> Prepared | None:
     import core
+    from core import options as compile_options
+    from core.transform import pipeline
 
     try:
         built = fam.build(dict(params))
-        kernel = core.compile(built.func, out_idx=built.out_idx, disable=tuple(disable),
-                              pass_configs=pass_configs, cache=False)
+        if how == "compile":
+            return Prepared(built, kernel=core.compile(
+                built.func, out_idx=built.out_idx, disable=tuple(disable),
+                pass_configs=pass_configs, cache=False))
+        resolved = compile_options.resolve(pass_configs, tuple(disable), ())[0]
+        return Prepared(built, program=pipeline.run(built.func, disable=resolved))
     except Exception:  # noqa: BLE001 - the case itself will report what went wrong
         return None
-    return kernel.decisions

@@ -38,7 +38,8 @@ from harness.check import regressions
 from harness.check.case import BARRIER_STATUSES, run_case
 from harness.fuzz import steer
 from harness.fuzz.messages import (CaseEnded, CaseStarted, FailingExample, GeneratorError,
-                                   Halt, Ready, Stop, Task, TaskDone, WorkerConfig)
+                                   Halt, Ready, Registry, Stop, Task, TaskDone,
+                                   WorkerConfig)
 
 SCHEDULES = ("forward", "reverse", "random")
 INPUT_SEEDS = 1 << 16
@@ -96,6 +97,28 @@ def worker_main(conn, config: WorkerConfig) -> None:
             return
 
 
+def registry() -> Registry:
+    """The registered families (after the `--import` modules) and the pipeline's passes."""
+    from core.transform import pipeline
+    from harness.gen import family as families
+
+    return Registry(tuple((f.name, f.skip_reason) for f in families.families()),
+                    tuple(pipeline.pass_names()), tuple(pipeline.REQUIRED))
+
+
+def registry_main(conn, imports: tuple) -> None:
+    """A child of the fork server that sends the parent the `registry()` and exits (the
+    server has imported the families: a fork, not seconds of imports in the parent). A
+    family that fails to import sends nothing: the parent imports them itself then, and
+    reports the error as it would."""
+    try:
+        regressions.import_families(imports)
+        conn.send(registry())
+    except BaseException:  # noqa: BLE001 - the parent's own import reports it
+        pass
+    conn.close()
+
+
 def _run_task(conn, config: WorkerConfig, task: Task, database=None) -> None:
     """One task's Hypothesis run; `database`: its example database (default: the family's
     directory under `config.db`; a Ray worker passes one that forwards to the driver)."""
@@ -120,34 +143,53 @@ def _run_task(conn, config: WorkerConfig, task: Task, database=None) -> None:
         if canonical(params) in avoid:
             return ()
         conn.send(CaseStarted(name, params, input_seed, schedule, route))
-        options = route or {}
-        return steer.compiled_decisions(fam, params,
-                                        (*disable, *options.get("disable", ())),
-                                        options.get("pass_configs"))
+        return steer.compiled_decisions(fam, params, disable, route=route)
+
+    # Hypothesis's own time (drawing the data, its database) is what passes between one
+    # call of `case` and the next: measured, not left to "between cases".
+    last = [time.perf_counter()]
 
     def case(params, input_seed, schedule, route):
+        entered = time.perf_counter()
+        try:
+            return _case(params, input_seed, schedule, route, entered - last[0])
+        finally:
+            last[0] = time.perf_counter()
+
+    def _case(params, input_seed, schedule, route, drawing):
         now = time.time()
         if conn.poll(0) and isinstance(conn.recv(), Halt):
             raise _TaskOver
         if now >= task.deadline or (not found and now >= task.slice_end):
             raise _TaskOver
+        t_steer = time.perf_counter()
+        made = None
         if config.candidates > 1:   # steering (harness/fuzz/steer.py): the rarest decisions
             params = params[steer.choose(params, lambda p: decided(p, input_seed, schedule,
                                                                    route), reached)]
+            made = steer.prepared(fam, params, disable, route)
         if canonical(params) in avoid:
             return
+        steering = time.perf_counter() - t_steer
         conn.send(CaseStarted(name, params, input_seed, schedule, route))
         barriers = _barrier_due(params, input_seed, config.barrier_every) or \
             any(s in found for s in BARRIER_STATUSES)
         t0 = time.perf_counter()
+        # the chosen candidate's compile is the case's (a cold core.compile), or the
+        # reference its route's kernel is compared with: not compiled a second time
         result = run_case(name, params, seed=input_seed, schedule=schedule, disable=disable,
-                          barriers=barriers, route=route)
+                          barriers=barriers, route=route,
+                          compiled=(made.built, made.kernel) if made and made.kernel
+                          else None,
+                          reference=(made.built, made.reference) if made and made.reference
+                          else None)
         signature = result.signature
         checked = barriers and result.status in ("pass", *BARRIER_STATUSES) \
             and "threadgroup_barrier" in result.msl
         seconds = time.perf_counter() - t0
         # after a failure, Hypothesis is shrinking it: the case's time is the shrinker's
-        stages = (("shrinking", seconds),) if found else tuple(result.stages.items())
+        stages = (("shrinking", seconds + steering + drawing),) if found else \
+            (*result.stages.items(), ("steering", steering), ("hypothesis", drawing))
         conn.send(CaseEnded(name, signature, seconds, int(checked), stages,
                             tuple(result.decisions)))
         if signature is None or signature in known:
@@ -179,6 +221,7 @@ def _run_task(conn, config: WorkerConfig, task: Task, database=None) -> None:
                     suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
                     report_multiple_bugs=True, print_blob=False)(seed(task.seed)(test))
     try:
+        last[0] = time.perf_counter()
         test()
     except _TaskOver:
         pass

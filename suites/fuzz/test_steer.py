@@ -48,3 +48,98 @@ def test_a_candidate_drawn_again_is_not_compiled_again(monkeypatch):
     assert first == again and "threads=power_of_two" in first and len(compiles) == 1
     other = steer.compiled_decisions(fam, params, disable=("vectorize",))
     assert len(compiles) == 2 and compiles[1]["disable"] == ("vectorize",) and other
+
+
+# a streamed softmax: switching vectorize or stream_rows off changes its MSL
+STREAMED = {"M": 3, "N": 3000, "dtype": "float16", "bM": 1, "threads": 32, "scale": 0.5}
+
+
+def _route(path, cache, disable=(), before=None):
+    r = {"path": path, "cache": cache, "disable": list(disable), "pass_configs": {},
+         "math_mode": "safe"}
+    if cache != "cold":
+        r["before"] = before or {"disable": []}
+    return r
+
+
+def _counting(monkeypatch):
+    """Counts the pipeline's runs (every DSL -> MSL compile, cached or not, runs it)."""
+    from core.transform import pipeline
+
+    runs = []
+    real = pipeline.run
+    monkeypatch.setattr(pipeline, "run", lambda *a, **k: runs.append(k) or real(*a, **k))
+    return runs
+
+
+def test_the_chosen_candidate_is_compiled_once(monkeypatch):
+    # a cold core.compile route: the steering's compile of the candidate that runs is the
+    # case's own (the same call); the case compiles nothing and passes
+    from harness.check.case import Status, run_case
+
+    fam = families.get("softmax")
+    route = _route("compile", "cold", ["stream_rows"])
+    params = {**STREAMED, "N": 2900}
+    runs = _counting(monkeypatch)
+    decided = steer.compiled_decisions(fam, params, route=route)
+    made = steer.prepared(fam, params, route=route)
+    assert made.kernel is not None and made.kernel.decisions == decided
+    assert not any(d.startswith("stream_rows=") for d in decided)   # its options
+    result = run_case("softmax", params, seed=1, route=route,
+                      compiled=(made.built, made.kernel))
+    assert result.status == Status.PASS, result.message
+    assert len(runs) == 1 and result.decisions == decided
+
+
+def test_the_chosen_candidate_is_the_reference_of_its_route(monkeypatch, tmp_path):
+    # a warm route: the steering lowers the candidate as the reference is lowered (the
+    # pipeline for its decisions, the printer only for the one chosen); the case compiles
+    # through its route and compares with it, without lowering a third time
+    from core.jit import clear_memory_cache
+    from harness.check.case import Status, run_case
+
+    monkeypatch.setenv("METALTILE_CACHE", str(tmp_path))   # an empty compile cache
+    clear_memory_cache()
+
+    fam = families.get("softmax")
+    route = _route("jit_factory", "memory", ["vectorize"])
+    params = {**STREAMED, "N": 3100}
+    runs = _counting(monkeypatch)
+    decided = steer.compiled_decisions(fam, params, route=route)
+    made = steer.prepared(fam, params, route=route)
+    assert made.kernel is None and made.reference.decisions == decided
+    assert not any(d.startswith("vector.lanes=") for d in decided)
+    result = run_case("softmax", params, seed=1, route=route,
+                      reference=(made.built, made.reference))
+    assert result.status == Status.PASS, result.message
+    # the steering's pipeline, then the route's two compiles (before, and its own)
+    assert len(runs) == 3 and result.decisions == decided
+
+
+def test_a_candidate_not_compiled_lately_is_not_prepared():
+    fam = families.get("softmax")
+    assert steer.prepared(fam, {**STREAMED, "N": 1234}, route=_route("compile", "cold")) \
+        is None
+
+
+def test_a_cache_key_without_the_options_is_found_with_the_steerings_reference(monkeypatch):
+    # the issue's seeded bug (core's cache key leaves the compile options out), fuzzed the
+    # way the worker runs a case: the reference the steering lowered still tells the
+    # stale kernel from the right one
+    import importlib
+
+    from harness.check.case import Status, run_case
+
+    jit = importlib.import_module("core.jit")   # the module (core.jit is the decorator)
+    real = jit.cache_key
+    monkeypatch.setattr(jit, "cache_key", lambda func, options: real(func, ()))
+    fam = families.get("softmax")
+    params = {**STREAMED, "N": 3050}
+    for path in ("jit_factory", "compile"):
+        route = _route(path, "memory", ["vectorize"])
+        steer.compiled_decisions(fam, params, route=route)
+        made = steer.prepared(fam, params, route=route)
+        stale = run_case("softmax", params, seed=1, route=route,
+                         reference=(made.built, made.reference))
+        assert stale.status == Status.STALE_KERNEL, (path, stale.message)
+        assert "is not the one its options" in stale.message

@@ -77,3 +77,42 @@ def test_a_route_is_kept_in_the_regression_case(tmp_path):
     loaded = regressions.load(regressions.save(case, tmp_path))
     assert loaded.route == r
     regressions.expect(loaded)   # a fixed case: it passes through its route
+
+
+def test_a_reference_given_is_what_the_kernel_is_compared_with():
+    # run_case(reference=...): the case's kernel is compared with the lowering the caller
+    # made (the fuzz's steering), not lowered again -- so a reference of other options
+    # fails the case, and the right one passes it
+    from harness.check import route as routes
+    from harness.gen import family as families
+
+    built = families.get("softmax").build(dict(PARAMS))
+    r = route("jit_prim_func", "cold", ["vectorize"])
+    right = routes.reference(built, r)
+    wrong = routes.reference(built, route("jit_prim_func", "cold", []))
+    assert right.msl != wrong.msl
+    assert run_case("softmax", PARAMS, seed=1, route=r, reference=(built, right)).ok
+    stale = run_case("softmax", PARAMS, seed=1, route=r, reference=(built, wrong))
+    assert stale.status == Status.STALE_KERNEL, stale.message
+
+
+def test_the_barrier_check_runs_on_the_cases_kernel(monkeypatch):
+    # with barriers, the check removes the barriers of the kernel the case ran (its
+    # route's options, pass_configs included), not of a kernel compiled again
+    from core.transform import pipeline
+    from harness.check import barriers
+
+    seen, runs = [], []
+    real = barriers.check_barriers
+    monkeypatch.setattr(barriers, "check_barriers",
+                        lambda kernel, *a, **k: seen.append(kernel) or real(kernel, *a, **k))
+    real_run = pipeline.run
+    monkeypatch.setattr(pipeline, "run", lambda *a, **k: runs.append(k) or real_run(*a, **k))
+    params = {**PARAMS, "N": 700, "threads": 128}   # across simdgroups: barriers
+    r = route("jit_factory", "cold", pass_configs={"tirx.disable_vectorize": True})
+    result = run_case("softmax", params, seed=1, route=r, barriers=True)
+    assert result.status == Status.PASS, result.message
+    assert "threadgroup_barrier" in result.msl and result.stages["barriers"] > 0
+    assert len(seen) == 1 and seen[0].msl == result.msl
+    assert not any(d.startswith("vector.lanes=") for d in result.decisions)
+    assert len(runs) == 2   # the route's compile and its reference; none for the check
