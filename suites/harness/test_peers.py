@@ -50,6 +50,14 @@ PEER_CASES = [
     ("qmm_fp8", {"M": 1, "N": 36, "K": 288, "scale": "row", "bM": 1, "bN": 8, "bK": 64,
                  "threads": 64, "dtype": "float16", "out_dtype": "float16"},
      "mxfp8_qmv_float16"),
+    ("qmm_fp8", {"M": 64, "N": 64, "K": 256, "scale": "row", "path": "gemm", "bM": 32,
+                 "bN": 32, "bK": 32, "threads": 128, "dtype": "bfloat16",
+                 "out_dtype": "bfloat16"},
+     "mxfp8_qmm_t_splitk_bfloat16_t"),   # 4 tiles: 8 K partitions of 32, then summed
+    ("qmm_fp8", {"M": 40, "N": 72, "K": 32, "scale": "block", "G": 32, "path": "gemm",
+                 "bM": 16, "bN": 16, "bK": 32, "threads": 64, "dtype": "float16",
+                 "out_dtype": "float16"},
+     "mxfp8_qmm_t_float16_t_gs_32_b_8_alN_false"),   # K = 32: no split; ragged M and N
     ("qmm_fp4", {"E": 2, "T": 2, "N": 16, "K": 512, "bM": 2, "bN": 8, "threads": 64,
                  "dtype": "bfloat16", "out_dtype": "bfloat16", "x": "shared"},
      "mxfp4_gather_qmv_fast_bfloat16"),  # N % 8 == 0, K % 512 == 0: the fast kernel
@@ -256,6 +264,61 @@ def test_ragged_fp4_experts_have_no_gather_qmv_peer():
         mlx_gather_qmv.launch({**FP4, "out_dtype": "float32"}, [None] * 4, [None])
     with pytest.raises(NotApplicable, match="gather_qmm"):
         mlx_gather_qmv.launch({**FP4, "T": 8}, [None] * 4, [None])
+
+
+PREFILL = {"M": 64, "N": 64, "K": 256, "scale": "row", "path": "gemm", "bM": 32, "bN": 32,
+           "bK": 32, "threads": 128, "dtype": "bfloat16", "out_dtype": "bfloat16"}
+
+
+def test_mlx_qmm_dispatch_is_mlxs():
+    """quantized.cpp qmm_splitk's partition count: about 512 threadgroups, whole groups
+    of 32 per partition, none below 2 (qmm instead); qmv below the batch limit."""
+    from harness.bench.peers import NotApplicable, mlx_qmm
+    assert mlx_qmm.split_k(64, 256, 4096) == 32        # the bench case: 16 tiles
+    assert mlx_qmm.split_k(64, 12288, 4096) == 1       # its real N: 768 tiles, no split
+    assert mlx_qmm.split_k(64, 64, 256) == 8           # K / 32 bounds it
+    assert mlx_qmm.split_k(64, 64, 96 * 32) == 96 and mlx_qmm.split_k(64, 64, 3 * 32) == 3
+    assert mlx_qmm.split_k(64, 64, 32 * 131) == 1      # no partition count divides K
+    with pytest.raises(NotApplicable, match="qmv kernel"):
+        mlx_qmm.launch({**PREFILL, "M": 32}, [None] * 3, [None])
+    with pytest.raises(NotApplicable, match="activation type"):
+        mlx_qmm.launch({**PREFILL, "out_dtype": "float32"}, [None] * 3, [None])
+
+
+def test_a_doctored_mxfp8_requantization_is_a_mismatch(monkeypatch):
+    # the qmm kernel gets one group's e8m0 scale one step too large while the oracle is
+    # evaluated on the right re-quantization: the comparison must catch it
+    _headers_or_skip()
+    from harness.bench.peers import mlx_qmm
+
+    real = mlx_qmm.requantize_mxfp8
+
+    def doctored(w):
+        codes, e8m0, wq = real(w)
+        e8m0 = e8m0.clone()
+        e8m0[9, 3] += 1
+        return codes, e8m0, wq
+
+    monkeypatch.setattr(mlx_qmm, "requantize_mxfp8", doctored)
+    _, m = _measured("qmm_fp8", PREFILL)
+    peer = m.peers["mlx"]
+    assert m.status == "pass" and peer["status"] == "mismatch", peer["message"]
+    assert "output 0" in peer["message"]
+
+
+def test_a_wrong_split_k_launch_is_a_mismatch(monkeypatch):
+    # the accumulation told one partition fewer: the oracle must catch the missing part
+    _headers_or_skip()
+    from harness.bench.peers import mlx_qmm
+
+    def short(p, inputs, outputs):
+        split, total = mlx_qmm.launch(p, inputs, outputs)
+        total.buffers[2][0] -= 1
+        return [split, total]
+
+    monkeypatch.setattr("harness.bench.peers.run.mlx_families", lambda: {"qmm_fp8": short})
+    _, m = _measured("qmm_fp8", PREFILL)
+    assert m.peers["mlx"]["status"] == "mismatch", m.peers["mlx"]["message"]
 
 
 def test_the_prefill_fp8_case_has_no_qmv_peer():

@@ -74,11 +74,17 @@ class PeerLaunch:
 
 def mlx_families() -> dict[str, Callable]:
     """Kernel family name -> its MLX peer's `launch`."""
-    from harness.bench.peers import (mlx_gather_qmv, mlx_gdn, mlx_gemm, mlx_gemv, mlx_qmv,
-                                     mlx_sdpa, mlx_softmax)
+    from harness.bench.peers import (mlx_gather_qmv, mlx_gdn, mlx_gemm, mlx_gemv, mlx_qmm,
+                                     mlx_qmv, mlx_sdpa, mlx_softmax)
+
+    def fp8(p, inputs, outputs):
+        # the case's path says which MLX kernel: qmv for decode, qmm for prefill
+        peer = mlx_qmm if p.get("path", "gemv") == "gemm" else mlx_qmv
+        return peer.launch(p, inputs, outputs)
+
     return {"gemv": mlx_gemv.launch, "softmax": mlx_softmax.launch,
             "gdn_decode": mlx_gdn.launch, "gemm": mlx_gemm.launch,
-            "attention_decode": mlx_sdpa.launch, "qmm_fp8": mlx_qmv.launch,
+            "attention_decode": mlx_sdpa.launch, "qmm_fp8": fp8,
             "qmm_fp4": mlx_gather_qmv.launch}
 
 
