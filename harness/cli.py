@@ -427,7 +427,8 @@ def _add_bench_commands(commands) -> None:
                      help="also run each case's peer kernel beside it and report generated "
                           "/ peer per counter and modeled time: 'mlx' (MLX's own Metal "
                           "kernels, from the mlx-metal wheel pip fetches into the cache on "
-                          "first use; harness/bench/peers/)")
+                          "first use; harness/bench/peers/), 'mlx-affine' (MLX's affine "
+                          "8-bit qmv for the fp8 decode case)")
     sub.set_defaults(run=_run_bench)
 
     rep = commands.add_parser("report", help="re-render the reports of a saved bench result",

@@ -16,6 +16,9 @@ baseline records those ratios and the gate treats a worse one as a regression
                      list of them run in order (MLX's split-K GEMM is two launches)
     run.py           one peer launch on the emulator -> the record the bench keeps
 
+Two peers: `mlx` (`mlx_families`), MLX's kernel for each family's work, and `mlx-affine`
+(`mlx_affine_families`), MLX's affine 8-bit format beside the fp8 case's mxfp8 peer.
+
 A family module raises `NotApplicable` (with the reason) for params MLX has no kernel for;
 the case then carries no peer and the report says why.
 """
@@ -88,4 +91,11 @@ def mlx_families() -> dict[str, Callable]:
             "qmm_fp4": mlx_gather_qmv.launch}
 
 
-PEERS = ("mlx",)
+def mlx_affine_families() -> dict[str, Callable]:
+    """Kernel family name -> the `mlx-affine` peer's `launch`: MLX's affine (integer)
+    quantization where the `mlx` peer runs an fp format (mlx_affine_qmv.py)."""
+    from harness.bench.peers import mlx_affine_qmv
+    return {"qmm_fp8": mlx_affine_qmv.launch}
+
+
+PEERS = ("mlx", "mlx-affine")
