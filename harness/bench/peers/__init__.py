@@ -94,8 +94,13 @@ def mlx_families() -> dict[str, Callable]:
 def mlx_affine_families() -> dict[str, Callable]:
     """Kernel family name -> the `mlx-affine` peer's `launch`: MLX's affine (integer)
     quantization where the `mlx` peer runs an fp format (mlx_affine_qmv.py)."""
-    from harness.bench.peers import mlx_affine_qmv
-    return {"qmm_fp8": mlx_affine_qmv.launch}
+    from harness.bench.peers import mlx_affine_qmm, mlx_affine_qmv
+
+    def fp8(p, inputs, outputs):
+        peer = mlx_affine_qmm if p.get("path", "gemv") == "gemm" else mlx_affine_qmv
+        return peer.launch(p, inputs, outputs)
+
+    return {"qmm_fp8": fp8}
 
 
 PEERS = ("mlx", "mlx-affine")

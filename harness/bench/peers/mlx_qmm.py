@@ -48,6 +48,8 @@ from harness.bench.peers.mlx_qmv import GROUP, MSL_TYPES, requantize_mxfp8
 
 HOST = "mlx/backend/metal/quantized.cpp"
 QMM_HEADERS = ("utils.h", "steel/gemm/gemm.h", "quantized_utils.h", "fp_quantized.h")
+HEADERS = {"mxfp8": QMM_HEADERS,
+           "affine": ("utils.h", "steel/gemm/gemm.h", "quantized_utils.h", "quantized.h")}
 ACCUM_HEADERS = ("utils.h", "steel/gemm/gemm.h", "steel/gemm/kernels/steel_gemm_splitk.h")
 TILE = 32                      # qmm's bm = bn (and the kernels' BK)
 TARGET_TGS = 512               # qmm_splitk: split K until about this many threadgroups
@@ -66,11 +68,11 @@ def qmv_batch_limit(K: int, N: int) -> int:
     return 13
 
 
-def split_k(M: int, N: int, K: int) -> int:
+def split_k(M: int, N: int, K: int, group: int = GROUP) -> int:
     """qmm_splitk's number of K partitions (1: it calls qmm instead)."""
     tgs = -(-N // TILE) * -(-M // TILE)
-    parts = min(max(1, TARGET_TGS // tgs), K // max(GROUP, TILE))
-    while parts > 1 and K % (parts * max(GROUP, TILE)):
+    parts = min(max(1, TARGET_TGS // tgs), K // max(group, TILE))
+    while parts > 1 and K % (parts * max(group, TILE)):
         parts -= 1
     return parts
 
@@ -79,32 +81,33 @@ def _i32(v):
     return np.array([v], np.int32)
 
 
-def launch(p: dict, inputs: list, outputs: list):
-    from oracles import bounds
-    from oracles import qmm as oracle
-
+def check_applies(p: dict, group: int, what: str) -> None:
+    """NotApplicable unless MLX runs a qmm kernel for the params."""
     M, N, K, dtype = p["M"], p["N"], p["K"], p["dtype"]
     if p.get("path", "gemv") != "gemm":
-        raise NotApplicable(f"path={p.get('path', 'gemv')}: the mxfp8 qmm peer is the "
+        raise NotApplicable(f"path={p.get('path', 'gemv')}: the {what} qmm peer is the "
                             "prefill (gemm path) product")
     if p["out_dtype"] != dtype:
         raise NotApplicable(f"out_dtype={p['out_dtype']}: MLX's qmm writes the activation "
                             f"type ({dtype})")
-    if K % GROUP:
-        raise NotApplicable(f"K={K}: mxfp8 groups 32 weights of a row")
+    if K % group:
+        raise NotApplicable(f"K={K}: {what} groups {group} weights of a row")
     limit = qmv_batch_limit(K, N)
     if M < limit:
         raise NotApplicable(f"M={M}: below {limit} rows some GPU runs a qmv kernel "
                             "(get_qmv_batch_limit), not qmm")
+
+
+def launch(p: dict, inputs: list, outputs: list):
+    from oracles import bounds
+    from oracles import qmm as oracle
+
+    check_applies(p, GROUP, "mxfp8")
     x, codes, scales = inputs
     (y,) = outputs
     w = oracle.dequant_e4m3(codes, scales, p.get("G", 0))
     mx_codes, mx_scales, wq = requantize_mxfp8(w)
-    t, ts = MSL_TYPES[dtype], TYPE_STRINGS[dtype]
-    aligned = N % TILE == 0
-    al = "true" if aligned else "false"
-    tiles = (-(-N // TILE), -(-M // TILE))
-    parts = split_k(M, N, K)
+    K, dtype = p["K"], p["dtype"]
 
     def expected():
         # the loader stores scale x code in the activation type (exact here)
@@ -117,35 +120,51 @@ def launch(p: dict, inputs: list, outputs: list):
                "case's e4m3 codes and float32 "
                + ("row" if p["scale"] == "row" else f"{p.get('G')} x {p.get('G')} block")
                + " scales; the oracle evaluated on the re-quantized weights")
+    return plan(p, "mxfp8", GROUP, [mx_codes, mx_scales], x, y, expected, formats)
+
+
+def plan(p: dict, mode: str, group: int, quantized: list, x, y, expected, formats: str):
+    """The launches of QuantizedMatmul::eval_gpu -> qmm_splitk for 8-bit weights in
+    `mode` ("mxfp8": `quantized` is [codes, e8m0 scales]; "affine": [codes, scales,
+    biases], the affine kernels' extra buffer 2 shifting the split kernel's later ones)."""
+    M, N, K, dtype = p["M"], p["N"], p["K"], p["dtype"]
+    func = "affine" if mode == "affine" else "fp"
+    t, ts = MSL_TYPES[dtype], TYPE_STRINGS[dtype]
+    aligned = N % TILE == 0
+    al = "true" if aligned else "false"
+    tiles = (-(-N // TILE), -(-M // TILE))
+    parts = split_k(M, N, K, group)
     arrays = _arrays(TILE, TILE, 2, 2)          # BlockMMA<T, U, 32, 32, 32, 2, 2>
     if parts <= 1:
-        name = f"mxfp8_qmm_t_{ts}_gs_{GROUP}_b_8_alN_{al}_batch_0"
-        targs = f"{t}, {GROUP}, 8, {al}, false"
-        unset = [np.zeros(4, np.int32) for _ in range(7)]      # buffers 8-14: one batch
+        name = f"{mode}_qmm_t_{ts}_gs_{group}_b_8_alN_{al}_batch_0"
+        targs = f"{t}, {group}, 8, {al}, false"
+        # buffer 2: the biases, or in the fp modes the (unset) global scale
+        head = quantized if mode == "affine" else [*quantized, np.zeros(4, np.float32)]
+        # 8-14 (affine 8-15, the biases' strides too): one batch, not set
+        unset = [np.zeros(4, np.int32) for _ in range(8 if mode == "affine" else 7)]
         return PeerLaunch(
-            headers=QMM_HEADERS,
+            headers=HEADERS[mode],
             instantiation=f'template [[host_name("{name}")]] [[kernel]] decltype('
-                          f"fp_qmm_t<{targs}>) fp_qmm_t<{targs}>;\n",
+                          f"{func}_qmm_t<{targs}>) {func}_qmm_t<{targs}>;\n",
             kernel=name, grid=(*tiles, 1), threadgroup=(32, 2, 2),
-            buffers=[mx_codes, mx_scales, np.zeros(4, np.float32), x, y, _i32(K), _i32(N),
-                     _i32(M), *unset],
+            buffers=[*head, x, y, _i32(K), _i32(N), _i32(M), *unset],
             outputs=[y], expected=expected,
             host_code=f"{HOST}: QuantizedMatmul::eval_gpu -> qmm_splitk -> qmm",
-            geometry=f"fp_qmm_t: 32 x 32 output tiles, K in steps of 32, 4 simdgroups "
+            geometry=f"{func}_qmm_t: 32 x 32 output tiles, K in steps of 32, 4 simdgroups "
                      f"(2 x 2) a threadgroup, grid {tiles}",
             formats=formats, local_arrays=arrays)
-    name = f"mxfp8_qmm_t_splitk_{ts}_gs_{GROUP}_b_8_alN_{al}"
-    targs = f"{t}, {GROUP}, 8, {al}"
+    name = f"{mode}_qmm_t_splitk_{ts}_gs_{group}_b_8_alN_{al}"
+    targs = f"{t}, {group}, 8, {al}"
     partials = torch.zeros(parts, M, N, dtype=torch.float32)
     split = PeerLaunch(
-        headers=QMM_HEADERS,
+        headers=HEADERS[mode],
         instantiation=f'template [[host_name("{name}")]] [[kernel]] decltype('
-                      f"fp_qmm_t_splitk<{targs}>) fp_qmm_t_splitk<{targs}>;\n",
+                      f"{func}_qmm_t_splitk<{targs}>) {func}_qmm_t_splitk<{targs}>;\n",
         kernel=name, grid=(*tiles, parts), threadgroup=(32, 2, 2),
-        buffers=[mx_codes, mx_scales, x, partials, _i32(K), _i32(N), _i32(M),
-                 _i32(K // parts), _i32(M * N)],
+        buffers=[*quantized, x, partials, _i32(K), _i32(N), _i32(M), _i32(K // parts),
+                 _i32(M * N)],
         outputs=[partials], host_code=f"{HOST}: QuantizedMatmul::eval_gpu -> qmm_splitk",
-        geometry=f"fp_qmm_t_splitk: 32 x 32 output tiles, {parts} K partitions of "
+        geometry=f"{func}_qmm_t_splitk: 32 x 32 output tiles, {parts} K partitions of "
                  f"{K // parts}, 4 simdgroups (2 x 2) a threadgroup, grid "
                  f"{(*tiles, parts)}, float32 partials",
         formats=formats, local_arrays=arrays)
