@@ -41,6 +41,8 @@ class PeerLaunch:
     instantiation our `template [[host_name(...)]] [[kernel]] ...` line(s)
     kernel        the host name launched
     grid, threadgroup   MLX's dispatch (threadgroups per grid, threads per threadgroup)
+    threads       optional: the grid in threads, for MLX's dispatch_threads (grid is then
+                  its ceil in threadgroups; the last ones partial where it is not whole)
     buffers       bound to [[buffer(i)]] in order (inputs, outputs, the host's set_bytes)
     outputs       the buffers holding the results, in the oracle's order (or `finish`)
     finish        optional: outputs -> the tensors compared with the oracle (a layout MLX
@@ -66,6 +68,7 @@ class PeerLaunch:
     outputs: list
     host_code: str
     geometry: str
+    threads: tuple | None = None
     function_constants: dict = field(default_factory=dict)
     threadgroup_memory: dict = field(default_factory=dict)
     finish: Callable | None = None

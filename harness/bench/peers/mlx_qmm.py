@@ -169,16 +169,13 @@ def plan(p: dict, mode: str, group: int, quantized: list, x, y, expected, format
                  f"{(*tiles, parts)}, float32 partials",
         formats=formats, local_arrays=arrays)
     bx, by, _ = _block_dims(N, M, 1)
-    if N % bx or M % by:
-        raise NotApplicable(f"the split-K accumulation dispatches threads ({N}, {M}) in "
-                            f"groups of ({bx}, {by}): partial threadgroups, which the "
-                            "emulator does not launch")
     accum = f"steel_gemm_splitk_accum_{dtype}_float32"
     total = PeerLaunch(
         headers=ACCUM_HEADERS,
         instantiation=f'template [[host_name("{accum}")]] [[kernel]] decltype('
                       f"gemm_splitk_accum<float, {t}>) gemm_splitk_accum<float, {t}>;\n",
-        kernel=accum, grid=(N // bx, M // by, 1), threadgroup=(bx, by, 1),
+        kernel=accum, grid=(-(-N // bx), -(-M // by), 1), threadgroup=(bx, by, 1),
+        threads=(N, M, 1),
         buffers=[partials, y, _i32(parts), _i32(M * N), _i32(N)], outputs=[y],
         expected=expected, host_code=f"{HOST}: QuantizedMatmul::eval_gpu -> qmm_splitk",
         geometry=f"then the {parts} partitions summed, a thread per output in groups of "

@@ -92,7 +92,8 @@ def measure_peer(case, built, generated, chip_names, half: bool, peer: str = "ml
             return out
         started = time.perf_counter()
         try:
-            res = run_msl(msl, one.kernel, grid=one.grid, threadgroup=one.threadgroup,
+            where = {"threads": one.threads} if one.threads else {"grid": one.grid}
+            res = run_msl(msl, one.kernel, **where, threadgroup=one.threadgroup,
                           buffers=one.buffers, seed=SEED,
                           function_constants=one.function_constants or None,
                           threadgroup_memory=one.threadgroup_memory or None, timeout=1800)
