@@ -20,8 +20,10 @@ to `qmm` (no NAX on M1-M4: `is_nax_available` is false). The split form launches
 threadgroups (n_tiles, m_tiles, split_k) of (32, 2, 2), each over K / split_k of K,
 writing partial sums [split_k, M, N]; then `gemm_splitk_accum<float, T>` (the steel GEMM's
 split-K accumulation) sums them, a thread per output, threads (N, M, 1) in threadgroups of
-get_block_dims(N, M, 1) (mlx_gemm.py). `qmm` launches `fp_qmm_t<T, 32, 8, aligned_N,
-false>` over threadgroups (n_tiles, m_tiles, 1) of (32, 2, 2).
+get_block_dims(N, M, 1) (mlx_gemm.py; dispatch_threads, so the last threadgroups are
+partial where N or M is not their multiple: run_msl(threads=...)). `qmm` launches
+`fp_qmm_t<T, 32, 8, aligned_N, false>` over threadgroups (n_tiles, m_tiles, 1) of
+(32, 2, 2).
 
 The wheel the headers come from (mlx-metal 0.32.4) is newer than 846d176 where the two
 differ, and its kernels are what runs: its `fp_qmm_t_splitk` writes float32 partials
