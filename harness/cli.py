@@ -76,8 +76,12 @@ def _parser() -> argparse.ArgumentParser:
     emu.add_argument("file", type=Path, metavar="FILE.metal", help="MSL source file")
     emu.add_argument("--kernel", default=None,
                      help="name of the kernel function (default: the file's only kernel)")
-    emu.add_argument("--grid", required=True, type=_dims, metavar="X[,Y,Z]",
-                     help="threadgroups per dimension (missing dimensions are 1)")
+    where = emu.add_mutually_exclusive_group(required=True)
+    where.add_argument("--grid", type=_dims, metavar="X[,Y,Z]",
+                       help="threadgroups per dimension (missing dimensions are 1)")
+    where.add_argument("--threads", type=_dims, metavar="X[,Y,Z]",
+                       help="or the grid in threads (Metal's dispatchThreads): the last "
+                            "threadgroup of a dimension holds the threads left")
     emu.add_argument("--threadgroup", required=True, type=_dims, metavar="X[,Y,Z]",
                      help="threads per threadgroup")
     emu.add_argument("--buffer", dest="buffers", action="append", default=[], type=_spec,
@@ -216,15 +220,22 @@ def _run_emu(args: argparse.Namespace) -> int:
         args.kernel = next(iter(kernels))
     signature = kernels.get(args.kernel)
     names = {i: p.buffer_name(i) for i, p in signature.buffers.items()} if signature else {}
-    total_threads = math.prod(args.grid) * math.prod(args.threadgroup)
+    if args.threads:
+        total_threads = math.prod(args.threads)
+        launch = (f"{_tuple(args.threads)} threads in threadgroups of "
+                  f"{_tuple(args.threadgroup)}")
+        where = {"threads": args.threads}
+    else:
+        total_threads = math.prod(args.grid) * math.prod(args.threadgroup)
+        launch = f"grid {_tuple(args.grid)} x threadgroup {_tuple(args.threadgroup)}"
+        where = {"grid": args.grid}
     out.print(Text.assemble("kernel ", (args.kernel, "bold"), f" from {args.file}"),
               soft_wrap=True)
-    out.print(f"grid {_tuple(args.grid)} x threadgroup {_tuple(args.threadgroup)} = "
-              f"{total_threads} threads; schedule {args.schedule}, seed {args.seed}, "
-              f"checks {','.join(checks) or 'none'}", soft_wrap=True)
+    out.print(f"{launch} = {total_threads} threads; schedule {args.schedule}, seed "
+              f"{args.seed}, checks {','.join(checks) or 'none'}", soft_wrap=True)
     start = time.perf_counter()
     try:
-        result = emu.run_msl(source, args.kernel, grid=args.grid, threadgroup=args.threadgroup,
+        result = emu.run_msl(source, args.kernel, **where, threadgroup=args.threadgroup,
                              buffers=buffers, schedule=args.schedule, seed=args.seed,
                              checks=checks, function_constants=constants,
                              threadgroup_memory=dict(args.threadgroup_memory),
@@ -427,7 +438,8 @@ def _add_bench_commands(commands) -> None:
                      help="also run each case's peer kernel beside it and report generated "
                           "/ peer per counter and modeled time: 'mlx' (MLX's own Metal "
                           "kernels, from the mlx-metal wheel pip fetches into the cache on "
-                          "first use; harness/bench/peers/)")
+                          "first use; harness/bench/peers/), 'mlx-affine' (MLX's affine "
+                          "8-bit qmv for the fp8 decode case)")
     sub.set_defaults(run=_run_bench)
 
     rep = commands.add_parser("report", help="re-render the reports of a saved bench result",

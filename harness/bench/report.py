@@ -415,10 +415,12 @@ def peer_tables(results: BenchRun) -> list[Table]:
         kernels.add_column(col, overflow="fold")
     first_chip = 3 + len(PEER_COLUMNS)
     for row in rows:
-        ratios.add_row(row[0], *[row[3 + i] for i in shown],
+        peer = row[1].split(" ", 1)[0]
+        case = row[0] if peer == "mlx" else f"{row[0]} ({peer})"   # a second peer's row
+        ratios.add_row(case, *[row[3 + i] for i in shown],
                        row[first_chip + chips.index(chip)])
         status = row[2].split(":")[0]
-        kernels.add_row(row[0], Text(status, "green" if status == "pass" else
+        kernels.add_row(case, Text(status, "green" if status == "pass" else
                                      "yellow" if status in ("not_applicable", "unavailable")
                                      else "bold red"),
                         row[1].split(" ", 2)[-1], row[-2] or "nothing")

@@ -50,6 +50,19 @@ PEER_CASES = [
     ("qmm_fp8", {"M": 1, "N": 36, "K": 288, "scale": "row", "bM": 1, "bN": 8, "bK": 64,
                  "threads": 64, "dtype": "float16", "out_dtype": "float16"},
      "mxfp8_qmv_float16"),
+    ("qmm_fp8", {"M": 64, "N": 64, "K": 256, "scale": "row", "path": "gemm", "bM": 32,
+                 "bN": 32, "bK": 32, "threads": 128, "dtype": "bfloat16",
+                 "out_dtype": "bfloat16"},
+     "mxfp8_qmm_t_splitk_bfloat16_t"),   # 4 tiles: 8 K partitions of 32, then summed
+    ("qmm_fp8", {"M": 40, "N": 72, "K": 32, "scale": "block", "G": 32, "path": "gemm",
+                 "bM": 16, "bN": 16, "bK": 32, "threads": 64, "dtype": "float16",
+                 "out_dtype": "float16"},
+     "mxfp8_qmm_t_float16_t_gs_32_b_8_alN_false"),   # K = 32: no split; ragged M and N
+    ("qmm_fp8", {"M": 40, "N": 72, "K": 128, "scale": "row", "path": "gemm", "bM": 16,
+                 "bN": 16, "bK": 32, "threads": 64, "dtype": "bfloat16",
+                 "out_dtype": "bfloat16"},
+     "mxfp8_qmm_t_splitk_bfloat16_t_gs_32_b_8_alN_false"),   # 4 partitions, then summed
+    # by threads (72, 40) in groups of (32, 32): partial threadgroups (dispatch_threads)
     ("qmm_fp4", {"E": 2, "T": 2, "N": 16, "K": 512, "bM": 2, "bN": 8, "threads": 64,
                  "dtype": "bfloat16", "out_dtype": "bfloat16", "x": "shared"},
      "mxfp4_gather_qmv_fast_bfloat16"),  # N % 8 == 0, K % 512 == 0: the fast kernel
@@ -258,11 +271,158 @@ def test_ragged_fp4_experts_have_no_gather_qmv_peer():
         mlx_gather_qmv.launch({**FP4, "T": 8}, [None] * 4, [None])
 
 
+def test_mlx_qmm_dispatch_is_mlxs():
+    """quantized.cpp qmm_splitk's partition count: about 512 threadgroups, whole groups
+    of 32 per partition, none below 2 (qmm instead); qmv below the batch limit."""
+    from harness.bench.peers import NotApplicable, mlx_qmm
+    assert mlx_qmm.split_k(64, 256, 4096) == 32        # the bench case: 16 tiles
+    assert mlx_qmm.split_k(64, 12288, 4096) == 1       # its real N: 768 tiles, no split
+    assert mlx_qmm.split_k(64, 64, 256) == 8           # K / 32 bounds it
+    assert mlx_qmm.split_k(64, 64, 96 * 32) == 96 and mlx_qmm.split_k(64, 64, 3 * 32) == 3
+    assert mlx_qmm.split_k(64, 64, 32 * 131) == 1      # no partition count divides K
+    with pytest.raises(NotApplicable, match="qmv kernel"):
+        mlx_qmm.launch({**PREFILL, "M": 32}, [None] * 3, [None])
+    with pytest.raises(NotApplicable, match="activation type"):
+        mlx_qmm.launch({**PREFILL, "out_dtype": "float32"}, [None] * 3, [None])
+
+
+def test_a_doctored_mxfp8_requantization_is_a_mismatch(monkeypatch):
+    # the qmm kernel gets one group's e8m0 scale one step too large while the oracle is
+    # evaluated on the right re-quantization: the comparison must catch it
+    _headers_or_skip()
+    from harness.bench.peers import mlx_qmm
+
+    real = mlx_qmm.requantize_mxfp8
+
+    def doctored(w):
+        codes, e8m0, wq = real(w)
+        e8m0 = e8m0.clone()
+        e8m0[9, 3] += 1
+        return codes, e8m0, wq
+
+    monkeypatch.setattr(mlx_qmm, "requantize_mxfp8", doctored)
+    _, m = _measured("qmm_fp8", PREFILL)
+    peer = m.peers["mlx"]
+    assert m.status == "pass" and peer["status"] == "mismatch", peer["message"]
+    assert "output 0" in peer["message"]
+
+
+def test_a_wrong_split_k_launch_is_a_mismatch(monkeypatch):
+    # the accumulation told one partition fewer: the oracle must catch the missing part
+    _headers_or_skip()
+    from harness.bench.peers import mlx_qmm
+
+    def short(p, inputs, outputs):
+        split, total = mlx_qmm.launch(p, inputs, outputs)
+        total.buffers[2][0] -= 1
+        return [split, total]
+
+    monkeypatch.setattr("harness.bench.peers.run.mlx_families", lambda: {"qmm_fp8": short})
+    _, m = _measured("qmm_fp8", PREFILL)
+    assert m.peers["mlx"]["status"] == "mismatch", m.peers["mlx"]["message"]
+
+
 def test_the_prefill_fp8_case_has_no_qmv_peer():
     from harness.bench.peers import NotApplicable, mlx_qmv
     with pytest.raises(NotApplicable, match="decode"):
         mlx_qmv.launch({"M": 64, "N": 64, "K": 256, "scale": "row", "path": "gemm",
                         "dtype": "bfloat16", "out_dtype": "bfloat16"}, [None] * 3, [None])
+
+
+PREFILL = {"M": 64, "N": 64, "K": 256, "scale": "row", "path": "gemm", "bM": 32, "bN": 32,
+           "bK": 32, "threads": 128, "dtype": "bfloat16", "out_dtype": "bfloat16"}
+
+
+AFFINE_CASES = [
+    ({"M": 1, "N": 40, "K": 512, "scale": "block", "G": 128, "bM": 1, "bN": 16, "bK": 128,
+      "threads": 32, "dtype": "bfloat16", "out_dtype": "bfloat16"},
+     "affine_qmv_fast_bfloat16_t_gs_64_b_8"),        # N % 8 == 0, K % 256 == 0
+    ({"M": 1, "N": 36, "K": 320, "scale": "row", "bM": 1, "bN": 8, "bK": 64, "threads": 64,
+      "dtype": "float16", "out_dtype": "float16"},
+     "affine_qmv_float16_t_gs_64_b_8"),               # a partial threadgroup of rows
+    (PREFILL, "affine_qmm_t_splitk_bfloat16_t_gs_64_b_8"),   # 4 partitions of 64
+    ({"M": 40, "N": 72, "K": 64, "scale": "block", "G": 32, "path": "gemm", "bM": 16,
+      "bN": 16, "bK": 32, "threads": 64, "dtype": "float16", "out_dtype": "float16"},
+     "affine_qmm_t_float16_t_gs_64_b_8_alN_false"),  # one group of K: no split
+]
+
+
+@pytest.mark.parametrize("params, kernel", AFFINE_CASES, ids=[k for _, k in AFFINE_CASES])
+def test_mlx_affine_peer_matches_the_oracle_beside_the_mxfp8_one(params, kernel):
+    _headers_or_skip()
+    _, m = _measured("qmm_fp8", params, peers=("mlx", "mlx-affine"))
+    assert m.status == "pass", m.message
+    assert set(m.peers) == {"mlx", "mlx-affine"}
+    peer = m.peers["mlx-affine"]
+    assert peer["status"] == "pass", peer["message"]
+    assert peer["kernel"].startswith(kernel) and peer["findings"] == []
+    assert m.peers["mlx"]["status"] == "pass", m.peers["mlx"]["message"]
+    assert m.peers["mlx"]["kernel"].startswith("mxfp8_")
+    assert "affine 8-bit" in peer["formats"]
+    want = m.counters["device_bytes_read"] / peer["counters"]["device_bytes_read"]
+    assert peer["ratios"]["device_bytes_read"] == pytest.approx(want)
+
+
+def test_affine8_requantization_is_mlxs_own_quantizer():
+    """MLX's affine_quantize<T, 64, 8> (`mx.quantize(w, 64, 8)`'s kernel) run on the
+    emulator gives the very codes, scales and biases the affine peer feeds qmv: for the
+    case's weights and for a zero group, an all-positive and an all-negative one (the
+    quantizer's maximum starts at 0) and one whose codes land on halves."""
+    import numpy as np
+    import torch
+
+    from core.runtime.emu import run_msl
+    from harness.bench.peers.mlx_affine_qmv import TORCH_TYPES, requantize_affine8
+    from harness.gen.inputs import random_tensor
+    from oracles import qmm as oracle
+
+    _headers_or_skip()
+    codes = oracle.quantize_e4m3(random_tensor((16, 256), "float32", 3),
+                                 torch.full((16, 1), 0.01))
+    w = oracle.dequant_e4m3(codes, torch.full((16,), 0.01))
+    w[0, :64] = 0.0
+    w[1, :64] = torch.linspace(0.1, 2.0, 64, dtype=torch.float64)
+    w[2, 64:128] = -torch.linspace(0.1, 2.0, 64, dtype=torch.float64)
+    w[3, :64] = torch.arange(64, dtype=torch.float64) * 0.5 - 8.0
+    for dtype, msl_type in (("bfloat16", "bfloat16_t"), ("float16", "half")):
+        name = f"affine_quantize_{msl_type}_gs_64_b_8"
+        targs = f"{msl_type}, 64, 8"
+        msl = mlx_wheel.source(("utils.h", "steel/gemm/gemm.h", "quantized_utils.h",
+                                "quantized.h"),
+                               f'template [[host_name("{name}")]] [[kernel]] decltype('
+                               f"affine_quantize<{targs}>) affine_quantize<{targs}>;\n")
+        q = torch.zeros(w.numel(), dtype=torch.uint8)
+        s = torch.zeros(w.numel() // 64, dtype=TORCH_TYPES[dtype])
+        b = torch.zeros_like(s)
+        # quantized.cpp quantize_impl: a thread per 2 weights (a simdgroup per group of
+        # 64), buffers w, codes, scales, biases; threadgroups of 256 here
+        res = run_msl(msl, name, grid=(w.numel() // 512, 1, 1), threadgroup=(256, 1, 1),
+                      buffers=[w.to(TORCH_TYPES[dtype]).flatten(), q, s, b])
+        assert res.findings == []
+        ours_q, ours_s, ours_b, wq = requantize_affine8(w, dtype)
+        assert torch.equal(q, ours_q.flatten()), dtype
+        assert torch.equal(s, ours_s.flatten()) and torch.equal(b, ours_b.flatten()), dtype
+        assert torch.equal(wq[0, :64], torch.zeros(64, dtype=torch.float64))
+        assert bool(np.isfinite(wq.numpy()).all())
+
+
+def test_a_doctored_affine_requantization_is_a_mismatch(monkeypatch):
+    # one group's bias shifted by a step of its scale in the kernel's inputs only
+    _headers_or_skip()
+    from harness.bench.peers import mlx_affine_qmv
+
+    real = mlx_affine_qmv.requantize_affine8
+
+    def doctored(w, dtype, group=mlx_affine_qmv.GROUP):
+        q, s, b, wq = real(w, dtype, group)
+        b = b.clone()
+        b[7, 2] += s[7, 2].abs() * 4
+        return q, s, b, wq
+
+    monkeypatch.setattr(mlx_affine_qmv, "requantize_affine8", doctored)
+    _, m = _measured("qmm_fp8", AFFINE_CASES[0][0], peers=("mlx-affine",))
+    peer = m.peers["mlx-affine"]
+    assert m.status == "pass" and peer["status"] == "mismatch", peer["message"]
 
 
 def test_offline_without_the_wheel_the_peer_is_skipped_with_the_reason(tmp_path, monkeypatch):
@@ -391,6 +551,16 @@ def test_peer_tables_fit_100_columns_and_bench_md_has_every_column():
     row = dict(zip(report.peer_header(["M1", "M2"]), report.peer_rows(run)[0]))
     assert row["generated does more"] == "tg B, barriers"
     assert "Generated against MLX's kernels (peers)" in report.markdown(run, [])
+
+
+def test_a_second_peer_of_a_case_is_named_in_the_console_tables():
+    case = _fake()
+    case.peers = {"mlx": _peer_record(case), "mlx-affine": _peer_record(case)}
+    console = Console(width=100, record=True, force_terminal=False)
+    for table in report.peer_tables(_run(case)):
+        console.print(table)
+    text = console.export_text()
+    assert "fam/a (mlx-affine)" in text and "fam/a " in text
 
 
 def test_peer_records_survive_bench_json():

@@ -77,6 +77,22 @@ def test_clean_run_exits_0_and_saves_buffers(metal, tmp_path, capsys):
     assert sorted(p.name for p in out_dir.iterdir()) == [f"buffer{i}.npy" for i in range(4)]
 
 
+def test_a_grid_in_threads_runs_just_those_threads(metal, tmp_path, capsys):
+    # 1000 threads in groups of 256: the last of the 4 threadgroups holds 232; with n = 2000
+    # the kernel's guard lets every thread write, and only the 1000 of the grid do
+    out_dir = tmp_path / "out"
+    args = ["--kernel", "add", "--threads", "1000", "--threadgroup", "256",
+            "--buffer", "f32:2000:arange", "--buffer", "f32:2000:value=0.5",
+            "--buffer", "f32:2000", "--buffer", "u32:1:value=2000"]
+    assert main(["emu", metal(ADD), *args, "--save", str(out_dir)]) == 0
+    stdout = capsys.readouterr().out
+    assert "(1000,1,1) threads in threadgroups of (256,1,1) = 1000 threads" in stdout
+    c = np.load(out_dir / "buffer2.npy")
+    np.testing.assert_array_equal(c[:1000], np.arange(1000, dtype=np.float32) + 0.5)
+    assert not c[1000:].any()                  # never written (the buffer starts as 0s)
+    assert main(["emu", metal(ADD), "--grid", "4", *args]) == 2     # not both
+
+
 def test_print_buffers_shows_values_after_the_run(metal, capsys):
     assert main(["emu", metal(ADD), *ADD_ARGS, "--print-buffers"]) == 0
     stdout = capsys.readouterr().out

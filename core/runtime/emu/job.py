@@ -1,6 +1,6 @@
 """The job file: one launch's parameters and buffers, shared with the emulator process.
 
-Layout (kept in sync with `JobHeader` in src/job.h): a 568-byte header, then every
+Layout (kept in sync with `JobHeader` in src/job.h): a 584-byte header, then every
 buffer at a page-aligned offset, each followed by a red zone of unmapped-for-use bytes
 (at least 64 KiB, and at least the buffer's own size up to 16 MiB) so that an access
 past the end of a buffer lands in a red zone, where the checker reports it, instead of in
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-MAGIC = b"MTJOB01\0"
+MAGIC = b"MTJOB02\0"
 MAX_BUFFERS = 31
 # The header's fields in order, as (name in src/job.h's JobHeader, struct format); packed
 # little-endian with no padding, which job.h's static_asserts pin on the C++ side and
@@ -35,6 +35,8 @@ FIELDS = (
     ("magic", "8s"), ("grid", "3I"), ("threadgroup", "3I"), ("schedule", "I"),
     ("checks", "I"), ("workers", "I"), ("nbuffers", "I"), ("seed", "Q"),
     ("stack_bytes", "Q"), ("max_findings", "I"), ("barrier_off", "I"),
+    ("grid_threads", "3I"),            # the grid in threads if not whole groups, else 0s
+    ("reserved", "I"),
     ("buffers", "QQ" * MAX_BUFFERS),   # (offset, size) per buffer
 )
 HEADER = struct.Struct("<" + "".join(f for _, f in FIELDS))
@@ -163,10 +165,11 @@ def _shm_dir() -> str | None:
 
 def write_job(grid, threadgroup, payloads: list[np.ndarray], *, schedule: str, checks: int,
               seed: int, workers: int, stack_bytes: int, max_findings: int,
-              barrier_off: int = 0) -> JobFile:
+              barrier_off: int = 0, grid_threads=(0, 0, 0)) -> JobFile:
     """The job file holding the header and the bytes of every buffer (a new one, or a
     released one of the same layout made equal to a new one). `barrier_off`: the MSL line
-    whose threadgroup_barrier calls the launch skips (0: none)."""
+    whose threadgroup_barrier calls the launch skips (0: none); `grid_threads`: the grid in
+    threads where its last threadgroups are partial (0s: whole threadgroups)."""
     offsets, sizes = [], []
     end = HEADER.size
     for p in payloads:
@@ -192,7 +195,7 @@ def write_job(grid, threadgroup, payloads: list[np.ndarray], *, schedule: str, c
         slots += [offsets[i], sizes[i]] if i < len(payloads) else [0, 0]
     HEADER.pack_into(job.mm, 0, MAGIC, *grid, *threadgroup, SCHEDULES[schedule], checks,
                      workers, len(payloads), seed & (2**64 - 1), stack_bytes, max_findings,
-                     barrier_off, *slots)
+                     barrier_off, *grid_threads, 0, *slots)
     for i, p in enumerate(payloads):
         job.buffer_bytes(i)[:] = p
     return job

@@ -208,7 +208,7 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
             max_findings: int = 64, instrument: bool = True,
             function_constants: dict[int, bool | int | float] | None = None,
             threadgroup_memory: dict[int, int] | None = None,
-            math_mode: str | None = None, declared=None) -> EmuResult:
+            math_mode: str | None = None, declared=None, threads=None) -> EmuResult:
     """Run `kernel_name` from the MSL `source` over `grid` threadgroups of `threadgroup`
     threads, with `buffers[i]` bound to `[[buffer(i)]]` (updated in place).
 
@@ -224,9 +224,23 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
     which decides where a*b + c is one fused multiply-add (core/target.py); declared:
     the kernels' declarations as the program that printed `source` states them
     (metaltile's KernelSpecs: signature.declared_kernels), which spare reading them with
-    clang; ignored where they do not match the source."""
+    clang; ignored where they do not match the source. threads: the grid in threads
+    instead of `grid` (Metal's dispatchThreads): ceil(threads / threadgroup) threadgroups a
+    dimension, the last one holding the threads left where `threads` is not a multiple of
+    `threadgroup` (a non-uniform grid: that threadgroup's threads_per_threadgroup is its own
+    size, threads_per_grid is `threads`)."""
     grid3 = _dims(grid, "grid", kernel_name)
     tg3 = _dims(threadgroup, "threadgroup", kernel_name)
+    grid_threads = (0, 0, 0)
+    if threads is not None:
+        if grid3 != (1, 1, 1):
+            raise LaunchError(f"give the grid in threadgroups (grid={grid!r}) or in threads "
+                              f"(threads={threads!r}), not both", kernel=kernel_name,
+                              construct="grid")
+        threads3 = _dims(threads, "threads", kernel_name)
+        grid3 = tuple(-(-n // t) for n, t in zip(threads3, tg3))
+        if any(n % t for n, t in zip(threads3, tg3)):
+            grid_threads = threads3
     if schedule not in jobfile.SCHEDULES:
         raise LaunchError(f"schedule must be one of {sorted(jobfile.SCHEDULES)}, got {schedule!r}",
                           kernel=kernel_name, construct="schedule")
@@ -288,18 +302,21 @@ def run_msl(source: str, kernel_name: str, grid=(1, 1, 1), threadgroup=(1, 1, 1)
                                   math_mode=math_mode)
     with stages.stage("launch"):
         return _run_launch(exe, sig, translation, views, grid3, tg3, kernel_name, schedule,
-                           checks, seed, workers, stack_bytes, max_findings, timeout)
+                           checks, seed, workers, stack_bytes, max_findings, timeout,
+                           grid_threads)
 
 
 def _run_launch(exe, sig, translation, views, grid3, tg3, kernel_name, schedule, checks,
-                seed, workers, stack_bytes, max_findings, timeout) -> EmuResult:
+                seed, workers, stack_bytes, max_findings, timeout,
+                grid_threads=(0, 0, 0)) -> EmuResult:
     """The launch of a built kernel: job file, child process, report, buffers back."""
     check_bits = sum(jobfile.CHECKS[c] for c in checks)
     nworkers = workers or os.cpu_count() or 1
     job = jobfile.write_job(grid3, tg3, [v for v, _ in views], schedule=schedule,
                             checks=check_bits, seed=seed, workers=nworkers,
                             stack_bytes=stack_bytes, max_findings=max_findings,
-                            barrier_off=_barrier_off.get())
+                            barrier_off=_barrier_off.get(), grid_threads=grid_threads)
+    sized = _SizedGroups(grid3, tg3, grid_threads)
     result_path = job.path + ".result.json"
     try:
         try:
@@ -314,11 +331,11 @@ def _run_launch(exe, sig, translation, views, grid3, tg3, kernel_name, schedule,
                                    kernel=kernel_name) from None
         report = _read_report(result_path, outcome, kernel_name)
         if report["status"] == "crash":
-            raise _crash_error(report, exe.path, kernel_name, grid3, tg3)
+            raise _crash_error(report, exe.path, kernel_name, sized)
         if report["status"] == "launch_error":
             raise LaunchError(report["message"], kernel=kernel_name)
         if report["status"] == "bounds":
-            return _halted(report, exe.path, kernel_name, grid3, tg3)
+            return _halted(report, exe.path, kernel_name, sized)
         for i, (view, _) in enumerate(views):
             if view.flags.writeable:
                 view[:] = job.buffer_bytes(i)
@@ -384,19 +401,38 @@ def _position(linear: int, dims) -> tuple[int, int, int]:
     return (linear % dims[0], linear // dims[0] % dims[1], linear // (dims[0] * dims[1]))
 
 
-def _crash_error(report: dict, binary: Path, kernel: str, grid3, tg3) -> KernelCrashError:
+class _SizedGroups:
+    """A launch's threadgroups: (x, y, z) of a linear threadgroup index, and of a thread's
+    linear index within its threadgroup, whose size is its own in a non-uniform grid."""
+
+    def __init__(self, grid3, tg3, grid_threads):
+        self.grid3, self.tg3, self.grid_threads = grid3, tg3, grid_threads
+
+    def group(self, linear: int) -> tuple[int, int, int]:
+        return _position(linear, self.grid3)
+
+    def thread(self, group: int, linear: int) -> tuple[int, int, int]:
+        if not any(self.grid_threads):
+            return _position(linear, self.tg3)
+        gp = self.group(group)
+        size = [min(t, n - g * t) for t, n, g in zip(self.tg3, self.grid_threads, gp)]
+        return _position(linear, size)
+
+
+def _crash_error(report: dict, binary: Path, kernel: str, sized: _SizedGroups) \
+        -> KernelCrashError:
     line = _symbolize(binary, {report.get("pc", 0) + 1}).get(report.get("pc", 0) + 1)
-    t = report.get("thread", -1)
-    where = f"threadgroup {_position(report.get('group', 0), grid3)}"
+    t, g = report.get("thread", -1), report.get("group", 0)
+    where = f"threadgroup {sized.group(g)}"
     if t >= 0:
-        where += f", thread {_position(t, tg3)}"
+        where += f", thread {sized.thread(g, t)}"
     at = f" at MSL line {line}" if line else ""
     address = report.get("address", 0)
     return KernelCrashError(f"{report['message']}{at} in {where} (address {address:#x})",
                             kernel=kernel)
 
 
-def _halted(report: dict, binary: Path, kernel: str, grid3, tg3) -> EmuResult:
+def _halted(report: dict, binary: Path, kernel: str, sized: _SizedGroups) -> EmuResult:
     """An out-of-range index into an array of known size (a thread-private array, a struct
     member) stopped the run before the access: one bounds finding, buffers left as they
     were, no counters."""
@@ -404,7 +440,7 @@ def _halted(report: dict, binary: Path, kernel: str, grid3, tg3) -> EmuResult:
     g, t = report.get("group", 0), max(report.get("thread", 0), 0)
     finding = Finding(
         kind="bounds", kernel=kernel,
-        group=_position(g, grid3), thread=_position(t, tg3),
+        group=sized.group(g), thread=sized.thread(g, t),
         address_space="thread", buffer_or_offset="-",
         detail=report["message"] + "; the run stopped before the access",
         line=_symbolize(binary, {pc}).get(pc))

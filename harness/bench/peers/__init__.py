@@ -16,6 +16,9 @@ baseline records those ratios and the gate treats a worse one as a regression
                      list of them run in order (MLX's split-K GEMM is two launches)
     run.py           one peer launch on the emulator -> the record the bench keeps
 
+Two peers: `mlx` (`mlx_families`), MLX's kernel for each family's work, and `mlx-affine`
+(`mlx_affine_families`), MLX's affine 8-bit format beside the fp8 case's mxfp8 peer.
+
 A family module raises `NotApplicable` (with the reason) for params MLX has no kernel for;
 the case then carries no peer and the report says why.
 """
@@ -38,6 +41,8 @@ class PeerLaunch:
     instantiation our `template [[host_name(...)]] [[kernel]] ...` line(s)
     kernel        the host name launched
     grid, threadgroup   MLX's dispatch (threadgroups per grid, threads per threadgroup)
+    threads       optional: the grid in threads, for MLX's dispatch_threads (grid is then
+                  its ceil in threadgroups; the last ones partial where it is not whole)
     buffers       bound to [[buffer(i)]] in order (inputs, outputs, the host's set_bytes)
     outputs       the buffers holding the results, in the oracle's order (or `finish`)
     finish        optional: outputs -> the tensors compared with the oracle (a layout MLX
@@ -63,6 +68,7 @@ class PeerLaunch:
     outputs: list
     host_code: str
     geometry: str
+    threads: tuple | None = None
     function_constants: dict = field(default_factory=dict)
     threadgroup_memory: dict = field(default_factory=dict)
     finish: Callable | None = None
@@ -74,12 +80,30 @@ class PeerLaunch:
 
 def mlx_families() -> dict[str, Callable]:
     """Kernel family name -> its MLX peer's `launch`."""
-    from harness.bench.peers import (mlx_gather_qmv, mlx_gdn, mlx_gemm, mlx_gemv, mlx_qmv,
-                                     mlx_sdpa, mlx_softmax)
+    from harness.bench.peers import (mlx_gather_qmv, mlx_gdn, mlx_gemm, mlx_gemv, mlx_qmm,
+                                     mlx_qmv, mlx_sdpa, mlx_softmax)
+
+    def fp8(p, inputs, outputs):
+        # the case's path says which MLX kernel: qmv for decode, qmm for prefill
+        peer = mlx_qmm if p.get("path", "gemv") == "gemm" else mlx_qmv
+        return peer.launch(p, inputs, outputs)
+
     return {"gemv": mlx_gemv.launch, "softmax": mlx_softmax.launch,
             "gdn_decode": mlx_gdn.launch, "gemm": mlx_gemm.launch,
-            "attention_decode": mlx_sdpa.launch, "qmm_fp8": mlx_qmv.launch,
+            "attention_decode": mlx_sdpa.launch, "qmm_fp8": fp8,
             "qmm_fp4": mlx_gather_qmv.launch}
 
 
-PEERS = ("mlx",)
+def mlx_affine_families() -> dict[str, Callable]:
+    """Kernel family name -> the `mlx-affine` peer's `launch`: MLX's affine (integer)
+    quantization where the `mlx` peer runs an fp format (mlx_affine_qmv.py)."""
+    from harness.bench.peers import mlx_affine_qmm, mlx_affine_qmv
+
+    def fp8(p, inputs, outputs):
+        peer = mlx_affine_qmm if p.get("path", "gemv") == "gemm" else mlx_affine_qmv
+        return peer.launch(p, inputs, outputs)
+
+    return {"qmm_fp8": fp8}
+
+
+PEERS = ("mlx", "mlx-affine")

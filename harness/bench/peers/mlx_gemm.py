@@ -127,10 +127,6 @@ def _splitk(M, N, K, lda, ldb, ta, tb, t, dtype, tname, a, b, d) -> list:
     tn, tm = -(-N // bn), -(-M // bm)
     mn_aligned, k_aligned = M % bm == 0 and N % bn == 0, K % bk == 0
     bx, by, _ = _block_dims(N, M, 1)
-    if N % bx or M % by:
-        raise NotApplicable(f"the split-K accumulation dispatches threads ({N}, {M}) in "
-                            f"groups of ({bx}, {by}): partial threadgroups, which the "
-                            "emulator does not launch")
     params = np.array([(M, N, K, lda, ldb, N, tn, tm, parts, M * N, iters * bk, 0, iters)],
                       SPLITK_PARAMS)
     c_split = torch.zeros(parts, M, N, dtype=torch.float32)
@@ -155,7 +151,7 @@ def _splitk(M, N, K, lda, ldb, ta, tb, t, dtype, tname, a, b, d) -> list:
     i32 = lambda v: np.array([v], np.int32)      # noqa: E731
     total = PeerLaunch(
         headers=split.headers, instantiation=split.instantiation, kernel=accum,
-        grid=(N // bx, M // by, 1), threadgroup=(bx, by, 1),
+        grid=(-(-N // bx), -(-M // by), 1), threadgroup=(bx, by, 1), threads=(N, M, 1),
         buffers=[c_split, d, i32(parts), i32(M * N), i32(N)], outputs=[d], host_code=where,
         geometry=f"then the partitions summed, a thread per output in groups of ({bx}, {by})")
     return [split, total]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 
 from harness.bench import roofline
-from harness.bench.peers import NotApplicable, mlx_families
+from harness.bench.peers import NotApplicable, mlx_affine_families, mlx_families
 from harness.bench.peers.mlx_wheel import MLX_VERSION, PeerUnavailable, source
 
 
@@ -33,12 +33,19 @@ def runners(names) -> dict:
     if unknown:
         raise KeyError(f"unknown peer(s) {unknown}; known: {', '.join(PEERS)}")
 
-    def mlx(case, built, generated, chip_names, half):
-        if case.family not in mlx_families():
-            return None
-        return measure_peer(case, built, generated, chip_names, half)
+    def runner(name):
+        def run(case, built, generated, chip_names, half):
+            if case.family not in _families(name):
+                return None
+            return measure_peer(case, built, generated, chip_names, half, peer=name)
+        return run
 
-    return {n: mlx for n in names}
+    return {n: runner(n) for n in names}
+
+
+def _families(peer: str) -> dict:
+    """The peer's kernel family name -> launch table."""
+    return mlx_affine_families() if peer == "mlx-affine" else mlx_families()
 
 
 def measure_peer(case, built, generated, chip_names, half: bool, peer: str = "mlx") -> dict:
@@ -62,7 +69,7 @@ def measure_peer(case, built, generated, chip_names, half: bool, peer: str = "ml
                if e.dtype.is_floating_point else torch.zeros(tuple(e.shape), dtype=e.dtype)
                for e in expected]
     try:
-        planned = mlx_families()[case.family](case.params, inputs, outputs)
+        planned = _families(peer)[case.family](case.params, inputs, outputs)
     except NotApplicable as err:
         out["status"], out["message"] = "not_applicable", f"case '{case.name}': {err}"
         return out
@@ -85,7 +92,8 @@ def measure_peer(case, built, generated, chip_names, half: bool, peer: str = "ml
             return out
         started = time.perf_counter()
         try:
-            res = run_msl(msl, one.kernel, grid=one.grid, threadgroup=one.threadgroup,
+            where = {"threads": one.threads} if one.threads else {"grid": one.grid}
+            res = run_msl(msl, one.kernel, **where, threadgroup=one.threadgroup,
                           buffers=one.buffers, seed=SEED,
                           function_constants=one.function_constants or None,
                           threadgroup_memory=one.threadgroup_memory or None, timeout=1800)

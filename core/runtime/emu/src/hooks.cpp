@@ -56,7 +56,7 @@ void* __mt_matrix_attribute(unsigned lane) {
   Fiber* cur = w->current;
   if (cur->suppress || lane == cur->lane) return nullptr;
   const uint32_t t = cur->tid - cur->lane + lane;
-  if (t >= w->fibers.size()) return nullptr;
+  if (t >= w->threads) return nullptr;
   Fiber* owner = &w->fibers[t];
   // A lane that already left the kernel still owns its elements: under a schedule that runs
   // the higher lanes first, they finish before the recording lane makes a last store.

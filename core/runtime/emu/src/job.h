@@ -10,7 +10,7 @@
 
 namespace mt {
 
-constexpr char kJobMagic[8] = {'M', 'T', 'J', 'O', 'B', '0', '1', 0};
+constexpr char kJobMagic[8] = {'M', 'T', 'J', 'O', 'B', '0', '2', 0};
 constexpr uint32_t kMaxBuffers = 31;
 constexpr uint32_t kCheckRaces = 1, kCheckUninit = 2, kCheckBounds = 4;
 constexpr uint32_t kScheduleForward = 0, kScheduleReverse = 1, kScheduleRandom = 2;
@@ -28,6 +28,11 @@ struct JobHeader {
   // The MSL line whose threadgroup_barrier calls this launch skips (0: none): the barrier
   // check (harness/check/barriers.py) runs one build with each barrier switched off in turn.
   uint32_t barrier_off;
+  // The grid in threads where it is not whole threadgroups (Metal's dispatchThreads with
+  // non-uniform threadgroups): grid[d] = ceil(grid_threads[d] / threadgroup[d]) and the
+  // last threadgroup of a dimension holds the rest. All 0: every threadgroup is whole.
+  uint32_t grid_threads[3];
+  uint32_t reserved;
   JobBuffer buffers[kMaxBuffers];
 };
 
@@ -39,9 +44,11 @@ static_assert(offsetof(JobHeader, magic) == 0 && offsetof(JobHeader, grid) == 8 
                   offsetof(JobHeader, checks) == 36 && offsetof(JobHeader, workers) == 40 &&
                   offsetof(JobHeader, nbuffers) == 44 && offsetof(JobHeader, seed) == 48 &&
                   offsetof(JobHeader, stack_bytes) == 56 && offsetof(JobHeader, max_findings) == 64 &&
-                  offsetof(JobHeader, barrier_off) == 68 && offsetof(JobHeader, buffers) == 72,
+                  offsetof(JobHeader, barrier_off) == 68 &&
+                  offsetof(JobHeader, grid_threads) == 72 && offsetof(JobHeader, reserved) == 84 &&
+                  offsetof(JobHeader, buffers) == 88,
               "JobHeader's field offsets differ from core/runtime/emu/job.py's FIELDS");
-static_assert(sizeof(JobHeader) == 72 + 16 * kMaxBuffers && sizeof(JobHeader) == 568,
+static_assert(sizeof(JobHeader) == 88 + 16 * kMaxBuffers && sizeof(JobHeader) == 584,
               "JobHeader's size differs from core/runtime/emu/job.py's HEADER.size");
 
 }  // namespace mt

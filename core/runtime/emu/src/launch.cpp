@@ -154,6 +154,15 @@ int run_launch(const char* library, const char* job_path, const char* kernel,
     fail_launch("threadgroup of %u threads; Metal allows 1 to %u", g_launch.threads, kMaxThreadsPerGroup);
   g_launch.simdgroups = (g_launch.threads + kSimdWidth - 1) / kSimdWidth;
   g_launch.groups = uint64_t(job->grid[0]) * job->grid[1] * job->grid[2];
+  if (job->grid_threads[0] || job->grid_threads[1] || job->grid_threads[2])
+    for (int d = 0; d < 3; ++d)
+      if (job->grid_threads[d] == 0 ||
+          (uint64_t(job->grid_threads[d]) + job->threadgroup[d] - 1) / job->threadgroup[d] !=
+              job->grid[d])
+        fail_launch("grid of (%u, %u, %u) threads in threadgroups of (%u, %u, %u) is not a grid of "
+                    "(%u, %u, %u) threadgroups", job->grid_threads[0], job->grid_threads[1],
+                    job->grid_threads[2], job->threadgroup[0], job->threadgroup[1],
+                    job->threadgroup[2], job->grid[0], job->grid[1], job->grid[2]);
   const uint32_t nworkers = launch_workers(*job);
   for (uint32_t i = 0; i < nworkers; ++i) g_workers.push_back(new Worker());
   enter_sandbox();  // sandbox.cpp: from here on the kernel's code runs

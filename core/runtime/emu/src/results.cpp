@@ -143,6 +143,7 @@ void write_results() {
     total.tg_stores += w->tg_stores;
     total.groups_run += w->groups_run;
     total.threads_run += w->threads_run;
+    total.simdgroups_run += w->simdgroups_run;
   }
   std::sort(all.begin(), all.end(), [](const Finding& a, const Finding& b) {
     if (a.kind != b.kind) return a.kind < b.kind;
@@ -166,7 +167,7 @@ void write_results() {
                ",\"threadgroup_memory_bytes\":%u,\"device_load_ops\":%" PRIu64
                ",\"device_store_ops\":%" PRIu64 ",\"threadgroup_load_ops\":%" PRIu64
                ",\"threadgroup_store_ops\":%" PRIu64,
-          total.groups_run, total.threads_run, total.groups_run * g_launch.simdgroups,
+          total.groups_run, total.threads_run, total.simdgroups_run,
           total.barriers, simd_ops, total.atomics, total.tg_read, total.tg_written,
           g_launch.arena_bytes.load(), total.dev_loads, total.dev_stores, total.tg_loads,
           total.tg_stores);

@@ -181,7 +181,11 @@ struct Worker {
   // Access operations (one per hook call: a float4 load is one 16-byte read), in bounds
   // only. Fewer, wider accesses for the same bytes is what vectorization buys.
   uint64_t dev_loads = 0, dev_stores = 0, tg_loads = 0, tg_stores = 0;
-  uint64_t groups_run = 0, threads_run = 0;
+  uint64_t groups_run = 0, threads_run = 0, simdgroups_run = 0;
+  // The running threadgroup's threads and simdgroups: g_launch.threads and .simdgroups but
+  // in a partial threadgroup of a non-uniform grid (JobHeader::grid_threads), which has
+  // fewer (run_group).
+  uint32_t threads = 0, simdgroups = 0;
   uint64_t rng = 0;
   // Unique-byte maps for the stats, one per worker (no atomic updates; merged at the end):
   // per device byte, bit 0 read, bit 1 written.

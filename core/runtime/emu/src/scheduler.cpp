@@ -25,7 +25,7 @@ __thread Worker* t_worker = nullptr;
 // scheduler when the round is over. Switching fiber to fiber, rather than through the
 // scheduler, halves the switches per meeting point and keeps the scheduler's stack cold.
 void switch_from(Worker* w, Fiber* f) {
-  const uint32_t T = g_launch.threads;
+  const uint32_t T = w->threads;
   while (++w->cursor < T) {
     Fiber& next = w->fibers[w->order[w->cursor]];
     if (next.state == kReady) {
@@ -88,8 +88,8 @@ inline bool same_bytes(const unsigned char* a, const unsigned char* b, uint32_t 
 // Completes one simd collective per simdgroup whose live lanes are all parked.
 bool resolve_simd(Worker* w) {
   bool progressed = false;
-  const uint32_t T = g_launch.threads;
-  for (uint32_t sg = 0; sg < g_launch.simdgroups; ++sg) {
+  const uint32_t T = w->threads;
+  for (uint32_t sg = 0; sg < w->simdgroups; ++sg) {
     uint32_t lo = sg * kSimdWidth, hi = std::min(T, lo + kSimdWidth);
     int first = -1;
     for (uint32_t i = lo; i < hi; ++i)
@@ -130,7 +130,7 @@ bool resolve_simd(Worker* w) {
 }
 
 void resolve_barrier(Worker* w) {
-  const uint32_t T = g_launch.threads;
+  const uint32_t T = w->threads;
   int first = -1;
   uint32_t waiting = 0;
   unsigned flags = 0;
@@ -185,7 +185,6 @@ inline size_t stack_color(uint32_t tid) { return size_t(tid % 61) * 64; }
 
 void run_group(Worker* w, uint64_t g) {
   const JobHeader* job = g_launch.job;
-  const uint32_t T = g_launch.threads;
   w->group = g;
   w->tg_epoch = w->dev_epoch = 1;
   std::fill(w->simd_epoch.begin(), w->simd_epoch.end(), 0);
@@ -193,6 +192,17 @@ void run_group(Worker* w, uint64_t g) {
   for (ProductLog& log : w->product_log) log.interval = ~uint64_t(0);  // interval 0 is per group
   uint32_t gp[3] = {uint32_t(g % job->grid[0]), uint32_t(g / job->grid[0] % job->grid[1]),
                     uint32_t(g / (uint64_t(job->grid[0]) * job->grid[1]))};
+  // This threadgroup's size: the launch's, but for the last threadgroup of a dimension of
+  // a non-uniform grid, which holds the threads left (Metal's threads_per_threadgroup).
+  const bool non_uniform = job->grid_threads[0] != 0;
+  uint32_t size[3], per_grid[3];
+  for (int d = 0; d < 3; ++d) {
+    per_grid[d] = non_uniform ? job->grid_threads[d] : job->grid[d] * job->threadgroup[d];
+    size[d] = std::min(job->threadgroup[d], per_grid[d] - gp[d] * job->threadgroup[d]);
+  }
+  const uint32_t T = size[0] * size[1] * size[2];
+  w->threads = T;
+  w->simdgroups = (T + kSimdWidth - 1) / kSimdWidth;
   for (uint32_t i = 0; i < T; ++i) {
     Fiber& f = w->fibers[i];
     f.state = kReady;
@@ -200,20 +210,19 @@ void run_group(Worker* w, uint64_t g) {
     f.interval = 0;
     f.products = 0;
     __mt_thread_pos& p = f.pos;
-    uint32_t lp[3] = {i % job->threadgroup[0], i / job->threadgroup[0] % job->threadgroup[1],
-                      i / (job->threadgroup[0] * job->threadgroup[1])};
+    uint32_t lp[3] = {i % size[0], i / size[0] % size[1], i / (size[0] * size[1])};
     for (int d = 0; d < 3; ++d) {
       p.thread_position_in_threadgroup[d] = lp[d];
       p.threadgroup_position_in_grid[d] = gp[d];
-      p.threads_per_threadgroup[d] = job->threadgroup[d];
+      p.threads_per_threadgroup[d] = size[d];
       p.threadgroups_per_grid[d] = job->grid[d];
-      p.threads_per_grid[d] = job->grid[d] * job->threadgroup[d];
+      p.threads_per_grid[d] = per_grid[d];
       p.thread_position_in_grid[d] = gp[d] * job->threadgroup[d] + lp[d];
     }
     p.thread_index_in_threadgroup = i;
     p.thread_index_in_simdgroup = i % kSimdWidth;
     p.simdgroup_index_in_threadgroup = i / kSimdWidth;
-    p.simdgroups_per_threadgroup = g_launch.simdgroups;
+    p.simdgroups_per_threadgroup = w->simdgroups;
     p.threads_per_simdgroup = kSimdWidth;
     f.sp = mt_fiber_prepare(f.stack + job->stack_bytes + kStackColors - stack_color(i),
                             fiber_main, &f);
@@ -245,6 +254,7 @@ void run_group(Worker* w, uint64_t g) {
   }
   ++w->groups_run;
   w->threads_run += T;
+  w->simdgroups_run += w->simdgroups;
 }
 
 // Every fiber stack of a worker in one mapping, each with a guard page below it that turns
