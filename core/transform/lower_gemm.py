@@ -74,8 +74,8 @@ from core.errors import LoweringError
 from core.ir import matrix, ops
 from core.ir.matrix import TILE, AccumulatorLayout
 from core.ir.ops import FRAGMENT
-from core.ir.stmt import (as_int, i32, loads, map_nodes, once_assigned_scalars, rewrite, seq,
-                          substitute, walk)
+from core.ir.stmt import (as_int, free_vars, i32, loads, map_nodes, once_assigned_scalars,
+                          rewrite, seq, substitute, walk)
 from core.target import METAL, bits
 
 
@@ -176,6 +176,43 @@ def _regions(call) -> list:
     return [ops.decode_region(a) for a in call.args if ops.is_tile_call(a, "tl.region")]
 
 
+def _held_across(body) -> dict:
+    """{loop handle: its T.gemm} for the loops whose shared accumulator can stay in
+    simdgroup matrices from the first iteration to the last: a serial loop with one T.gemm
+    among its own statements, into a float32 threadgroup tile C (not clear_accum) at a
+    place the loop variable does not move, and no other access to C's buffer anywhere in
+    the loop (no read, store, copy, fill or other gemm). Each iteration then loads the
+    matrices C's previous one stored, so loading them once before the loop and storing
+    them once after it computes the same sums (float32 throughout: nothing is rounded
+    that was not before). With zero iterations the store puts back the values loaded."""
+    held = {}
+
+    def visit(loop):
+        if not isinstance(loop, tirx.For) or loop.kind != tirx.ForKind.SERIAL:
+            return
+        stmts = list(loop.body.seq) if isinstance(loop.body, tirx.SeqStmt) else [loop.body]
+        gemms = [st.value for st in stmts if isinstance(st, tirx.Evaluate)
+                 and ops.is_tile_call(st.value, "tl.gemm")]
+        if len(gemms) != 1:
+            return
+        call = gemms[0]
+        C = ops.decode_region(call.args[2])
+        if C.scope != "shared" or ops.buffer_dtype(C.buffer) != "float32" \
+                or as_int(call.args[5]) or any(
+                    v.same_as(loop.loop_var) for m in C.mins for v in free_vars(m)):
+            return
+        in_call = sum(ld.source.same_as(C.buffer) for ld in loads(call))
+        in_loop = sum(ld.source.same_as(C.buffer) for ld in loads(loop))
+        stored = []
+        walk(loop, lambda t: stored.append(t) if isinstance(t, tirx.BufferStore)
+             and t.buffer.same_as(C.buffer) else None)
+        if in_loop == in_call and not stored:
+            held[loop.__chandle__()] = call
+
+    walk(body, visit)
+    return held
+
+
 class GemmLowering:
     """Lowers the gemm-related statements of one kernel, seen through `ctx` (a
     KernelContext: thread count and index, fresh names, loop ranges and guards, and
@@ -189,6 +226,11 @@ class GemmLowering:
         self.shared_accumulators = {}  # (threadgroup C buffer, tile) -> _Accumulator
         self.allocations = []       # AllocBuffers to place at the start of the kernel
         self.scalars = once_assigned_scalars(body)  # kernel scalars (`ty = by * p + bx % p`)
+        # k loops whose shared accumulator stays in matrices across them (_held_across):
+        # loop handle -> its T.gemm; the ones being lowered; their gemms' handles
+        self.held_loops = _held_across(body)
+        self.holding = set()
+        self.held_gemms = set()
         self._plan(body)
 
     def fail(self, construct, reason):
@@ -304,6 +346,9 @@ class GemmLowering:
             return tirx.AllocBuffer(self.accumulators[s.buffer].mats)
         if isinstance(s, tirx.For) and s.kind == tirx.ForKind.PARALLEL:
             return self.parallel(s) if self._touched(s)[0] else None
+        if isinstance(s, tirx.For) and s.__chandle__() in self.held_loops \
+                and s.__chandle__() not in self.holding:
+            return self.hold_across(s)
         if not (isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value)):
             return None
         name = s.value.op.name
@@ -333,7 +378,10 @@ class GemmLowering:
         trans_a, trans_b, clear = (bool(as_int(f)) for f in call.args[3:6])
         self.ctx.decide("gemm.accumulator", {"shared": "shared", "global": "device"}.get(
             C.scope, "fragment"))
+        if C.scope == "shared" and call.__chandle__() in self.held_gemms:
+            return self.mma(A, B, trans_a, trans_b, self.tile_accumulator(C))
         if C.scope == "shared":
+            self.ctx.decide("gemm.shared_accumulator", "per_call")
             return self.gemm_shared_c(A, B, C, trans_a, trans_b, clear)
         if C.scope == "global":
             return self.gemm_global_c(A, B, C, trans_a, trans_b, clear)
@@ -378,6 +426,21 @@ class GemmLowering:
             acc = _Accumulator(C.buffer, layout, mats, tile[0])
             self.shared_accumulators[key] = acc
         return acc
+
+    def hold_across(self, loop):
+        """A k loop whose shared accumulator C stays in the simdgroup matrices across it
+        (_held_across): C's matrices loaded once before the loop, the loop's T.gemm only
+        multiply-accumulating them, stored once after it (rather than a load and a store of
+        every matrix in every iteration: 2 x 4 bytes of threadgroup traffic per element of
+        C per k step)."""
+        call = self.held_loops[loop.__chandle__()]
+        C = ops.decode_region(call.args[2])
+        acc = self.tile_accumulator(C)
+        self.holding.add(loop.__chandle__())
+        self.held_gemms.add(call.__chandle__())
+        body = self.ctx.stmt(loop)
+        self.ctx.decide("gemm.shared_accumulator", "held_across_k")
+        return seq([self.load_all(acc, C), body, self.store_all(acc, C)])
 
     def gemm_shared_c(self, A, B, C, trans_a, trans_b, clear):
         """T.gemm into a float32 threadgroup tile C (TileLang's Metal path,
