@@ -279,12 +279,14 @@ def test_barrier_checks_keep_vector_accessed_arrays_observable():
 
 
 def test_staged_gemm_barriers_are_all_necessary():
-    # A and B staged as half4 vector stores, the float stage read back as float4
+    # A and B staged as 16-byte stores (8 halves, a uint4 each: the tiles are only read
+    # by simdgroup matrix loads), the float stage read back as float4
     params = dict(STAGED_GEMM)
     report = check_case("gemm", params)
     assert report.ok and len(report.barriers) == 3, report.summary()
     built = families.get("gemm").build(params)
     msl = core.compile(built.func, out_idx=built.out_idx).msl
-    assert re.search(r"\*\(threadgroup half4\*\)\(A_tile \+", msl)
-    assert re.search(r"\*\(threadgroup half4\*\)\(B_shared \+", msl)
+    assert re.search(r"\*\(threadgroup uint4\*\)\(A_tile \+ [^;]*\(\*\(const device "
+                     r"uint4\*\)\(A \+", msl)   # rows past M = 8 read as zeros
+    assert re.search(r"\*\(threadgroup uint4\*\)\(B_shared \+", msl)
     assert re.search(r"half4\(\(\*\(threadgroup float4\*\)\(C_local_stage \+", msl)
