@@ -16,11 +16,12 @@ w_words[896]`) with a typed pointer to it (`threadgroup bfloat* w`), since Metal
 threadgroup array only to its element type. Thread (register) arrays are accessed
 element-wise: registers have no vector width on Apple GPUs.
 
-bf16 vectors (docs/architecture.md, "Code generation"): `bfloat2` is the widest register
-vector. A bf16 vector of 4 or 8 lanes (core/transform/vectorize.py admits one only in a
-bit-preserving copy or broadcast) is a packed integer carrier, `uint2` / `uint4`: it is
-loaded, stored and broadcast as bits (`as_type`) and never takes part in arithmetic;
-anything else raises.
+Carriers (docs/architecture.md, "Code generation"): `bfloat2` is the widest bf16 register
+vector, 4 lanes the others'. A wider vector (4 or 8 bfloats, 8 halves, 8 or 16 bytes;
+core/transform/vectorize.py admits one only in a bit-preserving copy or broadcast) is a
+packed integer carrier, `uint2` / `uint4`: it is loaded, stored and broadcast as bits
+(`as_type`, one 32-bit word at a time) and never takes part in arithmetic; anything else
+raises.
 
 The Metal vocabulary lives in the tables below (types, address spaces, operators,
 intrinsics, builtin attributes); `_KernelPrinter` is the one visitor that uses them.

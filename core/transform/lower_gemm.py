@@ -24,6 +24,10 @@ accumulator C [M, N] becomes `AccumulatorLayout.count` simdgroup matrices per si
                        path): the simdgroups load their matrices of C_s (clear_accum: fill
                        zeros), multiply-accumulate as above, and simdgroup_store them back
                        at C_s's row stride; every other use of C_s is plain memory.
+                       In a serial k loop that touches C_s only by that T.gemm, C_s's
+                       matrices are loaded once before the loop and stored once after it
+                       (`gemm.shared_accumulator=held_across_k`), the loop only
+                       multiply-accumulating them.
     T.gemm(A, B, C_g)  C_g a tile of a float32/float16/bfloat16 device tensor: C_g's
                        matrices are brought in (clear_accum: zeros) the way T.copy(C_g, acc)
                        does, multiply-accumulated, and written back as T.copy(acc, C_g)
@@ -59,7 +63,8 @@ T.copy / T.fill / T.gemm on an accumulator; an A or B tile of device memory not 
 inside its tensor.
 
 Decisions noted (core/ir/decisions.py, through the KernelContext): `gemm.accumulator`
-(fragment, shared, device) and `gemm.store` (direct, edges staged, staged, in chunks).
+(fragment, shared, device), `gemm.store` (direct, edges staged, staged, in chunks) and
+`gemm.shared_accumulator` (held across the k loop, or loaded and stored per call).
 """
 
 from __future__ import annotations

@@ -37,6 +37,12 @@ a loop bound, a condition) is the thread's own slot: such a fragment's layout ha
 thread hold all of it (layout_inference), element f at slot f, and verify has refused a
 thread-dependent store into one.
 
+A copy or fill by all threads of a threadgroup tile that nothing accesses element-wise
+(only copies, fills and simdgroup matrix loads and stores touch it: a GEMM's A and B tiles)
+takes runs of 16 bytes instead (8 halves, 4 floats; `wide_lanes`, METAL.copy_lanes), one
+vector access each where vectorize proves the alignment: no thread reads such a tile back
+in the layout, so the wider runs cost no barrier.
+
 Copies convert the dtype (a Cast when the dtypes differ) and mask edge tiles of global
 buffers: an out-of-bounds load reads 0, an out-of-bounds store is skipped. A bound is
 checked only where the analyzer cannot prove it. Copies and fills involving a `local`

@@ -13,14 +13,15 @@ rewrites it into Ramp/Broadcast vector expressions, only when all of these are p
   - the body makes no atomic update (MSL has no vector atomics);
   - every dtype involved is float32/float16/bfloat16/int32/int8/uint8, and v x bits <= 128
     (bool and int64 stay scalar).
-bfloat16 follows the target's rules (core/target.py, docs/architecture.md): a register bf16
-vector has at most METAL.bf16_register_lanes (2) lanes. A bf16
-candidate of 4 or 8 lanes that only moves bits (the stored value is a bf16 load, or a value
+Register vectors follow the target's rules (core/target.py, docs/architecture.md): at most
+METAL.bf16_register_lanes (2) bf16 lanes, METAL.register_lanes (4) of the other types. A
+candidate wider than that (4 or 8 bfloats, 8 halves, 8 or 16 bytes: a tile copy's 16-byte
+run) that only moves bits (the stored value is a load of the stored dtype, or a value
 independent of l, i.e. a broadcast) is vectorized whole; the printer moves it as a packed
 integer carrier (`uint2` / `uint4`, core/codegen/msl.py), never computing on it; a choice
 between such values by a condition independent of l (an edge tile's bounds check) moves
 bits too.
-A candidate that does not vectorize at v lanes (any other bf16 one, or one whose alignment
+A candidate that does not vectorize at v lanes (any other wide one, or one whose alignment
 is proven only for fewer lanes: a device row of 70 halves is 2-aligned, not 4-aligned) is
 split into `for lo in range(v // w)` (serial) over a w-lane vector loop, l = w * lo + li,
 for the widest w in v/2, v/4, ..., 2 at which the proof holds. A store into threadgroup
