@@ -218,6 +218,40 @@ def _held_across(body) -> dict:
     return held
 
 
+def _filled_before(body, held) -> dict:
+    """{loop handle: value} for the held loops (_held_across) right after a T.fill of their
+    accumulator's buffer that covers its C tile: the matrices start as that value, with no
+    load of what the fill just stored (and no barrier between the two)."""
+    filled = {}
+
+    def visit(s):
+        if not isinstance(s, tirx.SeqStmt):
+            return
+        for before, loop in zip(s.seq[:-1], s.seq[1:]):
+            call = held.get(loop.__chandle__())
+            if call is None or not (isinstance(before, tirx.Evaluate)
+                                    and ops.is_tile_call(before.value, "tl.fill")):
+                continue
+            fill, C = ops.decode_region(before.value.args[0]), ops.decode_region(call.args[2])
+            if fill.buffer.same_as(C.buffer) and _covers(fill, C):
+                filled[loop.__chandle__()] = before.value.args[1]
+
+    walk(body, visit)
+    return filled
+
+
+def _covers(outer, inner) -> bool:
+    """Region `outer` provably holds region `inner` (constant bounds; no extents: the whole
+    buffer from the origin)."""
+    def bounds(r):
+        shape = r.extents if r.extents is not None else r.buffer.ty.shape
+        return [(as_int(m), as_int(m) + as_int(e) if as_int(m) is not None
+                 and as_int(e) is not None else None) for m, e in zip(r.mins, shape)]
+    o, i = bounds(outer), bounds(inner)
+    return len(o) == len(i) and all(
+        None not in (a, b, c, d) and a <= c and d <= b for (a, b), (c, d) in zip(o, i))
+
+
 class GemmLowering:
     """Lowers the gemm-related statements of one kernel, seen through `ctx` (a
     KernelContext: thread count and index, fresh names, loop ranges and guards, and
@@ -234,6 +268,7 @@ class GemmLowering:
         # k loops whose shared accumulator stays in matrices across them (_held_across):
         # loop handle -> its T.gemm; the ones being lowered; their gemms' handles
         self.held_loops = _held_across(body)
+        self.held_fills = _filled_before(body, self.held_loops)   # loop handle -> value
         self.holding = set()
         self.held_gemms = set()
         self._plan(body)
@@ -437,7 +472,8 @@ class GemmLowering:
         (_held_across): C's matrices loaded once before the loop, the loop's T.gemm only
         multiply-accumulating them, stored once after it (rather than a load and a store of
         every matrix in every iteration: 2 x 4 bytes of threadgroup traffic per element of
-        C per k step)."""
+        C per k step). Right after a T.fill that covers C, the matrices are filled with
+        its value instead of loaded (_filled_before)."""
         call = self.held_loops[loop.__chandle__()]
         C = ops.decode_region(call.args[2])
         acc = self.tile_accumulator(C)
@@ -445,7 +481,9 @@ class GemmLowering:
         self.held_gemms.add(call.__chandle__())
         body = self.ctx.stmt(loop)
         self.ctx.decide("gemm.shared_accumulator", "held_across_k")
-        return seq([self.load_all(acc, C), body, self.store_all(acc, C)])
+        value = self.held_fills.get(loop.__chandle__())
+        first = self.load_all(acc, C) if value is None else self.fill(acc, value)
+        return seq([first, body, self.store_all(acc, C)])
 
     def gemm_shared_c(self, A, B, C, trans_a, trans_b, clear):
         """T.gemm into a float32 threadgroup tile C (TileLang's Metal path,
