@@ -20,7 +20,7 @@ from harness.check.barriers import check_barriers
 from harness.check.compare import assert_close
 from harness.gen import gemm as gemm_family
 from harness.gen.inputs import random_tensor
-from harness.gen.strategies import FLOATS
+from harness.gen.strategies import FLOATS, HALVES
 from oracles.gemm import gemm as gemm_oracle
 
 
@@ -92,7 +92,7 @@ def test_pipelined_num_stages(stages, run_family):
 
 
 @pytest.mark.backend("emu")  # reads the emulator's counters
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", HALVES)
 @pytest.mark.parametrize("K, wide", [(128, True), (100, False)])
 def test_tile_copies_load_16_bytes_where_the_rows_allow(dtype, K, wide, run_family):
     # The A and B tiles are only read by simdgroup matrix loads, so their copies take

@@ -13,6 +13,7 @@ from harness.check.compare import assert_close
 from harness.check.power import case_power, describe
 from harness.gen import attention
 from harness.gen.inputs import random_tensor
+from harness.gen.strategies import HALVES
 from oracles import attention as oracle
 from oracles import bounds
 
@@ -93,7 +94,7 @@ def test_the_register_form_has_no_threadgroup_memory_in_its_split_launch():
     assert "(const device half4*)(K" in split                    # key rows in vector loads
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", HALVES)
 @pytest.mark.parametrize("bN", [1, 8])
 def test_partials_in_the_input_dtype_halve_the_workspace_and_pass_the_oracle(dtype, bN):
     # partials="input" stores the splits' unnormalized outputs in the input dtype (MLX's
