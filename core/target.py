@@ -98,7 +98,14 @@ class MetalTarget:
     threadgroup_memory_bytes: int = 32 * 1024
     msl_version: tuple = (3, 1)          # native bfloat (MSL 3.1, macOS 14)
     bf16_register_lanes: int = 2         # widest bf16 register vector in plans (bfloat2)
-    bf16_carrier_lanes: tuple = (4, 8)   # packed carriers (uint2, uint4) for pure copies
+    register_lanes: int = 4              # widest MSL vector of the other types (half4, float4)
+    # the element types vector code moves (bool and the 64- and 16-bit integers stay scalar)
+    vector_dtypes: tuple = ("float32", "float16", "bfloat16", "int32", "int8", "uint8")
+    # the widest memory access: 16 bytes (uint4, float4). A copy's run that is wider than
+    # its type's register vector (8 halves, 4 or 8 bfloats, 8 or 16 bytes) moves as the
+    # bits of a packed integer carrier of 64 or 128 bits (uint2, uint4), never computed on
+    max_access_bytes: int = 16
+    carrier_bits: tuple = (64, 128)
     matrix_tile: int = 8                 # simdgroup_matrix is 8x8
     # The math mode the kernels are compiled with (MTLCompileOptions.mathMode): "safe", what
     # torch.mps.compile_shader (the MPS backend) asks for on macOS 15+ (with precise FP32
@@ -176,6 +183,32 @@ class MetalTarget:
 
         fast = os.environ.get("PYTORCH_MPS_FAST_MATH")
         return "fast" if fast is not None and fast != "0" else self.math_mode
+
+    def vector_lanes(self, dtype: str) -> int:
+        """The widest register vector of `dtype` a plan computes on (bfloat2, half4)."""
+        return self.bf16_register_lanes if dtype == "bfloat16" else self.register_lanes
+
+    def carrier_words(self, dtype: str, lanes: int) -> int | None:
+        """32-bit words of the packed carrier that moves `lanes` elements of `dtype`
+        (wider than its register vector) as bits: 2 (uint2) or 4 (uint4); None when the
+        run fits a register vector or is no carrier's width."""
+        nbits = DTYPES[dtype].bits * lanes
+        if lanes <= self.vector_lanes(dtype) or nbits not in self.carrier_bits:
+            return None
+        return nbits // 32
+
+    def copy_lanes(self, dtypes, last_extent: int) -> int:
+        """The run width of a tile copied or filled by all threads: the most elements of
+        every dtype in `dtypes` one access moves (`max_access_bytes`) that divide the tile's
+        last extent (a run stays in one row); 1 when a dtype has no vectors (the caller
+        keeps its layout's runs then)."""
+        if any(d not in self.vector_dtypes for d in dtypes):
+            return 1
+        widest = max(DTYPES[d].bytes for d in dtypes)
+        lanes = max(1, self.max_access_bytes // widest)
+        while lanes > 1 and last_extent % lanes:
+            lanes //= 2
+        return lanes
 
     @property
     def msl_version_text(self) -> str:

@@ -16,11 +16,12 @@ w_words[896]`) with a typed pointer to it (`threadgroup bfloat* w`), since Metal
 threadgroup array only to its element type. Thread (register) arrays are accessed
 element-wise: registers have no vector width on Apple GPUs.
 
-bf16 vectors (docs/architecture.md, "Code generation"): `bfloat2` is the widest register
-vector. A bf16 vector of 4 or 8 lanes (core/transform/vectorize.py admits one only in a
-bit-preserving copy or broadcast) is a packed integer carrier, `uint2` / `uint4`: it is
-loaded, stored and broadcast as bits (`as_type`) and never takes part in arithmetic;
-anything else raises.
+Carriers (docs/architecture.md, "Code generation"): `bfloat2` is the widest bf16 register
+vector, 4 lanes the others'. A wider vector (4 or 8 bfloats, 8 halves, 8 or 16 bytes;
+core/transform/vectorize.py admits one only in a bit-preserving copy or broadcast) is a
+packed integer carrier, `uint2` / `uint4`: it is loaded, stored and broadcast as bits
+(`as_type`, one 32-bit word at a time) and never takes part in arithmetic; anything else
+raises.
 
 The Metal vocabulary lives in the tables below (types, address spaces, operators,
 intrinsics, builtin attributes); `_KernelPrinter` is the one visitor that uses them.
@@ -148,8 +149,6 @@ template <typename I> inline I tl_floormod(I a, I b) {
 }
 """
 SLOT_BYTES = 8
-BF16_REGISTER_LANES = 2
-CARRIERS = {4: "uint32x2", 8: "uint32x4"}  # bf16 lanes -> packed integer carrier dtype
 # alignment in bytes -> the element type of a threadgroup array declared at that alignment
 ALIGNED_WORDS = {2: "ushort", 4: "uint", 8: "uint2", 16: "uint4"}
 
@@ -182,9 +181,19 @@ def lanes_of(dtype) -> int:
 
 
 def carrier_of(dtype) -> str | None:
-    """The packed integer carrier dtype of a wide bf16 vector dtype, else None."""
+    """The packed integer carrier dtype ("uint32x2", "uint32x4") of a vector dtype wider
+    than its type's register vector ("bfloat16x4", "float16x8"), else None."""
     base, _, lanes = str(dtype).partition("x")
-    return CARRIERS.get(int(lanes)) if base == "bfloat16" and lanes else None
+    words = METAL.carrier_words(base, int(lanes)) if lanes and base in DTYPES else None
+    return None if words is None else f"uint32x{words}"
+
+
+def _word_lanes(dtype) -> tuple:
+    """(lanes, MSL vector type) of the elements of `dtype`'s scalar type that one 32-bit
+    carrier word holds: (2, "bfloat2"), (4, "uchar4")."""
+    base = _scalar(dtype)
+    lanes = 32 // DTYPES[base].bits
+    return lanes, msl_type(f"{base}x{lanes}")
 
 
 def _unroll_pragma(loop) -> str | None:
@@ -589,10 +598,11 @@ class _KernelPrinter:
             return name
         return f"{name}[{self.expr(index)}]"
 
-    # bf16 carriers: 4 or 8 bf16 lanes moved as the bits of a uint2 / uint4
+    # carriers: a run wider than its type's register vector (4 or 8 bfloats, 8 halves,
+    # 8 or 16 bytes) moved as the bits of a uint2 / uint4
     def carrier_store(self, buf, index, value, carrier):
         if type(index).__name__ != "Ramp":
-            raise LoweringError("a bf16 carrier is stored only at a contiguous run",
+            raise LoweringError("a carrier is stored only at a contiguous run",
                                 kernel=self.name, construct="MSL printer")
         base, lanes = self.ramp_base(index)
         name = self.ident(buf)
@@ -600,38 +610,42 @@ class _KernelPrinter:
         if self.through_pointer(buf, index):
             self.emit(f"*{self.pointer(buf, carrier, True)}({name} + {base}) = {bits};")
             return
+        per_word, word_t = _word_lanes(buf.ty.dtype)
         self.emit("{")
         self.emit(f"  const {msl_type(carrier)} _v = {bits};")
-        for w in range(lanes // BF16_REGISTER_LANES):
-            self.emit(f"  const bfloat2 _p{w} = as_type<bfloat2>(_v[{w}]);")
-            for k in range(BF16_REGISTER_LANES):
-                self.emit(f"  {name}[{base} + {BF16_REGISTER_LANES * w + k}] = _p{w}[{k}];")
+        for w in range(lanes // per_word):
+            self.emit(f"  const {word_t} _p{w} = as_type<{word_t}>(_v[{w}]);")
+            for k in range(per_word):
+                self.emit(f"  {name}[{base} + {per_word * w + k}] = _p{w}[{k}];")
         self.emit("}")
 
     def carrier(self, e, carrier) -> str:
-        """MSL of type `carrier` holding the bits of the wide bf16 vector `e`: a load, a
-        broadcast or a choice between them by a scalar condition, the only wide bf16
-        vectors vectorize.py produces."""
-        words = lanes_of(e.ty.dtype) // BF16_REGISTER_LANES
+        """MSL of type `carrier` holding the bits of the wide vector `e` (wider than its
+        type's register vector): a load, a broadcast or a choice between them by a scalar
+        condition, the only wide vectors vectorize.py produces."""
+        per_word, word_t = _word_lanes(e.ty.dtype)
+        words = lanes_of(e.ty.dtype) // per_word
         if isinstance(e, tvm.ir.TensorLoad) and type(e.indices[0]).__name__ == "Ramp":
             buf = e.source
             base, lanes = self.ramp_base(e.indices[0])
             name = self.ident(buf)
             if self.through_pointer(buf, e.indices[0]):
                 return f"(*{self.pointer(buf, carrier, False)}({name} + {base}))"
-            pairs = ", ".join(f"as_type<uint>(bfloat2({name}[{base} + {2 * w}], "
-                              f"{name}[{base} + {2 * w + 1}]))" for w in range(words))
-            return f"{msl_type(carrier)}({pairs})"
+            packed = ", ".join(
+                f"as_type<uint>({word_t}("
+                + ", ".join(f"{name}[{base} + {per_word * w + k}]" for k in range(per_word))
+                + "))" for w in range(words))
+            return f"{msl_type(carrier)}({packed})"
         if type(e).__name__ == "Broadcast":
-            return f"{msl_type(carrier)}(as_type<uint>(bfloat2({self.expr(e.value)})))"
+            return f"{msl_type(carrier)}(as_type<uint>({word_t}({self.expr(e.value)})))"
         choice = choice_parts(e)
         if choice is not None and lanes_of(choice[0].ty.dtype) == 1:
             cond, a, b = choice
             return (f"({self.expr(cond)} ? {self.carrier(a, carrier)} : "
                     f"{self.carrier(b, carrier)})")
         raise LoweringError(f"a {e.ty.dtype} value ({type(e).__name__}) is wider than "
-                            "bfloat2 and is not a copy, broadcast or choice between them "
-                            "(docs/architecture.md)",
+                            f"{msl_type(_scalar(e.ty.dtype))}'s register vector and is not a "
+                            "copy, broadcast or choice between them (docs/architecture.md)",
                             kernel=self.name, construct="MSL printer")
 
     def ramp_base(self, ramp):
@@ -661,8 +675,8 @@ class _KernelPrinter:
             return str(e)
         dtype = getattr(getattr(e, "ty", None), "dtype", None)
         if dtype is not None and carrier_of(dtype) is not None:
-            raise LoweringError(f"{type(e).__name__} of {dtype}: a bf16 vector wider than "
-                                "bfloat2 exists only as a copy's carrier "
+            raise LoweringError(f"{type(e).__name__} of {dtype}: a vector wider than its "
+                                "type's register vector exists only as a copy's carrier "
                                 "(docs/architecture.md)", kernel=self.name,
                                 construct="MSL printer")
         form = _expression_form(type(e))

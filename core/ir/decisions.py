@@ -39,6 +39,8 @@ POINTS = {
     "gemm.accumulator": ("lower_tile_ops (lower_gemm)", ("fragment", "shared", "device")),
     "gemm.store": ("lower_tile_ops (lower_gemm)", ("direct", "edges_staged", "staged",
                                                    "staged_in_chunks")),
+    "gemm.shared_accumulator": ("lower_tile_ops (lower_gemm)", ("held_across_k",
+                                                                "per_call")),
     "atomics": ("split_host_device", ("add", "max", "min", "or", "load", "store")),
     "atomics.form": ("split_host_device (as the MSL printer prints it)",
                      ("native", "compare_exchange")),

@@ -3,7 +3,7 @@
 `lower_tile_ops` builds one `KernelContext` per kernel and hands it to the gemm lowering
 (core/transform/lower_gemm.py) and the reduce lowering (core/transform/lower_reduce.py).
 They read the kernel from it and call back into the element-wise lowering only through
-its `copy` and `parallel` functions; neither sees the other. Threadgroup memory they need
+its `copy`, `parallel` and `stmt` functions; neither sees the other. Threadgroup memory they need
 not share a budget for: pass merge_threadgroup lays out every threadgroup buffer of the
 lowered kernel by liveness and checks the bytes live at once against the 32 KiB.
 
@@ -37,6 +37,9 @@ class KernelContext:
     copy: Callable
     # a T.Parallel loop nest lowered to per-thread loops (lower_tile_ops' rule)
     parallel: Callable
+    # any statement lowered as lower_tile_ops lowers it (the gemm lowering's k loops, whose
+    # shared accumulator it keeps in matrices around the loop, lower their body so)
+    stmt: Callable
     fragments: dict = field(default_factory=dict)  # fragment -> (local buffer, FragmentLayout)
     ranges: dict = field(default_factory=dict)     # var -> (min, extent) around the statement
     guards: list = field(default_factory=list)     # conditions of the enclosing ifs

@@ -24,6 +24,10 @@ accumulator C [M, N] becomes `AccumulatorLayout.count` simdgroup matrices per si
                        path): the simdgroups load their matrices of C_s (clear_accum: fill
                        zeros), multiply-accumulate as above, and simdgroup_store them back
                        at C_s's row stride; every other use of C_s is plain memory.
+                       In a serial k loop that touches C_s only by that T.gemm, C_s's
+                       matrices are loaded once before the loop and stored once after it
+                       (`gemm.shared_accumulator=held_across_k`), the loop only
+                       multiply-accumulating them.
     T.gemm(A, B, C_g)  C_g a tile of a float32/float16/bfloat16 device tensor: C_g's
                        matrices are brought in (clear_accum: zeros) the way T.copy(C_g, acc)
                        does, multiply-accumulated, and written back as T.copy(acc, C_g)
@@ -59,7 +63,8 @@ T.copy / T.fill / T.gemm on an accumulator; an A or B tile of device memory not 
 inside its tensor.
 
 Decisions noted (core/ir/decisions.py, through the KernelContext): `gemm.accumulator`
-(fragment, shared, device) and `gemm.store` (direct, edges staged, staged, in chunks).
+(fragment, shared, device), `gemm.store` (direct, edges staged, staged, in chunks) and
+`gemm.shared_accumulator` (held across the k loop, or loaded and stored per call).
 """
 
 from __future__ import annotations
@@ -74,8 +79,8 @@ from core.errors import LoweringError
 from core.ir import matrix, ops
 from core.ir.matrix import TILE, AccumulatorLayout
 from core.ir.ops import FRAGMENT
-from core.ir.stmt import (as_int, i32, loads, map_nodes, once_assigned_scalars, rewrite, seq,
-                          substitute, walk)
+from core.ir.stmt import (as_int, free_vars, i32, loads, map_nodes, once_assigned_scalars,
+                          rewrite, seq, substitute, walk)
 from core.target import METAL, bits
 
 
@@ -176,6 +181,77 @@ def _regions(call) -> list:
     return [ops.decode_region(a) for a in call.args if ops.is_tile_call(a, "tl.region")]
 
 
+def _held_across(body) -> dict:
+    """{loop handle: its T.gemm} for the loops whose shared accumulator can stay in
+    simdgroup matrices from the first iteration to the last: a serial loop with one T.gemm
+    among its own statements, into a float32 threadgroup tile C (not clear_accum) at a
+    place the loop variable does not move, and no other access to C's buffer anywhere in
+    the loop (no read, store, copy, fill or other gemm). Each iteration then loads the
+    matrices C's previous one stored, so loading them once before the loop and storing
+    them once after it computes the same sums (float32 throughout: nothing is rounded
+    that was not before). With zero iterations the store puts back the values loaded."""
+    held = {}
+
+    def visit(loop):
+        if not isinstance(loop, tirx.For) or loop.kind != tirx.ForKind.SERIAL:
+            return
+        stmts = list(loop.body.seq) if isinstance(loop.body, tirx.SeqStmt) else [loop.body]
+        gemms = [st.value for st in stmts if isinstance(st, tirx.Evaluate)
+                 and ops.is_tile_call(st.value, "tl.gemm")]
+        if len(gemms) != 1:
+            return
+        call = gemms[0]
+        C = ops.decode_region(call.args[2])
+        if C.scope != "shared" or ops.buffer_dtype(C.buffer) != "float32" \
+                or as_int(call.args[5]) or any(
+                    v.same_as(loop.loop_var) for m in C.mins for v in free_vars(m)):
+            return
+        in_call = sum(ld.source.same_as(C.buffer) for ld in loads(call))
+        in_loop = sum(ld.source.same_as(C.buffer) for ld in loads(loop))
+        stored = []
+        walk(loop, lambda t: stored.append(t) if isinstance(t, tirx.BufferStore)
+             and t.buffer.same_as(C.buffer) else None)
+        if in_loop == in_call and not stored:
+            held[loop.__chandle__()] = call
+
+    walk(body, visit)
+    return held
+
+
+def _filled_before(body, held) -> dict:
+    """{loop handle: value} for the held loops (_held_across) right after a T.fill of their
+    accumulator's buffer that covers its C tile: the matrices start as that value, with no
+    load of what the fill just stored (and no barrier between the two)."""
+    filled = {}
+
+    def visit(s):
+        if not isinstance(s, tirx.SeqStmt):
+            return
+        for before, loop in zip(s.seq[:-1], s.seq[1:]):
+            call = held.get(loop.__chandle__())
+            if call is None or not (isinstance(before, tirx.Evaluate)
+                                    and ops.is_tile_call(before.value, "tl.fill")):
+                continue
+            fill, C = ops.decode_region(before.value.args[0]), ops.decode_region(call.args[2])
+            if fill.buffer.same_as(C.buffer) and _covers(fill, C):
+                filled[loop.__chandle__()] = before.value.args[1]
+
+    walk(body, visit)
+    return filled
+
+
+def _covers(outer, inner) -> bool:
+    """Region `outer` provably holds region `inner` (constant bounds; no extents: the whole
+    buffer from the origin)."""
+    def bounds(r):
+        shape = r.extents if r.extents is not None else r.buffer.ty.shape
+        return [(as_int(m), as_int(m) + as_int(e) if as_int(m) is not None
+                 and as_int(e) is not None else None) for m, e in zip(r.mins, shape)]
+    o, i = bounds(outer), bounds(inner)
+    return len(o) == len(i) and all(
+        None not in (a, b, c, d) and a <= c and d <= b for (a, b), (c, d) in zip(o, i))
+
+
 class GemmLowering:
     """Lowers the gemm-related statements of one kernel, seen through `ctx` (a
     KernelContext: thread count and index, fresh names, loop ranges and guards, and
@@ -189,6 +265,12 @@ class GemmLowering:
         self.shared_accumulators = {}  # (threadgroup C buffer, tile) -> _Accumulator
         self.allocations = []       # AllocBuffers to place at the start of the kernel
         self.scalars = once_assigned_scalars(body)  # kernel scalars (`ty = by * p + bx % p`)
+        # k loops whose shared accumulator stays in matrices across them (_held_across):
+        # loop handle -> its T.gemm; the ones being lowered; their gemms' handles
+        self.held_loops = _held_across(body)
+        self.held_fills = _filled_before(body, self.held_loops)   # loop handle -> value
+        self.holding = set()
+        self.held_gemms = set()
         self._plan(body)
 
     def fail(self, construct, reason):
@@ -304,6 +386,9 @@ class GemmLowering:
             return tirx.AllocBuffer(self.accumulators[s.buffer].mats)
         if isinstance(s, tirx.For) and s.kind == tirx.ForKind.PARALLEL:
             return self.parallel(s) if self._touched(s)[0] else None
+        if isinstance(s, tirx.For) and s.__chandle__() in self.held_loops \
+                and s.__chandle__() not in self.holding:
+            return self.hold_across(s)
         if not (isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value)):
             return None
         name = s.value.op.name
@@ -333,7 +418,10 @@ class GemmLowering:
         trans_a, trans_b, clear = (bool(as_int(f)) for f in call.args[3:6])
         self.ctx.decide("gemm.accumulator", {"shared": "shared", "global": "device"}.get(
             C.scope, "fragment"))
+        if C.scope == "shared" and call.__chandle__() in self.held_gemms:
+            return self.mma(A, B, trans_a, trans_b, self.tile_accumulator(C))
         if C.scope == "shared":
+            self.ctx.decide("gemm.shared_accumulator", "per_call")
             return self.gemm_shared_c(A, B, C, trans_a, trans_b, clear)
         if C.scope == "global":
             return self.gemm_global_c(A, B, C, trans_a, trans_b, clear)
@@ -378,6 +466,24 @@ class GemmLowering:
             acc = _Accumulator(C.buffer, layout, mats, tile[0])
             self.shared_accumulators[key] = acc
         return acc
+
+    def hold_across(self, loop):
+        """A k loop whose shared accumulator C stays in the simdgroup matrices across it
+        (_held_across): C's matrices loaded once before the loop, the loop's T.gemm only
+        multiply-accumulating them, stored once after it (rather than a load and a store of
+        every matrix in every iteration: 2 x 4 bytes of threadgroup traffic per element of
+        C per k step). Right after a T.fill that covers C, the matrices are filled with
+        its value instead of loaded (_filled_before)."""
+        call = self.held_loops[loop.__chandle__()]
+        C = ops.decode_region(call.args[2])
+        acc = self.tile_accumulator(C)
+        self.holding.add(loop.__chandle__())
+        self.held_gemms.add(call.__chandle__())
+        body = self.ctx.stmt(loop)
+        self.ctx.decide("gemm.shared_accumulator", "held_across_k")
+        value = self.held_fills.get(loop.__chandle__())
+        first = self.load_all(acc, C) if value is None else self.fill(acc, value)
+        return seq([first, body, self.store_all(acc, C)])
 
     def gemm_shared_c(self, A, B, C, trans_a, trans_b, clear):
         """T.gemm into a float32 threadgroup tile C (TileLang's Metal path,

@@ -37,6 +37,12 @@ a loop bound, a condition) is the thread's own slot: such a fragment's layout ha
 thread hold all of it (layout_inference), element f at slot f, and verify has refused a
 thread-dependent store into one.
 
+A copy or fill by all threads of a threadgroup tile that nothing accesses element-wise
+(only copies, fills and simdgroup matrix loads and stores touch it: a GEMM's A and B tiles)
+takes runs of 16 bytes instead (8 halves, 4 floats; `wide_lanes`, METAL.copy_lanes), one
+vector access each where vectorize proves the alignment: no thread reads such a tile back
+in the layout, so the wider runs cost no barrier.
+
 Copies convert the dtype (a Cast when the dtypes differ) and mask edge tiles of global
 buffers: an out-of-bounds load reads 0, an out-of-bounds store is skipped. A bound is
 checked only where the analyzer cannot prove it. Copies and fills involving a `local`
@@ -71,6 +77,7 @@ from core.ir.layout import FragmentLayout, broadcast_dims, broadcast_ok, run_wid
 from core.ir.ops import FRAGMENT
 from core.ir.stmt import (as_int, atomics_in, children, i32, loads, map_nodes, rebuild, rewrite,
                           seq, substitute, walk)
+from core.target import METAL
 from core.transform.kernel_context import KernelContext
 from core.transform.layout_inference import fragment_layout
 from core.transform.lower_gemm import GemmLowering
@@ -101,7 +108,7 @@ class _KernelLowering:
         self.nest = nest
         self.ctx = KernelContext(name=kernel_name, threads=nest.num_threads,
                                  tid=nest.linear_thread_index(), copy=self.copy,
-                                 parallel=self.parallel)
+                                 parallel=self.parallel, stmt=self.stmt)
         self.reducers = {}           # T.alloc_reducer buffer (local) -> its op
         self.ctx.decide("threads", decisions.thread_class(nest.num_threads))
         for attr in nest.attrs:
@@ -112,6 +119,9 @@ class _KernelLowering:
         self.single_writer = single_writer_stores(nest)
         self.writer = tirx.EQ(self.ctx.tid, i32(0))
         self.in_parallel = 0         # > 0 while lowering a T.Parallel body
+        # threadgroup tiles copied in 16-byte runs (handle -> lanes; `_wide_tiles`)
+        # and the accesses of each device buffer (handle -> tile ops and element accesses)
+        self.wide, self.device_uses = _wide_tiles(nest.body, self.gemm.accumulators)
 
     # ---- statements -----------------------------------------------------------------
     def stmt(self, s):
@@ -401,7 +411,7 @@ class _KernelLowering:
             return self.over_fragment(frag, make_store)
         if local:
             return self.serial_tile(tile, make_store)
-        return self.cooperative(tile, make_store, "T.copy")
+        return self.cooperative(tile, make_store, "T.copy", self.wide_lanes((src, dst), tile))
 
     def fill(self, region, value):
         tile = _tile(region) or tuple(region.buffer.ty.shape)
@@ -415,7 +425,7 @@ class _KernelLowering:
             return self.over_fragment(region, make_store)
         if region.scope == "local":
             return self.serial_tile(tile, make_store)
-        return self.cooperative(tile, make_store, "T.fill")
+        return self.cooperative(tile, make_store, "T.fill", self.wide_lanes((region,), tile))
 
     def over_fragment(self, frag, make_store):
         _, layout = self.ctx.fragments[frag.buffer]
@@ -441,14 +451,37 @@ class _KernelLowering:
             body = tirx.For(v, i32(0), i32(e), tirx.ForKind.SERIAL, body, annotations=ann)
         return body
 
-    def cooperative(self, tile, make_store, construct):
+    def wide_lanes(self, regions, tile):
+        """The run width of a cooperative copy or fill whose threadgroup operands are all
+        `wide` buffers (`_wide_tiles`): as many elements as one 16-byte access of its
+        dtypes moves (8 halves, 4 floats: METAL.copy_lanes), at most the narrowest other
+        copy of those buffers takes, so every copy of a tile deals its elements to the
+        same threads; the vectorize pass makes each run one vector access where it proves
+        the alignment and splits it into narrower ones where it does not. None (the
+        layout's width) for a copy without such an operand: a device-only copy, one of a
+        tile that threads also read or write element-wise in the default layout (a
+        T.Parallel, a copy into a fragment), whose runs the copy must keep so that each
+        thread reads back what it wrote, without a barrier, or one of a device tensor the
+        kernel accesses elsewhere too (the same reason, for device memory)."""
+        shared = [r.buffer for r in regions if r.scope == "shared"]
+        if not shared or any(b.__chandle__() not in self.wide for b in shared) or any(
+                self.device_uses.get(r.buffer.__chandle__(), 0) > 1
+                for r in regions if r.scope == "global"):
+            return None
+        lanes = METAL.copy_lanes([ops.buffer_dtype(r.buffer) for r in regions],
+                                 as_int(tile[-1]) or 1)
+        return min([lanes] + [self.wide[b.__chandle__()] for b in shared])
+
+    def cooperative(self, tile, make_store, construct, lanes=None):
+        """A tile copied or filled by all threads, in runs of `lanes` (`wide_lanes`), else
+        of the default layout's width for its extents."""
         extents = [as_int(e) for e in tile]
         if None in extents:
             raise LoweringError(
                 f"tile extents {tuple(tile)} are not compile-time constants; a tile copied "
                 "or filled by all threads needs constant extents", kernel=self.ctx.name,
                 construct=construct)
-        return self.distribute(extents, run_width(extents), make_store)
+        return self.distribute(extents, lanes or run_width(extents), make_store)
 
     # ---- operand access -----------------------------------------------------------------
     def indices(self, region, tile, tile_idx):
@@ -502,6 +535,65 @@ class _KernelLowering:
         for c in conds[1:]:
             cond = tirx.And(cond, c)
         return cond
+
+
+def _wide_tiles(body, accumulators) -> tuple:
+    """({threadgroup buffer handle: lanes}, {device buffer handle: accesses}).
+
+    The first holds the tiles whose cooperative copies and fills may move 16-byte runs
+    (`wide_lanes`): every access of the buffer is one (lanes: the narrowest such copy's,
+    METAL.copy_lanes) or a simdgroup matrix access (a T.gemm operand or accumulator, a
+    copy to or from a gemm accumulator), which reads whole 8x8 tiles across threads
+    whatever the copy's runs. A buffer also read or written element-wise elsewhere (a
+    T.Parallel, a copy to or from a fragment or thread-local array, a reduction) is left
+    out: those accesses run in the default layout, whose runs its copies keep. The second
+    counts, for each device buffer the kernel writes, its tile ops and its element-wise
+    loads and stores outside them (a buffer only read may be read by any thread)."""
+    lanes, narrow, in_calls, device, written = {}, set(), set(), {}, set()
+
+    def use(buf, write=False):
+        if ops.buffer_scope(buf) == "global":
+            device[buf.__chandle__()] = device.get(buf.__chandle__(), 0) + 1
+            if write:
+                written.add(buf.__chandle__())
+
+    def visit(s):
+        if not (isinstance(s, tirx.Evaluate) and ops.is_tile_call(s.value)):
+            return
+        in_calls.update(ld.__chandle__() for ld in loads(s.value))
+        regions = [ops.decode_region(a) for a in s.value.args
+                   if ops.is_tile_call(a, "tl.region")]
+        name = s.value.op.name
+        dst = {"tl.copy": 1, "tl.atomic_tile": 1, "tl.fill": 0, "tl.gemm": 2}.get(name)
+        for k, r in enumerate(regions):
+            use(r.buffer, dst is None or k == dst)
+        shared = [r for r in regions if r.scope == "shared"]
+        if name == "tl.gemm" or any(r.buffer in accumulators for r in regions):
+            return                        # simdgroup matrix accesses
+        cooperative = name in ("tl.copy", "tl.fill") and all(
+            r.scope in ("shared", "global") for r in regions)
+        tile = _tile(regions[0]) or _tile(regions[-1])
+        if not cooperative or tile is None or as_int(tile[-1]) is None:
+            narrow.update(r.buffer.__chandle__() for r in shared)
+            return
+        width = METAL.copy_lanes([ops.buffer_dtype(r.buffer) for r in regions],
+                                 as_int(tile[-1]))
+        for r in shared:
+            key = r.buffer.__chandle__()
+            lanes[key] = min(lanes.get(key, width), width)
+
+    walk(body, visit)
+    # element-wise accesses outside tile ops (T.Parallel bodies, plain statements)
+    stored = []
+    walk(body, lambda s: stored.append(s.buffer) if isinstance(s, tirx.BufferStore) else None)
+    updated = {a.buffer.__chandle__() for a in atomics_in(body)}
+    for buf, write in [(ld.source, ld.source.__chandle__() in updated) for ld in loads(body)
+                       if ld.__chandle__() not in in_calls] + [(b, True) for b in stored]:
+        use(buf, write)
+        if ops.buffer_scope(buf) == "shared":
+            narrow.add(buf.__chandle__())
+    wide = {k: v for k, v in lanes.items() if k not in narrow and v > 1}
+    return wide, {k: n for k, n in device.items() if k in written}
 
 
 def _fragment_accesses(body) -> list:

@@ -13,14 +13,15 @@ rewrites it into Ramp/Broadcast vector expressions, only when all of these are p
   - the body makes no atomic update (MSL has no vector atomics);
   - every dtype involved is float32/float16/bfloat16/int32/int8/uint8, and v x bits <= 128
     (bool and int64 stay scalar).
-bfloat16 follows the target's rules (core/target.py, docs/architecture.md): a register bf16
-vector has at most METAL.bf16_register_lanes (2) lanes. A bf16
-candidate of 4 or 8 lanes that only moves bits (the stored value is a bf16 load, or a value
+Register vectors follow the target's rules (core/target.py, docs/architecture.md): at most
+METAL.bf16_register_lanes (2) bf16 lanes, METAL.register_lanes (4) of the other types. A
+candidate wider than that (4 or 8 bfloats, 8 halves, 8 or 16 bytes: a tile copy's 16-byte
+run) that only moves bits (the stored value is a load of the stored dtype, or a value
 independent of l, i.e. a broadcast) is vectorized whole; the printer moves it as a packed
 integer carrier (`uint2` / `uint4`, core/codegen/msl.py), never computing on it; a choice
 between such values by a condition independent of l (an edge tile's bounds check) moves
 bits too.
-A candidate that does not vectorize at v lanes (any other bf16 one, or one whose alignment
+A candidate that does not vectorize at v lanes (any other wide one, or one whose alignment
 is proven only for fewer lanes: a device row of 70 halves is 2-aligned, not 4-aligned) is
 split into `for lo in range(v // w)` (serial) over a w-lane vector loop, l = w * lo + li,
 for the widest w in v/2, v/4, ..., 2 at which the proof holds. A store into threadgroup
@@ -47,10 +48,8 @@ from core.ir.stmt import (as_int, atomics_in, bind_ranges, children, choice_part
                           map_nodes, rebuild, seq, substitute, visit_nodes, walk)
 from core.target import METAL, bits
 
-VECTOR_DTYPES = ("float32", "float16", "bfloat16", "int32", "int8", "uint8")
-MAX_VECTOR_BITS = 128
-BF16_REGISTER_LANES = METAL.bf16_register_lanes   # bfloat2 at most in registers
-BF16_CARRIER_LANES = METAL.bf16_carrier_lanes     # bf16 copies moved as uint2 / uint4
+VECTOR_DTYPES = METAL.vector_dtypes
+MAX_VECTOR_BITS = METAL.max_access_bytes * 8
 
 
 def _simplify(stmt, analyzer):
@@ -76,8 +75,8 @@ def _depends(e, var) -> bool:
 
 
 class _Check:
-    """Proves a candidate body vectorizable at `lanes`; `carrier`: a bf16 copy whose
-    bf16 vectors are packed integer carriers (wider than the register cap)."""
+    """Proves a candidate body vectorizable at `lanes`; `carrier`: a copy whose vectors,
+    wider than their type's register vector, are packed integer carriers."""
 
     def __init__(self, lane, lanes, analyzer, carrier=False):
         self.lane, self.lanes, self.analyzer = lane, lanes, analyzer
@@ -100,9 +99,11 @@ class _Check:
 
     def dtype_ok(self, dtype) -> bool:
         dtype = str(dtype)
-        if dtype == "bfloat16" and self.lanes > BF16_REGISTER_LANES and not self.carrier:
+        if dtype not in VECTOR_DTYPES or bits(dtype) * self.lanes > MAX_VECTOR_BITS:
             return False
-        return dtype in VECTOR_DTYPES and bits(dtype) * self.lanes <= MAX_VECTOR_BITS
+        if self.lanes > METAL.vector_lanes(dtype):   # wider than its register vector
+            return self.carrier and METAL.carrier_words(dtype, self.lanes) is not None
+        return True
 
     def expr_ok(self, e) -> bool:
         lds = loads(e)
@@ -189,25 +190,23 @@ def _store_of(body):
     return body if isinstance(body, tirx.BufferStore) else None
 
 
-def _is_bf16_copy(store, lane) -> bool:
-    """The stored bf16 value moves bits only: a bf16 load, a value independent of the lane
-    (a broadcast of one value), or a choice between two such values by a condition
+def _is_bit_copy(store, lane) -> bool:
+    """The stored value moves bits only: a load of the stored dtype, a value independent of
+    the lane (a broadcast of one value), or a choice between two such values by a condition
     independent of the lane (an edge tile's `in bounds ? load : 0`)."""
-    if str(store.buffer.ty.dtype) != "bfloat16":
-        return False
-    return _moves_bf16_bits(store.value, lane)
+    return _moves_bits(store.value, str(store.buffer.ty.dtype), lane)
 
 
-def _moves_bf16_bits(value, lane) -> bool:
-    if str(value.ty.dtype) != "bfloat16":
+def _moves_bits(value, dtype, lane) -> bool:
+    if str(value.ty.dtype) != dtype:
         return False
     if isinstance(value, tvm.ir.TensorLoad):
-        return str(value.source.ty.dtype) == "bfloat16"
+        return str(value.source.ty.dtype) == dtype
     if not _depends(value, lane):
         return True
     choice = choice_parts(value)
     return choice is not None and not _depends(choice[0], lane) and all(
-        _moves_bf16_bits(v, lane) for v in choice[1:])
+        _moves_bits(v, dtype, lane) for v in choice[1:])
 
 
 def _split(loop, body, width, ranges, bounds):
@@ -232,10 +231,12 @@ def _split(loop, body, width, ranges, bounds):
 
 
 def _vector_ok(body, store, lane, lanes, analyzer) -> bool:
-    """The body vectorizes at `lanes`: as registers, or as a bf16 copy's packed carrier."""
+    """The body vectorizes at `lanes`: as registers, or as a copy's packed carrier."""
     if _Check(lane, lanes, analyzer).body_ok(body):
         return True
-    return (store is not None and lanes in BF16_CARRIER_LANES and _is_bf16_copy(store, lane)
+    return (store is not None
+            and METAL.carrier_words(str(store.buffer.ty.dtype), lanes) is not None
+            and _is_bit_copy(store, lane)
             and _Check(lane, lanes, analyzer, carrier=True).body_ok(body))
 
 

@@ -347,14 +347,18 @@ CASES = (
                         "spills, as often as the MSL touches them: an estimate)")),
     # Decode attention: one query token over a 4096-token KV cache, 32 query heads sharing
     # 8 KV heads of 128 (Llama-3-8B / Qwen3-8B), split-K over the keys, then a combine.
+    # The splits' partial outputs are stored in the input dtype, as MLX's 2-pass kernel
+    # keeps them (half the workspace traffic; docs/bench.md says what it costs in accuracy).
     BenchCase("attention_decode/gqa-4096-f16", "attention_decode",
               {"HK": 8, "groups": 4, "N": 4096, "D": 128, "dtype": "float16",
-               "splits": 64, "bN": 1, "threads": 64, "combine_threads": 32},
+               "splits": 64, "bN": 1, "threads": 64, "combine_threads": 32,
+               "partials": "input"},
               "decode attention, one query token, key length 4096, 32 query heads over 8 "
               "KV heads of 128 (GQA 4), f16", "the real shape, one layer", 1.0),
     BenchCase("attention_decode/gqa-4096-bf16", "attention_decode",
               {"HK": 8, "groups": 4, "N": 4096, "D": 128, "dtype": "bfloat16",
-               "splits": 64, "bN": 1, "threads": 64, "combine_threads": 32},
+               "splits": 64, "bN": 1, "threads": 64, "combine_threads": 32,
+               "partials": "input"},
               "decode attention, one query token, key length 4096, 32 query heads over 8 "
               "KV heads of 128 (GQA 4), bf16", "the real shape, one layer", 1.0),
     # Qwen3-30B-A3B MoE block: hidden 2048, 128 experts of intermediate 768, top-8 with

@@ -12,7 +12,8 @@ keeps the running max m, the running sum l and the unnormalized output acc per q
     m' = max(m, max_j s_j)    a = exp(m - m')    p_j = exp(s_j - m')
     l = l a + sum_j p_j       acc = acc a + sum_j p_j v_j        (m = -inf at the start)
 
-and the split's (acc, m, l) go to float32 workspaces (T.alloc_global). Launch 2, a
+and the split's (acc, m, l) go to workspaces (T.alloc_global; m and l float32, acc in the
+dtype `partials` says). Launch 2, a
 threadgroup per query head: M = max over splits of m, w_s = exp(m_s - M),
 O = (sum_s w_s acc_s) / (sum_s w_s l_s) (a serial loop over the splits), stored in the input
 dtype. Oracle: oracles/attention.py.
@@ -34,6 +35,10 @@ Params:
     splits      key splits (launch 1's first grid dim); every split holds at least one key
                 (splits <= N and (splits - 1) * ceil(N / splits) < N)
     bN          keys per step of a split's serial loop (1: the register form)
+    partials    the dtype the splits' unnormalized outputs are stored in between the
+                launches: "float32" (default) or "input" (the input dtype, as MLX's 2-pass
+                kernel keeps them: half the workspace bytes, one more rounding of each
+                partial, which the oracle's bounds take: `held`)
     threads     threads per threadgroup of launch 1; `combine_threads` of launch 2
 
 Signature: (Q (HQ, D), K (HK, N, D), V (HK, N, D), O (HQ, D)); O is the output. Q is the
@@ -58,6 +63,17 @@ BLOCKS = (1, 4, 8, 16, 2)
 def chunk_of(N: int, splits: int) -> int:
     """Keys per split: ceil(N / splits), the last split holding the rest."""
     return -(-N // splits)
+
+
+PARTIALS = ("float32", "input")
+
+
+def held_dtype(p: dict) -> str:
+    """The dtype of the splits' stored partial outputs (`partials`)."""
+    partials = p.get("partials", "float32")
+    if partials not in PARTIALS:
+        raise ValueError(f"attention_decode: partials={partials!r}; one of {PARTIALS}")
+    return p["dtype"] if partials == "input" else "float32"
 
 
 def check_params(p: dict) -> None:
@@ -90,12 +106,12 @@ def _combine(Acc, Max, Sum, O, HQ, D, dtype, splits, combine_threads):
         T.fill(out, 0.0)
         for i in T.serial(splits):
             for d in T.Parallel(D):
-                out[d] = out[d] + w[i] * Acc[i, h, d]
+                out[d] = out[d] + w[i] * T.cast(Acc[i, h, d], "float32")
         for d in T.Parallel(D):
             O[h, d] = T.cast(out[d] / total[0], dtype)
 
 
-def kernel(HK, groups, N, D, dtype, splits, bN, threads, combine_threads):
+def kernel(HK, groups, N, D, dtype, splits, bN, threads, combine_threads, held="float32"):
     G = groups
     HQ = HK * G
     chunk = chunk_of(N, splits)
@@ -106,7 +122,7 @@ def kernel(HK, groups, N, D, dtype, splits, bN, threads, combine_threads):
     @T.prim_func
     def attention_decode(Q: T.Tensor((HQ, D), dtype), K: T.Tensor((HK, N, D), dtype),
                          V: T.Tensor((HK, N, D), dtype), O: T.Tensor((HQ, D), dtype)):
-        Acc = T.alloc_global((splits, HQ, D), "float32")    # per split: unnormalized out
+        Acc = T.alloc_global((splits, HQ, D), held)         # per split: unnormalized out
         Max = T.alloc_global((splits, HQ), "float32")        # per split: running max
         Sum = T.alloc_global((splits, HQ), "float32")        # per split: running sum
         with T.Kernel(splits, HK, threads=threads) as (bs, bh):
@@ -154,7 +170,7 @@ def kernel(HK, groups, N, D, dtype, splits, bN, threads, combine_threads):
                 for g, d in T.Parallel(G, D):
                     acc[g, d] = acc[g, d] * alpha[g] + o_blk[g, d]
             for g, d in T.Parallel(G, D):
-                Acc[bs, bh * G + g, d] = acc[g, d]
+                Acc[bs, bh * G + g, d] = T.cast(acc[g, d], held)
             for g in T.Parallel(G):
                 Max[bs, bh * G + g] = m[g]
                 Sum[bs, bh * G + g] = l[g]
@@ -162,7 +178,7 @@ def kernel(HK, groups, N, D, dtype, splits, bN, threads, combine_threads):
     return attention_decode
 
 
-def lanes_kernel(HK, groups, N, D, dtype, splits, threads, combine_threads):
+def lanes_kernel(HK, groups, N, D, dtype, splits, threads, combine_threads, held="float32"):
     """bN = 1, the register form: a split reads one key at a time, straight from device
     memory; the online softmax state is kept per (query head, element) in (groups, D)
     fragments (m and l repeated along D), so nothing goes through threadgroup memory: the
@@ -176,7 +192,7 @@ def lanes_kernel(HK, groups, N, D, dtype, splits, threads, combine_threads):
     @T.prim_func
     def attention_decode(Q: T.Tensor((HQ, D), dtype), K: T.Tensor((HK, N, D), dtype),
                          V: T.Tensor((HK, N, D), dtype), O: T.Tensor((HQ, D), dtype)):
-        Acc = T.alloc_global((splits, HQ, D), "float32")
+        Acc = T.alloc_global((splits, HQ, D), held)
         Max = T.alloc_global((splits, HQ), "float32")
         Sum = T.alloc_global((splits, HQ), "float32")
         with T.Kernel(splits, HK, threads=threads) as (bs, bh):
@@ -209,7 +225,7 @@ def lanes_kernel(HK, groups, N, D, dtype, splits, threads, combine_threads):
                 for g, d in T.Parallel(G, D):
                     acc[g, d] = acc[g, d] * alpha[g] + s[g] * T.cast(vt[d], "float32")
             for g, d in T.Parallel(G, D):
-                Acc[bs, bh * G + g, d] = acc[g, d]
+                Acc[bs, bh * G + g, d] = T.cast(acc[g, d], held)
             for g in T.Parallel(G):
                 Max[bs, bh * G + g] = m[g]
                 Sum[bs, bh * G + g] = l[g]
@@ -230,18 +246,20 @@ def make_inputs(p: dict, seed: int) -> list:
 def build(p: dict) -> Built:
     check_params(p)
     combine = p.get("combine_threads", p["threads"])
+    held = held_dtype(p)
     if p["bN"] == 1:
         func = lanes_kernel(p["HK"], p["groups"], p["N"], p["D"], p["dtype"], p["splits"],
-                            p["threads"], combine)
+                            p["threads"], combine, held)
     else:
         func = kernel(p["HK"], p["groups"], p["N"], p["D"], p["dtype"], p["splits"], p["bN"],
-                      p["threads"], combine)
+                      p["threads"], combine, held)
     N, D, splits = p["N"], p["D"], p["splits"]
 
     def expected(args):
         order = oracle.contiguous_splits(N, splits)
-        return oracle.attention_decode_expected(*args, order=order, step=p["bN"],
-                                                out_dtype=p["dtype"])
+        return oracle.attention_decode_expected(
+            *args, order=order, step=p["bN"], out_dtype=p["dtype"],
+            held=None if held == "float32" else held)
 
     HQ = p["HK"] * p["groups"]
     # Per query head and key: the q k dot (2 D), the exp and the running sum (~4), and the
@@ -262,6 +280,7 @@ def params(draw):
         "dtype": draw(S.dtype(DTYPES)), "splits": splits, "bN": draw(S.tile(BLOCKS)),
         "threads": draw(S.threads(THREADS)),
         "combine_threads": draw(S.threads(THREADS)),
+        "partials": draw(st.sampled_from(PARTIALS)),
     }
 
 

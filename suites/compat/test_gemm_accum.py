@@ -27,7 +27,7 @@ from suites.core.test_gemm import assert_every_barrier_necessary
 
 
 def gemm_shared_acc(M, N, K, bM, bN, bK, dtype, threads=128, pad=0, clear_accum=False,
-                    trans_B=False, relu=False, out_dtype="float32"):
+                    trans_B=False, relu=False, out_dtype="float32", copy_each_step=False):
     """TileLang's Metal GEMM (testing/python/metal, in our words): C_local in shared."""
     b_shape, b_tile = ((N, K), (bN, bK)) if trans_B else ((K, N), (bK, bN))
 
@@ -52,6 +52,8 @@ def gemm_shared_acc(M, N, K, bM, bN, bK, dtype, threads=128, pad=0, clear_accum=
                 T.copy(A[by * bM, ko * bK], A_shared)
                 T.copy(b_origin(B, bx, ko), B_shared)
                 T.gemm(A_shared, B_shared, C_local[0:bM, 0:bN], transpose_B=trans_B)
+                if copy_each_step:  # the running sum copied out: the loop reads C_local
+                    T.copy(C_local[0:bM, 0:bN], C[by * bM, bx * bN])
             if relu:
                 for i, j in T.Parallel(bM, bN):
                     C_local[i, j] = T.max(C_local[i, j], 0.0)
@@ -91,6 +93,40 @@ def test_shared_accumulator_variants(run, clear_accum, trans_B, relu):
     run(core.compile(func), a, b, c)
     assert_close(c, oracle(a, b, trans_B, relu), dtype="float16", reduction_length=K,
                  op_class="accumulation")
+
+
+@pytest.mark.backend("emu")  # reads the emulator's counters
+@pytest.mark.parametrize("copy_each_step, clear_accum", [(False, False), (False, True),
+                                                         (True, False)])
+def test_shared_accumulator_held_in_matrices_across_the_k_loop(run, copy_each_step,
+                                                               clear_accum):
+    # C_local stays in the simdgroup matrices from the first k step to the last: filled
+    # with T.clear's zeros (or loaded once, after the peeled clear_accum step) before the
+    # loop and stored once after it, unless the loop touches C_local otherwise (here a
+    # copy of the running sum each step), when every T.gemm loads and stores it around its
+    # own multiply-accumulates
+    M, N, K, bM, bN, bK, pad = 40, 56, 96, 32, 32, 16, 4
+    func = gemm_shared_acc(M, N, K, bM, bN, bK, "float16", pad=pad, clear_accum=clear_accum,
+                           copy_each_step=copy_each_step)
+    kernel = core.compile(func)
+    held = "gemm.shared_accumulator=held_across_k" in kernel.decisions
+    assert held != copy_each_step, kernel.decisions
+    # zeros straight into the matrices after T.clear: no load of C_local before the loop
+    loop = kernel.msl.index("for (int ko")
+    assert ("simdgroup_load(C_local_mat" in kernel.msl[:loop]) == (held and clear_accum)
+    a, b = random_tensor((M, K), "float16", 8), random_tensor((K, N), "float16", 9)
+    c = torch.zeros(M, N)
+    run(kernel, a, b, c)
+    assert_close(c, oracle(a, b), dtype="float16", reduction_length=K,
+                 op_class="accumulation")
+    if held:
+        stats = kernel.last_run.stats[0]
+        groups, steps = 2 * 2, K // bK
+        # per group: the A and B tiles every step, the clear (or the peeled step's store
+        # of C's matrices), and C's matrices once after the loop
+        tiles = steps * (bM * bK + bK * bN) * 2
+        first = bM * bN * 4 if clear_accum else bM * (bN + pad) * 4
+        assert stats["threadgroup_bytes_written"] == groups * (tiles + first + bM * bN * 4)
 
 
 def test_every_barrier_of_a_shared_accumulator_gemm_is_necessary():

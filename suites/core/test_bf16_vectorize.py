@@ -1,5 +1,5 @@
 """bf16 vectorization (docs/architecture.md, "The target" and "Code generation"): arithmetic in `bfloat2` registers at most, bit
-copies and broadcasts of 4-lane runs through `uint2` carriers, scalar or 2-lane fallbacks
+copies and broadcasts of 4- and 8-lane runs through `uint2` / `uint4` carriers, scalar or 2-lane fallbacks
 for other widths. Checked in the MSL text, against torch, and in the emulator's counters."""
 
 import re
@@ -66,17 +66,23 @@ def test_arithmetic_in_bfloat2(op, shape, run):
         assert "device bfloat2*" in kernel.msl
 
 
-@pytest.mark.parametrize("through_shared", [False, True])
-def test_copy_uses_uint2_carrier_bit_exact(through_shared, run):
-    M, N = 64, 96
-    kernel = core.compile(make_copy(M, N, 16, 32, through_shared), out_idx=[1])
+@pytest.mark.parametrize("through_shared, N, bN, carrier, align", [
+    (True, 96, 32, "uint4", 16),    # a threadgroup tile only copied: 8-lane runs
+    (True, 36, 4, "uint2", 8),      # a tile 4 wide: 4-lane runs
+    (False, 96, 32, "uint2", 8)])   # device to device: the layout's runs of 4
+def test_copy_uses_carrier_bit_exact(through_shared, N, bN, carrier, align, run):
+    """A tile copy through threadgroup memory moves 16 bytes (8 bf16 lanes, `uint4`) per
+    access where its rows allow 8-lane runs, 8 bytes (`uint2`) where the tile is 4 wide;
+    a device-to-device copy keeps the default layout's runs of 4."""
+    M = 64
+    kernel = core.compile(make_copy(M, N, 16, bN, through_shared), out_idx=[1])
     a = _bits((M, N))
     out = run(kernel, a)
     assert torch.equal(out.view(torch.int16), a.view(torch.int16))
-    assert "*(device uint2*)(B + " in kernel.msl
-    assert "*(const device uint2*)(A + " in kernel.msl
+    assert f"*(device {carrier}*)(B + " in kernel.msl
+    assert f"*(const device {carrier}*)(A + " in kernel.msl
     assert _vectors(kernel.msl, "bfloat") <= {2}
-    assert {b.name: b.align for b in kernel.specs[0].buffers} == {"A": 8, "B": 8}
+    assert {b.name: b.align for b in kernel.specs[0].buffers} == {"A": align, "B": align}
 
 
 @pytest.mark.parametrize("through_shared", [False, True])
@@ -122,7 +128,7 @@ def test_fill_broadcasts_into_carrier(run):
             T.copy(S, B)
     kernel = core.compile(fill, out_idx=[0])
     assert torch.equal(run(kernel), torch.full((M, N), 1.5, dtype=torch.bfloat16))
-    assert "uint2(as_type<uint>(bfloat2(" in kernel.msl
+    assert "uint4(as_type<uint>(bfloat2(" in kernel.msl   # 8 lanes a run
 
 
 @pytest.mark.backend("emu")  # reads the emulator's counters

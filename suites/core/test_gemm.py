@@ -20,7 +20,7 @@ from harness.check.barriers import check_barriers
 from harness.check.compare import assert_close
 from harness.gen import gemm as gemm_family
 from harness.gen.inputs import random_tensor
-from harness.gen.strategies import FLOATS
+from harness.gen.strategies import FLOATS, HALVES
 from oracles.gemm import gemm as gemm_oracle
 
 
@@ -89,6 +89,26 @@ def test_pipelined_num_stages(stages, run_family):
     # serial k loop: the copies wait for the last iteration's matrix loads (top barrier),
     # the matrix loads wait for the copies; the float32 tiles are stored straight to C
     assert kernel.msl.count("threadgroup_barrier") == 2
+
+
+@pytest.mark.backend("emu")  # reads the emulator's counters
+@pytest.mark.parametrize("dtype", HALVES)
+@pytest.mark.parametrize("K, wide", [(128, True), (100, False)])
+def test_tile_copies_load_16_bytes_where_the_rows_allow(dtype, K, wide, run_family):
+    # The A and B tiles are only read by simdgroup matrix loads, so their copies take
+    # 8-lane runs: one 16-byte load (uint4) each where the rows are 8-aligned. Rows of
+    # 100 elements are 4-aligned only: each run is split into two 8-byte loads, the
+    # ragged last k tile masked; both against the oracle
+    kernel, _, _ = run_family("gemm", gemm_params(40, 56, K, 32, 32, 32, 128, dtype, dtype,
+                                                  trans_b=True))
+    stats = kernel.last_run.stats[0]
+    for operand in ("A", "B"):
+        assert (f"(*(const device uint4*)({operand} + " in kernel.msl) == wide
+    if wide:  # every device load moves 16 bytes (rows past M, N are not read)
+        assert sum(stats["device_bytes_read"].values()) == 16 * stats["device_load_ops"]
+    else:
+        four = "uint2" if dtype == "bfloat16" else "half4"
+        assert f"(*(const device {four}*)(A + " in kernel.msl
 
 
 def test_direct_store_when_the_tile_is_provably_inside(run_family):

@@ -279,12 +279,44 @@ def test_barrier_checks_keep_vector_accessed_arrays_observable():
 
 
 def test_staged_gemm_barriers_are_all_necessary():
-    # A and B staged as half4 vector stores, the float stage read back as float4
+    # A and B staged as 16-byte stores (8 halves, a uint4 each: the tiles are only read
+    # by simdgroup matrix loads), the float stage read back as float4
     params = dict(STAGED_GEMM)
     report = check_case("gemm", params)
     assert report.ok and len(report.barriers) == 3, report.summary()
     built = families.get("gemm").build(params)
     msl = core.compile(built.func, out_idx=built.out_idx).msl
-    assert re.search(r"\*\(threadgroup half4\*\)\(A_tile \+", msl)
-    assert re.search(r"\*\(threadgroup half4\*\)\(B_shared \+", msl)
+    assert re.search(r"\*\(threadgroup uint4\*\)\(A_tile \+ [^;]*\(\*\(const device "
+                     r"uint4\*\)\(A \+", msl)   # rows past M = 8 read as zeros
+    assert re.search(r"\*\(threadgroup uint4\*\)\(B_shared \+", msl)
     assert re.search(r"half4\(\(\*\(threadgroup float4\*\)\(C_local_stage \+", msl)
+
+
+@pytest.mark.parametrize("dtype, lanes", [("uint8", 16), ("int8", 16), ("float16", 8),
+                                          ("bfloat16", 8), ("float32", 4)])
+@pytest.mark.parametrize("N", [64, 68])
+def test_a_tile_only_copied_moves_16_bytes_a_thread(dtype, lanes, N, run):
+    # A -> S -> B, S touched by the two copies alone: runs of 16 bytes, one uint4 (float4)
+    # access each way where the device rows are aligned to them (N = 64); rows of 68
+    # elements (ragged against the 32-wide tile) are aligned to 4 only, so 8- and 16-lane
+    # runs split into 4-lane accesses, the run across the row's end lane by lane; both
+    # bit-exact
+    M, bM, bN = 24, 8, 32
+
+    @T.prim_func
+    def stage(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=32) as (bx, by):
+            S = T.alloc_shared((bM, bN), dtype)
+            T.copy(A[by * bM, bx * bN], S)
+            T.copy(S, B[by * bM, bx * bN])
+    kernel = core.compile(stage, out_idx=[1])
+    a = random_tensor((M, N), dtype, M * N, low=0 if dtype == "uint8" else -100, high=100) \
+        if "int" in dtype else random_tensor((M, N), dtype, M * N)
+    assert torch.equal(run(kernel, a), a)
+    word = "float4" if dtype == "float32" else "uint4"
+    wide = N % lanes == 0
+    assert ("threadgroup uint4 S_words[" in kernel.msl) == wide
+    assert (f"(*(const device {word}*)(A + " in kernel.msl) == wide
+    if wide:
+        assert re.search(rf"\*\(threadgroup {word}\*\)\(S \+ [^;=]*\(v \* {lanes}\)\)+ = ",
+                         kernel.msl)

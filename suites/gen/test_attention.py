@@ -2,7 +2,7 @@
 forms at GQA shapes with ragged splits against the float64 oracle, the oracle's exact value
 against plain softmax attention for every way of dealing keys to splits, the bound catching
 a kernel that drops a key or skips the rescale, the code the register form compiles to,
-and the error for splits that leave a split empty."""
+partials stored in the input dtype, and the error for splits that leave a split empty."""
 
 import pytest
 import torch
@@ -13,6 +13,7 @@ from harness.check.compare import assert_close
 from harness.check.power import case_power, describe
 from harness.gen import attention
 from harness.gen.inputs import random_tensor
+from harness.gen.strategies import HALVES
 from oracles import attention as oracle
 from oracles import bounds
 
@@ -91,6 +92,27 @@ def test_the_register_form_has_no_threadgroup_memory_in_its_split_launch():
     assert "threadgroup_barrier" not in split and "threadgroup " not in split
     assert "simd_shuffle_xor" in split or "simd_sum" in split     # q k over D in a simdgroup
     assert "(const device half4*)(K" in split                    # key rows in vector loads
+
+
+@pytest.mark.parametrize("dtype", HALVES)
+@pytest.mark.parametrize("bN", [1, 8])
+def test_partials_in_the_input_dtype_halve_the_workspace_and_pass_the_oracle(dtype, bN):
+    # partials="input" stores the splits' unnormalized outputs in the input dtype (MLX's
+    # 2-pass form): half the workspace bytes written, the combine reading them back as
+    # float32; the oracle's bound takes the extra rounding (held=dtype)
+    written = {}
+    for partials in ("float32", "input"):
+        p = _params(dtype=dtype, bN=bN, partials=partials)
+        result = run_case("attention_decode", p)
+        assert result.status == Status.PASS and not result.findings, result.message
+        written[partials] = result.stats[0]["device_bytes_written"]
+        msl = core.compile(attention.build(p).func, out_idx=[3]).msl
+        held = {"float16": "half", "bfloat16": "bfloat"}[dtype] if partials == "input" \
+            else "float"
+        assert f"device {held}* Acc [[buffer(3)]]" in msl
+    HQ, D, splits = 8, 32, 4
+    assert sum(written["float32"].values()) - sum(written["input"].values()) == \
+        splits * HQ * D * 2
 
 
 def test_splits_that_leave_a_split_empty_are_refused():
