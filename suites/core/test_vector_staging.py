@@ -54,6 +54,17 @@ def staged(M, N, bM, bN, dtype, threads=128, pad=0):
     return stage
 
 
+def copied(M, N, bM, bN, dtype):
+    """A -> S (shared) -> B on 32 threads: a tile only the two copies touch."""
+    @T.prim_func
+    def stage(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=32) as (bx, by):
+            S = T.alloc_shared((bM, bN), dtype)
+            T.copy(A[by * bM, bx * bN], S)
+            T.copy(S, B[by * bM, bx * bN])
+    return stage
+
+
 def run_staged(run, M, N, bM, bN, dtype, **kw):
     kernel = core.compile(staged(M, N, bM, bN, dtype, **kw), out_idx=[1])
     a = random_tensor((M, N), dtype, M * N, scale=4.0)
@@ -137,14 +148,7 @@ def test_rows_of_two_lanes_move_two(dtype, run):
 def test_integer_rows_of_two_lanes_move_two(dtype, words, run):
     # 2-lane vectors of bytes need 2-byte words; of ints, 8-byte ones
     M, N, bM, bN = 24, 30, 8, 6
-
-    @T.prim_func
-    def stage(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=32) as (bx, by):
-            S = T.alloc_shared((bM, bN), dtype)
-            T.copy(A[by * bM, bx * bN], S)
-            T.copy(S, B[by * bM, bx * bN])
-    kernel = core.compile(stage, out_idx=[1])
+    kernel = core.compile(copied(M, N, bM, bN, dtype), out_idx=[1])
     low = 0 if dtype == "uint8" else -100
     a = random_tensor((M, N), dtype, M * N, low=low, high=100)
     assert_close(run(kernel, a), a, dtype)
@@ -302,14 +306,7 @@ def test_a_tile_only_copied_moves_16_bytes_a_thread(dtype, lanes, N, run):
     # runs split into 4-lane accesses, the run across the row's end lane by lane; both
     # bit-exact
     M, bM, bN = 24, 8, 32
-
-    @T.prim_func
-    def stage(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=32) as (bx, by):
-            S = T.alloc_shared((bM, bN), dtype)
-            T.copy(A[by * bM, bx * bN], S)
-            T.copy(S, B[by * bM, bx * bN])
-    kernel = core.compile(stage, out_idx=[1])
+    kernel = core.compile(copied(M, N, bM, bN, dtype), out_idx=[1])
     a = random_tensor((M, N), dtype, M * N, low=0 if dtype == "uint8" else -100, high=100) \
         if "int" in dtype else random_tensor((M, N), dtype, M * N)
     assert torch.equal(run(kernel, a), a)

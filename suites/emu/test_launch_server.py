@@ -167,9 +167,8 @@ def test_a_hang_is_killed_and_the_next_launch_runs():
     assert findings == [] and y[0] == 64.0
 
 
+@pytest.mark.parametrize("program", ["executable"], indirect=True)   # one host serves all
 def test_idle_servers_are_bounded_least_recently_used_first(monkeypatch, program):
-    if program == "host":
-        pytest.skip("one launch host serves every kernel library")
     monkeypatch.setattr(launch_server, "MAX_IDLE", 1)
     _launch("clean_copy")
     first = _only_server()
@@ -184,11 +183,10 @@ def test_idle_servers_are_bounded_least_recently_used_first(monkeypatch, program
 OTHERS = [CLEAN.replace("+ 1.0f", f"+ {k}.0f") for k in (2, 3)]
 
 
+@pytest.mark.parametrize("program", ["host"], indirect=True)
 def test_one_host_serves_every_library_each_launch_as_in_a_fresh_process(program):
     # Libraries loaded one after another (and again) in one host: each launch runs its own
     # library's kernel with that library's own state, as on a server that ran nothing.
-    if program != "host":
-        pytest.skip("a kernel executable serves its own kernels only")
     expected = _fresh("racy")
     launch_server.shutdown()
     for source, add in ((OTHERS[0], 2.0), (LIBRARY, 1.0), (OTHERS[1], 3.0), (OTHERS[0], 2.0)):
@@ -201,9 +199,8 @@ def test_one_host_serves_every_library_each_launch_as_in_a_fresh_process(program
     assert launch_server.idle_servers() == 1
 
 
+@pytest.mark.parametrize("program", ["host"], indirect=True)
 def test_a_library_the_host_cannot_load_is_a_launch_error_naming_it(program, tmp_path):
-    if program != "host":
-        pytest.skip("the launch host's libraries")
     from core.runtime.emu import job as jobfile
     exe = build.default_builder().launch_host()
     job = jobfile.write_job((1, 1, 1), (1, 1, 1), [], schedule="forward", checks=0, seed=0,

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from harness.bench.peers.mlx_affine_qmv import GROUP, requantize_affine8
 from harness.bench.peers.mlx_qmm import check_applies, plan
+from harness.bench.peers.mlx_qmv import requantized_expected
 
 
 def launch(p: dict, inputs: list, outputs: list):
-    from oracles import bounds
     from oracles import qmm as oracle
 
     check_applies(p, GROUP, "MLX's affine 8-bit format")
@@ -31,12 +31,8 @@ def launch(p: dict, inputs: list, outputs: list):
     w = oracle.dequant_e4m3(codes, scales, p.get("G", 0))
     q, s, b, wq = requantize_affine8(w, p["dtype"])
 
-    def expected():
-        # s q + b formed in float32, stored in the activation type
-        wb = oracle.dequant_bounded(wq, p["dtype"])
-        return [bounds.expected(oracle.qmm_bounded(x, wb), p["out_dtype"],
-                                f"affine 8-bit dot over K={p['K']} (re-quantized weights), "
-                                "float32 accumulation")]
+    # s q + b formed in float32, stored in the activation type
+    expected = requantized_expected(x, wq, p, "affine 8-bit", held=p["dtype"])
 
     formats = (f"MLX affine 8-bit (codes, a {p['dtype']} scale and bias per {GROUP} weights, "
                "w = s q + b) re-quantized as MLX's affine_quantize does from the case's e4m3 "

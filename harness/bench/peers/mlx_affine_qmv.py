@@ -40,16 +40,14 @@ import numpy as np
 import torch
 
 from harness.bench.peers import NotApplicable, PeerLaunch
+from harness.bench.peers.mlx_qmv import (BN, FAST_K, HOST, MSL_TYPES, check_applies,
+                                         requantized_expected)
 
-HOST = "mlx/backend/metal/quantized.cpp"
-MSL_TYPES = {"float16": "half", "bfloat16": "bfloat16_t"}
 TYPE_STRINGS = {"float16": "float16_t", "bfloat16": "bfloat16_t"}     # get_type_string
 TORCH_TYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 GROUP = 64                     # mx.quantize's default group size
 BINS = 255.0                   # 2^8 - 1
 EPS = 1e-7                     # affine_quantize's least scale
-BN = 8                         # rows per threadgroup: 2 simdgroups x 4 results
-FAST_K = 256                   # qmv_fast_k_alignment(8)
 
 
 def _round_away(t: torch.Tensor) -> torch.Tensor:
@@ -81,18 +79,10 @@ def requantize_affine8(w: torch.Tensor, dtype: str, group: int = GROUP):
 
 
 def launch(p: dict, inputs: list, outputs: list) -> PeerLaunch:
-    from oracles import bounds
     from oracles import qmm as oracle
 
     M, N, K, dtype = p["M"], p["N"], p["K"], p["dtype"]
-    if p.get("path", "gemv") != "gemv" or M != 1:
-        raise NotApplicable(f"M={M}, path={p.get('path', 'gemv')}: the affine peer is MLX's "
-                            "qmv, the decode (M = 1) product")
-    if p["out_dtype"] != dtype:
-        raise NotApplicable(f"out_dtype={p['out_dtype']}: MLX's qmv writes the activation "
-                            f"type ({dtype})")
-    if K % GROUP:
-        raise NotApplicable(f"K={K}: MLX's affine 8-bit weights are grouped by {GROUP}")
+    check_applies(p, GROUP, "MLX's affine 8-bit format")
     if K in (64, 128):
         raise NotApplicable(f"K={K}: MLX runs qmv_quad there, not qmv")
     x, codes, scales = inputs
@@ -106,11 +96,7 @@ def launch(p: dict, inputs: list, outputs: list) -> PeerLaunch:
     name = f"{func}_{TYPE_STRINGS[dtype]}_gs_{GROUP}_b_8_batch_0_pr_0_hgs_0_r_4"
     unset = [np.zeros(4, np.int32) for _ in range(8)]       # buffers 7-14: one batch
 
-    def expected():
-        wb = oracle.dequant_bounded(wq)
-        return [bounds.expected(oracle.qmm_bounded(x, wb), p["out_dtype"],
-                                f"affine 8-bit dot over K={K} (re-quantized weights), "
-                                "float32 accumulation")]
+    expected = requantized_expected(x, wq, p, "affine 8-bit")
 
     # float x_thread[values_per_thread], result[4]: fast 2 packs of 4 values, else 1
     values = 8 if fast else 4

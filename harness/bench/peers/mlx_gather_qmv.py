@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from harness.bench.peers import NotApplicable, PeerLaunch
+from harness.bench.peers.mlx_qmv import requantized_expected
 
 HOST = "mlx/backend/metal/quantized.cpp"
 MSL_TYPES = {"float16": "half", "bfloat16": "bfloat16_t"}
@@ -90,7 +91,6 @@ def _i64(*v):
 
 
 def launch(p: dict, inputs: list, outputs: list) -> PeerLaunch:
-    from oracles import bounds
     from oracles import qmm as oracle
 
     E, Tk, N, K, dtype = p["E"], p["T"], p["N"], p["K"], p["dtype"]
@@ -118,11 +118,7 @@ def launch(p: dict, inputs: list, outputs: list) -> PeerLaunch:
     words = K // 8                                  # uint32 words of a weight row
     experts = np.arange(E, dtype=np.uint32)
 
-    def expected():
-        wb = oracle.dequant_bounded(wq)
-        return [bounds.expected(oracle.qmm_bounded(x.reshape(E, Tk, K), wb),
-                                p["out_dtype"], f"mxfp4 dot over K={K} (re-quantized "
-                                "weights), float32 accumulation")]
+    expected = requantized_expected(x, wq, p, "mxfp4", x_shape=(E, Tk, K))
 
     # float x_thread[values_per_thread], result[4]: fast 2 packs of 8 values, else 1
     values = 16 if fast else 8

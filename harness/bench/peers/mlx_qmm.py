@@ -46,7 +46,8 @@ import torch
 
 from harness.bench.peers import NotApplicable, PeerLaunch
 from harness.bench.peers.mlx_gemm import _arrays, _block_dims
-from harness.bench.peers.mlx_qmv import GROUP, MSL_TYPES, requantize_mxfp8
+from harness.bench.peers.mlx_qmv import (GROUP, MSL_TYPES, requantize_mxfp8,
+                                         requantized_expected)
 
 HOST = "mlx/backend/metal/quantized.cpp"
 QMM_HEADERS = ("utils.h", "steel/gemm/gemm.h", "quantized_utils.h", "fp_quantized.h")
@@ -101,7 +102,6 @@ def check_applies(p: dict, group: int, what: str) -> None:
 
 
 def launch(p: dict, inputs: list, outputs: list):
-    from oracles import bounds
     from oracles import qmm as oracle
 
     check_applies(p, GROUP, "mxfp8")
@@ -109,14 +109,10 @@ def launch(p: dict, inputs: list, outputs: list):
     (y,) = outputs
     w = oracle.dequant_e4m3(codes, scales, p.get("G", 0))
     mx_codes, mx_scales, wq = requantize_mxfp8(w)
-    K, dtype = p["K"], p["dtype"]
+    dtype = p["dtype"]
 
-    def expected():
-        # the loader stores scale x code in the activation type (exact here)
-        wb = oracle.dequant_bounded(wq, dtype)
-        return [bounds.expected(oracle.qmm_bounded(x, wb), p["out_dtype"],
-                                f"mxfp8 dot over K={K} (re-quantized weights), float32 "
-                                "accumulation")]
+    # the loader stores scale x code in the activation type (exact here)
+    expected = requantized_expected(x, wq, p, "mxfp8", held=dtype)
 
     formats = ("mxfp8 (e4m3 codes, an e8m0 scale per 32 weights) re-quantized from the "
                "case's e4m3 codes and float32 "

@@ -57,19 +57,40 @@ def requantize_mxfp8(w: torch.Tensor):
             wq.reshape(n, k))
 
 
-def launch(p: dict, inputs: list, outputs: list) -> PeerLaunch:
-    from oracles import bounds
-    from oracles import qmm as oracle
-
-    M, N, K, dtype = p["M"], p["N"], p["K"], p["dtype"]
+def check_applies(p: dict, group: int, what: str) -> None:
+    """NotApplicable unless MLX runs a qmv kernel for the params: the decode (M = 1)
+    product, written in the activation type, over whole groups of `group` weights."""
+    M, K, dtype = p["M"], p["K"], p["dtype"]
     if p.get("path", "gemv") != "gemv" or M != 1:
-        raise NotApplicable(f"M={M}, path={p.get('path', 'gemv')}: the mxfp8 peer is MLX's "
+        raise NotApplicable(f"M={M}, path={p.get('path', 'gemv')}: the {what} peer is MLX's "
                             "qmv, the decode (M = 1) product")
     if p["out_dtype"] != dtype:
         raise NotApplicable(f"out_dtype={p['out_dtype']}: MLX's qmv writes the activation "
                             f"type ({dtype})")
-    if K % GROUP:
-        raise NotApplicable(f"K={K}: mxfp8 groups 32 weights of a row")
+    if K % group:
+        raise NotApplicable(f"K={K}: {what} groups {group} weights of a row")
+
+
+def requantized_expected(x, wq, p: dict, what: str, held: str | None = None, x_shape=None):
+    """The peer's `expected`: the case's oracle evaluated on the re-quantized weights `wq`
+    (float64; `held`: the dtype the kernel's loader stores each decoded weight in), x
+    reshaped to `x_shape` where given, float32 accumulation, stored in the output dtype."""
+    def expected():
+        from oracles import bounds
+        from oracles import qmm as oracle
+        wb = oracle.dequant_bounded(wq, held) if held else oracle.dequant_bounded(wq)
+        xs = x if x_shape is None else x.reshape(x_shape)
+        return [bounds.expected(oracle.qmm_bounded(xs, wb), p["out_dtype"],
+                                f"{what} dot over K={p['K']} (re-quantized weights), float32 "
+                                "accumulation")]
+    return expected
+
+
+def launch(p: dict, inputs: list, outputs: list) -> PeerLaunch:
+    from oracles import qmm as oracle
+
+    M, N, K, dtype = p["M"], p["N"], p["K"], p["dtype"]
+    check_applies(p, GROUP, "mxfp8")
     x, codes, scales = inputs
     (y,) = outputs
     w = oracle.dequant_e4m3(codes, scales, p.get("G", 0))
@@ -81,11 +102,7 @@ def launch(p: dict, inputs: list, outputs: list) -> PeerLaunch:
     name = f"mxfp8_{func[3:]}_{dtype}_gs_{GROUP}_b_8_batch_0"
     unset = [np.zeros(4, np.int32) for _ in range(7)]       # buffers 7-13: one batch
 
-    def expected():
-        wb = oracle.dequant_bounded(wq)
-        return [bounds.expected(oracle.qmm_bounded(x, wb), p["out_dtype"],
-                                f"mxfp8 dot over K={K} (re-quantized weights), float32 "
-                                "accumulation")]
+    expected = requantized_expected(x, wq, p, "mxfp8")
 
     # float x_thread[values_per_thread], result[4]: fast 8 values, else 4
     values = 8 if fast else 4
