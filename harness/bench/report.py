@@ -120,24 +120,38 @@ def verdict_line(results: BenchRun, changes: list) -> str:
 
 # -- console -------------------------------------------------------------------------------
 
+CONSOLE_CHIPS_PER_TABLE = 4     # modeled-time columns per console table (100 columns)
+
+
+def _chip_groups(chips: list) -> list[list]:
+    """`chips` in runs of at most CONSOLE_CHIPS_PER_TABLE, one console table each: with
+    `--chips all` (12 chips) a single table would be cut ("M4 M…") at 100 columns."""
+    n = CONSOLE_CHIPS_PER_TABLE
+    return [chips[i:i + n] for i in range(0, len(chips), n)] or [[]]
+
+
 def summary_tables(results: BenchRun) -> list[Table]:
     """The console's per-case tables, one per concern so that each fits 100 columns (CI
-    logs cut wider ones): status and compile time, the counters, the modeled times."""
+    logs cut wider ones): status and compile time, the counters, the modeled times (one
+    table per CONSOLE_CHIPS_PER_TABLE chips)."""
     chips = list(results.chips)
     status = Table(title="bench cases: status and DSL -> MSL compile ms (first / warm)",
                    title_justify="left")
     counters = Table(title="counters (one checked emulator run, summed over launches)",
                      title_justify="left")
-    times = Table(title="modeled us per chip (roofline, at the shape that ran)",
-                  title_justify="left")
-    for table in (status, counters, times):
+    groups = _chip_groups(chips)
+    times = [Table(title="modeled us per chip (roofline, at the shape that ran)"
+                   + (f", {i + 1} of {len(groups)}" if len(groups) > 1 else ""),
+                   title_justify="left") for i in range(len(groups))]
+    for table in (status, counters, *times):
         table.add_column("case", overflow="fold")
     status.add_column("status", no_wrap=True)
     status.add_column("compile ms first / warm", justify="right", overflow="fold")
     for col in ("bytes / min", "ld+st ops", "B/op", "tg bytes", "barriers", "simd ops"):
         counters.add_column(col, justify="right", no_wrap=True)
-    for chip in chips:
-        times.add_column(chip, justify="right", no_wrap=True)
+    for table, group in zip(times, groups):
+        for chip in group:
+            table.add_column(chip, justify="right", no_wrap=True)
     for case in results.cases:
         status.add_row(case.name, Text(case.status, "green" if case.status == "pass" else
                                        "yellow" if case.status == "skip" else "bold red"),
@@ -152,8 +166,9 @@ def summary_tables(results: BenchRun) -> list[Table]:
             "-" if bpo is None else f"{bpo:.1f}",
             _num(c["threadgroup_bytes_read"] + c["threadgroup_bytes_written"]),
             _num(c["barriers"]), _num(c["simd_ops"]))
-        times.add_row(case.name, *[_us(case.modeled[chip]["seconds"]) for chip in chips])
-    return [status, counters, times]
+        for table, group in zip(times, groups):
+            table.add_row(case.name, *[_us(case.modeled[chip]["seconds"]) for chip in group])
+    return [status, counters, *times]
 
 
 def reference_rows(results: BenchRun) -> list[list[str]]:
@@ -446,7 +461,8 @@ def against_table(against: dict) -> Table:
                   f"({against.get('rounds', '?')} interleaved rounds)", title_justify="left")
     for col in ("case", f"{against['ref']} ms", "this ms", "change", "noise (SE)",
                 "threshold", "verdict"):
-        table.add_column(col, justify="left" if col in ("case", "verdict") else "right")
+        table.add_column(col, justify="left" if col in ("case", "verdict") else "right",
+                         overflow="fold")         # 100 columns: fold, never cut a name
     for row in against.get("cases", []):
         if row.get("error"):
             table.add_row(row["name"], "-", "-", "-", "-", "-", Text(row["error"], "yellow"))
@@ -924,7 +940,7 @@ def power_table(results: BenchRun) -> Table | None:
         return None
     table = Table(title="oracle power", title_justify="left")
     for col in POWER_HEADER[:4]:
-        table.add_column(col, justify="left" if col == "case" else "right")
+        table.add_column(col, justify="left" if col == "case" else "right", overflow="fold")
     for row in rows:
         table.add_row(*row[:4])
     return table

@@ -801,6 +801,65 @@ def test_pytest_benchmark_json_has_its_fields(tmp_path):
     assert {"machine_info", "commit_info", "datetime", "version"} <= set(doc)
 
 
+def test_every_console_table_fits_100_columns_uncut(tmp_path):
+    """What `harness bench` prints (cli._print_outcome) at 100 columns, at the widest the
+    data gets: every chip (`--chips all`), the longest case name, a program's compile cell
+    over the goal, a hand-tuned reference, an MLX peer, a measured reference, an A/B run
+    and the gate's changes. Long cells fold; none is cut ("…", as "M4 M…" was with 12
+    chips in one table) and no line is wider than 100."""
+    from rich.console import Console
+
+    from harness.bench.gate import Change
+    from harness.bench.workflow import BenchOutcome
+    from harness.cli import _print_outcome
+
+    chips = tuple(roofline.CHIPS)
+    name = max((c.name for c in CASES), key=len)
+    doc = _document(_case(name), _case("fam/b", status="internal_error"))
+    doc["chips"] = {n: roofline.CHIPS[n].describe() for n in chips}
+    for c in doc["cases"]:
+        c["modeled"] = modeled(c["counters"], c["minimum"], 100, chips)
+    case = doc["cases"][0]
+    case["first_compile"] = {"seconds": 0.3134, "kernels": 9, "stages": {}}
+    case["reference"] = next(c.reference for c in CASES if c.reference).as_dict()
+    case["power"] = {"rejects_scaling": 4.3e-05, "required_scaling": 2e-2, "weak": "",
+                     "indistinguishable": {}}
+    ratios = {ch: 1.0042 for ch in chips}
+    case["hand_tuned"] = {"file": "softmax.metal", "kernel": "softmax_looped",
+                          "threads": 256, "grid": 4, "geometry": "one row a threadgroup",
+                          "status": "pass", "message": "", "findings": [],
+                          "counters": case["counters"], "modeled": case["modeled"],
+                          "ratios": {}, "modeled_ratios": ratios}
+    peer = {"peer": "mlx", "version": "0.32.4", "headers": ["steel_gemm_splitk.h"],
+            "kernel": "steel_gemm_splitk_nt_bfloat16_float32_bm16_bn32_bk16_wm2_wn2_MN_"
+                      "naligned_K_taligned + steel_gemm_splitk_accum_bfloat16_float32",
+            "host_code": "matmul.cpp", "grid": [1, 1, 1], "threadgroup": [32, 1, 1],
+            "geometry": "(32, 2, 2)", "formats": "", "status": "not_applicable",
+            "message": "", "findings": [], "counters": case["counters"],
+            "modeled": case["modeled"], "ratios": {}, "modeled_ratios": ratios}
+    case["peers"] = {"mlx": peer, "mlx-affine": {**peer, "status": "pass"}}
+    doc["against"] = {"ref": "origin/main", "commit": "0" * 40, "rounds": 20, "cases": [
+        {"name": name, "ref_median": 0.1603, "this_median": 0.2003, "change": 0.25,
+         "noise": 0.021, "threshold": 0.063, "verdict": "regression"},
+        {"name": "fam/b", "verdict": "error",
+         "error": "failed to compile in the other revision: KeyError 'partials'"}]}
+    results = run_from_dict(doc)
+    changes = [Change(name, "generated/mlx-affine threadgroup_bytes_written", "regression",
+                      0.6406, 1.3281),
+               Change(name, "modeled M4 Max", "regression", 1.3e-4, 1.4e-4),
+               Change(name, "mlx-affine peer", "new", detail="no baseline of the "
+                      "generated / mlx-affine ratios yet (harness bench --peers mlx-affine "
+                      "--update-baseline)")]
+    console = Console(width=100, record=True, force_terminal=False)
+    _print_outcome(console, BenchOutcome(results, changes, None, [],
+                                         {"markdown": tmp_path / "bench.md",
+                                          "html": tmp_path / "bench.html"}), "b.json")
+    text = console.export_text()
+    assert "M4 Max" in text and "modeled us per chip" in text and "hand-tuned" in text
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 100
+
+
 def test_harness_report_rerenders_saved_results(tmp_path, baseline, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     result = tmp_path / "saved" / "bench.json"
