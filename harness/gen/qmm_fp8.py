@@ -11,11 +11,14 @@ Params:
                 M, N, K multiples of 8, T.gemm's tiles and threads)
     scale       "row": S is (N,), applied to the reduced dot products;
                 "block": S is (ceil(N/G), ceil(K/G)) as DeepSeek-V3's 128 x 128 blocks,
-                applied per k step (G a multiple of bK, so a step lies in one block); the
-                gemv path stages the scales of its bN rows in threadgroup memory once
-                (one barrier) when they fit in 16 KiB, else every thread holding a row
-                loads its scale per step
+                applied per k step (G a multiple of bK, so a step lies in one block)
     G           block edge for "block" (bK or 2 bK); unused for "row"
+    stage_scales
+                gemv path, block scales: True stages the scales of the bN rows in
+                threadgroup memory once (one barrier; up to 16 KiB of them), False has
+                every thread holding a row load its scale per step (as MLX's qmv reads
+                each group's scale per lane), None (default) stages them when they fit
+                in 16 KiB
     bM, bN, bK  tile: rows of X, weight rows, K elements per step (gemv: 32..256;
                 gemm: 16, 32)
     threads     32, 64, 128, 256
@@ -58,8 +61,14 @@ def kernel(p: dict):
     dtype, out_dtype, G = p["dtype"], p["out_dtype"], p.get("G", bK)
     per_block = p["scale"] == "block"
     s_shape = scale_shape(p)
-    staged = per_block and \
-        bN * s_shape[1] * TARGET_DTYPES["float32"].bytes <= SCALE_STAGE_BYTES
+    tile_scales = bN * s_shape[1] * TARGET_DTYPES["float32"].bytes if per_block else 0
+    fits = per_block and tile_scales <= SCALE_STAGE_BYTES
+    stage = p.get("stage_scales")
+    if stage and not fits:
+        raise ValueError(f"qmm_fp8: stage_scales needs block scales (scale='block') of at "
+                         f"most {SCALE_STAGE_BYTES} bytes a tile (bN={bN} rows: "
+                         f"{tile_scales})")
+    staged = fits if stage is None else bool(stage)
 
     @T.prim_func
     def qmm_fp8(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), "uint8"),
@@ -205,6 +214,7 @@ def _drawn(draw):
          "out_dtype": draw(st.sampled_from(("float32", dtype)))}
     if scale == "block":
         p["G"] = bK * draw(st.sampled_from((1, 2)))
+        p["stage_scales"] = draw(st.sampled_from((None, True, False)))
     return p
 
 

@@ -130,6 +130,31 @@ def test_staged_fp4_loads_four_weight_bytes_per_lane():
     assert "(const device uchar4*)(W" in msl
 
 
+@pytest.mark.parametrize("stage_scales, staged", [(None, True), (True, True), (False, False)])
+def test_fp8_block_scales_staged_or_loaded_per_lane(run_family, stage_scales, staged):
+    """`stage_scales` picks where the gemv path's block scales come from: staged once in
+    threadgroup memory behind one barrier (the default while they fit in 16 KiB), or loaded
+    per thread and step from device memory, as MLX's qmv does (the bench's decode case);
+    both pass the oracle, ragged N and K included."""
+    params = {"M": 3, "N": 37, "K": 290, "scale": "block", "G": 128, "bM": 2, "bN": 8,
+              "bK": 64, "threads": 64, "dtype": "bfloat16", "out_dtype": "float32",
+              "stage_scales": stage_scales}
+    kernel, _, _ = run_family("qmm_fp8", params)
+    assert ("threadgroup_barrier" in kernel.msl) is staged
+    stats = kernel.last_run.stats[0]
+    assert (stats["threadgroup_bytes_read"] > 0) is staged
+    assert (stats["barriers"] > 0) is staged
+
+
+def test_fp8_block_scales_staged_past_16_kib_are_refused():
+    params = {"M": 1, "N": 64, "K": 65536, "scale": "block", "G": 128, "bM": 1, "bN": 16,
+              "bK": 128, "threads": 32, "dtype": "bfloat16", "out_dtype": "bfloat16",
+              "stage_scales": True}          # 16 rows x 512 blocks x 4 bytes = 32 KiB
+    with pytest.raises(ValueError, match=r"qmm_fp8: stage_scales needs"):
+        families.get("qmm_fp8").build(params)
+    assert "threadgroup_barrier" not in _msl("qmm_fp8", {**params, "stage_scales": None})
+
+
 def test_fp8_block_scales_straddling_a_k_step_are_refused():
     """The kernel applies one block scale a k step: G=128 with bK=256 would take one scale
     for two blocks and compute a wrong result (it did: a mismatch, not an error)."""
