@@ -342,10 +342,9 @@ class Builder:
         it (the C and C++ headers the runtime uses, <thread>, <string>, <vector> among them),
         and parsing those was about 0.6 of the 0.7-1.5 s of CPU each of the 11 objects took
         to compile on the 2-core machine: 10.4 s of CPU for all of them on an empty cache,
-        4.2 s with the header precompiled once (docs/emulator.md). The header comes first in
-        every unit, as it would after the unit's own system includes: they define nothing
-        it depends on (runtime.h is `#pragma once`, so the unit's own include of it is
-        skipped)."""
+        4.2 s with the header precompiled once (docs/emulator.md). `-include-pch` reads it
+        before a unit's own includes (poll.h, dlfcn.h, ...), which define nothing it depends
+        on; the unit's own `#include "runtime.h"` is then skipped (`#pragma once`)."""
         key = _digest("rt-pch", self._tool_tag, self._runtime, *RUNTIME_FLAGS,
                       *_arch_flags())
         return self._shared_artifact(
