@@ -26,6 +26,14 @@ Params:
                 d_k along the lanes as MLX's gated_delta holds it: a row of 128 is one
                 simdgroup's, each reduction one simd_sum per row, no threadgroup stage;
                 the state is then read and written down the columns of S0 / S1
+    kq          with state="rows": "staged" (default) normalizes k and q once and stages
+                them (and v's columns) in threadgroup memory per token, behind a
+                barrier, and the gates once a launch; "per_lane" has every simdgroup load
+                the k and q elements its lanes hold straight from device memory and
+                normalize them itself (a simd_sum each, redundantly per simdgroup), each
+                lane load its rows' v and the gates per token, as MLX's gated_delta keeps
+                k and q per lane: no threadgroup memory, no barrier (d_k above 128 aside);
+                bV a multiple of threads // 32. Else a ValueError
 
 Signature: (Q (T, HK, DK), K (T, HK, DK), V (T, HV, DV), G (T, HV), Beta (T, HV),
 S0 (HV, DK, DV) float32, O (T, HV, DV), S1 (HV, DK, DV) float32); O and S1 are outputs.
@@ -45,6 +53,7 @@ DTYPES = S.FLOATS
 THREADS = (32, 64, 128, 256)
 BLOCKS = (8, 16, 32, 4)
 STATES = ("columns", "rows")
+KQ = ("staged", "per_lane")
 
 
 def kernel(tokens, HK, groups, DK, DV, dtype, bV, threads):
@@ -158,6 +167,85 @@ def rows_kernel(tokens, HK, groups, DK, DV, dtype, bV, threads):
     return gdn_decode
 
 
+def per_lane_kernel(tokens, HK, groups, DK, DV, dtype, bV, threads):
+    """`rows_kernel` with nothing staged. The slice is held (bV / sg, sg, DKp) for the
+    kernel's sg = threads / 32 simdgroups (row j = r * sg + g, as rows_kernel lays its bV
+    rows out), d_k padded to DKp, a multiple of 128 (4 elements a lane; the padding reads
+    0). k and q are (sg, DKp) fragments, simdgroup g's row of them the d_k elements its
+    lanes hold of the state's rows: every simdgroup loads k and q from device memory and
+    normalizes them itself (a simd_sum each), read as k[g, i] in the state loops; q's
+    fragment holds the squares of k, then of q, then q (q is read twice: a third
+    (sg, DKp) array would take the thread past the model's register share, 208 bytes of
+    arrays at the bench shape, and spill).
+    The gates are per-thread scalars loaded per token, v read per lane into the
+    reduction's result (col = beta (v - k S)). No threadgroup memory, no barrier (for DKp
+    above 128 a row spans simdgroups and its reductions combine through threadgroup
+    memory)."""
+    HV = HK * groups
+    scale = DK ** -0.5
+    eps = oracle.EPS
+    sg = threads // 32
+    R = bV // sg
+    DKp = -(-DK // 128) * 128
+
+    @T.prim_func
+    def gdn_decode(Q: T.Tensor((tokens, HK, DK), dtype), K: T.Tensor((tokens, HK, DK), dtype),
+                   V: T.Tensor((tokens, HV, DV), dtype), G: T.Tensor((tokens, HV), "float32"),
+                   Beta: T.Tensor((tokens, HV), "float32"),
+                   S0: T.Tensor((HV, DK, DV), "float32"), O: T.Tensor((tokens, HV, DV), dtype),
+                   S1: T.Tensor((HV, DK, DV), "float32")):
+        with T.Kernel(T.ceildiv(DV, bV), HV, threads=threads) as (bx, by):
+            s = T.alloc_fragment((R, sg, DKp), "float32")    # the slice, row r * sg + g
+            prod = T.alloc_fragment((R, sg, DKp), "float32")
+            k = T.alloc_fragment((sg, DKp), "float32")        # each simdgroup's copy
+            q = T.alloc_fragment((sg, DKp), "float32")        # k^2, q^2, then q
+            knorm = T.alloc_fragment((sg,), "float32")
+            qnorm = T.alloc_fragment((sg,), "float32")
+            decay = T.alloc_fragment((sg,), "float32")        # exp(g_t)
+            beta = T.alloc_fragment((sg,), "float32")
+            col = T.alloc_fragment((R, sg), "float32")        # k S, beta (v - k S), q S
+            for r, g, i in T.Parallel(R, sg, DKp):
+                s[r, g, i] = T.if_then_else((bx * bV + r * sg + g < DV) and (i < DK),
+                                            S0[by, i, bx * bV + r * sg + g], 0.0)
+            for t in T.serial(tokens):
+                for g, i in T.Parallel(sg, DKp):
+                    k[g, i] = T.if_then_else(i < DK, T.cast(K[t, by // groups, i], "float32"),
+                                             0.0)
+                    q[g, i] = k[g, i] * k[g, i]
+                T.reduce_sum(q, knorm, dim=1)
+                for g, i in T.Parallel(sg, DKp):
+                    k[g, i] = k[g, i] * T.rsqrt(knorm[g] + eps)
+                    q[g, i] = T.if_then_else(i < DK, T.cast(Q[t, by // groups, i], "float32"),
+                                             0.0)
+                    q[g, i] = q[g, i] * q[g, i]
+                T.reduce_sum(q, qnorm, dim=1)
+                for g, i in T.Parallel(sg, DKp):
+                    q[g, i] = T.if_then_else(i < DK, T.cast(Q[t, by // groups, i], "float32"),
+                                             0.0) * (T.rsqrt(qnorm[g] + eps) * scale)
+                for g in T.Parallel(sg):
+                    decay[g] = T.exp(G[t, by])
+                    beta[g] = Beta[t, by]
+                for r, g, i in T.Parallel(R, sg, DKp):
+                    s[r, g, i] = s[r, g, i] * decay[g]
+                    prod[r, g, i] = s[r, g, i] * k[g, i]
+                T.reduce_sum(prod, col, dim=2)
+                for r, g in T.Parallel(R, sg):
+                    col[r, g] = beta[g] * (T.if_then_else(
+                        bx * bV + r * sg + g < DV,
+                        T.cast(V[t, by, bx * bV + r * sg + g], "float32"), 0.0) - col[r, g])
+                for r, g, i in T.Parallel(R, sg, DKp):
+                    s[r, g, i] = s[r, g, i] + k[g, i] * col[r, g]
+                    prod[r, g, i] = s[r, g, i] * q[g, i]
+                T.reduce_sum(prod, col, dim=2)
+                for r, g in T.Parallel(R, sg):
+                    if bx * bV + r * sg + g < DV:
+                        O[t, by, bx * bV + r * sg + g] = T.cast(col[r, g], dtype)
+            for r, g, i in T.Parallel(R, sg, DKp):
+                if (bx * bV + r * sg + g < DV) and (i < DK):
+                    S1[by, i, bx * bV + r * sg + g] = s[r, g, i]
+    return gdn_decode
+
+
 def make_inputs(p: dict, seed: int) -> list:
     """Q, K, V normal; the log gate g in [-1, 0) (decay exp(g) in (0.37, 1], as
     -exp(A_log) * softplus(.) gives), beta in (0, 1) (a sigmoid), the state ~0.1 N(0, 1)."""
@@ -172,7 +260,17 @@ def make_inputs(p: dict, seed: int) -> list:
 
 
 def build(p: dict) -> Built:
-    make = rows_kernel if p.get("state", "columns") == "rows" else kernel
+    state, kq = p.get("state", "columns"), p.get("kq", "staged")
+    if kq not in KQ:
+        raise ValueError(f"gdn_decode: kq must be one of {KQ}, not {kq!r}")
+    if kq == "per_lane" and state != "rows":
+        raise ValueError(f"gdn_decode: kq='per_lane' needs state='rows' (d_k along the "
+                         f"lanes), not state={state!r}")
+    if kq == "per_lane" and p["bV"] % (p["threads"] // 32):
+        raise ValueError(f"gdn_decode: kq='per_lane' needs bV a multiple of the "
+                         f"simdgroups (threads // 32 = {p['threads'] // 32}), not bV={p['bV']}")
+    make = per_lane_kernel if kq == "per_lane" else \
+        rows_kernel if state == "rows" else kernel
     func = make(p["tokens"], p["HK"], p["groups"], p["DK"], p["DV"], p["dtype"], p["bV"],
                 p["threads"])
 
@@ -188,13 +286,16 @@ def build(p: dict) -> Built:
 
 @st.composite
 def params(draw):
-    return {
+    p = {
         "tokens": draw(st.integers(1, 5)), "HK": draw(st.integers(1, 2)),
         "groups": draw(st.integers(1, 2)), "DK": draw(S.extent(1, 48)),
         "DV": draw(S.extent(1, 48)), "dtype": draw(S.dtype(DTYPES)),
         "bV": draw(S.tile(BLOCKS)), "threads": draw(S.threads(THREADS)),
         "state": draw(st.sampled_from(STATES)),
     }
+    if p["state"] == "rows" and p["bV"] % (p["threads"] // 32) == 0:
+        p["kq"] = draw(st.sampled_from(KQ))
+    return p
 
 
 FAMILY = register(Family("gdn_decode", __doc__.splitlines()[0], params, build,

@@ -55,6 +55,33 @@ def test_the_state_held_transposed(run, p):
         assert "simd_sum" in kernel.msl and "simd_shuffle_xor" not in kernel.msl
 
 
+@pytest.mark.parametrize("p", [
+    _params(tokens=4, dtype="float16", bV=16),
+    _params(tokens=64, HK=2, bV=16),
+    _params(tokens=3, dtype="float32", DV=40, bV=8, threads=64),
+    _params(tokens=2, HK=2, groups=1, DK=37, DV=40, bV=16, threads=64, dtype="bfloat16"),
+    _params(tokens=2, groups=1, DK=200, DV=20, bV=4, threads=32, dtype="float32"),
+], ids=["qwen3-next-dims", "64-tokens", "ragged-f32", "ragged-odd-key-dim", "key-dim-200"])
+def test_k_and_q_per_lane(run, p):
+    # kq="per_lane": every simdgroup loads and normalizes the k and q elements its lanes
+    # hold, each lane loads its rows' v and the gates: no threadgroup memory or barrier
+    kernel, *_ = _check(run, {**p, "state": "rows", "kq": "per_lane"})
+    if p["DK"] <= 128:
+        assert "threadgroup_barrier" not in kernel.msl and "threadgroup " not in kernel.msl
+        assert "simd_shuffle_xor" not in kernel.msl
+
+
+@pytest.mark.parametrize("p,what", [
+    (_params(kq="per_lane"), "state='rows'"),
+    (_params(state="columns", kq="per_lane"), "state='rows'"),
+    (_params(state="rows", kq="per_lane", bV=4, threads=256), "bV a multiple"),
+    (_params(state="rows", kq="lanes"), "kq must be one of"),
+])
+def test_k_and_q_per_lane_rejected(p, what):
+    with pytest.raises(ValueError, match=what):
+        gdn.build(p)
+
+
 def test_one_token_launches_chain_to_the_multi_token_launch(run):
     # The state written by a one-token launch, fed to the next, gives what one launch over
     # all the tokens keeps on chip.

@@ -163,3 +163,31 @@ def test_fp8_block_scales_straddling_a_k_step_are_refused():
     with pytest.raises(ValueError, match=r"qmm_fp8: block scales of edge G=128 need G to be "
                                          r"a multiple of the k step bK=256"):
         families.get("qmm_fp8").build(params)
+
+
+@pytest.mark.parametrize("params", [
+    {"tokens": 2, "HK": 2, "groups": 2, "DK": 128, "DV": 40, "dtype": "bfloat16", "bV": 16,
+     "threads": 128},
+    {"tokens": 3, "HK": 1, "groups": 1, "DK": 37, "DV": 21, "dtype": "float16", "bV": 8,
+     "threads": 64},
+    {"tokens": 1, "HK": 1, "groups": 2, "DK": 64, "DV": 64, "dtype": "float32", "bV": 8,
+     "threads": 256},
+], ids=["qwen3-next-key-dim", "odd-key-dim", "f32-8-simdgroups"])
+def test_gdn_k_and_q_per_lane_need_no_threadgroup_memory(run_family, params):
+    """gdn_decode's kq="per_lane" (state="rows"): each simdgroup loads and normalizes the
+    k and q elements of its lanes, each lane its rows' v and the gates, as MLX's
+    gated_delta does: the oracle and every emulator check pass with no threadgroup bytes
+    and no barrier, ragged DV included."""
+    params = {**params, "state": "rows", "kq": "per_lane"}
+    assert run_case("gdn_decode", params, seed=3).status == Status.PASS
+    kernel, _, _ = run_family("gdn_decode", params)
+    stats = kernel.last_run.stats[0]
+    assert stats["threadgroup_bytes_read"] == 0 and stats["barriers"] == 0
+    assert "threadgroup_barrier" not in kernel.msl
+
+
+def test_gdn_k_and_q_per_lane_need_the_rows_state():
+    params = {"tokens": 1, "HK": 1, "groups": 1, "DK": 32, "DV": 32, "dtype": "float16",
+              "bV": 8, "threads": 64, "kq": "per_lane"}
+    with pytest.raises(ValueError, match=r"gdn_decode: kq='per_lane' needs state='rows'"):
+        families.get("gdn_decode").build(params)
