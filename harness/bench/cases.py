@@ -330,19 +330,22 @@ CASES = (
               128 / 4, FP4_REFERENCE),
     # Qwen3-Next (80B-A3B) Gated DeltaNet layers: 16 q/k heads, 32 value heads, head dims
     # 128 x 128, bf16 activations, float32 state (64 KiB per value head).
+    # k and q loaded and normalized per simdgroup, as MLX's gated_delta keeps them per lane
+    # (kq "per_lane", both GDN cases): no threadgroup stage or barrier; modeled no slower on
+    # M1-M4 than staging them (64 tokens: 29.8 against 66.8 us on an M2; docs/bench.md)
     BenchCase("gdn_decode/qwen3next-1tok-bf16", "gdn_decode",
               {"tokens": 1, "HK": 2, "groups": 2, "DK": 128, "DV": 128, "dtype": "bfloat16",
-               "bV": 16, "threads": 128},
+               "bV": 16, "threads": 128, "state": "rows", "kq": "per_lane"},
               "GDN decode, one token per launch (state read from and written to device "
               "memory every token), Qwen3-Next 16 q/k x 32 v heads of 128 x 128, bf16",
               "value heads 4 of 32; head dims real", 32 / 4),
     # 16 value columns on 128 threads (both GDN cases, which differ only in tokens per
     # launch): 16 state floats a thread (and 16 of products), in the register file; 64
     # columns on 256 threads held 32 + 32 and spilled at 64 tokens (the model put it at
-    # 134 us against 67 us here, docs/bench.md)
+    # 134 us against 67 us at 16, staged; docs/bench.md)
     BenchCase("gdn_decode/qwen3next-64tok-bf16", "gdn_decode",
               {"tokens": 64, "HK": 2, "groups": 2, "DK": 128, "DV": 128, "dtype": "bfloat16",
-               "bV": 16, "threads": 128},
+               "bV": 16, "threads": 128, "state": "rows", "kq": "per_lane"},
               "GDN decode, 64 tokens per launch with the state on chip across tokens, "
               "Qwen3-Next 16 q/k x 32 v heads of 128 x 128, bf16",
               "value heads 4 of 32; head dims and tokens real", 32 / 4,
