@@ -5,7 +5,9 @@ state on chip (a fragment spread over the threads) across all the tokens of the 
 The decays exp(g) and betas of all the launch's tokens are staged in threadgroup memory
 first (read once per threadgroup, not once per thread and token). Per token: q and k rows
 are L2-normalized in the kernel (T.reduce_sum over d_k, q also scaled by 1/sqrt(d_k))
-and staged in threadgroup memory; the state decays by exp(g), the
+and staged in threadgroup memory (with kq="per_lane", below, nothing is staged: each
+simdgroup loads and normalizes them itself, the gates are read per token); the state
+decays by exp(g), the
 delta rule subtracts the state's current value for k (T.reduce_sum over d_k, dim 0) and
 adds k^T (beta * (v - k S)); the output row o = q S is a second dim-0 reduction. The
 state is read from device memory once at the start of the launch and written once at the

@@ -184,10 +184,3 @@ def test_gdn_k_and_q_per_lane_need_no_threadgroup_memory(run_family, params):
     stats = kernel.last_run.stats[0]
     assert stats["threadgroup_bytes_read"] == 0 and stats["barriers"] == 0
     assert "threadgroup_barrier" not in kernel.msl
-
-
-def test_gdn_k_and_q_per_lane_need_the_rows_state():
-    params = {"tokens": 1, "HK": 1, "groups": 1, "DK": 32, "DV": 32, "dtype": "float16",
-              "bV": 8, "threads": 64, "kq": "per_lane"}
-    with pytest.raises(ValueError, match=r"gdn_decode: kq='per_lane' needs state='rows'"):
-        families.get("gdn_decode").build(params)
