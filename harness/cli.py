@@ -648,6 +648,11 @@ def _add_fuzz_command(commands) -> None:
                      help="params drawn per case; the one reaching the rarest lowering "
                      "decisions runs (1 = no steering; default: "
                      f"{scheduler.FuzzOptions.candidates})")
+    sub.add_argument("--batch", type=_positive, default=scheduler.FuzzOptions.batch,
+                     metavar="N",
+                     help="cases per Hypothesis example, their kernels compiled for the "
+                     "emulator in one clang run (1 = each alone; default: "
+                     f"{scheduler.FuzzOptions.batch})")
     sub.add_argument("--no-routes", dest="routes", action="store_false",
                      help="compile every case cold with core.compile (default: draw the "
                      "call path, compile options, math mode and cache state too)")
@@ -685,7 +690,8 @@ def _run_fuzz(args: argparse.Namespace) -> int:
         ray=args.ray, db=args.db, out=args.out, case_timeout=args.case_timeout,
         barrier_every=args.barrier_every, disable=tuple(args.disable),
         imports=tuple(args.imports),
-        max_cases=args.max_cases, candidates=args.candidates, routes=args.routes)
+        max_cases=args.max_cases, candidates=args.candidates, routes=args.routes,
+        batch=args.batch)
     view = fuzzview.LiveView(out) if out.is_terminal and not args.plain else \
         fuzzview.PlainView(out)
     try:

@@ -30,6 +30,7 @@ class WorkerConfig:
     candidates: int = 1        # params drawn per case; the one reaching the rarest
                                # decisions runs (1: no steering)
     routes: bool = False       # draw the call path, options and cache state of each case
+    batch: int = 1             # cases per Hypothesis example, their kernels built together
 
 
 @dataclass(frozen=True)

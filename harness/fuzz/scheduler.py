@@ -97,6 +97,7 @@ class FuzzOptions:
     imports: tuple = ()                   # modules registering extra families (tests)
     max_cases: int = 0                    # stop after this many cases; 0 = budget only
     candidates: int = 3                   # params drawn per case, steered (fuzz/steer.py)
+    batch: int = 4                        # cases per example, built by one clang run
     routes: bool = True                   # draw call path, options, cache state per case
     # Workers as Ray actors (harness/fuzz/ray_backend.py): None = local processes; "" = a
     # local Ray instance; "auto", "HOST:PORT", "ray://HOST:PORT" = join that cluster.
@@ -345,7 +346,7 @@ class _Run:
                               barrier_every=self.options.barrier_every,
                               timeout=self.options.case_timeout,
                               candidates=self.options.candidates,
-                              routes=self.options.routes)
+                              routes=self.options.routes, batch=self.options.batch)
         process, conn = self.workers.spawn(config, f"harness-fuzz-{slot.index}")
         slot.process, slot.conn, slot.ready, slot.started = process, conn, False, False
         slot.task = slot.case = None
@@ -652,8 +653,9 @@ def run(options: FuzzOptions, view=None) -> FuzzSummary:
     Raises FuzzUsageError for options that cannot run."""
     least = 0 if options.ray is not None else 1   # Ray: 0 is one worker per CPU
     if options.workers < least or options.budget <= 0 or options.case_timeout <= 0 or \
-            options.candidates < 1:
-        raise FuzzUsageError("workers, budget, case timeout and candidates must be positive")
+            options.candidates < 1 or options.batch < 1:
+        raise FuzzUsageError("workers, budget, case timeout, candidates and batch must be "
+                             "positive")
     view = view or QuietView()
     seed = options.seed if options.seed is not None else int.from_bytes(os.urandom(4), "big")
     summary = FuzzSummary(seed, options.budget, options.workers)

@@ -21,10 +21,15 @@ What a case is: the family's params (with steering, `candidates` of them, of whi
 one reaching the rarest lowering decisions runs: harness/fuzz/steer.py), an input seed, a
 schedule, and with `routes` how the kernel is reached (call path, compile options, math
 mode, cache state: harness.gen.strategies.compile_route, run by harness/check/route.py).
+A Hypothesis example is `batch` such cases: all are steered and compiled to MSL first,
+their kernels built for the emulator in one clang run (`emu.build_ahead`: a fuzz kernel's
+build is mostly work kernels share), then they run one by one, and the first that fails
+fails the example, whose shrinking then builds each case alone as it runs.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -146,31 +151,62 @@ def _run_task(conn, config: WorkerConfig, task: Task, database=None) -> None:
         return steer.compiled_decisions(fam, params, disable, route=route)
 
     # Hypothesis's own time (drawing the data, its database) is what passes between one
-    # call of `case` and the next: measured, not left to "between cases".
+    # call of `cases` and the next: measured, not left to "between cases".
     last = [time.perf_counter()]
 
-    def case(params, input_seed, schedule, route):
+    def cases(drawn):
         entered = time.perf_counter()
         try:
-            return _case(params, input_seed, schedule, route, entered - last[0])
+            return _cases(drawn, entered - last[0])
         finally:
             last[0] = time.perf_counter()
 
-    def _case(params, input_seed, schedule, route, drawing):
+    def _due() -> None:
+        """Ends the task when the parent halts it or its time is up."""
         now = time.time()
         if conn.poll(0) and isinstance(conn.recv(), Halt):
             raise _TaskOver
         if now >= task.deadline or (not found and now >= task.slice_end):
             raise _TaskOver
-        t_steer = time.perf_counter()
-        made = None
-        if config.candidates > 1:   # steering (harness/fuzz/steer.py): the rarest decisions
-            params = params[steer.choose(params, lambda p: decided(p, input_seed, schedule,
-                                                                   route), reached)]
-            made = steer.prepared(fam, params, disable, route)
-        if canonical(params) in avoid:
-            return
-        steering = time.perf_counter() - t_steer
+
+    def _cases(drawn, drawing):
+        """One Hypothesis example: `config.batch` cases, each steered, their kernels built
+        for the emulator together (`emu.build_ahead`), then run one by one; the first
+        that fails ends the example. While Hypothesis shrinks a failure, each case is
+        built as it runs: the example stops at its first failing case, so the rest need
+        no build."""
+        _due()
+        counts = dict(reached)   # the example's earlier cases count as reached
+        ready = []
+        for params, input_seed, schedule, route in drawn:
+            t_steer = time.perf_counter()
+            made = None
+            # steering (harness/fuzz/steer.py): the candidate reaching the rarest decisions;
+            # in a batch one candidate is compiled first all the same, to be built with
+            # the others (alone, the case compiles it as it runs)
+            if config.candidates > 1 or config.batch > 1:
+                candidates = params if config.candidates > 1 else [params]
+                params = candidates[steer.choose(
+                    candidates, functools.partial(decided, input_seed=input_seed,
+                                                  schedule=schedule, route=route), counts)]
+                if canonical(params) not in avoid:
+                    made = steer.prepared(fam, params, disable, route)
+                    for key in steer.keys(steer.compiled_decisions(fam, params, disable,
+                                                                   route=route) or ()):
+                        counts[key] = counts.get(key, 0) + 1
+            if canonical(params) in avoid:
+                continue
+            ready.append((params, input_seed, schedule, route, made,
+                          time.perf_counter() - t_steer))
+        shared = {"hypothesis": drawing}
+        if not found and len(ready) > 1:
+            shared.update(_build_ahead(ready))
+        shares = {name: seconds / max(1, len(ready)) for name, seconds in shared.items()}
+        for params, input_seed, schedule, route, made, steering in ready:
+            _due()
+            _case(params, input_seed, schedule, route, made, steering, shares)
+
+    def _case(params, input_seed, schedule, route, made, steering, shares):
         conn.send(CaseStarted(name, params, input_seed, schedule, route))
         barriers = _barrier_due(params, input_seed, config.barrier_every) or \
             any(s in found for s in BARRIER_STATUSES)
@@ -186,10 +222,17 @@ def _run_task(conn, config: WorkerConfig, task: Task, database=None) -> None:
         signature = result.signature
         checked = barriers and result.status in ("pass", *BARRIER_STATUSES) \
             and "threadgroup_barrier" in result.msl
-        seconds = time.perf_counter() - t0
+        # the case's time includes its share of the example's build (`_build_ahead`)
+        seconds = time.perf_counter() - t0 + sum(
+            share for stage, share in shares.items() if stage.startswith("emu "))
         # after a failure, Hypothesis is shrinking it: the case's time is the shrinker's
-        stages = (("shrinking", seconds + steering + drawing),) if found else \
-            (*result.stages.items(), ("steering", steering), ("hypothesis", drawing))
+        if found:
+            stages = (("shrinking", seconds + steering + sum(shares.values())),)
+        else:
+            merged = dict(result.stages)
+            for stage, share in shares.items():
+                merged[stage] = merged.get(stage, 0.0) + share
+            stages = (*merged.items(), ("steering", steering))
         conn.send(CaseEnded(name, signature, seconds, int(checked), stages,
                             tuple(result.decisions)))
         if signature is None or signature in known:
@@ -205,11 +248,12 @@ def _run_task(conn, config: WorkerConfig, task: Task, database=None) -> None:
         conn.send(FailingExample(record))
         raise _failure_class(signature)(record)
 
-    drawn = fam.params() if config.candidates <= 1 else \
-        st.lists(fam.params(), min_size=config.candidates, max_size=config.candidates)
-    test = given(params=drawn, input_seed=st.integers(0, INPUT_SEEDS - 1),
-                 schedule=st.sampled_from(SCHEDULES),
-                 route=S.compile_route() if config.routes else st.none())(case)
+    one = st.tuples(fam.params() if config.candidates <= 1 else
+                    st.lists(fam.params(), min_size=config.candidates,
+                             max_size=config.candidates),
+                    st.integers(0, INPUT_SEEDS - 1), st.sampled_from(SCHEDULES),
+                    S.compile_route() if config.routes else st.none())
+    test = given(drawn=st.lists(one, min_size=config.batch, max_size=config.batch))(cases)
     phases = [Phase.explicit, Phase.generate, Phase.shrink]
     if task.reuse:
         phases.insert(1, Phase.reuse)
@@ -231,6 +275,29 @@ def _run_task(conn, config: WorkerConfig, task: Task, database=None) -> None:
             conn.send(FailingExample(failure.record, final=True))
         if not failures:
             conn.send(GeneratorError(name, "".join(traceback.format_exception(err))))
+
+
+def _build_ahead(ready: list) -> dict:
+    """Build the emulator libraries of an example's steered cases together
+    (`emu.build_ahead`), each in the math mode its route runs it in; the seconds this took
+    per emulator stage, named as a case's stages are."""
+    from core.runtime import emu
+    from core.runtime.emu import stages
+    from core.target import METAL
+    from harness.check import route as routes
+
+    libraries = []
+    for _, _, _, route, made, _ in ready:
+        program = made.kernel.compiled if made and made.kernel is not None else \
+            made.reference if made else None
+        if program is None:
+            continue
+        with routes.math_mode(route):
+            mode = METAL.math_mode_in_effect()
+        libraries.append((program.msl, tuple(program.specs.values()), mode))
+    before = stages.totals()
+    emu.build_ahead(libraries)
+    return {f"emu {stage}": seconds for stage, seconds in stages.since(before).items()}
 
 
 def example_database(db: str, family: str, disable: tuple):

@@ -7,6 +7,7 @@
     res.findings, res.stats
     with emu.barrier_switched_off(line):   # launches skip the threadgroup_barrier on line
         emu.run_msl(...)
+    emu.build_ahead([(source, None, "safe"), ...])   # several libraries, one clang run
 
 Layers: translate.py (MSL -> C++ rewrite), translation.py (what a translation is: the C++
 unit and its kernel signatures, the data the modules below pass each other), signature.py
@@ -19,9 +20,11 @@ per concern) and src/ (scheduler and checker).
 from core.errors import (KernelCrashError, KernelTimeoutError, LaunchError, MSLCompileError,
                          ToolchainError)
 
-from .run import ALL_CHECKS, EmuResult, Finding, barrier_switched_off, kernel_signatures, run_msl
+from .run import (ALL_CHECKS, EmuResult, Finding, barrier_switched_off, build_ahead,
+                  kernel_signatures, run_msl)
 
-__all__ = ["run_msl", "kernel_signatures", "barrier_switched_off", "EmuResult", "Finding",
+__all__ = ["run_msl", "build_ahead", "kernel_signatures", "barrier_switched_off", "EmuResult",
+           "Finding",
            "ALL_CHECKS",
            "MSLCompileError", "LaunchError", "KernelCrashError", "KernelTimeoutError",
            "ToolchainError"]

@@ -453,14 +453,103 @@ class Builder:
             self._compile(unit, target, flags, checked, translation, kernel_hint, math_mode)
         return Executable(target, translation, checked, host)
 
+    def build_batch(self, items) -> int:
+        """Compile several translated libraries at once, into the cache entries `build`
+        finds: `items` are `(translation, checked, math_mode)` as `build` takes them. The
+        libraries not cached yet that share flags are compiled in one clang invocation
+        (one load of the precompiled header, the shim's templates instantiated once), each
+        in a namespace of its own with its own launcher table, and the one object is
+        linked once per library, that library's table named `__mt_kernels`
+        (`--defsym`), into the shared object `build` would have made. For the fuzz, whose
+        kernels are tiny: a kernel's compile is mostly that shared work (docs/fuzzing.md).
+
+        A batch only saves time: nothing is reported. A library the batch cannot take
+        (preprocessor directives other than `#line`, which one namespace would leak into
+        the next; no launch host) is left out, and a batch that does not compile or link
+        leaves its libraries to `build`, which then compiles each alone and reports its
+        errors as always. Returns how many libraries the batch put in the cache."""
+        if not self.loads_libraries() or not _fast_linker():
+            return 0
+        groups: dict[tuple, list] = {}
+        for translation, checked, math_mode in items:
+            if not _batchable(translation):
+                continue
+            flags = self._flags(checked, math_mode)
+            unit = translation.cpp + launcher.generate(translation.kernels,
+                                                         translation.threadgroup_params)
+            key = _digest("kernel", self._tool_tag, self._headers, self._runtime, *flags,
+                          unit)
+            target = cache_dir() / f"kernel-{key}.so"
+            group = groups.setdefault((tuple(flags), checked, math_mode), [])
+            if not target.exists() and all(t != target for _, t in group):
+                group.append((translation, target))
+        built = 0
+        for (flags, checked, math_mode), group in groups.items():
+            if len(group) > 1:
+                built += self._compile_batch(list(flags), checked, math_mode, group)
+        return built
+
+    def _compile_batch(self, flags: list[str], checked: bool, math_mode: str,
+                       group: list) -> int:
+        pch = self.precompiled_header(checked, math_mode)
+        self.launch_host()
+        scopes = [f"__mt_lib{i}" for i in range(len(group))]
+        parts = ["#include <type_traits>"]
+        for scope, (translation, _) in zip(scopes, group):
+            parts += [f"namespace {scope} {{", translation.cpp,
+                      launcher.generate(translation.kernels, translation.threadgroup_params,
+                                        scope=scope), f"}}  // namespace {scope}"]
+        first = group[0][1]
+        tmp = _atomic_target(first.with_name("batch-" + first.name))
+        src, obj = tmp.with_suffix(".cpp"), tmp.with_suffix(".o")
+        src.write_text("\n".join(parts) + "\n")
+        compile_cmd = [self.toolchain.cxx, *flags, "-I", str(INCLUDE_DIR), "-include-pch",
+                       str(pch), "-x", "c++", str(src), "-c", "-o", str(obj)]
+        built = 0
+        try:
+            with stages.stage("compile"):
+                res = _run_compiler(compile_cmd, "MSL compile", server=self.clang_server())
+            if res.returncode != 0:
+                return 0
+            with stages.stage("symbols"):
+                if self._runtime_symbols is None:
+                    self._runtime_symbols = admission.runtime_symbols(self.runtime_objects())
+                try:   # what the libraries call must be the runtime's, as for one library
+                    admission.check_symbols(obj, self._runtime_symbols, "", None)
+                except MSLCompileError:
+                    return 0
+            for scope, (_, target) in zip(scopes, group):
+                out = _atomic_target(target)
+                try:
+                    kernels, count = launcher.table_names(scope)
+                    with stages.stage("link"):
+                        res = _run_compiler(
+                            self._link_command(flags, checked, [], obj, out,
+                                               aliases={"__mt_kernels": kernels,
+                                                        "__mt_kernel_count": count}),
+                            "MSL link")
+                    if res.returncode == 0:
+                        os.replace(out, target)
+                        built += 1
+                finally:
+                    out.unlink(missing_ok=True)
+            return built
+        except (MSLCompileError, ToolchainError):
+            return built
+        finally:
+            for path in (tmp, src, obj):
+                path.unlink(missing_ok=True)
+
     def _link_command(self, flags: list[str], checked: bool, runtime: list[Path], obj: Path,
-                      exe: Path) -> list[str]:
+                      exe: Path, aliases: dict[str, str] | None = None) -> list[str]:
         """The command linking kernel object `obj` into `exe`: on its own into a shared
         object (`runtime` empty), or with the runtime objects into an executable. It is the
         linker the clang driver would run (asked once per flags and runtime with `-###`),
         called directly, since a driver process per kernel costs a third of the link; the
         driver itself where its plan cannot be read. Called once `obj` exists (the driver
-        checks its inputs)."""
+        checks its inputs). `aliases`: symbol -> the symbol it names (the linker's
+        `--defsym`: one library's launcher table out of a batch's object)."""
+        defsyms = [f"--defsym={name}={target}" for name, target in (aliases or {}).items()]
         driver = [self.toolchain.cxx, *flags, str(obj), *map(str, runtime),
                   *(_link_flags() if runtime else _LIBRARY_LINK_FLAGS), *_fast_linker(),
                   *_arch_flags(), *(["-fno-sanitize-link-runtime"] if checked else []),
@@ -470,8 +559,9 @@ class Builder:
             self._linkers[key] = _linker_plan(driver, str(obj), str(exe))
         plan = self._linkers[key]
         if plan is None:
-            return driver
-        return [str(obj) if a == _OBJ else str(exe) if a == _EXE else a for a in plan]
+            return [*driver[:-2], *(f"-Wl,{d}" for d in defsyms), *driver[-2:]]
+        return [str(obj) if a == _OBJ else str(exe) if a == _EXE else a
+                for a in plan] + defsyms
 
     def _compile(self, unit: str, target: Path, flags: list[str], checked: bool,
                  translation: Translation, kernel_hint: str | None, math_mode: str) -> None:
@@ -509,6 +599,14 @@ class Builder:
 
 
 _OBJ, _EXE = "\0kernel-object", "\0kernel-executable"   # placeholders in a linker plan
+_DIRECTIVE = re.compile(r"^[ \t]*#(?![ \t]*line\b)", re.M)
+
+
+def _batchable(translation: Translation) -> bool:
+    """Whether a library can share a unit with others (`Builder.build_batch`): no
+    preprocessor directive but `#line` (a macro defined in one library would change the
+    next; the translation empties the `#include`s of the shim's headers)."""
+    return _DIRECTIVE.search(translation.cpp) is None
 
 
 def _linker_plan(driver: list[str], obj: str, exe: str) -> list[str] | None:

@@ -12,6 +12,8 @@ recognisable as ours rather than the user's.
 
 from __future__ import annotations
 
+import dataclasses
+
 from .translation import POSITION_ATTRIBUTES, KernelSignature
 
 LAUNCHER_NAME = "metaltile-launcher"
@@ -51,12 +53,33 @@ def _min_bytes(k, i: int, p) -> str:
     return "0"
 
 
+def table_names(scope: str | None = None) -> tuple[str, str]:
+    """The launcher table's symbol and its count's: `__mt_kernels` and `__mt_kernel_count`,
+    which the launch host looks up; suffixed by `scope` for a library compiled beside others
+    in one unit (build.py `Builder.build_batch`), each link then naming its library's table
+    `__mt_kernels`."""
+    suffix = f"_{scope}" if scope else ""
+    return f"__mt_kernels{suffix}", f"__mt_kernel_count{suffix}"
+
+
+def _scoped(call: str, scope: str | None) -> str:
+    """A kernel's C++ name (`::k`, `&::S::k`) inside namespace `scope` (none: as is)."""
+    if not scope:
+        return call
+    amp = "&" if call.startswith("&") else ""
+    return f"{amp}::{scope}::{call[len(amp):].lstrip(':')}"
+
+
 def generate(kernels: dict[str, KernelSignature],
-             threadgroup_params: dict[int, tuple[int, int]] | None = None) -> str:
+             threadgroup_params: dict[int, tuple[int, int]] | None = None,
+             scope: str | None = None) -> str:
     """The launcher for `kernels`; `threadgroup_params` maps a [[threadgroup(i)]] index to
-    its arena slot and the byte length the host set."""
+    its arena slot and the byte length the host set. `scope`: the namespace the library
+    and this launcher are compiled in, beside other libraries in one unit (the kernels'
+    names qualified by it, the table named by `table_names(scope)`, the `<type_traits>`
+    include left to the unit's top)."""
     threadgroup_params = threadgroup_params or {}
-    out = [f'\n#line 1 "{LAUNCHER_NAME}"', "#include <type_traits>",
+    out = [f'\n#line 1 "{LAUNCHER_NAME}"', *(() if scope else ("#include <type_traits>",)),
            # what a parameter gated off by a false function constant is bound to: never
            # read (the kernel's code behind the constant is dead), zeroed all the same
            "alignas(16) static char __mt_absent_buffer[256];"]
@@ -65,6 +88,7 @@ def generate(kernels: dict[str, KernelSignature],
         if any(p.threadgroup_index is not None and p.threadgroup_index not in threadgroup_params
                for p in k.params):
             continue          # not launchable without its threadgroup lengths (run.py says so)
+        k = dataclasses.replace(k, call=_scoped(k.call, scope))
         args = ", ".join(_argument(p, j, threadgroup_params) for j, p in enumerate(k.params))
         out.append(f"static void __mt_entry_{i}(void* const* __b, const __mt_thread_pos* __p) {{")
         out.append("  (void)__b; (void)__p;")
@@ -83,6 +107,13 @@ def generate(kernels: dict[str, KernelSignature],
     count = len(table)
     if not table:
         table.append('{"", nullptr, 0, nullptr}')
-    out.append('extern "C" const __mt_kernel_desc __mt_kernels[] = {' + ", ".join(table) + "};")
-    out.append(f'extern "C" const uint32_t __mt_kernel_count = {count};')
+    kernels_name, count_name = table_names(scope)
+    if scope:   # the renamed table: declared as mt_runtime.h declares __mt_kernels
+        out.append(f'extern "C" __attribute__((visibility("default"))) const __mt_kernel_desc '
+                   f'{kernels_name}[];')
+        out.append(f'extern "C" __attribute__((visibility("default"))) const uint32_t '
+                   f'{count_name};')
+    out.append(f'extern "C" const __mt_kernel_desc {kernels_name}[] = {{' + ", ".join(table)
+               + "};")
+    out.append(f'extern "C" const uint32_t {count_name} = {count};')
     return "\n".join(out) + "\n"

@@ -25,7 +25,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from core.errors import KernelCrashError, KernelTimeoutError, LaunchError, MSLCompileError
+from core.errors import (KernelCrashError, KernelTimeoutError, LaunchError, MetaltileError,
+                         MSLCompileError)
 from core.target import METAL
 
 from . import cross, launch_server, stages
@@ -143,6 +144,24 @@ def kernel_signatures(source: str, function_constants: dict | None = None) -> di
     """The kernels of an MSL source by name (translation.KernelSignature: parameters with
     their buffer bindings, thread-position attributes and MSL lines)."""
     return _translate_cached(source, None, function_constants).kernels
+
+
+def build_ahead(libraries, instrument: bool = True) -> int:
+    """Build the MSL libraries coming `run_msl` calls will launch, several per clang
+    invocation (build.py `Builder.build_batch`), so those calls find them built: each of
+    `libraries` is `(source, declared, math_mode)` as `run_msl` takes them (no function
+    constants, no threadgroup lengths). Only a saving: a library that does not translate,
+    or that the batch cannot take, is left for its run, which builds it alone and reports
+    what is wrong with it. Returns how many were built."""
+    items = []
+    for source, declared, math_mode in libraries:
+        try:
+            translation = _translate_cached(source, None, None, None, declared)
+        except MetaltileError:
+            continue
+        items.append((translation, instrument,
+                      METAL.math_mode if math_mode is None else math_mode))
+    return default_builder().build_batch(items) if len(items) > 1 else 0
 
 
 # -- symbolization -----------------------------------------------------------------------

@@ -1,0 +1,76 @@
+"""Batched fuzz cases (harness/fuzz/worker.py, `WorkerConfig.batch`): an example's cases
+have their kernels built for the emulator in one clang run before they run, each case is
+charged its share of that build, and a failing case among them is shrunk alone, as without
+batches.
+
+The tasks run in this process, on a stand-in for the connection to the parent."""
+
+from core.runtime import emu
+from harness.fuzz import worker
+from harness.fuzz.messages import CaseEnded, FailingExample, Halt, Task, WorkerConfig
+
+FAR = 10 ** 10
+
+
+class _Parent:
+    def __init__(self, halt_after=None):
+        self.sent = []
+        self.halt_after = halt_after
+
+    def send(self, message):
+        self.sent.append(message)
+
+    def poll(self, timeout=0):
+        ended = sum(isinstance(m, CaseEnded) for m in self.sent)
+        return self.halt_after is not None and ended >= self.halt_after
+
+    def recv(self):
+        return Halt()
+
+
+def _task(family, seed=1):
+    return Task(family=family, seed=seed, reuse=False, slice_end=FAR, deadline=FAR,
+                known=(), avoid=())
+
+
+def test_an_examples_kernels_are_built_together_and_charged_to_its_cases(
+        tmp_path, test_families, monkeypatch):
+    batches = []
+    build_ahead = emu.build_ahead
+
+    def recording(libraries, instrument=True):
+        libraries = list(libraries)
+        batches.append([source for source, _, _ in libraries])
+        return build_ahead(libraries, instrument)
+
+    monkeypatch.setattr(emu, "build_ahead", recording)
+    config = WorkerConfig(db=str(tmp_path / "db"), imports=(test_families.__name__,),
+                          disable=(), barrier_every=0, timeout=60.0, batch=3)
+    parent = _Parent(halt_after=6)
+    worker._run_task(parent, config, _task("staged_transpose"))
+    ended = [m for m in parent.sent if isinstance(m, CaseEnded)]
+    assert len(ended) == 6 and all(m.signature is None for m in ended)
+    # two examples of three cases: each example's kernels handed over at once, before its
+    # cases ran (distinct sources only: a kernel drawn twice is one library)
+    assert len(batches) == 2 and all(1 <= len(b) <= 3 for b in batches)
+    assert all("[[buffer(0)]]" in source for batch in batches for source in batch), batches
+    # the build's time is in the cases' stages, as "emu" stages, and in their seconds
+    for message in ended:
+        stages = dict(message.stages)
+        assert stages.get("hypothesis", 0) > 0 and "steering" in stages
+        assert message.seconds >= sum(v for k, v in stages.items() if k.startswith("emu "))
+
+
+def test_a_failing_case_in_a_batch_is_shrunk_as_alone(tmp_path, test_families):
+    minimal = {}
+    for batch in (1, 4):
+        config = WorkerConfig(db=str(tmp_path / f"db{batch}"),
+                              imports=(test_families.__name__,), disable=(),
+                              barrier_every=0, timeout=60.0, batch=batch)
+        parent = _Parent()
+        worker._run_task(parent, config, _task("two_bugs"))
+        minimal[batch] = sorted(
+            (m.record["signature"].split("@")[0], m.record["params"]["n"])
+            for m in parent.sent if isinstance(m, FailingExample) and m.final)
+    assert minimal[4] == minimal[1] == [("internal_error:KeyError", 10),
+                                        ("internal_error:ValueError", 50)]
