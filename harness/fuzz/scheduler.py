@@ -454,7 +454,9 @@ class _Run:
             self.view.note(f"{family}: generator error, family dropped: "
                            f"{self.summary.families[family].broken}", "red")
         elif isinstance(message, TaskDone):
-            slot.task = None
+            # a task that ends runs no case: one announced and not run (a batch's case
+            # steered before the task's time ran out) was not lost
+            slot.task = slot.case = None
         if slot.ready and slot.task is None and slot.process is not None:
             if self.stopping:
                 _send(slot.conn, Stop())

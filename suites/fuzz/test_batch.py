@@ -74,3 +74,44 @@ def test_a_failing_case_in_a_batch_is_shrunk_as_alone(tmp_path, test_families):
             for m in parent.sent if isinstance(m, FailingExample) and m.final)
     assert minimal[4] == minimal[1] == [("internal_error:KeyError", 10),
                                         ("internal_error:ValueError", 50)]
+
+
+class _Exited:
+    """A worker process that has exited normally."""
+    exitcode = 0
+
+    def join(self, timeout=None):
+        pass
+
+
+class _Pipe:
+    def close(self):
+        pass
+
+
+class _NoWorkers:
+    def kill(self, process):
+        pass
+
+
+def test_a_case_announced_and_not_run_before_its_task_ended_is_not_lost(tmp_path,
+                                                                        test_families):
+    # A batch steers its cases (each announced as it compiles) before running them; when
+    # the task's time runs out between them, the worker ends the task with a case
+    # announced and never run. Its exit after that is no crash of that case.
+    from harness.fuzz import scheduler
+    from harness.fuzz.messages import CaseStarted, TaskDone
+
+    options = scheduler.FuzzOptions(db=tmp_path / "db", out=tmp_path / "out", seed=1,
+                                    workers=1, families=("staged_transpose",),
+                                    imports=(test_families.__name__,))
+    summary = scheduler.FuzzSummary(seed=1, budget=1.0, workers=1)
+    run = scheduler._Run.build(options, scheduler.QuietView(), summary, _NoWorkers())
+    run.stopping = True
+    slot = run.slots[0]
+    slot.process, slot.conn, slot.started = _Exited(), _Pipe(), True
+    slot.task = "a task"
+    run._handle(slot, CaseStarted("staged_transpose", {"n": 8}, 0, "forward"))
+    run._handle(slot, TaskDone("staged_transpose"))
+    run._died(slot)
+    assert not summary.failures and not summary.errors, summary.errors
