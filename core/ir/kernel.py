@@ -61,6 +61,11 @@ class KernelNest:
         return total
 
     def wrap(self, body):
+        # The nest around its own body is the nest as it stands: kept, so that a pass
+        # that changes nothing in a kernel leaves the function unchanged (map_kernels).
+        if self.attrs and body.same_as(self.attrs[-1].body) and all(
+                outer.body.same_as(inner) for outer, inner in zip(self.attrs, self.attrs[1:])):
+            return self.attrs[0]
         for attr in reversed(self.attrs):
             body = tirx.AttrStmt(attr.node, attr.attr_key, attr.value, body)
         return body
@@ -97,8 +102,10 @@ def map_host(stmt, fn):
 
 def map_kernels(func, fn):
     """`func` with each kernel nest (at the top level or inside host loops) replaced by
-    `fn(KernelNest)` (a Stmt)."""
-    return func.with_body(map_host(func.body, fn))
+    `fn(KernelNest)` (a Stmt); `func` itself when no nest changed (a PrimFunc's
+    constructor walks the whole body)."""
+    body = map_host(func.body, fn)
+    return func if body.same_as(func.body) else func.with_body(body)
 
 
 def kernels(func) -> list:
