@@ -52,7 +52,7 @@ from core.ir import ops
 from core.ir.kernel import func_name
 from core.ir.matrix import MATRIX_SCOPE
 from core.ir.stmt import (ByHandle, as_int, atomics_in, bind_ranges, children, choice_parts,
-                           collect, loads, visit_nodes, walk)
+                           collect, items, loads, visit_nodes, walk)
 from core.target import DTYPES, METAL, MSL_KEYWORDS
 
 # ---- Metal vocabulary ---------------------------------------------------------------------
@@ -429,7 +429,7 @@ class _KernelPrinter:
         form(self, s)
 
     def seq(self, s):
-        for k in s.seq:
+        for k in items(s.seq):
             self.stmt(k)
 
     def decl_buffer(self, s):

@@ -37,7 +37,7 @@ from tvm import tirx
 from core.ir import ops
 from core.ir.annotations import REDUCER
 from core.ir.ops import FRAGMENT
-from core.ir.stmt import atomics_in, children, collect, loads
+from core.ir.stmt import atomics_in, children, collect, items, loads
 
 
 def _h(node):
@@ -190,7 +190,7 @@ class _Invariance:
 
 
 def _regions(call):
-    return [ops.decode_region(a) for a in call.args if ops.is_tile_call(a, "tl.region")]
+    return [ops.decode_region(a) for a in items(call.args) if ops.is_tile_call(a, "tl.region")]
 
 
 def single_writer_stores(nest) -> set:

@@ -66,6 +66,8 @@ from dataclasses import dataclass
 import tvm
 from tvm.ir import Op, register_op_attr
 
+from core.ir.ffi import instance_test, items
+
 TILE_OPS = ("tl.region", "tl.copy", "tl.fill", "tl.parallel_scope", "tl.gemm", "tl.reduce",
             "tl.reduce_online", "tl.atomic_tile", "tl.finalize_reducer", "tl.thread_allreduce")
 # Lowered (non-tile) intrinsics of our own, printed by the MSL printer.
@@ -95,9 +97,14 @@ def op(name: str) -> Op:
     return Op.get(name)
 
 
+_is_call = instance_test(tvm.ir.Call)
+_is_op = instance_test(Op)
+_is_evaluate = instance_test(tvm.tirx.Evaluate)
+
+
 def is_tile_call(node, name: str | None = None) -> bool:
     """True if `node` is a Call of a tile op (of `name`, if given)."""
-    if not isinstance(node, tvm.ir.Call) or not isinstance(node.op, Op):
+    if not _is_call(node) or not _is_op(node.op):
         return False
     return node.op.name == name if name else node.op.name in TILE_OPS
 
@@ -152,9 +159,8 @@ def encode_region(buffer, mins, extents=None):
 
 def decode_region(expr) -> Region:
     assert is_tile_call(expr, "tl.region"), expr
-    load = expr.args[0]
-    extents = tuple(expr.args[1:]) or None
-    return Region(load.source, tuple(load.indices), extents)
+    load, *extents = items(expr.args)
+    return Region(load.source, tuple(items(load.indices)), tuple(extents) or None)
 
 
 def barrier():
@@ -163,12 +169,12 @@ def barrier():
 
 
 def is_barrier(stmt) -> bool:
-    return isinstance(stmt, tvm.tirx.Evaluate) and is_tile_call_any(stmt.value,
+    return _is_evaluate(stmt) and is_tile_call_any(stmt.value,
                                                                     "tl.threadgroup_barrier")
 
 
 def is_tile_call_any(node, name: str) -> bool:
-    return isinstance(node, tvm.ir.Call) and isinstance(node.op, Op) and node.op.name == name
+    return _is_call(node) and _is_op(node.op) and node.op.name == name
 
 
 @dataclass(frozen=True)

@@ -15,17 +15,7 @@ import tvm_ffi
 from tvm import tirx
 
 from core.ir import ops
-
-
-_ARRAY_SIZE = tvm_ffi.container._ffi_api.ArraySize
-_ARRAY_ITEM = tvm_ffi.container._ffi_api.ArrayGetItem
-
-
-def items(array) -> list:
-    """The elements of an FFI Array (a SeqStmt's `seq`, a load's `indices`) as a list:
-    what `list(array)` gives, without the container's per-element Python iterator and
-    index checks (every walk of every pass reads the sequences this way)."""
-    return [_ARRAY_ITEM(array, i) for i in range(_ARRAY_SIZE(array))]
+from core.ir.ffi import instance_test, items
 
 
 def seq(stmts) -> tirx.Stmt:
@@ -112,9 +102,23 @@ def rewrite(stmt, fn):
 
 def walk(stmt, fn):
     """Pre-order visit of every statement."""
-    fn(stmt)
-    for k in children(stmt):
-        walk(k, fn)
+    # a stack rather than recursion, the children read inline: the passes walk every
+    # kernel body many times
+    pending = [stmt]
+    while pending:
+        stmt = pending.pop()
+        fn(stmt)
+        kind = _child_kind(type(stmt))
+        if kind == _LEAF:
+            continue
+        if kind == _BODY:
+            pending.append(stmt.body)
+        elif kind == _SEQ:
+            pending.extend(reversed(items(stmt.seq)))
+        else:
+            if stmt.else_case is not None:
+                pending.append(stmt.else_case)
+            pending.append(stmt.then_case)
 
 
 # tvm_ffi.structural_walk/structural_map normalize their callback shorthand and look up
@@ -275,17 +279,21 @@ def i32(x):
     return tirx.const(x, "int32") if isinstance(x, int) else x
 
 
+_is_int_imm = instance_test(tirx.IntImm)
+_is_attr = instance_test(tirx.AttrStmt)
+
+
 def as_int(e):
     """Python int of a constant expression, else None."""
     if isinstance(e, int):
         return e
-    if isinstance(e, tirx.IntImm):
+    if _is_int_imm(e):
         return int(e.value)
     return None
 
 
 def is_kernel_attr(stmt) -> bool:
-    return isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent"
+    return _is_attr(stmt) and stmt.attr_key == "thread_extent"
 
 
 def thread_tag(attr) -> str:

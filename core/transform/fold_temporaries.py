@@ -43,7 +43,8 @@ from tvm.sym import Analyzer, detect_iter_map
 
 from core.ir import ops
 from core.ir.kernel import map_kernels
-from core.ir.stmt import children, collect, loads, map_nodes, rewrite, seq, substitute
+from core.ir.stmt import (children, collect, items, loads, map_nodes, rewrite, seq,
+                          substitute)
 
 _PURE_EFFECT = 1  # CallEffectKind.Pure and below (ExprAnnotation): no memory effects
 
@@ -141,14 +142,14 @@ def _levels(stmt):
 def _fold_in(sequence, buf, use):
     """(old SeqStmt, new SeqStmt) folding `buf` inside `sequence` (a SeqStmt of the body
     `use` walked), or None."""
-    items = list(sequence.seq)
-    writer = next((i for i, s in enumerate(items) if use.stores_to(s, [buf])), None)
+    stmts = items(sequence.seq)
+    writer = next((i for i, s in enumerate(stmts) if use.stores_to(s, [buf])), None)
     if writer is None:
         return None
-    reader = next((i for i, s in enumerate(items) if use.loads_from(s, buf)), None)
+    reader = next((i for i, s in enumerate(stmts) if use.loads_from(s, buf)), None)
     if writer is None or reader is None or reader <= writer:
         return None
-    levels_s, store = _levels(items[writer])
+    levels_s, store = _levels(stmts[writer])
     if not isinstance(store, tirx.BufferStore) or not store.buffer.same_as(buf):
         return None
     if any(isinstance(lv, tirx.For) and lv.kind != tirx.ForKind.SERIAL for lv in levels_s):
@@ -156,11 +157,11 @@ def _fold_in(sequence, buf, use):
     if not _pure(store.value, buf):
         return None
     read = [ld.source for ld in loads(store.value)]
-    if any(use.stores_to(s, read) for s in items[writer + 1:reader + 1]):
+    if any(use.stores_to(s, read) for s in stmts[writer + 1:reader + 1]):
         return None
     if not _one_element_per_iteration(levels_s, store):
         return None
-    renamed = _match(levels_s, items[reader])
+    renamed = _match(levels_s, stmts[reader])
     if renamed is None:
         return None
     vmap, inner = renamed
@@ -183,12 +184,12 @@ def _fold_in(sequence, buf, use):
         hits.append(ld)
         return value
 
-    new_reader = map_nodes(items[reader], (tvm.ir.TensorLoad, fold))
+    new_reader = map_nodes(stmts[reader], (tvm.ir.TensorLoad, fold))
     if not hits:
         return None
-    items[reader] = new_reader
-    del items[writer]
-    return sequence, seq(items)
+    stmts[reader] = new_reader
+    del stmts[writer]
+    return sequence, seq(stmts)
 
 
 def _one_element_per_iteration(levels, store) -> bool:

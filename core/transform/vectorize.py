@@ -44,8 +44,8 @@ from tvm.sym import Analyzer
 from core.ir import decisions, ops
 from core.ir.annotations import VECTOR_LANES
 from core.ir.kernel import map_kernels
-from core.ir.stmt import (as_int, atomics_in, bind_ranges, children, choice_parts, free_vars, loads,
-                          map_nodes, rebuild, seq, substitute, visit_nodes, walk)
+from core.ir.stmt import (as_int, atomics_in, bind_ranges, children, choice_parts, free_vars, items,
+                          loads, map_nodes, rebuild, seq, substitute, visit_nodes, walk)
 from core.target import METAL, bits
 
 VECTOR_DTYPES = METAL.vector_dtypes
@@ -54,14 +54,15 @@ MAX_VECTOR_BITS = METAL.max_access_bytes * 8
 
 def _simplify(stmt, analyzer):
     def simp_load(ld):
-        return tirx.BufferLoad(ld.source, [analyzer.simplify(i) for i in ld.indices])
+        return tirx.BufferLoad(ld.source, [analyzer.simplify(i) for i in items(ld.indices)])
 
     def simp(e):
         e = analyzer.simplify(e)
         return map_nodes(e, (tvm.ir.TensorLoad, simp_load))
 
     if isinstance(stmt, tirx.BufferStore):
-        return tirx.BufferStore(stmt.buffer, simp(stmt.value), [simp(i) for i in stmt.indices])
+        return tirx.BufferStore(stmt.buffer, simp(stmt.value),
+                                [simp(i) for i in items(stmt.indices)])
     if isinstance(stmt, tirx.IfThenElse):
         return tirx.IfThenElse(simp(stmt.condition), _simplify(stmt.then_case, analyzer),
                                None if stmt.else_case is None
