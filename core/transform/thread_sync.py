@@ -50,7 +50,7 @@ from core.errors import LoweringError
 from core.ir import decisions, matrix, ops
 from core.ir.footprint import Footprint, LoopRange, may_race
 from core.ir.kernel import func_name, map_kernels
-from core.ir.stmt import (as_int, children, collect, once_assigned_scalars, rebuild, seq,
+from core.ir.stmt import (as_int, children, collect, items, once_assigned_scalars, rebuild, seq,
                           visit_nodes, walk)
 
 
@@ -105,7 +105,7 @@ class _Planner:
         src = load.source
         return (is_buffer_var(src) and ops.buffer_scope(src) == "global"
                 and src.__chandle__() not in self.written
-                and self.uniform(list(load.indices)))
+                and self.uniform(items(load.indices)))
 
     # ---- footprints -----------------------------------------------------------------
     def context(self, stmt):
@@ -233,7 +233,7 @@ class _Planner:
         kind = _kind(type(s))
         if kind is tirx.SeqStmt:
             out = []
-            for k in s.seq:
+            for k in items(s.seq):
                 k, pending = self.plan(k, pending)
                 out.append(k)
             return seq(out), pending
@@ -393,9 +393,10 @@ def _inert_statements(body) -> set:
     return inert
 
 
-# the expressions of a statement with children outside those children
+# the expressions of a statement with children outside those children (a sequence has
+# none: with every child quiet it is, and is not walked again)
 _HEADERS = {tirx.For: ("min", "extent"), tirx.IfThenElse: ("condition",),
-            tirx.AttrStmt: ("value",)}
+            tirx.AttrStmt: ("value",), tirx.SeqStmt: ()}
 
 
 def _count_barriers(stmt) -> int:
