@@ -141,15 +141,40 @@ def _entries(pairs) -> list:
     return out
 
 
+# A constant holds no expression but itself: a walk of one for other kinds of expression
+# (a quarter of the walks the passes make: loop bounds, indices, literals) finds nothing.
+_is_constant = instance_test((tirx.IntImm, tirx.FloatImm, tvm.ir.StringImm))
+_FINDS_NOTHING: dict = {}   # (constant type, searched type) -> bool
+
+
+def _finds_nothing(node, pairs) -> bool:
+    """Whether a walk of `node`, a constant, can call none of `pairs`' functions: each
+    searched type is a kind of expression the constant is not."""
+    node_type = type(node)
+    for searched, _ in pairs:
+        key = (node_type, searched)
+        answer = _FINDS_NOTHING.get(key)
+        if answer is None:
+            answer = _FINDS_NOTHING[key] = issubclass(searched, tvm.ir.Expr) \
+                and not issubclass(node_type, searched)
+        if not answer:
+            return False
+    return True
+
+
 def visit_nodes(node, *pairs) -> None:
     """`tvm_ffi.structural_walk(node, [(type, fn), ...])` (post-order): `fn(n)` for every
     node `n` of `type` inside `node`."""
+    if _is_constant(node) and _finds_nothing(node, pairs):
+        return
     tvm_ffi.structural._ffi_api.StructuralWalk(node, _entries(pairs), [], _POST_ORDER)
 
 
 def map_nodes(node, *pairs):
     """`tvm_ffi.structural_map(node, [(type, fn), ...])` (post-order): `node` with every
     node of `type` replaced by `fn(n)`."""
+    if _is_constant(node) and _finds_nothing(node, pairs):
+        return node
     return tvm_ffi.structural._ffi_api.StructuralMap(node, _entries(pairs), [], _POST_ORDER)
 
 
