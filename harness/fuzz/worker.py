@@ -200,7 +200,7 @@ def _run_task(conn, config: WorkerConfig, task: Task, database=None) -> None:
                           time.perf_counter() - t_steer))
         shared = {"hypothesis": drawing}
         if not found and len(ready) > 1:
-            shared.update(_build_ahead(ready))
+            shared.update(_build_ahead(ready, config.barrier_every))
         shares = {name: seconds / max(1, len(ready)) for name, seconds in shared.items()}
         for params, input_seed, schedule, route, made, steering in ready:
             _due()
@@ -277,24 +277,33 @@ def _run_task(conn, config: WorkerConfig, task: Task, database=None) -> None:
             conn.send(GeneratorError(name, "".join(traceback.format_exception(err))))
 
 
-def _build_ahead(ready: list) -> dict:
+def _build_ahead(ready: list, barrier_every: int) -> dict:
     """Build the emulator libraries of an example's steered cases together
-    (`emu.build_ahead`), each in the math mode its route runs it in; the seconds this took
-    per emulator stage, named as a case's stages are."""
+    (`emu.build_ahead`), each in the math mode its route runs it in, and for a case due a
+    barrier check the MSL that check runs (`barriers.observable`, outside the route's
+    math mode, as run_case runs the check); the seconds this took per emulator stage,
+    named as a case's stages are."""
     from core.runtime import emu
     from core.runtime.emu import stages
     from core.target import METAL
+    from harness.check import barriers
     from harness.check import route as routes
 
     libraries = []
-    for _, _, _, route, made, _ in ready:
+    for params, input_seed, _, route, made, _ in ready:
         program = made.kernel.compiled if made and made.kernel is not None else \
             made.reference if made else None
         if program is None:
             continue
+        declared = tuple(program.specs.values())
         with routes.math_mode(route):
             mode = METAL.math_mode_in_effect()
-        libraries.append((program.msl, tuple(program.specs.values()), mode))
+        libraries.append((program.msl, declared, mode))
+        if _barrier_due(params, input_seed, barrier_every) and \
+                barriers.barrier_lines(program.msl):
+            variant = barriers.observable(program.msl)
+            if variant != program.msl:
+                libraries.append((variant, declared, METAL.math_mode_in_effect()))
     before = stages.totals()
     emu.build_ahead(libraries)
     return {f"emu {stage}": seconds for stage, seconds in stages.since(before).items()}

@@ -1,11 +1,13 @@
 """Batched fuzz cases (harness/fuzz/worker.py, `WorkerConfig.batch`): an example's cases
-have their kernels built for the emulator in one clang run before they run, each case is
+have their kernels (and the MSL of their barrier checks) built for the emulator in one
+clang run before they run, each case is
 charged its share of that build, and a failing case among them is shrunk alone, as without
 batches.
 
 The tasks run in this process, on a stand-in for the connection to the parent."""
 
 from core.runtime import emu
+from core.runtime.emu import build
 from harness.fuzz import worker
 from harness.fuzz.messages import CaseEnded, FailingExample, Halt, Task, WorkerConfig
 
@@ -43,17 +45,29 @@ def test_an_examples_kernels_are_built_together_and_charged_to_its_cases(
         batches.append([source for source, _, _ in libraries])
         return build_ahead(libraries, instrument)
 
+    alone = []
+    compile_alone = build.Builder._compile
+
+    def counting(self, *args, **kwargs):
+        alone.append(args[0])
+        return compile_alone(self, *args, **kwargs)
+
     monkeypatch.setattr(emu, "build_ahead", recording)
+    monkeypatch.setattr(build.Builder, "_compile", counting)
+    # every case due a barrier check: the MSL that check runs is built with the rest
     config = WorkerConfig(db=str(tmp_path / "db"), imports=(test_families.__name__,),
-                          disable=(), barrier_every=0, timeout=60.0, batch=3)
+                          disable=(), barrier_every=1, timeout=60.0, batch=3)
     parent = _Parent(halt_after=6)
     worker._run_task(parent, config, _task("staged_transpose"))
     ended = [m for m in parent.sent if isinstance(m, CaseEnded)]
     assert len(ended) == 6 and all(m.signature is None for m in ended)
-    # two examples of three cases: each example's kernels handed over at once, before its
-    # cases ran (distinct sources only: a kernel drawn twice is one library)
-    assert len(batches) == 2 and all(1 <= len(b) <= 3 for b in batches)
+    # two examples of three cases: each example's kernels and their barrier checks' handed
+    # over at once, before its cases ran
+    assert len(batches) == 2 and all(2 <= len(b) <= 6 for b in batches)
     assert all("[[buffer(0)]]" in source for batch in batches for source in batch), batches
+    assert all(any("volatile" in source for source in batch) for batch in batches)
+    assert sum(m.barriers for m in ended) == 6
+    assert not alone, "a kernel or its barrier check was compiled on its own"
     # the build's time is in the cases' stages, as "emu" stages, and in their seconds
     for message in ended:
         stages = dict(message.stages)
