@@ -96,6 +96,8 @@ class CaseEnded:
                                # worker's "steering" and "hypothesis" before it; all of
                                # it "shrinking" while a failure is shrunk
     decisions: tuple = ()      # the lowering decisions its compile took (kernel.decisions)
+    kernels: int = 0           # kernel libraries the emulator compiled for it: new kernels,
+                               # not in the cache (its example's batch: on its first case)
 
 
 @dataclass(frozen=True)

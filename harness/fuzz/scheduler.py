@@ -110,6 +110,7 @@ class FamilyTally:
     name: str
     skip_reason: str | None = None
     cases: int = 0                        # every case run, shrinking included
+    kernels: int = 0                      # of them, the new kernels the emulator compiled
     failing_cases: int = 0
     barrier_checks: int = 0
     seconds: float = 0.0                  # time spent in its cases
@@ -160,6 +161,12 @@ class FuzzSummary:
     @property
     def cases(self) -> int:
         return sum(t.cases for t in self.families.values())
+
+    @property
+    def kernels(self) -> int:
+        """New kernels: kernel libraries the emulator compiled for the cases (a case
+        whose kernel an earlier case built runs it from the cache)."""
+        return sum(t.kernels for t in self.families.values())
 
     @property
     def decisions(self) -> dict:
@@ -429,6 +436,7 @@ class _Run:
         elif isinstance(message, CaseEnded):
             tally = self.summary.families[message.family]
             tally.cases += 1
+            tally.kernels += message.kernels
             tally.seconds += message.seconds
             tally.failing_cases += bool(message.signature)
             tally.barrier_checks += message.barriers

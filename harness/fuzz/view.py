@@ -1,8 +1,9 @@
 """What `harness fuzz` shows: live progress while it runs, the summary when it ends.
 
-`LiveView` (a terminal) redraws one rich table: per family the cases run, failing cases,
-distinct failures, barrier checks and the mean seconds per case (in a worker), and above it
-the totals, the rate and the time left.
+`LiveView` (a terminal) redraws one rich table: per family the cases run, the new kernels
+among them (built by the emulator, not found in its cache), failing cases, distinct
+failures, barrier checks and the mean seconds per case (in a worker), and above it the
+totals, the rate and the time left.
 `PlainView` (CI logs, stdout not a terminal) prints a progress line about ten times per
 run (at most every 30 s) and one line per event (a failure saved, a worker restarted).
 Both take their numbers from the run's `FuzzSummary`; `print_summary` prints its final
@@ -41,7 +42,8 @@ def _headline(summary, deadline: float) -> str:
 
 def family_table(summary, running=frozenset(), title="families") -> Table:
     table = Table(title=title, title_justify="left")
-    for column, justify in (("family", "left"), ("cases", "right"), ("failing", "right"),
+    for column, justify in (("family", "left"), ("cases", "right"),
+                            ("new kernels", "right"), ("failing", "right"),
                             ("failures", "right"), ("barrier checks", "right"),
                             ("s/case", "right"), ("", "left")):
         table.add_column(column, justify=justify, no_wrap=True)
@@ -52,7 +54,7 @@ def family_table(summary, running=frozenset(), title="families") -> Table:
         state = ("skipped: " + t.skip_reason) if t.skip_reason else \
             ("generator broken" if t.broken else ("running" if name in running else ""))
         failures = distinct.get(name, 0)
-        table.add_row(name, str(t.cases), str(t.failing_cases),
+        table.add_row(name, str(t.cases), str(t.kernels), str(t.failing_cases),
                       Text(str(failures), "bold red" if failures else ""),
                       str(t.barrier_checks), f"{t.seconds / t.cases:.2f}" if t.cases else "-",
                       state)
@@ -207,7 +209,9 @@ def print_summary(console: Console, summary) -> None:
     verdict = (Text(f"{len(summary.failures)} failure(s)", "bold red") if summary.failures
                else Text("no new failures" if summary.known else "no failures", "bold green"))
     known = f" ({len(summary.known)} known open bug(s) still fail)" if summary.known else ""
+    kernel_rate = summary.kernels / summary.elapsed if summary.elapsed else 0.0
     console.print(Text.assemble(
         f"fuzz {how}: {summary.cases} cases in {_clock(summary.elapsed)} "
-        f"({summary.rate:.2f} cases/s, seed {summary.seed}{restarts}, "
+        f"({summary.rate:.2f} cases/s; new kernels {summary.kernels}, {kernel_rate:.2f}/s; "
+        f"seed {summary.seed}{restarts}, "
         f"{decisions_reached(summary)}); ", verdict, known))

@@ -130,6 +130,7 @@ def _run_task(conn, config: WorkerConfig, task: Task, database=None) -> None:
     from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
     from hypothesis import strategies as st
 
+    from core.runtime.emu import stages as emu_stages
     from harness.gen import family as families
     from harness.gen import strategies as S
 
@@ -161,12 +162,14 @@ def _run_task(conn, config: WorkerConfig, task: Task, database=None) -> None:
         finally:
             last[0] = time.perf_counter()
 
-    def _due() -> None:
-        """Ends the task when the parent halts it or its time is up."""
+    def _due(starting: bool) -> None:
+        """Ends the task when the parent halts it, the budget is spent, or (`starting` an
+        example) its time slice is over: an example under way runs to its end past the
+        slice, since what its cases' steering and build cost would be lost otherwise."""
         now = time.time()
         if conn.poll(0) and isinstance(conn.recv(), Halt):
             raise _TaskOver
-        if now >= task.deadline or (not found and now >= task.slice_end):
+        if now >= task.deadline or (starting and not found and now >= task.slice_end):
             raise _TaskOver
 
     def _cases(drawn, drawing):
@@ -175,7 +178,7 @@ def _run_task(conn, config: WorkerConfig, task: Task, database=None) -> None:
         that fails ends the example. While Hypothesis shrinks a failure, each case is
         built as it runs: the example stops at its first failing case, so the rest need
         no build."""
-        _due()
+        _due(starting=True)
         counts = dict(reached)   # the example's earlier cases count as reached
         ready = []
         for params, input_seed, schedule, route in drawn:
@@ -199,18 +202,22 @@ def _run_task(conn, config: WorkerConfig, task: Task, database=None) -> None:
             ready.append((params, input_seed, schedule, route, made,
                           time.perf_counter() - t_steer))
         shared = {"hypothesis": drawing}
+        built = emu_stages.built()
         if not found and len(ready) > 1:
             shared.update(_build_ahead(ready, config.barrier_every))
+        built = emu_stages.built() - built
         shares = {name: seconds / max(1, len(ready)) for name, seconds in shared.items()}
-        for params, input_seed, schedule, route, made, steering in ready:
-            _due()
-            _case(params, input_seed, schedule, route, made, steering, shares)
+        for n, (params, input_seed, schedule, route, made, steering) in enumerate(ready):
+            _due(starting=False)
+            _case(params, input_seed, schedule, route, made, steering, shares,
+                  built if n == 0 else 0)
 
-    def _case(params, input_seed, schedule, route, made, steering, shares):
+    def _case(params, input_seed, schedule, route, made, steering, shares, built):
         conn.send(CaseStarted(name, params, input_seed, schedule, route))
         barriers = _barrier_due(params, input_seed, config.barrier_every) or \
             any(s in found for s in BARRIER_STATUSES)
         t0 = time.perf_counter()
+        built -= emu_stages.built()
         # the chosen candidate's compile is the case's (a cold core.compile), or the
         # reference its route's kernel is compared with: not compiled a second time
         result = run_case(name, params, seed=input_seed, schedule=schedule, disable=disable,
@@ -220,6 +227,7 @@ def _run_task(conn, config: WorkerConfig, task: Task, database=None) -> None:
                           reference=(made.built, made.reference) if made and made.reference
                           else None)
         signature = result.signature
+        built += emu_stages.built()
         checked = barriers and result.status in ("pass", *BARRIER_STATUSES) \
             and "threadgroup_barrier" in result.msl
         # the case's time includes its share of the example's build (`_build_ahead`)
@@ -234,7 +242,7 @@ def _run_task(conn, config: WorkerConfig, task: Task, database=None) -> None:
                 merged[stage] = merged.get(stage, 0.0) + share
             stages = (*merged.items(), ("steering", steering))
         conn.send(CaseEnded(name, signature, seconds, int(checked), stages,
-                            tuple(result.decisions)))
+                            tuple(result.decisions), built))
         if signature is None or signature in known:
             return
         record = {"family": name, "params": params, "seed": input_seed, "schedule": schedule,

@@ -58,8 +58,12 @@ def test_an_examples_kernels_are_built_together_and_charged_to_its_cases(
     config = WorkerConfig(db=str(tmp_path / "db"), imports=(test_families.__name__,),
                           disable=(), barrier_every=1, timeout=60.0, batch=3)
     parent = _Parent(halt_after=6)
+    before = set(build.cache_dir().glob("kernel-*.so"))
     worker._run_task(parent, config, _task("staged_transpose"))
+    new = set(build.cache_dir().glob("kernel-*.so")) - before
     ended = [m for m in parent.sent if isinstance(m, CaseEnded)]
+    # the new kernels the cases report are the libraries the emulator compiled
+    assert sum(m.kernels for m in ended) == len(new)
     assert len(ended) == 6 and all(m.signature is None for m in ended)
     # two examples of three cases: each example's kernels and their barrier checks' handed
     # over at once, before its cases ran

@@ -530,6 +530,7 @@ class Builder:
                             "MSL link")
                     if res.returncode == 0:
                         os.replace(out, target)
+                        stages.kernel_built()
                         built += 1
                 finally:
                     out.unlink(missing_ok=True)
@@ -592,6 +593,7 @@ class Builder:
             if res.returncode != 0:
                 raise compile_error(res.stderr, unit, translation, kernel_hint)
             os.replace(tmp, target)
+            stages.kernel_built()
         finally:
             src.unlink(missing_ok=True)
             obj.unlink(missing_ok=True)

@@ -17,7 +17,8 @@ Stages (exclusive: a stage inside another is not counted twice):
     symbolize    MSL lines of findings (llvm-symbolizer)
 
 The harness reads these around a case (harness/check/case.py) to show where a fuzz run's
-time goes; nothing in the emulator depends on them.
+time goes, and `built()`, how many kernel libraries this process compiled, to count the
+new kernels among its cases; nothing in the emulator depends on them.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ STAGES = ("toolchain", "translate", "signatures", "shared", "compile", "symbols"
 _lock = threading.Lock()
 _totals: dict[str, float] = {}
 _local = threading.local()
+_built = [0]   # kernel libraries compiled (build.py), alone or in a batch
 
 
 @contextmanager
@@ -52,6 +54,19 @@ def stage(name: str):
             stack[-1][0] += elapsed
         with _lock:
             _totals[name] = _totals.get(name, 0.0) + elapsed - inner[0]
+
+
+def kernel_built() -> None:
+    """Count one kernel library compiled into the cache (build.py)."""
+    with _lock:
+        _built[0] += 1
+
+
+def built() -> int:
+    """Kernel libraries compiled in this process so far: the cases that needed a new
+    kernel, not found in the cache."""
+    with _lock:
+        return _built[0]
 
 
 def totals() -> dict[str, float]:
