@@ -6,11 +6,11 @@ cases reached each decision and each pair of decisions made together (`keys`), a
 the counts to every task (`Task.reached`). A worker then draws `candidates` params for a
 case, compiles each (DSL -> MSL only, uncached, a few ms: no emulator build; a candidate
 drawn again is not compiled again), and runs the
-one whose decisions score highest: first the number of decisions and pairs no case has
-reached, then the mean of 1 / (1 + n) over them (n: the cases that reached each), so a
-kernel that reaches something new wins, and among familiar ones the rarer combination
-wins, whatever its size. A candidate that does not compile wins at once: its error is a
-finding to report.
+first that reaches a decision or pair no case has reached (the later candidates are then
+not compiled), else the one whose decisions score highest by the mean of 1 / (1 + n)
+over them (n: the cases that reached each), so among familiar kernels the rarer
+combination wins, whatever its size. A candidate that does not compile wins at once: its
+error is a finding to report.
 
 The choice is a pure function of the drawn candidates and the task's frozen counts, so a
 Hypothesis run (and its shrinking) sees the same case for the same data. Hypothesis's own
@@ -47,14 +47,20 @@ def score(decisions, reached: dict) -> tuple:
 
 def choose(candidates: list, decisions_of, reached: dict) -> int:
     """The index of the candidate to run: `decisions_of(candidate)` is its decisions, or
-    None when it does not compile (chosen at once). Ties go to the first (what Hypothesis
-    shrinks toward)."""
+    None when it does not compile (chosen at once). The first candidate that reaches a
+    decision or pair no case has reached is chosen at once too, the later ones not
+    compiled: what steering is for is done, and early in a run, when most candidates reach
+    something new, two of every three steering compiles went to candidates thrown away.
+    Otherwise the rarest combination wins; ties go to the first (what Hypothesis shrinks
+    toward)."""
     best, best_score = 0, (-1, -1.0)
     for i, candidate in enumerate(candidates):
         decided = decisions_of(candidate)
         if decided is None:
             return i
         s = score(decided, reached)
+        if s[0] > 0:
+            return i
         if s > best_score:
             best, best_score = i, s
     return best

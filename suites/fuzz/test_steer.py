@@ -13,6 +13,27 @@ def test_a_new_decision_wins_and_ties_go_to_the_first():
     assert steer.choose(["a", "a"], decided.get, reached) == 0
 
 
+def test_the_first_candidate_reaching_something_new_runs_and_the_rest_are_not_compiled():
+    reached = {k: 10 for k in steer.keys(["threads=power_of_two", "barrier=none"])}
+    decided = {"seen": ["threads=power_of_two", "barrier=none"],
+               "new": ["threads=pipeline_limit", "barrier=none"],
+               "newer": ["threads=pipeline_limit", "barrier=in_loop"]}
+    compiled = []
+
+    def decisions_of(candidate):
+        compiled.append(candidate)
+        return decided[candidate]
+
+    assert steer.choose(["seen", "new", "newer"], decisions_of, reached) == 1
+    assert compiled == ["seen", "new"]
+    # nothing new anywhere: every candidate is compiled, the rarest combination runs
+    reached.update({k: 10 for k in steer.keys(decided["new"])})
+    reached.update({k: 1 for k in steer.keys(decided["newer"])})
+    compiled.clear()
+    assert steer.choose(["seen", "new", "newer"], decisions_of, reached) == 2
+    assert compiled == ["seen", "new", "newer"]
+
+
 def test_a_new_pair_of_known_decisions_wins():
     a, b, c = "threads=power_of_two", "barrier=none", "vector.lanes=4"
     reached = {k: 5 for k in steer.keys([a, b]) + steer.keys([b, c])}
@@ -22,7 +43,7 @@ def test_a_new_pair_of_known_decisions_wins():
 
 def test_a_candidate_that_does_not_compile_is_chosen():
     decided = {"ok": ["threads=power_of_two"], "broken": None}
-    assert steer.choose(["ok", "broken"], decided.get, {}) == 1
+    assert steer.choose(["ok", "broken"], decided.get, {"threads=power_of_two": 3}) == 1
 
 
 def test_decisions_come_from_the_compiler():
