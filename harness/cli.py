@@ -645,8 +645,9 @@ def _add_fuzz_command(commands) -> None:
                      help="stop after N cases (default: only the budget)")
     sub.add_argument("--candidates", type=_positive,
                      default=scheduler.FuzzOptions.candidates, metavar="N",
-                     help="params drawn per case; the one reaching the rarest lowering "
-                     "decisions runs (1 = no steering; default: "
+                     help="params drawn per case; the first reaching a lowering decision "
+                     "no case has reached runs, else the one reaching the rarest (1 = no "
+                     "steering; default: "
                      f"{scheduler.FuzzOptions.candidates})")
     sub.add_argument("--batch", type=_positive, default=scheduler.FuzzOptions.batch,
                      metavar="N",

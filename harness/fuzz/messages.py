@@ -27,8 +27,8 @@ class WorkerConfig:
     disable: tuple             # pipeline passes switched off
     barrier_every: int         # barrier check on 1 of N cases with barriers; 0 off
     timeout: float             # the per-case timeout, recorded in failures
-    candidates: int = 1        # params drawn per case; the one reaching the rarest
-                               # decisions runs (1: no steering)
+    candidates: int = 1        # params drawn per case; the first reaching a new decision,
+                               # else the rarest, runs (1: no steering)
     routes: bool = False       # draw the call path, options and cache state of each case
     batch: int = 1             # cases per Hypothesis example, their kernels built together
 

@@ -36,7 +36,8 @@ slot, and the case's params are not drawn again in this run.
 What steers the drawing: each case reports the lowering decisions its compile took
 (`kernel.decisions`, core/ir/decisions.py); the parent counts them per family (and every
 pair of them, harness/fuzz/steer.py) and hands the counts to each task, whose worker draws
-`candidates` params per case and runs the one reaching the rarest decisions. With
+`candidates` params per case and runs the first reaching a decision no case has reached,
+else the one reaching the rarest. With
 `routes`, a case also draws how its kernel is reached (call path, compile options, math
 mode, cache state: harness/check/route.py), so a cache or a path that returns the wrong
 kernel fails a case ("stale_kernel"). The summary lists every decision point's choices

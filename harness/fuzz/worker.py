@@ -18,7 +18,8 @@ A failing case raises an exception class of its own per failure signature, so Hy
 shrinks each kind of failure separately and never towards a different bug.
 
 What a case is: the family's params (with steering, `candidates` of them, of which the
-one reaching the rarest lowering decisions runs: harness/fuzz/steer.py), an input seed, a
+first reaching a decision no case has, else the one reaching the rarest, runs:
+harness/fuzz/steer.py), an input seed, a
 schedule, and with `routes` how the kernel is reached (call path, compile options, math
 mode, cache state: harness.gen.strategies.compile_route, run by harness/check/route.py).
 A Hypothesis example is `batch` such cases: all are steered and compiled to MSL first,
