@@ -19,9 +19,9 @@ shrinks each kind of failure separately and never towards a different bug.
 
 What a case is: the family's params (with steering, `candidates` of them, of which the
 first reaching a decision no case has, else the one reaching the rarest, runs:
-harness/fuzz/steer.py), an input seed, a
-schedule, and with `routes` how the kernel is reached (call path, compile options, math
-mode, cache state: harness.gen.strategies.compile_route, run by harness/check/route.py).
+harness/fuzz/steer.py), an input seed, a schedule, and with `routes` how the kernel is
+reached (call path, compile options, math mode, cache state:
+harness.gen.strategies.compile_route, run by harness/check/route.py).
 A Hypothesis example is `batch` such cases: all are steered and compiled to MSL first,
 their kernels built for the emulator in one clang run (`emu.build_ahead`: a fuzz kernel's
 build is mostly work kernels share), then they run one by one, and the first that fails
