@@ -41,23 +41,29 @@ def _headline(summary, deadline: float) -> str:
 
 
 def family_table(summary, running=frozenset(), title="families") -> Table:
-    table = Table(title=title, title_justify="left")
-    for column, justify in (("family", "left"), ("cases", "right"),
-                            ("new kernels", "right"), ("failing", "right"),
-                            ("failures", "right"), ("barrier checks", "right"),
-                            ("s/case", "right"), ("", "left")):
-        table.add_column(column, justify=justify, no_wrap=True)
+    """Per family: cases, new kernels, failing cases, distinct failures, barrier checks,
+    seconds a case, and a state column only when some family has one (running, skipped,
+    generator broken): two-line headers, so a CI log's 80 columns hold it uncut."""
     distinct = {}
     for f in summary.failures:
         distinct[f.family] = distinct.get(f.family, 0) + 1
+    states = {name: ("skipped: " + t.skip_reason) if t.skip_reason else
+              ("generator broken" if t.broken else ("running" if name in running else ""))
+              for name, t in summary.families.items()}
+    table = Table(title=title, title_justify="left")
+    columns = (("family", "left"), ("cases", "right"), ("new\nkernels", "right"),
+               ("failing\ncases", "right"), ("failures", "right"),
+               ("barrier\nchecks", "right"), ("s/case", "right"))
+    if any(states.values()):
+        columns += (("", "left"),)
+    for column, justify in columns:
+        table.add_column(column, justify=justify, no_wrap=True)
     for name, t in summary.families.items():
-        state = ("skipped: " + t.skip_reason) if t.skip_reason else \
-            ("generator broken" if t.broken else ("running" if name in running else ""))
         failures = distinct.get(name, 0)
-        table.add_row(name, str(t.cases), str(t.kernels), str(t.failing_cases),
-                      Text(str(failures), "bold red" if failures else ""),
-                      str(t.barrier_checks), f"{t.seconds / t.cases:.2f}" if t.cases else "-",
-                      state)
+        row = [name, str(t.cases), str(t.kernels), str(t.failing_cases),
+               Text(str(failures), "bold red" if failures else ""), str(t.barrier_checks),
+               f"{t.seconds / t.cases:.2f}" if t.cases else "-"]
+        table.add_row(*row, *((states[name],) if len(columns) > 7 else ()))
     return table
 
 
@@ -167,7 +173,7 @@ def decision_table(summary) -> Table:
     reached = summary.decisions
     table = Table(title="lowering decisions reached (cases)", title_justify="left")
     for column in ("point", "decided in", "choices"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")   # long names folded, never cut
     for point, (where, choices) in POINTS.items():
         cells = [f"{c} {reached.get(f'{point}={c}', '-')}" for c in choices]
         table.add_row(point, where, ", ".join(cells))

@@ -201,3 +201,24 @@ def test_usage_errors_exit_2(args, message, tmp_path, capsys):
     captured = capsys.readouterr()
     assert code == 2 and message in captured.out + captured.err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_summary_fits_a_ci_logs_80_columns_uncut():
+    # what `harness fuzz` prints when stdout is not a terminal (rich's 80 columns): every
+    # family's row and header whole, a long run's numbers included
+    from rich.console import Console
+
+    from harness.fuzz import view
+
+    summary = scheduler.FuzzSummary(seed=11, budget=600.0, workers=2, elapsed=600.0)
+    for name in [f.name for f in family.families()]:
+        summary.families[name] = scheduler.FamilyTally(
+            name, cases=12345, kernels=6789, failing_cases=12, barrier_checks=3456,
+            seconds=1234.5, stages={"emu compile": 100.0, "steering": 50.0},
+            decisions={"threads=power_of_two": 12345})
+    console = Console(record=True, width=80)
+    view.print_summary(console, summary)
+    text = console.export_text()
+    assert "…" not in text, text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "new" in text and "kernels" in text and "12345" in text
