@@ -62,6 +62,25 @@ def isolated_compile_cache(session_compile_cache, monkeypatch):
     return session_compile_cache
 
 
+@pytest.fixture
+def emulator_cache_of_its_own(tmp_path, monkeypatch):
+    """An emulator cache for one test: the shared artifacts of the current one (runtime
+    objects, precompiled headers, linked to) and no kernel, for a test that counts the
+    kernels built (the default cache is shared with the session's other workers, which
+    build kernels into it at the same time). Returns its `emu` folder."""
+    from core.runtime.emu import build
+
+    builder = build.default_builder()
+    shared = [*builder.runtime_objects(build.HOST_ENTRY),
+              *builder.runtime_objects(build.EXECUTABLE_ENTRY)[-1:],
+              builder.precompiled_header(True), builder.precompiled_header(False)]
+    builder.launch_host()
+    monkeypatch.setenv("METALTILE_CACHE", str(tmp_path / "emulator-cache"))
+    for path in shared:
+        (build.cache_dir() / path.name).symlink_to(path)
+    return build.cache_dir()
+
+
 def pytest_generate_tests(metafunc):
     if "backend" not in metafunc.fixturenames:
         return

@@ -35,22 +35,8 @@ def _task(family, seed=1):
                 known=(), avoid=())
 
 
-def _kernel_cache_of_its_own(tmp_path, monkeypatch) -> None:
-    """An emulator cache holding the shared artifacts (runtime objects, precompiled
-    headers) and no kernel: every kernel of the test is built by it."""
-    builder = build.default_builder()
-    shared = [*builder.runtime_objects(build.HOST_ENTRY),
-              *builder.runtime_objects(build.EXECUTABLE_ENTRY)[-1:],
-              builder.precompiled_header(True), builder.precompiled_header(False)]
-    builder.launch_host()
-    monkeypatch.setenv("METALTILE_CACHE", str(tmp_path / "cache"))
-    for path in shared:
-        (build.cache_dir() / path.name).symlink_to(path)
-
-
 def test_an_examples_kernels_are_built_together_and_charged_to_its_cases(
-        tmp_path, test_families, monkeypatch):
-    _kernel_cache_of_its_own(tmp_path, monkeypatch)
+        tmp_path, test_families, monkeypatch, emulator_cache_of_its_own):
     batches = []
     build_ahead = emu.build_ahead
 
