@@ -185,9 +185,9 @@ def _run_task(conn, config: WorkerConfig, task: Task, database=None) -> None:
         for params, input_seed, schedule, route in drawn:
             t_steer = time.perf_counter()
             made = None
-            # steering (harness/fuzz/steer.py): the candidate reaching the rarest decisions;
-            # in a batch one candidate is compiled first all the same, to be built with
-            # the others (alone, the case compiles it as it runs)
+            # steering (harness/fuzz/steer.py): the first candidate reaching a decision no
+            # case has, else the rarest; in a batch one candidate is compiled first all the
+            # same, to be built with the others (alone, the case compiles it as it runs)
             if config.candidates > 1 or config.batch > 1:
                 candidates = params if config.candidates > 1 else [params]
                 params = candidates[steer.choose(

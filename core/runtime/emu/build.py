@@ -442,16 +442,22 @@ class Builder:
         """The kernel library for a translated MSL library (every kernel in it), compiled
         as Metal compiles it in `math_mode` (its contraction of a*b + c): a shared object
         for the launch host, or an executable (see `loads_libraries`)."""
-        flags = self._flags(checked, math_mode)
-        unit = translation.cpp + launcher.generate(translation.kernels,
-                                                     translation.threadgroup_params)
-        key = _digest("kernel", self._tool_tag, self._headers,
-                      self._runtime, *flags, unit)
+        flags, unit, target = self._kernel_target(translation, checked, math_mode)
         host = self.launch_host() if self.loads_libraries() else None
-        target = cache_dir() / f"kernel-{key}.{'so' if host else 'bin'}"
         if not target.exists():  # under the current cache root, as for shared artifacts
             self._compile(unit, target, flags, checked, translation, kernel_hint, math_mode)
         return Executable(target, translation, checked, host)
+
+    def _kernel_target(self, translation: Translation, checked: bool,
+                       math_mode: str) -> tuple[list[str], str, Path]:
+        """A library's compile flags, its unit (translation and launcher) and the cache
+        entry they key: a shared object for the launch host, else an executable."""
+        flags = self._flags(checked, math_mode)
+        unit = translation.cpp + launcher.generate(translation.kernels,
+                                                     translation.threadgroup_params)
+        key = _digest("kernel", self._tool_tag, self._headers, self._runtime, *flags, unit)
+        suffix = "so" if self.loads_libraries() else "bin"
+        return flags, unit, cache_dir() / f"kernel-{key}.{suffix}"
 
     def build_batch(self, items) -> int:
         """Compile several translated libraries at once, into the cache entries `build`
@@ -474,12 +480,7 @@ class Builder:
         for translation, checked, math_mode in items:
             if not _batchable(translation):
                 continue
-            flags = self._flags(checked, math_mode)
-            unit = translation.cpp + launcher.generate(translation.kernels,
-                                                         translation.threadgroup_params)
-            key = _digest("kernel", self._tool_tag, self._headers, self._runtime, *flags,
-                          unit)
-            target = cache_dir() / f"kernel-{key}.so"
+            flags, _, target = self._kernel_target(translation, checked, math_mode)
             group = groups.setdefault((tuple(flags), checked, math_mode), [])
             if not target.exists() and all(t != target for _, t in group):
                 group.append((translation, target))
