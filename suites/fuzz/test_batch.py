@@ -1,33 +1,17 @@
 """Batched fuzz cases (harness/fuzz/worker.py, `WorkerConfig.batch`): an example's cases
 have their kernels (and the MSL of their barrier checks) built for the emulator in one
-clang run before they run, each case is
-charged its share of that build, and a failing case among them is shrunk alone, as without
-batches.
+clang run before they run, each case is charged its share of that build, and a failing
+case among them is shrunk alone, as without batches.
 
 The tasks run in this process, on a stand-in for the connection to the parent."""
 
 from core.runtime import emu
 from core.runtime.emu import build
 from harness.fuzz import worker
-from harness.fuzz.messages import CaseEnded, FailingExample, Halt, Task, WorkerConfig
+from harness.fuzz.messages import CaseEnded, FailingExample, Task, WorkerConfig
+from suites.fuzz.standin import Parent
 
 FAR = 10 ** 10
-
-
-class _Parent:
-    def __init__(self, halt_after=None):
-        self.sent = []
-        self.halt_after = halt_after
-
-    def send(self, message):
-        self.sent.append(message)
-
-    def poll(self, timeout=0):
-        ended = sum(isinstance(m, CaseEnded) for m in self.sent)
-        return self.halt_after is not None and ended >= self.halt_after
-
-    def recv(self):
-        return Halt()
 
 
 def _task(family, seed=1):
@@ -65,7 +49,7 @@ def test_an_examples_kernels_are_built_together_and_charged_to_its_cases(
     # every case due a barrier check: the MSL that check runs is built with the rest
     config = WorkerConfig(db=str(tmp_path / "db"), imports=(test_families.__name__,),
                           disable=(), barrier_every=1, timeout=60.0, batch=3)
-    parent = _Parent(halt_after=6)
+    parent = Parent(halt_after=6, counting=CaseEnded)
     worker._run_task(parent, config, _task("staged_transpose"))
     ended = [m for m in parent.sent if isinstance(m, CaseEnded)]
     # the new kernels the cases report are the libraries the emulator compiled (not the
@@ -92,7 +76,7 @@ def test_a_failing_case_in_a_batch_is_shrunk_as_alone(tmp_path, test_families):
         config = WorkerConfig(db=str(tmp_path / f"db{batch}"),
                               imports=(test_families.__name__,), disable=(),
                               barrier_every=0, timeout=60.0, batch=batch)
-        parent = _Parent()
+        parent = Parent()
         worker._run_task(parent, config, _task("two_bugs"))
         minimal[batch] = sorted(
             (m.record["signature"].split("@")[0], m.record["params"]["n"])

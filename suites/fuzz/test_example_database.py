@@ -8,30 +8,10 @@ that fails when Hypothesis stops replaying the examples the way the worker relie
 """
 
 from harness.fuzz import worker
-from harness.fuzz.messages import CaseStarted, FailingExample, Halt, Task, WorkerConfig
+from harness.fuzz.messages import FailingExample, Task, WorkerConfig
+from suites.fuzz.standin import Parent
 
 FAR = 10 ** 10   # a deadline that never comes
-
-
-class _Parent:
-    """The worker's end of the connection: keeps what the worker sends, and asks it to halt
-    once `halt_after` cases have started."""
-
-    def __init__(self, halt_after=None):
-        self.sent = []
-        self.halt_after = halt_after
-
-    def send(self, message):
-        self.sent.append(message)
-
-    def poll(self, timeout=0):
-        return self.halt_after is not None and len(self.started()) >= self.halt_after
-
-    def recv(self):
-        return Halt()
-
-    def started(self):
-        return [m.params for m in self.sent if isinstance(m, CaseStarted)]
 
 
 def _task(seed, known=(), reuse=True):
@@ -42,7 +22,7 @@ def _task(seed, known=(), reuse=True):
 def test_a_failing_example_is_replayed_first_by_the_next_task(tmp_path, test_families):
     config = WorkerConfig(db=str(tmp_path / "db"), imports=(test_families.__name__,),
                           disable=(), barrier_every=0, timeout=60.0)
-    first = _Parent()
+    first = Parent()
     worker._run_task(first, config, _task(seed=1))
     minimal = {m.record["signature"]: m.record["params"] for m in first.sent
                if isinstance(m, FailingExample) and m.final}
@@ -50,7 +30,7 @@ def test_a_failing_example_is_replayed_first_by_the_next_task(tmp_path, test_fam
     assert [p.name for p in (tmp_path / "db").iterdir()] == ["two_bugs"]
 
     # Another seed, both bugs known (counted, not shrunk): the replay comes first.
-    again = _Parent(halt_after=2)
+    again = Parent(halt_after=2)
     worker._run_task(again, config, _task(seed=2, known=minimal))
     assert sorted(again.started(), key=lambda p: p["n"]) == [{"n": 10}, {"n": 50}], \
         again.started()

@@ -493,7 +493,6 @@ class Builder:
     def _compile_batch(self, flags: list[str], checked: bool, math_mode: str,
                        group: list) -> int:
         pch = self.precompiled_header(checked, math_mode)
-        self.launch_host()
         scopes = [f"__mt_lib{i}" for i in range(len(group))]
         parts = ["#include <type_traits>"]
         for scope, (translation, _) in zip(scopes, group):
