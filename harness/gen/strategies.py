@@ -5,6 +5,13 @@ gives every family the same notion of "a ragged extent", "a thread count", "a ti
 "a dtype", and one place to change how they shrink (toward small sizes, the first
 dtype, the first thread count).
 
+Each builder returns one strategy object per distinct arguments, built on the first call:
+Hypothesis validates a new strategy object and computes its properties on its first draw,
+which costs more than the draw itself, and the families ask for their strategies again on
+every case. Reuse changes nothing drawn: the same choices give the same values.
+
+    sampled_from(choices)        st.sampled_from(choices), reused: how the families draw
+                                 from a list of choices
     extent(lo, hi)               a size; any integer, so tiles are ragged more often than not
     multiple_of(step, lo, hi)    a size that is a multiple of `step` (GEMM's 8)
     tile(choices)                a tile extent from `choices` (powers of two by default)
@@ -28,6 +35,8 @@ This module registers no family (harness/gen/family.py skips it when loading fam
 """
 
 from __future__ import annotations
+
+import functools
 
 from hypothesis import strategies as st
 
@@ -54,24 +63,42 @@ def is_float(dtype: str) -> bool:
     return dtype.startswith(("float", "bfloat"))
 
 
+_SAMPLED: dict[str, st.SearchStrategy] = {}
+
+
+def sampled_from(choices):
+    """st.sampled_from(tuple(choices)), one object per distinct `choices`. Keyed by repr:
+    exact for the JSON-able values params hold, where tuple equality is not
+    (1 == True == 1.0), and defined for THREADS_ANY, whose lists are unhashable."""
+    choices = tuple(choices)
+    key = repr(choices)
+    strategy = _SAMPLED.get(key)
+    if strategy is None:
+        strategy = _SAMPLED[key] = st.sampled_from(choices)
+    return strategy
+
+
+@functools.lru_cache(maxsize=None, typed=True)
 def extent(lo: int = 1, hi: int = 96):
     """A tensor extent in [lo, hi]; shrinks toward `lo`."""
     return st.integers(lo, hi)
 
 
+@functools.lru_cache(maxsize=None, typed=True)
 def multiple_of(step: int, lo: int, hi: int):
     """A multiple of `step` in [lo, hi] (e.g. GEMM dims that are multiples of 8)."""
     return st.integers(-(-lo // step), hi // step).map(lambda k: k * step)
 
 
 def tile(choices=TILES):
-    return st.sampled_from(tuple(choices))
+    return sampled_from(choices)
 
 
 def threads(choices=THREADS):
-    return st.sampled_from(tuple(choices))
+    return sampled_from(choices)
 
 
+@functools.cache
 def reduce_threads():
     """A thread count a reduction takes (docs/architecture.md, "Reductions"): a power of
     two, a partial simdgroup, a multiple of 32 that is not a power of two, or a pipeline
@@ -79,12 +106,12 @@ def reduce_threads():
     width = METAL.simd_width
     simdgroups = st.integers(3, METAL.max_threads_per_group // width - 1).map(
         lambda k: k * width).filter(lambda n: n & (n - 1))
-    return st.one_of(st.sampled_from(POWERS_OF_TWO), st.sampled_from(PARTIAL_SIMDGROUPS),
-                     simdgroups, st.sampled_from(PIPELINE_LIMITS))
+    return st.one_of(sampled_from(POWERS_OF_TWO), sampled_from(PARTIAL_SIMDGROUPS),
+                     simdgroups, sampled_from(PIPELINE_LIMITS))
 
 
 def dtype(choices=NUMERIC):
-    return st.sampled_from(tuple(choices))
+    return sampled_from(choices)
 
 
 def fits_threadgroup(*tiles) -> bool:
@@ -97,6 +124,7 @@ def fits_threadgroup(*tiles) -> bool:
 HELD_FLOATS = METAL.fragment_register_budget_bytes // 4
 
 
+@functools.lru_cache(maxsize=None, typed=True)
 @st.composite
 def row_tiles(draw, long_rows: bool = False):
     """M x N (ragged in M), a float dtype, bM whole rows per threadgroup, reduce_threads()
@@ -126,22 +154,26 @@ CACHE_STATES = ("cold", "memory", "disk", "twin")
 MATH_MODES = ("safe", "fast")      # what the MPS backend compiles in (METAL.math_mode_in_effect)
 
 
+_DISABLED_PASSES = st.sets(sampled_from(NEUTRAL_PASSES), max_size=2)
+
+
+@functools.cache
 @st.composite
 def compile_options(draw):
     """Options of one core.compile: passes switched off, pass_configs."""
-    return {"disable": sorted(draw(st.sets(st.sampled_from(NEUTRAL_PASSES), max_size=2))),
-            "pass_configs": draw(st.sampled_from(PASS_CONFIGS))}
+    return {"disable": sorted(draw(_DISABLED_PASSES)),
+            "pass_configs": draw(sampled_from(PASS_CONFIGS))}
 
 
+@functools.cache
 @st.composite
 def compile_route(draw):
     """How a user gets the case's kernel: the call path, the compile options, the math
     mode, and the cache state (cold; warm in memory, warm on disk, or a structurally equal
     function compiled before, each by an earlier compile with the options `before`).
     Shrinks toward core.compile, cold, no options."""
-    route = {"path": draw(st.sampled_from(CALL_PATHS)), "cache": draw(st.sampled_from(
-        CACHE_STATES)), **draw(compile_options()), "math_mode": draw(st.sampled_from(
-            MATH_MODES))}
+    route = {"path": draw(sampled_from(CALL_PATHS)), "cache": draw(sampled_from(CACHE_STATES)),
+             **draw(compile_options()), "math_mode": draw(sampled_from(MATH_MODES))}
     if route["cache"] != "cold":
         route["before"] = draw(compile_options())
     return route
