@@ -275,12 +275,12 @@ def params(draw):
     while splits > 1 and (splits - 1) * chunk_of(N, splits) >= N:
         splits -= 1
     return {
-        "HK": draw(st.integers(1, 2)), "groups": draw(st.sampled_from((1, 2, 4, 3))),
-        "N": N, "D": draw(st.sampled_from((32, 64, 16, 8, 24, 128))),
+        "HK": draw(st.integers(1, 2)), "groups": draw(S.sampled_from((1, 2, 4, 3))),
+        "N": N, "D": draw(S.sampled_from((32, 64, 16, 8, 24, 128))),
         "dtype": draw(S.dtype(DTYPES)), "splits": splits, "bN": draw(S.tile(BLOCKS)),
         "threads": draw(S.threads(THREADS)),
         "combine_threads": draw(S.threads(THREADS)),
-        "partials": draw(st.sampled_from(PARTIALS)),
+        "partials": draw(S.sampled_from(PARTIALS)),
     }
 
 

@@ -84,7 +84,7 @@ def params(draw):
     dst = draw(S.dtype(tuple(d for d in DTYPES if d != src)))
     return {
         "M": draw(S.extent(1, 80)), "N": draw(S.extent(1, 80)),
-        "src": src, "dst": dst, "via": draw(st.sampled_from(VIA)),
+        "src": src, "dst": dst, "via": draw(S.sampled_from(VIA)),
         "bM": draw(S.tile((1, 4, 8, 16, 32))), "bN": draw(S.tile((4, 8, 16, 32, 64))),
         "threads": draw(S.threads(S.THREADS_ANY)),
     }

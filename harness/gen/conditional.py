@@ -150,13 +150,13 @@ def _kernel(M, N, bM, bN, threads, dtype, mode, t_ann, gt, twice):
 def params(draw):
     dtype = draw(S.dtype(DTYPES))
     if S.is_float(dtype):
-        t = draw(st.sampled_from(FLOAT_T))
+        t = draw(S.sampled_from(FLOAT_T))
     else:
-        t = draw(st.sampled_from(INT_T if dtype != "uint8" else (0, 3, 20)))
+        t = draw(S.sampled_from(INT_T if dtype != "uint8" else (0, 3, 20)))
     return {
         "M": draw(S.extent(1, 96)), "N": draw(S.extent(1, 96)),
-        "dtype": dtype, "mode": draw(st.sampled_from(MODES)),
-        "threshold": draw(st.sampled_from(("literal", "scalar"))), "t": t,
+        "dtype": dtype, "mode": draw(S.sampled_from(MODES)),
+        "threshold": draw(S.sampled_from(("literal", "scalar"))), "t": t,
         "bM": draw(S.tile((1, 4, 8, 16, 32))), "bN": draw(S.tile((4, 8, 16, 32, 64))),
         "threads": draw(S.threads(S.THREADS_ANY)),
     }

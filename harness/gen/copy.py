@@ -126,7 +126,7 @@ def build(p: dict) -> Built:
 
 @st.composite
 def params(draw):
-    mode = draw(st.sampled_from(MODES))
+    mode = draw(S.sampled_from(MODES))
     p = {
         "M": draw(S.extent(1, 96)), "N": draw(S.extent(1, 96)),
         "dtype": draw(S.dtype(DTYPES)), "mode": mode,

@@ -105,13 +105,13 @@ def build(p: dict) -> Built:
 def params(draw):
     dtype = draw(S.dtype(DTYPES))
     floats = S.is_float(dtype)
-    out_dtype = draw(st.sampled_from(("float32", dtype) if floats else (dtype,)))
+    out_dtype = draw(S.sampled_from(("float32", dtype) if floats else (dtype,)))
     # Integer ops that may overflow (mul of int8) wrap in the kernel and in the oracle's
     # cast alike; sub of uint8 too.
     ops = OPS + (UNARY if floats else ("abs",))
     return {
         "M": draw(S.extent(1, 96)), "N": draw(S.extent(1, 96)),
-        "dtype": dtype, "out_dtype": out_dtype, "op": draw(st.sampled_from(ops)),
+        "dtype": dtype, "out_dtype": out_dtype, "op": draw(S.sampled_from(ops)),
         "bM": draw(S.tile((1, 4, 8, 16, 32))),
         "bN": draw(S.tile((4, 8, 16, 32, 64))),
         "threads": draw(S.threads(S.THREADS_ANY)),

@@ -293,10 +293,10 @@ def params(draw):
         "groups": draw(st.integers(1, 2)), "DK": draw(S.extent(1, 48)),
         "DV": draw(S.extent(1, 48)), "dtype": draw(S.dtype(DTYPES)),
         "bV": draw(S.tile(BLOCKS)), "threads": draw(S.threads(THREADS)),
-        "state": draw(st.sampled_from(STATES)),
+        "state": draw(S.sampled_from(STATES)),
     }
     if p["state"] == "rows" and p["bV"] % (p["threads"] // 32) == 0:
-        p["kq"] = draw(st.sampled_from(KQ))
+        p["kq"] = draw(S.sampled_from(KQ))
     return p
 
 

@@ -46,6 +46,8 @@ columns past M, N are 0: edge tiles load zeros).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from hypothesis import strategies as st
 
@@ -200,6 +202,7 @@ def supported(p: dict) -> bool:
     return even and window_ok and global_ok and S.fits_threadgroup(*tiles)
 
 
+@functools.lru_cache(maxsize=None, typed=True)     # one strategy per tile shape, reused
 @st.composite
 def _window(draw, bM, bN):
     """(r0, c0, h, w): often inside one 8x8 tile, off its first row and column."""
@@ -215,7 +218,7 @@ def _window(draw, bM, bN):
 def _drawn(draw):
     dtype = draw(S.dtype(DTYPES))
     bM, bN = draw(S.tile(BLOCKS)), draw(S.tile(BLOCKS))
-    accum = draw(st.sampled_from(ACCUMS))
+    accum = draw(S.sampled_from(ACCUMS))
     epilogues = EPILOGUES + (("window",) if accum == "shared" else ())
     if accum == "global":   # C in device memory: T.gemm writes C itself
         epilogues = ("none",)
@@ -224,16 +227,16 @@ def _drawn(draw):
         "K": draw(S.multiple_of(8, 8, 128)),
         "bM": bM, "bN": bN, "bK": draw(S.tile((16, 32))),
         "threads": draw(S.threads(THREADS)), "dtype": dtype,
-        "out_dtype": draw(st.sampled_from(("float32", dtype))),
+        "out_dtype": draw(S.sampled_from(("float32", dtype))),
         "trans_A": draw(st.booleans()), "trans_B": draw(st.booleans()),
         "num_stages": draw(st.integers(0, 3)),
-        "init": draw(st.sampled_from(("clear_accum",) if accum == "global" else INITS)),
-        "a_operand": draw(st.sampled_from(A_OPERANDS)),
-        "epilogue": draw(st.sampled_from(epilogues)),
-        "accum": accum, "pad": draw(st.sampled_from(PADS)) if accum == "shared" else 0,
+        "init": draw(S.sampled_from(("clear_accum",) if accum == "global" else INITS)),
+        "a_operand": draw(S.sampled_from(A_OPERANDS)),
+        "epilogue": draw(S.sampled_from(epilogues)),
+        "accum": accum, "pad": draw(S.sampled_from(PADS)) if accum == "shared" else 0,
         "window": draw(_window(bM, bN)),
-        "swizzle": draw(st.sampled_from((0, 0, 1, 2, 3, 8))),
-        "swizzle_order": draw(st.sampled_from(SWIZZLE_ORDERS)),
+        "swizzle": draw(S.sampled_from((0, 0, 1, 2, 3, 8))),
+        "swizzle_order": draw(S.sampled_from(SWIZZLE_ORDERS)),
     }
 
 

@@ -217,13 +217,13 @@ def build(p: dict) -> Built:
 @st.composite
 def _drawn(draw):
     dtype = draw(S.dtype(DTYPES))
-    form = draw(st.sampled_from(FORMS))
+    form = draw(S.sampled_from(FORMS))
     return {
         "M": draw(S.extent(1, 12)), "N": draw(S.extent(1, 40)), "K": draw(S.extent(1, 300)),
         "bM": draw(S.tile(ROWS)), "bN": draw(S.tile(COLS)), "bK": draw(S.tile(STEPS)),
         "threads": draw(S.threads(LANES_THREADS if form == "lanes" else THREADS)),
-        "dtype": dtype, "out_dtype": draw(st.sampled_from(("float32", dtype))),
-        "form": form, "stage_x": draw(st.sampled_from((None, True, False))),
+        "dtype": dtype, "out_dtype": draw(S.sampled_from(("float32", dtype))),
+        "form": form, "stage_x": draw(S.sampled_from((None, True, False))),
     }
 
 

@@ -68,7 +68,7 @@ def build(p: dict) -> Built:
 
 @st.composite
 def params(draw):
-    return {**draw(S.row_tiles()), "eps": draw(st.sampled_from(EPS))}
+    return {**draw(S.row_tiles()), "eps": draw(S.sampled_from(EPS))}
 
 
 FAMILY = register(Family("layernorm", __doc__.splitlines()[0], params, build,

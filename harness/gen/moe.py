@@ -444,8 +444,8 @@ def params(draw):
     # block has one token (thread 0's too) the fused gather's barrier orders nothing on
     # that shape, though it is needed on others (the planner merges the token-block loop's
     # iterations, so it cannot tell): the necessity check would call it redundant.
-    E = draw(st.sampled_from((8, 16, 6, 32)))
-    bN, threads = draw(st.sampled_from(GEMM_TILES))
+    E = draw(S.sampled_from((8, 16, 6, 32)))
+    bN, threads = draw(S.sampled_from(GEMM_TILES))
     return {
         # D, I >= 9: the barrier after an expert GEMM's accumulator store orders output
         # columns that one simdgroup writes (8 per tile) and threads of another read; with

@@ -199,14 +199,14 @@ def build(p: dict) -> Built:
 @st.composite
 def params(draw):
     N = draw(S.extent(1, 300))
-    style = draw(st.sampled_from(("prim_func", "eager")))
+    style = draw(S.sampled_from(("prim_func", "eager")))
     eager = {"style": "eager", "workspace": draw(st.booleans()),
              "loop": draw(st.integers(1, 4))} if style == "eager" else {}
     return {
         **eager,
         "N": N, "dtype": draw(S.dtype(DTYPES)),
-        "kernels": draw(st.sampled_from((2, 3))),
-        "read": draw(st.sampled_from(READS if style == "prim_func" else READS[:3])),
+        "kernels": draw(S.sampled_from((2, 3))),
+        "read": draw(S.sampled_from(READS if style == "prim_func" else READS[:3])),
         "shift": draw(st.integers(0, N - 1)),
         "b1": draw(S.tile(TILES)), "b2": draw(S.tile(TILES)), "b3": draw(S.tile(TILES)),
         "t1": draw(S.threads(S.THREADS_ANY)), "t2": draw(S.threads(S.THREADS_ANY)),

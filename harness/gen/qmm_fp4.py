@@ -137,9 +137,9 @@ def _drawn(draw):
             "N": draw(S.extent(1, 40)), "K": draw(S.multiple_of(GROUP, GROUP, 256)),
             "bM": draw(S.tile((1, 2, 4, 8))), "bN": draw(S.tile((1, 2, 4, 8, 16))),
             "threads": draw(S.threads((32, 64, 128, 256))), "dtype": dtype,
-            "out_dtype": draw(st.sampled_from(("float32", dtype))),
-            "x": draw(st.sampled_from(("fragment", "shared"))),
-            "counts": draw(st.sampled_from(("full", "ragged")))}
+            "out_dtype": draw(S.sampled_from(("float32", dtype))),
+            "x": draw(S.sampled_from(("fragment", "shared"))),
+            "counts": draw(S.sampled_from(("full", "ragged")))}
 
 
 def supported(p: dict) -> bool:

@@ -192,14 +192,14 @@ def _drawn_gemm(draw):
     """The gemm path: T.gemm's rules (multiples of 8, tiles the simdgroups split)."""
     dtype = draw(S.dtype(DTYPES))
     bK = draw(S.tile((16, 32)))
-    scale = draw(st.sampled_from(SCALES))
+    scale = draw(S.sampled_from(SCALES))
     p = {"M": draw(S.multiple_of(8, 8, 80)), "N": draw(S.multiple_of(8, 8, 80)),
          "K": draw(S.multiple_of(8, 8, 160)), "scale": scale, "path": "gemm",
          "bM": draw(S.tile((16, 32))), "bN": draw(S.tile((16, 32))), "bK": bK,
          "threads": draw(S.threads((32, 64, 128))), "dtype": dtype,
-         "out_dtype": draw(st.sampled_from(("float32", dtype)))}
+         "out_dtype": draw(S.sampled_from(("float32", dtype)))}
     if scale == "block":
-        p["G"] = bK * draw(st.sampled_from((1, 2)))
+        p["G"] = bK * draw(S.sampled_from((1, 2)))
     return p
 
 
@@ -207,14 +207,14 @@ def _drawn_gemm(draw):
 def _drawn(draw):
     dtype = draw(S.dtype(DTYPES))
     bK = draw(S.tile((32, 64, 128, 256)))
-    scale = draw(st.sampled_from(SCALES))
+    scale = draw(S.sampled_from(SCALES))
     p = {"M": draw(S.extent(1, 10)), "N": draw(S.extent(1, 40)), "K": draw(S.extent(1, 300)),
          "scale": scale, "bM": draw(S.tile((1, 2, 4, 8))), "bN": draw(S.tile((1, 2, 4, 8, 16))),
          "bK": bK, "threads": draw(S.threads((32, 64, 128, 256))), "dtype": dtype,
-         "out_dtype": draw(st.sampled_from(("float32", dtype)))}
+         "out_dtype": draw(S.sampled_from(("float32", dtype)))}
     if scale == "block":
-        p["G"] = bK * draw(st.sampled_from((1, 2)))
-        p["stage_scales"] = draw(st.sampled_from((None, True, False)))
+        p["G"] = bK * draw(S.sampled_from((1, 2)))
+        p["stage_scales"] = draw(S.sampled_from((None, True, False)))
     return p
 
 

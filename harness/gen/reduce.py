@@ -206,13 +206,13 @@ def build(p: dict) -> Built:
 @st.composite
 def params(draw):
     dtype = draw(S.dtype(DTYPES))
-    dim = draw(st.sampled_from((1, -1, 0)))
-    dst = draw(st.sampled_from(DSTS))
+    dim = draw(S.sampled_from((1, -1, 0)))
+    dst = draw(S.sampled_from(DSTS))
     keepdim = draw(st.booleans()) if dst == "fragment" else False
     p = {
         "M": draw(S.extent(1, 160)), "N": draw(S.extent(1, 160)), "dim": dim,
-        "kind": draw(st.sampled_from(KINDS)), "dtype": dtype,
-        "out_dtype": draw(st.sampled_from((dtype, "float32") if S.is_float(dtype)
+        "kind": draw(S.sampled_from(KINDS)), "dtype": dtype,
+        "out_dtype": draw(S.sampled_from((dtype, "float32") if S.is_float(dtype)
                                           else (dtype,))),
         "clear": draw(st.booleans()), "keepdim": keepdim, "dst": dst,
         "block": draw(S.tile((1, 2, 4, 8, 16))),
@@ -224,7 +224,7 @@ def params(draw):
         p["out_dtype"] = p["dtype"]
         length = p["N"] if dim != 0 else p["M"]
         divisors = [d for d in (2, 3, 4, 5) if length % d == 0] or [1]
-        p["splits"] = draw(st.sampled_from(divisors))
+        p["splits"] = draw(S.sampled_from(divisors))
     return p
 
 

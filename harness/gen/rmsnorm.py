@@ -87,8 +87,8 @@ def build(p: dict) -> Built:
 
 @st.composite
 def params(draw):
-    return {**draw(S.row_tiles()), "eps": draw(st.sampled_from(EPS)),
-            "weight": draw(st.sampled_from(WEIGHT))}
+    return {**draw(S.row_tiles()), "eps": draw(S.sampled_from(EPS)),
+            "weight": draw(S.sampled_from(WEIGHT))}
 
 
 FAMILY = register(Family("rmsnorm", __doc__.splitlines()[0], params, build,

@@ -19,6 +19,7 @@ real Python function for TVMScript to parse, so the kernel's source is generated
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import linecache
 
@@ -125,11 +126,21 @@ def build(p: dict) -> Built:
                  flops=M * N * len(scalar_dtypes))
 
 
+_SCALARS = st.lists(S.sampled_from(SCALAR_DTYPES), min_size=0, max_size=5)
+
+
+@functools.cache
+def _orders(names: tuple):
+    """Orders of `names` (each drawn as a new list); one strategy per distinct `names`."""
+    return st.permutations(names)
+
+
+@functools.cache
 @st.composite
 def signature(draw):
     """"A", "B" and 0-5 scalars in a random order (leading, middle, trailing)."""
-    scalars = draw(st.lists(st.sampled_from(SCALAR_DTYPES), min_size=0, max_size=5))
-    return draw(st.permutations(["A", "B", *scalars]))
+    scalars = draw(_SCALARS)
+    return draw(_orders(("A", "B", *scalars)))
 
 
 @st.composite
@@ -137,7 +148,7 @@ def params(draw):
     return {
         "M": draw(S.extent(1, 64)), "N": draw(S.extent(1, 64)),
         "dtype": draw(S.dtype(DTYPES)), "signature": list(draw(signature())),
-        "symbolic": draw(st.sampled_from(SYMBOLIC)),
+        "symbolic": draw(S.sampled_from(SYMBOLIC)),
         "bM": draw(S.tile((1, 4, 8, 16))), "bN": draw(S.tile((4, 8, 16, 32))),
         "threads": draw(S.threads(S.THREADS_ANY)),
     }

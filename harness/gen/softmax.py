@@ -63,7 +63,7 @@ def build(p: dict) -> Built:
 
 @st.composite
 def params(draw):
-    return {**draw(S.row_tiles(long_rows=True)), "scale": draw(st.sampled_from(SCALES))}
+    return {**draw(S.row_tiles(long_rows=True)), "scale": draw(S.sampled_from(SCALES))}
 
 
 FAMILY = register(Family("softmax", __doc__.splitlines()[0], params, build,
