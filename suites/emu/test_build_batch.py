@@ -136,3 +136,18 @@ def test_libraries_of_other_math_modes_are_batched_apart(batching):
         emu.run_msl(source, "k", grid=1, threadgroup=64,
                     buffers=[y, np.arange(64, dtype=np.float32)], math_mode=mode)
     assert _kernels() == built
+
+
+def test_without_the_launch_host_nothing_is_batched_and_each_library_builds_alone(
+        emulator_cache_of_its_own, monkeypatch):
+    # the executable path (another CPU, macOS): a library is linked with the runtime into
+    # a program of its own, which a batch's object cannot be split into
+    monkeypatch.setattr(build, "LAUNCH_HOST", False)
+    sources = [_source(body, f"alone_{name}") for name, body in (("scale", SCALE),
+                                                                  ("shift", SHIFT))]
+    assert emu.build_ahead([(s, None, METAL.math_mode) for s in sources]) == 0
+    assert not list(emulator_cache_of_its_own.glob("kernel-*"))
+    x = np.arange(64, dtype=np.float32)
+    assert np.frombuffer(_run(sources[0])[0], np.float32).tolist() == (x * 3 + 1).tolist()
+    assert np.frombuffer(_run(sources[1])[0], np.float32).tolist() == (x[::-1] - 2).tolist()
+    assert [p.suffix for p in emulator_cache_of_its_own.glob("kernel-*")] == [".bin"] * 2
